@@ -1,0 +1,41 @@
+# Every habit is one command. `make help` lists them.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.DEFAULT_GOAL := help
+.PHONY: help demo test test-sqlite check bench postgres clean
+
+help: ## list the commands
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+postgres: ## start PostgreSQL if it is down and create the test database
+	@scripts/ensure-postgres
+
+demo: $(STAMP) ## run the example app on the embedded SQLite default
+	cd examples && ../$(PY) demo.py
+
+test: $(STAMP) postgres ## run the whole test suite on SQLite and PostgreSQL
+	$(PY) -m pytest
+
+test-sqlite: $(STAMP) ## run the suite on SQLite only (no PostgreSQL needed)
+	$(PY) -m pytest -k 'not postgres'
+
+check: $(STAMP) ## lint, type-check, and forbid wall-clock reads outside clock.py
+	$(PY) -m ruff check src tests bench examples
+	$(PY) -m ruff format --check src tests bench examples
+	$(PY) -m mypy
+	@scripts/check-clock
+
+bench: $(STAMP) postgres ## run the benchmark (due and its peers, side by side)
+	$(PY) bench/run.py
+
+clean: ## remove the environment and scratch files
+	rm -rf $(VENV) bench/.venv* bench/results bench/work .pytest_cache .ruff_cache .mypy_cache

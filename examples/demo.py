@@ -1,0 +1,73 @@
+"""`make demo`: enqueue immediate, delayed, deduplicated and failing jobs, then run them.
+
+Runs on the embedded SQLite default (examples/demo.db, recreated each time).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from rich.console import Console
+
+from due.testing import drain
+
+DATABASE = "demo.db"
+for leftover in (DATABASE, f"{DATABASE}-wal", f"{DATABASE}-shm"):
+    if os.path.exists(leftover):
+        os.remove(leftover)
+
+from demo_app import (  # noqa: E402 - the database must be fresh before the app opens it
+    app,
+    build_report,
+    flaky_export,
+    send_reminder,
+    send_welcome_email,
+)
+
+console = Console()
+
+
+def show(title: str) -> None:
+    console.rule(title)
+    for job in reversed(app.jobs(limit=20)):
+        when = job.run_at.strftime("%H:%M:%S")
+        result = job.result if job.result is not None else (job.last_error or "")
+        console.print(
+            f"  job {job.id:>2}  {job.task.split('.')[-1]:<20} {job.queue:<8} "
+            f"{job.state.value:<10} attempt {job.attempt}/{job.max_attempts}  due {when}  {result}",
+            soft_wrap=True,
+        )
+
+
+def main() -> None:
+    console.print(f"[bold]due demo[/bold] on {app.url}")
+    console.print(f"migrations applied: {app.migrate()}")
+    send_welcome_email.enqueue(1)
+    send_welcome_email.enqueue(2)
+    build_report.enqueue("2026-11")
+    flaky_export.enqueue()
+    send_reminder.enqueue(1, delay="2s", key="reminder:1")
+    again = send_reminder.enqueue(1, delay="2s", key="reminder:1")
+    console.print(f"second reminder for user 1 deduplicated: {again.deduplicated} (job {again.id})")
+    cancelled = send_reminder.enqueue(2, delay="1h")
+    app.cancel(cancelled.id)
+    show("enqueued")
+
+    # A minimal in-process loop; `due worker` replaces it.
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        ran = drain(app)
+        for job_id in ran.succeeded + ran.retried + ran.failed:
+            job = app.get(job_id)
+            console.print(f"  ran job {job.id} ({job.task.split('.')[-1]}): {job.state.value}")
+        pending = app.jobs(state="queued")
+        if not pending:
+            break
+        time.sleep(0.2)
+    show("after running")
+    app.close()
+
+
+if __name__ == "__main__":
+    main()

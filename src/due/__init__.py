@@ -1,0 +1,69 @@
+"""due: background jobs, delayed jobs and schedules on SQLite or PostgreSQL.
+
+Never lose a due job, never run one twice by accident, never fail quietly.
+
+    import due
+
+    app = due.App()                       # ./due.db, or $DUE_DATABASE_URL
+
+    @app.task(queue="emails", retry=due.Retry(max_attempts=5))
+    def send_reset_email(user_id: int) -> None: ...
+
+    send_reset_email.enqueue(42, delay="10m", key="reset:42")
+"""
+
+from due.app import App
+from due.clock import Clock, FakeClock, SystemClock
+from due.context import Context
+from due.errors import (
+    ArgumentsError,
+    ConfigurationError,
+    DueError,
+    InvalidJobError,
+    InvalidStateError,
+    JobNotFoundError,
+    NotMigratedError,
+    PayloadError,
+    SchemaError,
+    SchemaTooNewError,
+    StoreError,
+    StoreUnavailableError,
+    UnknownTaskError,
+)
+from due.job import AttemptError, Job, JobState
+from due.request import JobRequest
+from due.retry import Retry
+from due.task import Task
+
+__version__ = "0.1.0"
+
+__all__ = [
+    # configure and register
+    "App",
+    "Retry",
+    "Task",
+    # jobs
+    "AttemptError",
+    "Context",
+    "Job",
+    "JobRequest",
+    "JobState",
+    # time
+    "Clock",
+    "FakeClock",
+    "SystemClock",
+    # errors
+    "ArgumentsError",
+    "ConfigurationError",
+    "DueError",
+    "InvalidJobError",
+    "InvalidStateError",
+    "JobNotFoundError",
+    "NotMigratedError",
+    "PayloadError",
+    "SchemaError",
+    "SchemaTooNewError",
+    "StoreError",
+    "StoreUnavailableError",
+    "UnknownTaskError",
+]

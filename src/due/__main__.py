@@ -1,0 +1,3 @@
+from due.cli import main
+
+main()

@@ -1,0 +1,256 @@
+"""The facade: configure, register tasks, enqueue, inspect and control jobs.
+
+No loops live here: workers, schedulers and the dashboard are separate
+modules that take an App.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any, TypeVar, overload
+
+from due.clock import Clock, SystemClock
+from due.durations import DurationLike
+from due.errors import ConfigurationError
+from due.job import Job, JobState
+from due.payload import DEFAULT_MAX_PAYLOAD_BYTES
+from due.request import JobRequest, prepare
+from due.retry import Retry
+from due.store import Store, open_store
+from due.store.records import JobFilter
+from due.task import DEFAULT_QUEUE, Registry, Task, TaskOptions
+
+URL_ENVIRONMENT_VARIABLE = "DUE_DATABASE_URL"
+DEFAULT_URL = "sqlite:///due.db"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def resolve_url(url: str | None) -> str:
+    """The URL given, else $DUE_DATABASE_URL, else ./due.db (SQLite)."""
+    resolved = url or os.environ.get(URL_ENVIRONMENT_VARIABLE) or DEFAULT_URL
+    if not isinstance(resolved, str):
+        raise ConfigurationError(f"database URL must be a string, got {resolved!r}")
+    return resolved
+
+
+class App:
+    """One application's tasks and the database its jobs live in.
+
+    app = due.App()                          # ./due.db, or $DUE_DATABASE_URL
+    app = due.App("postgresql://localhost/app")
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        clock: Clock | None = None,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        store_options: dict[str, Any] | None = None,
+    ) -> None:
+        self.url = resolve_url(url)
+        self.clock: Clock = clock or SystemClock()
+        if not isinstance(max_payload_bytes, int) or max_payload_bytes <= 0:
+            raise ConfigurationError(
+                f"max_payload_bytes must be a positive number of bytes, got {max_payload_bytes!r}"
+            )
+        self.max_payload_bytes = max_payload_bytes
+        self.tasks = Registry()
+        self._store_options = dict(store_options or {})
+        self._store: Store | None = None
+        self._schema_checked = False
+        self._lock = threading.Lock()
+        # Fail on a bad URL now, not at the first enqueue in production.
+        self._validate_url()
+
+    def _validate_url(self) -> None:
+        from due.store import POSTGRES_PREFIXES, SQLITE_PREFIX
+
+        if not self.url.startswith((SQLITE_PREFIX, *POSTGRES_PREFIXES)):
+            open_store(self.url, self.clock)  # raises the explanatory error
+        if self.url.startswith(SQLITE_PREFIX):
+            from due.store.sqlite.store import path_from_url
+
+            path_from_url(self.url)
+
+    def __repr__(self) -> str:
+        return f"<due.App {self.url.split('@')[-1]} tasks={len(self.tasks)}>"
+
+    # --- the store ----------------------------------------------------------
+
+    @property
+    def store(self) -> Store:
+        """The store, opened on first use; refuses an unknown or missing schema."""
+        store = self._open_store()
+        if not self._schema_checked:
+            store.check_schema()
+            self._schema_checked = True
+        return store
+
+    def _open_store(self) -> Store:
+        with self._lock:
+            if self._store is None:
+                self._store = open_store(self.url, self.clock, **self._store_options)
+            return self._store
+
+    def migrate(self) -> list[int]:
+        """Create or upgrade the schema; returns the migration versions applied."""
+        applied = self._open_store().migrate()
+        self._schema_checked = False
+        return applied
+
+    def close(self) -> None:
+        with self._lock:
+            if self._store is not None:
+                self._store.close()
+                self._store = None
+                self._schema_checked = False
+
+    def __enter__(self) -> App:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # --- tasks ----------------------------------------------------------------
+
+    @overload
+    def task(self, fn: F, /) -> Task[Any, Any]: ...
+
+    @overload
+    def task(
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str = DEFAULT_QUEUE,
+        priority: int = 0,
+        retry: Retry | None = None,
+        timeout: DurationLike | None = None,
+        lease: DurationLike | None = None,
+        unique_for: DurationLike | None = None,
+    ) -> Callable[[F], Task[Any, Any]]: ...
+
+    def task(
+        self,
+        fn: F | None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str = DEFAULT_QUEUE,
+        priority: int = 0,
+        retry: Retry | None = None,
+        timeout: DurationLike | None = None,
+        lease: DurationLike | None = None,
+        unique_for: DurationLike | None = None,
+    ) -> Task[Any, Any] | Callable[[F], Task[Any, Any]]:
+        """Register a sync or async function as a task (`@app.task` or `@app.task(...)`)."""
+
+        def register(function: F) -> Task[Any, Any]:
+            if not callable(function):
+                raise ConfigurationError(f"@app.task decorates a function, got {function!r}")
+            task_name = name or f"{function.__module__}.{function.__qualname__}"
+            options = TaskOptions.build(
+                task=task_name,
+                queue=queue,
+                priority=priority,
+                retry=retry,
+                timeout=timeout,
+                lease=lease,
+                unique_for=unique_for,
+            )
+            task: Task[Any, Any] = Task(self, function, task_name, options)
+            self.tasks.add(task)
+            return task
+
+        return register(fn) if fn is not None else register
+
+    # --- enqueue --------------------------------------------------------------
+
+    def enqueue(
+        self,
+        task: str,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        *,
+        delay: DurationLike | None = None,
+        run_at: datetime | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        key: str | None = None,
+        connection: Any = None,
+    ) -> Job:
+        """Enqueue by task name, for callers that do not import the function."""
+        request = JobRequest(
+            task, tuple(args), dict(kwargs or {}), delay, run_at, queue, priority, key
+        )
+        return self.enqueue_many([request], connection=connection)[0]
+
+    def enqueue_many(self, requests: Iterable[JobRequest], *, connection: Any = None) -> list[Job]:
+        """Enqueue many jobs in one transaction (multi-row inserts); all or none."""
+        jobs = self._prepare(requests)
+        return self.store.enqueue(jobs, connection=connection)
+
+    async def aenqueue_many(
+        self, requests: Iterable[JobRequest], *, connection: Any = None
+    ) -> list[Job]:
+        """`enqueue_many` for async code; `connection` may be a psycopg AsyncConnection."""
+        jobs = self._prepare(requests)
+        store = self.store
+        if connection is not None:
+            return await store.enqueue_async(jobs, connection)
+        return await asyncio.to_thread(store.enqueue, jobs)
+
+    def _prepare(self, requests: Iterable[JobRequest]) -> list[Any]:
+        prepared = []
+        for request in requests:
+            if not isinstance(request, JobRequest):
+                raise ConfigurationError(
+                    f"enqueue_many takes requests made by task.request(...), got {request!r}"
+                )
+            task = self.tasks.get(request.task)
+            prepared.append(prepare(request, task, self.max_payload_bytes))
+        return prepared
+
+    # --- inspect and control ------------------------------------------------------
+
+    def get(self, job_id: int) -> Job:
+        """The job as stored now: state, attempts, times, errors, result."""
+        return self.store.get(int(job_id))
+
+    def jobs(
+        self,
+        *,
+        queue: str | None = None,
+        state: JobState | str | None = None,
+        task: str | None = None,
+        limit: int = 100,
+    ) -> list[Job]:
+        """Jobs, newest first; delayed jobs are `queued` with a future `run_at`."""
+        return self.store.list_jobs(
+            JobFilter(queue=queue, state=_state(state), task=task, limit=int(limit))
+        )
+
+    def cancel(self, job_id: int) -> Job:
+        """Cancel a queued (or delayed) job; it will not run."""
+        return self.store.cancel(int(job_id))
+
+    def retry(self, job_id: int) -> Job:
+        """Run a failed or cancelled job again, with a fresh set of attempts."""
+        return self.store.retry(int(job_id))
+
+
+def _state(state: JobState | str | None) -> JobState | None:
+    if state is None or isinstance(state, JobState):
+        return state
+    try:
+        return JobState(state)
+    except ValueError:
+        names = ", ".join(s.value for s in JobState)
+        raise ConfigurationError(f"unknown job state {state!r}; one of: {names}") from None

@@ -1,0 +1,75 @@
+"""Every error `due` raises, in one tree.
+
+    DueError
+    ├── ConfigurationError         a bad URL, option or task definition
+    ├── InvalidJobError            bad input at enqueue; nothing was written
+    │   ├── UnknownTaskError       no task registered under that name
+    │   ├── ArgumentsError         arguments do not fit the task's signature
+    │   └── PayloadError           not JSON-serialisable, or over the size limit
+    ├── JobNotFoundError           no job with that id
+    ├── InvalidStateError          the job's state does not allow that action
+    ├── SchemaError                the database schema is not the one we know
+    │   ├── NotMigratedError       no schema yet: run `due migrate`
+    │   └── SchemaTooNewError      a newer `due` migrated it: upgrade
+    └── StoreError                 the database failed or could not be reached
+        └── StoreUnavailableError  could not connect (or lost the connection)
+
+Errors of bad input are also `ValueError`s (or `TypeError`s for arguments),
+so code that guards a call with the built-in exceptions keeps working.
+Driver errors (psycopg, sqlite3) never escape the store: they are translated
+to `StoreError` with the original chained as `__cause__`.
+"""
+
+from __future__ import annotations
+
+
+class DueError(Exception):
+    """Base class of every error raised by `due`."""
+
+
+class ConfigurationError(DueError, ValueError):
+    """A URL, option or task definition is invalid."""
+
+
+class InvalidJobError(DueError, ValueError):
+    """An enqueue request was rejected before anything was written."""
+
+
+class UnknownTaskError(InvalidJobError, LookupError):
+    """No task is registered under the given name."""
+
+
+class ArgumentsError(InvalidJobError, TypeError):
+    """The arguments do not match the task function's signature."""
+
+
+class PayloadError(InvalidJobError):
+    """The arguments cannot be stored: not JSON-serialisable, or too large."""
+
+
+class JobNotFoundError(DueError, LookupError):
+    """No job exists with the given id."""
+
+
+class InvalidStateError(DueError):
+    """The job's current state does not allow the requested action."""
+
+
+class SchemaError(DueError):
+    """The database schema does not match what this version of `due` knows."""
+
+
+class NotMigratedError(SchemaError):
+    """The database has no `due` schema (or an incomplete one)."""
+
+
+class SchemaTooNewError(SchemaError):
+    """The database was migrated by a newer version of `due`."""
+
+
+class StoreError(DueError):
+    """The database reported an error."""
+
+
+class StoreUnavailableError(StoreError):
+    """The database could not be reached."""

@@ -1,0 +1,47 @@
+"""Structured log events: a stable event name plus the ids, never only prose.
+
+    event(logger, "job.failed", job=12, task="emails.send", attempt=2, error="...")
+
+logs `job.failed job=12 task=emails.send attempt=2 error=...` and attaches the
+fields to the record (`record.event`, `record.fields`) for JSON formatters.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+
+def event(logger: logging.Logger, name: str, level: int = logging.INFO, **fields: Any) -> None:
+    if not logger.isEnabledFor(level):
+        return
+    text = " ".join(f"{key}={_short(value)}" for key, value in fields.items())
+    logger.log(level, "%s %s", name, text, extra={"event": name, "fields": fields})
+
+
+def _short(value: Any) -> str:
+    text = str(value)
+    if " " in text or not text:
+        text = json.dumps(text)
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, event, and the event's fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        data: dict[str, Any] = {
+            "time": self.formatTime(record),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "event": getattr(record, "event", None),
+        }
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            data.update(fields)
+        else:
+            data["message"] = record.getMessage()
+        if record.exc_info:
+            data["exception"] = self.formatException(record.exc_info)
+        return json.dumps(data, default=str)

@@ -1,0 +1,117 @@
+"""Enqueue requests and their validation: bad input is refused before any write."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from due.durations import DurationLike, to_seconds
+from due.errors import ConfigurationError, InvalidJobError
+from due.payload import encode_arguments
+from due.store.records import NewJob
+
+if TYPE_CHECKING:
+    from due.task import Task
+
+MAX_QUEUE_LENGTH = 100
+MAX_KEY_LENGTH = 255
+MAX_PRIORITY = 1_000_000
+_QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:\-]+")
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    """One job to enqueue: made by `task.request(...)`, sent by `app.enqueue_many`."""
+
+    task: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    delay: DurationLike | None = None
+    run_at: datetime | None = None
+    queue: str | None = None
+    priority: int | None = None
+    key: str | None = None
+
+
+def prepare(request: JobRequest, task: Task[Any, Any], max_payload_bytes: int) -> NewJob:
+    """Validate a request against its task; returns the row to insert."""
+    task.check_arguments(request.args, request.kwargs)
+    if request.delay is not None and request.run_at is not None:
+        raise InvalidJobError(f"enqueue of {task.name!r}: give either delay= or run_at=, not both")
+    options = task.options
+    return NewJob(
+        task=task.name,
+        queue=validate_queue(request.queue if request.queue is not None else options.queue),
+        priority=validate_priority(
+            request.priority if request.priority is not None else options.priority
+        ),
+        payload=encode_arguments(task.name, request.args, request.kwargs, max_payload_bytes),
+        args=request.args,
+        kwargs=request.kwargs,
+        max_attempts=options.retry.max_attempts,
+        run_at=_validate_run_at(request.run_at, task.name),
+        delay=_validate_delay(request.delay, task.name),
+        key=validate_key(request.key),
+        unique_for=options.unique_for,
+    )
+
+
+def validate_queue(queue: Any) -> str:
+    if not isinstance(queue, str) or not queue:
+        raise InvalidJobError(f"queue name must be a non-empty string, got {queue!r}")
+    if len(queue) > MAX_QUEUE_LENGTH:
+        raise InvalidJobError(
+            f"queue name {queue[:20]!r}... is {len(queue)} characters; "
+            f"the limit is {MAX_QUEUE_LENGTH}"
+        )
+    if not _QUEUE_NAME.fullmatch(queue):
+        raise InvalidJobError(f"queue name {queue!r} may hold only letters, digits and _ . : -")
+    return queue
+
+
+def validate_priority(priority: Any) -> int:
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InvalidJobError(f"priority must be a whole number, got {priority!r}")
+    if abs(priority) > MAX_PRIORITY:
+        raise InvalidJobError(f"priority {priority} is outside ±{MAX_PRIORITY}")
+    return priority
+
+
+def validate_key(key: Any) -> str | None:
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key:
+        raise InvalidJobError(f"key must be a non-empty string, got {key!r}")
+    if len(key) > MAX_KEY_LENGTH:
+        raise InvalidJobError(
+            f"key {key[:20]!r}... is {len(key)} characters; the limit is {MAX_KEY_LENGTH} "
+            "(hash long keys)"
+        )
+    return key
+
+
+def _validate_delay(delay: DurationLike | None, task: str) -> float:
+    if delay is None:
+        return 0.0
+    try:
+        seconds = to_seconds(delay, what=f"enqueue of {task!r}: delay")
+    except ConfigurationError as error:
+        raise InvalidJobError(str(error)) from None
+    if seconds < 0:
+        raise InvalidJobError(f"enqueue of {task!r}: delay cannot be negative ({delay!r})")
+    return seconds
+
+
+def _validate_run_at(run_at: datetime | None, task: str) -> datetime | None:
+    if run_at is None:
+        return None
+    if not isinstance(run_at, datetime):
+        raise InvalidJobError(f"enqueue of {task!r}: run_at must be a datetime, got {run_at!r}")
+    if run_at.tzinfo is None or run_at.utcoffset() is None:
+        raise InvalidJobError(
+            f"enqueue of {task!r}: run_at={run_at.isoformat()} has no time zone; "
+            "pass an aware datetime (e.g. tzinfo=datetime.UTC)"
+        )
+    return run_at

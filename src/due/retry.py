@@ -1,0 +1,128 @@
+"""Retry policies: which failures are retried, and how long to wait first.
+
+Pure functions of the attempt number (and a random source for jitter), so the
+schedule of retries can be tested without running anything.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from due.durations import DurationLike, to_seconds
+from due.errors import ConfigurationError
+
+DEFAULT_MAX_ATTEMPTS = 20
+DEFAULT_BACKOFF_SECONDS = 1.0
+DEFAULT_MAX_DELAY_SECONDS = 3600.0
+DEFAULT_JITTER = 0.25
+
+BackoffLike = DurationLike | Callable[[int], DurationLike]
+
+
+@dataclass(frozen=True)
+class Retry:
+    """How a task's failures are retried.
+
+    - `max_attempts`: total attempts, the first included (1 = never retry).
+    - `backoff`: the delay before the first retry, doubled for each later one
+      (`backoff * 2 ** (attempt - 1)`), or a function `attempt -> delay`.
+    - `max_delay`: the cap on any one delay.
+    - `jitter`: each delay is multiplied by a random factor in
+      `[1 - jitter, 1 + jitter]` (then capped), so a burst of failures does
+      not come back as a burst of retries.
+    - `retry_on`: exception types that are retried (default: any Exception).
+    - `discard_on`: exception types that fail the job at once, attempts left
+      or not; checked before `retry_on`.
+    """
+
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    backoff: BackoffLike = DEFAULT_BACKOFF_SECONDS
+    max_delay: DurationLike = DEFAULT_MAX_DELAY_SECONDS
+    jitter: float = DEFAULT_JITTER
+    retry_on: tuple[type[BaseException], ...] = field(default=(Exception,))
+    discard_on: tuple[type[BaseException], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
+            raise ConfigurationError(
+                f"Retry(max_attempts={self.max_attempts!r}): must be a whole number >= 1"
+            )
+        if not callable(self.backoff):
+            seconds = to_seconds(self.backoff, what="Retry(backoff=...)")
+            if seconds < 0:
+                raise ConfigurationError("Retry(backoff=...) cannot be negative")
+            object.__setattr__(self, "backoff", seconds)
+        cap = to_seconds(self.max_delay, what="Retry(max_delay=...)")
+        if cap < 0:
+            raise ConfigurationError("Retry(max_delay=...) cannot be negative")
+        object.__setattr__(self, "max_delay", cap)
+        if not 0 <= self.jitter <= 1:
+            raise ConfigurationError(f"Retry(jitter={self.jitter!r}): must be between 0 and 1")
+        object.__setattr__(self, "retry_on", _exception_types(self.retry_on, "retry_on"))
+        object.__setattr__(self, "discard_on", _exception_types(self.discard_on, "discard_on"))
+
+    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
+        """Seconds to wait after failed attempt number `attempt` (1-based)."""
+        if callable(self.backoff):
+            base = to_seconds(self.backoff(attempt), what="Retry(backoff=...) result")
+        else:
+            base = float(self.backoff) * 2.0 ** (attempt - 1)  # type: ignore[arg-type]
+        cap = float(self.max_delay)  # type: ignore[arg-type]
+        factor = 1.0
+        if self.jitter:
+            factor = (rng or random).uniform(1.0 - self.jitter, 1.0 + self.jitter)
+        return max(0.0, min(cap, base * factor))
+
+    def should_retry(self, error: BaseException, attempt: int, max_attempts: int) -> bool:
+        """Whether a failure of `attempt` (out of `max_attempts`) is retried."""
+        if isinstance(error, self.discard_on):
+            return False
+        return isinstance(error, self.retry_on) and attempt < max_attempts
+
+
+def _exception_types(
+    value: type[BaseException] | tuple[type[BaseException], ...], name: str
+) -> tuple[type[BaseException], ...]:
+    types = value if isinstance(value, tuple) else (value,)
+    for item in types:
+        if not (isinstance(item, type) and issubclass(item, BaseException)):
+            raise ConfigurationError(f"Retry({name}=...) takes exception classes, got {item!r}")
+    return types
+
+
+NO_RETRY = Retry(max_attempts=1)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseLossVerdict:
+    gives_up: bool
+    reason: str
+
+
+def judge_lost_lease(
+    *, attempt: int, max_attempts: int, lost_leases: int, worker: str | None, max_lost_leases: int
+) -> LeaseLossVerdict:
+    """What happens to a job whose lease expired: retried at once, or failed.
+
+    `lost_leases` counts the consecutive attempts that already ended this way.
+    A job whose worker keeps dying while running it (out of memory, a
+    segfault) is failed after `max_lost_leases`, instead of killing workers
+    forever; otherwise it is failed only when it has no attempts left.
+    """
+    holder = worker or "unknown"
+    in_a_row = lost_leases + 1
+    if in_a_row >= max_lost_leases:
+        return LeaseLossVerdict(
+            True,
+            f"lost its lease {in_a_row} times in a row (last held by worker {holder}); "
+            "failed instead of crashing more workers",
+        )
+    if attempt >= max_attempts:
+        return LeaseLossVerdict(
+            True, f"lease expired on the last attempt ({attempt}/{max_attempts}, worker {holder})"
+        )
+    return LeaseLossVerdict(
+        False, f"lease expired (worker {holder} stopped renewing it); retrying at once"
+    )

@@ -1,0 +1,199 @@
+-- Every statement the PostgreSQL store runs, by name (same names as SQLite's).
+-- Parameters are psycopg named parameters. `%(now)s` is the injected clock's
+-- instant, or NULL to use the database's clock: coalesce(%(now)s, now()).
+-- Wake-ups: every statement that makes a job claimable notifies channel
+-- `due_jobs` with the payload '<queue> <run_at as epoch seconds>'.
+
+-- name: create_migrations_table
+CREATE TABLE IF NOT EXISTS due_schema_migrations (
+    version    integer PRIMARY KEY,
+    name       text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)
+
+-- name: lock_migrations
+SELECT pg_advisory_xact_lock(hashtext('due_schema_migrations'))
+
+-- name: migrations_table_exists
+SELECT to_regclass('due_schema_migrations') IS NOT NULL AS present
+
+-- name: schema_version
+SELECT max(version) AS version FROM due_schema_migrations
+
+-- name: record_migration
+INSERT INTO due_schema_migrations (version, name) VALUES (%(version)s, %(name)s)
+
+-- name: current_time
+SELECT coalesce(%(now)s::timestamptz, now()) AS now
+
+-- name: insert_job
+INSERT INTO due_jobs (task, queue, priority, payload, run_at, max_attempts,
+                      key, dedupe_key, unique_for, created_at)
+VALUES (%(task)s, %(queue)s, %(priority)s, %(payload)s::jsonb,
+        coalesce(%(run_at)s::timestamptz,
+                 coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(delay)s)),
+        %(max_attempts)s, %(key)s, %(key)s, %(unique_for)s,
+        coalesce(%(now)s::timestamptz, now()))
+ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
+RETURNING id, run_at, created_at,
+          pg_notify('due_jobs', queue || ' ' || extract(epoch FROM run_at)::text)::text AS notified
+
+-- name: reserve_ids
+SELECT nextval(pg_get_serial_sequence('due_jobs', 'id')) AS id
+FROM generate_series(1, %(count)s)
+
+-- name: insert_jobs
+INSERT INTO due_jobs (id, task, queue, priority, payload, run_at, max_attempts,
+                      key, dedupe_key, unique_for, created_at)
+SELECT j.id, j.task, j.queue, j.priority, j.payload::jsonb,
+       coalesce(j.run_at,
+                coalesce(%(now)s::timestamptz, now()) + make_interval(secs => j.delay)),
+       j.max_attempts, j.key, j.key, j.unique_for, coalesce(%(now)s::timestamptz, now())
+FROM unnest(%(ids)s::bigint[], %(tasks)s::text[], %(queues)s::text[], %(priorities)s::int[],
+            %(payloads)s::text[], %(run_ats)s::timestamptz[], %(delays)s::float8[],
+            %(max_attempts)s::int[], %(keys)s::text[], %(unique_fors)s::float8[])
+     AS j(id, task, queue, priority, payload, run_at, delay, max_attempts, key, unique_for)
+ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
+RETURNING id, run_at, created_at
+
+-- name: notify_queues
+SELECT pg_notify('due_jobs', q.queue || ' ' || extract(epoch FROM q.run_at)::text)::text
+FROM unnest(%(queues)s::text[], %(run_ats)s::timestamptz[]) AS q(queue, run_at)
+
+-- name: lock_job_by_key
+-- The job that holds a key, and whether it still deduplicates: it does while
+-- active, and for `unique_for` seconds after succeeding.
+SELECT *,
+       (state IN ('queued', 'running', 'waiting')
+        OR (state = 'succeeded'
+            AND finished_at + make_interval(secs => coalesce(unique_for, 0))
+                > coalesce(%(now)s::timestamptz, now()))) AS holds_key
+FROM due_jobs
+WHERE dedupe_key = %(key)s
+FOR UPDATE
+
+-- name: release_key
+UPDATE due_jobs SET dedupe_key = NULL WHERE id = %(id)s
+
+-- name: claim_jobs
+-- SKIP LOCKED lets concurrent claimers take disjoint rows without waiting.
+-- The lease length is per task (`leases`, a JSON object) or the default.
+WITH picked AS (
+    SELECT id
+    FROM due_jobs
+    WHERE state = 'queued'
+      AND queue = %(queue)s
+      AND run_at <= coalesce(%(now)s::timestamptz, now())
+      AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE due_jobs AS j
+SET state = 'running',
+    attempt = j.attempt + 1,
+    lease_token = j.lease_token + 1,
+    lease_expires_at = coalesce(%(now)s::timestamptz, now()) + make_interval(
+        secs => coalesce((%(leases)s::jsonb ->> j.task)::float8, %(lease)s)),
+    started_at = coalesce(%(now)s::timestamptz, now()),
+    worker = %(worker)s
+FROM picked
+WHERE j.id = picked.id
+RETURNING j.id, j.task, j.queue, j.priority, j.payload, j.attempt, j.max_attempts,
+          j.lease_token, j.lease_expires_at, j.run_at, j.created_at
+
+-- name: heartbeat
+UPDATE due_jobs AS j
+SET lease_expires_at = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => h.lease)
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(leases)s::float8[]) AS h(id, token, lease)
+WHERE j.id = h.id AND j.lease_token = h.token AND j.state = 'running'
+RETURNING j.id
+
+-- name: complete_jobs
+-- One statement for a batch of attempt endings; each row is fenced by its
+-- token, so a stale worker's write matches nothing.
+UPDATE due_jobs AS j
+SET state = c.state,
+    result = CASE WHEN c.state = 'succeeded' THEN c.result::jsonb ELSE j.result END,
+    run_at = CASE WHEN c.state = 'queued'
+                  THEN coalesce(%(now)s::timestamptz, now()) + make_interval(secs => c.retry_in)
+                  ELSE j.run_at END,
+    finished_at = CASE WHEN c.state IN ('succeeded', 'failed', 'cancelled')
+                       THEN coalesce(%(now)s::timestamptz, now()) END,
+    lease_expires_at = NULL,
+    lost_leases = 0,
+    last_error = coalesce(c.error::jsonb ->> 'error', j.last_error),
+    errors = CASE WHEN c.error IS NULL THEN j.errors
+                  ELSE j.errors || jsonb_build_array(c.error::jsonb) END,
+    dedupe_key = CASE WHEN c.state IN ('failed', 'cancelled')
+                        OR (c.state = 'succeeded' AND coalesce(j.unique_for, 0) <= 0)
+                      THEN NULL ELSE j.dedupe_key END
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(states)s::text[], %(results)s::text[],
+            %(errors)s::text[], %(retry_ins)s::float8[])
+     AS c(id, token, state, result, error, retry_in)
+WHERE j.id = c.id AND j.lease_token = c.token AND j.state = 'running'
+RETURNING j.id, j.state, j.queue, j.run_at
+
+-- name: select_expired
+-- Running jobs whose worker stopped renewing the lease. The task is never
+-- consulted, so a process that does not know the task rescues it too.
+SELECT id, attempt, max_attempts, lost_leases, worker
+FROM due_jobs
+WHERE state = 'running' AND lease_expires_at < coalesce(%(now)s::timestamptz, now())
+ORDER BY lease_expires_at
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+
+-- name: rescue_jobs
+-- Back to the queue, due now; or failed for good when the verdict gives up.
+UPDATE due_jobs AS j
+SET state = CASE WHEN r.gives_up THEN 'failed' ELSE 'queued' END,
+    run_at = CASE WHEN r.gives_up THEN j.run_at ELSE coalesce(%(now)s::timestamptz, now()) END,
+    finished_at = CASE WHEN r.gives_up THEN coalesce(%(now)s::timestamptz, now()) END,
+    lease_expires_at = NULL,
+    lost_leases = j.lost_leases + 1,
+    last_error = r.error::jsonb ->> 'error',
+    errors = j.errors || jsonb_build_array(r.error::jsonb),
+    dedupe_key = CASE WHEN r.gives_up THEN NULL ELSE j.dedupe_key END
+FROM unnest(%(ids)s::bigint[], %(gives_up)s::boolean[], %(errors)s::text[])
+     AS r(id, gives_up, error)
+WHERE j.id = r.id AND j.state = 'running'
+RETURNING j.id, j.state, j.queue, j.run_at
+
+-- name: get_job
+SELECT * FROM due_jobs WHERE id = %(id)s
+
+-- name: list_jobs
+SELECT *
+FROM due_jobs
+WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(state)s::text IS NULL OR state = %(state)s)
+  AND (%(task)s::text IS NULL OR task = %(task)s)
+ORDER BY id DESC
+LIMIT %(limit)s
+
+-- name: cancel_job
+UPDATE due_jobs
+SET state = 'cancelled',
+    finished_at = coalesce(%(now)s::timestamptz, now()),
+    dedupe_key = NULL
+WHERE id = %(id)s AND state = 'queued'
+RETURNING *
+
+-- name: retry_job
+UPDATE due_jobs
+SET state = 'queued',
+    run_at = coalesce(%(now)s::timestamptz, now()),
+    attempt = 0,
+    lost_leases = 0,
+    finished_at = NULL,
+    lease_expires_at = NULL
+WHERE id = %(id)s AND state IN ('failed', 'cancelled')
+RETURNING *, pg_notify('due_jobs', queue || ' ' || extract(epoch FROM run_at)::text)::text
+    AS notified
+
+-- name: due_queues
+SELECT DISTINCT queue
+FROM due_jobs
+WHERE state = 'queued' AND run_at <= coalesce(%(now)s::timestamptz, now())
+ORDER BY queue

@@ -1,0 +1,173 @@
+"""The values that cross the store boundary, the same for every backend."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from due.errors import InvalidStateError
+from due.job import AttemptError, Job, JobState
+from due.payload import decode_arguments
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A validated enqueue request, ready to insert."""
+
+    task: str
+    queue: str
+    priority: int
+    payload: str
+    """JSON text of {"args": [...], "kwargs": {...}}."""
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    max_attempts: int
+    run_at: datetime | None = None
+    """An absolute due time; when None, the job is due `delay` seconds after now."""
+    delay: float = 0.0
+    key: str | None = None
+    unique_for: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    """A job leased to a worker: what the executor needs to run one attempt."""
+
+    id: int
+    task: str
+    queue: str
+    priority: int
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    attempt: int
+    max_attempts: int
+    lease_token: int
+    lease_expires_at: datetime
+    run_at: datetime
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """The end of one attempt, to be written fenced by (job_id, lease_token).
+
+    `state` is SUCCEEDED, FAILED, CANCELLED, or QUEUED for a retry that is due
+    `retry_in` seconds from now.
+    """
+
+    job_id: int
+    lease_token: int
+    state: JobState
+    result: str | None = None
+    error: AttemptError | None = None
+    retry_in: float | None = None
+
+    def error_json(self) -> str | None:
+        return None if self.error is None else attempt_error_json(self.error)
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A running job as its worker knows it, for heartbeats."""
+
+    job_id: int
+    lease_token: int
+    lease_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatReply:
+    """Which leases were extended; the others are lost and must be abandoned."""
+
+    extended: frozenset[int]
+    lost: frozenset[int]
+
+
+@dataclass(frozen=True, slots=True)
+class RescueResult:
+    """Jobs whose lease had expired: put back in the queue, or failed for good."""
+
+    requeued: tuple[int, ...] = ()
+    failed: tuple[int, ...] = ()
+
+    @property
+    def count(self) -> int:
+        return len(self.requeued) + len(self.failed)
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    queue: str | None = None
+    state: JobState | None = None
+    task: str | None = None
+    limit: int = 100
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def attempt_error_json(error: AttemptError) -> str:
+    return json.dumps(
+        {
+            "attempt": error.attempt,
+            "kind": error.kind,
+            "error": error.error,
+            "traceback": error.traceback,
+            "at": error.at.isoformat() if error.at else None,
+        }
+    )
+
+
+def job_from_row(row: Mapping[str, Any], *, deduplicated: bool = False) -> Job:
+    """Build a Job from a row already in Python types.
+
+    Each backend converts its own column types first: times to aware datetimes
+    and JSON columns (`payload`, `errors`, `result`) to Python values.
+    """
+    args, kwargs = decode_arguments(row["payload"])
+    return Job(
+        id=row["id"],
+        task=row["task"],
+        queue=row["queue"],
+        priority=row["priority"],
+        state=JobState(row["state"]),
+        args=args,
+        kwargs=kwargs,
+        run_at=row["run_at"],
+        attempt=row["attempt"],
+        max_attempts=row["max_attempts"],
+        created_at=row["created_at"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        lease_expires_at=row["lease_expires_at"],
+        worker=row["worker"],
+        key=row["key"],
+        last_error=row["last_error"],
+        errors=tuple(AttemptError.from_dict(item) for item in row["errors"] or ()),
+        result=row["result"],
+        deduplicated=deduplicated,
+    )
+
+
+def claimed_job_from_row(row: Mapping[str, Any]) -> ClaimedJob:
+    """Build a ClaimedJob from a claim row already in Python types."""
+    payload = row["payload"]
+    return ClaimedJob(
+        id=row["id"],
+        task=row["task"],
+        queue=row["queue"],
+        priority=row["priority"],
+        args=tuple(payload.get("args", ())),
+        kwargs=dict(payload.get("kwargs", {})),
+        attempt=row["attempt"],
+        max_attempts=row["max_attempts"],
+        lease_token=row["lease_token"],
+        lease_expires_at=row["lease_expires_at"],
+        run_at=row["run_at"],
+        created_at=row["created_at"],
+    )
+
+
+def refusal(job: Job, action: str, rule: str) -> InvalidStateError:
+    return InvalidStateError(f"cannot {action} job {job.id}: it is {job.state}; {rule}")

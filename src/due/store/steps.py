@@ -1,0 +1,153 @@
+"""Multi-statement store operations as plans, written once for every driver.
+
+A plan is a generator that yields `Step(query_name, params)` and is sent back
+the rows of each statement (already in Python types). The same plan runs on
+a pooled connection, on a caller's sync connection, or on a caller's async
+connection, so the deduplication logic exists once.
+
+Deduplication by key: insert with ON CONFLICT DO NOTHING. A conflict means a
+job holds the key; lock it and ask whether it still deduplicates (active, or
+succeeded less than `unique_for` ago). If so, return it; if not, release its
+key and insert again. Concurrent enqueuers race only on the unique index, so
+the outcome holds across processes and hosts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from due.errors import StoreError
+from due.job import Job, JobState
+from due.store.records import NewJob, job_from_row
+
+MAX_KEY_ROUNDS = 20
+
+Rows = list[dict[str, Any]]
+TimeParam = Callable[[datetime | None], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    query: str
+    params: dict[str, Any]
+
+
+Plan = Generator[Step, Rows, list[Job]]
+
+
+def _identity(value: datetime | None) -> Any:
+    return value
+
+
+def enqueue_steps(
+    jobs: Sequence[NewJob],
+    now: Any,
+    *,
+    chunk: int = 0,
+    time_param: TimeParam = _identity,
+) -> Plan:
+    """Insert `jobs`; multi-row statements in chunks when `chunk` > 0."""
+    if chunk and len(jobs) > 1:
+        return (yield from _enqueue_bulk(jobs, now, chunk, time_param))
+    created = []
+    for job in jobs:
+        created.append((yield from _enqueue_one(job, now, time_param)))
+    return created
+
+
+def _single_params(job: NewJob, now: Any, time_param: TimeParam) -> dict[str, Any]:
+    return {
+        "task": job.task,
+        "queue": job.queue,
+        "priority": job.priority,
+        "payload": job.payload,
+        "run_at": time_param(job.run_at),
+        "delay": job.delay,
+        "max_attempts": job.max_attempts,
+        "key": job.key,
+        "unique_for": job.unique_for,
+        "now": now,
+    }
+
+
+def _enqueue_one(job: NewJob, now: Any, time_param: TimeParam) -> Generator[Step, Rows, Job]:
+    params = _single_params(job, now, time_param)
+    for _ in range(MAX_KEY_ROUNDS):
+        rows = yield Step("insert_job", params)
+        if rows:
+            return new_job(job, rows[0])
+        holders = yield Step("lock_job_by_key", {"key": job.key, "now": now})
+        if not holders:
+            continue  # the holder released the key in between: insert again
+        holder = holders[0]
+        if holder["holds_key"]:
+            return job_from_row(holder, deduplicated=True)
+        yield Step("release_key", {"id": holder["id"]})
+    raise StoreError(f"could not settle key {job.key!r} after {MAX_KEY_ROUNDS} rounds")
+
+
+def _enqueue_bulk(
+    jobs: Sequence[NewJob], now: Any, chunk: int, time_param: TimeParam
+) -> Generator[Step, Rows, list[Job]]:
+    created: list[Job] = []
+    for start in range(0, len(jobs), chunk):
+        part = jobs[start : start + chunk]
+        ids = [row["id"] for row in (yield Step("reserve_ids", {"count": len(part)}))]
+        rows = yield Step("insert_jobs", _bulk_params(part, ids, now, time_param))
+        inserted = {row["id"]: row for row in rows}
+        for job_id, job in zip(ids, part, strict=True):
+            if job_id in inserted:
+                created.append(new_job(job, inserted[job_id]))
+            else:  # its key is held: settle it one by one
+                created.append((yield from _enqueue_one(job, now, time_param)))
+    wake = earliest_by_queue((job.queue, job.run_at) for job in created if not job.deduplicated)
+    if wake:
+        yield Step("notify_queues", {"queues": list(wake), "run_ats": list(wake.values())})
+    return created
+
+
+def _bulk_params(
+    jobs: Sequence[NewJob], ids: list[int], now: Any, time_param: TimeParam
+) -> dict[str, Any]:
+    return {
+        "ids": ids,
+        "tasks": [job.task for job in jobs],
+        "queues": [job.queue for job in jobs],
+        "priorities": [job.priority for job in jobs],
+        "payloads": [job.payload for job in jobs],
+        "run_ats": [time_param(job.run_at) for job in jobs],
+        "delays": [job.delay for job in jobs],
+        "max_attempts": [job.max_attempts for job in jobs],
+        "keys": [job.key for job in jobs],
+        "unique_fors": [job.unique_for for job in jobs],
+        "now": now,
+    }
+
+
+def new_job(job: NewJob, row: dict[str, Any]) -> Job:
+    """The handle of a job just inserted, from the request and the returned row."""
+    return Job(
+        id=row["id"],
+        task=job.task,
+        queue=job.queue,
+        priority=job.priority,
+        state=JobState.QUEUED,
+        args=job.args,
+        kwargs=job.kwargs,
+        run_at=row["run_at"],
+        attempt=0,
+        max_attempts=job.max_attempts,
+        created_at=row["created_at"],
+        key=job.key,
+    )
+
+
+def earliest_by_queue(pairs: Iterable[tuple[str, datetime]]) -> dict[str, datetime]:
+    earliest: dict[str, datetime] = {}
+    for queue, run_at in pairs:
+        if queue not in earliest or run_at < earliest[queue]:
+            earliest[queue] = run_at
+    return earliest

@@ -1,0 +1,228 @@
+"""Tasks: registered functions, their options, and the registry of names."""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import inspect
+import typing
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+
+from due.context import Context
+from due.durations import DurationLike, to_seconds
+from due.errors import ArgumentsError, ConfigurationError, InvalidJobError, UnknownTaskError
+from due.job import Job
+from due.request import JobRequest, validate_priority, validate_queue
+from due.retry import Retry
+
+if TYPE_CHECKING:
+    from due.app import App
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+DEFAULT_QUEUE = "default"
+MIN_LEASE_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class TaskOptions:
+    queue: str = DEFAULT_QUEUE
+    priority: int = 0
+    retry: Retry = field(default_factory=Retry)
+    timeout: float | None = None
+    """Seconds an attempt may run before it is ended as failed."""
+    lease: float | None = None
+    """Lease length for this task's jobs; the worker's default when None."""
+    unique_for: float | None = None
+    """After success, a job's key keeps deduplicating for this many seconds."""
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        task: str,
+        queue: str,
+        priority: int,
+        retry: Retry | None,
+        timeout: DurationLike | None,
+        lease: DurationLike | None,
+        unique_for: DurationLike | None,
+    ) -> TaskOptions:
+        try:
+            queue = validate_queue(queue)
+            priority = validate_priority(priority)
+        except InvalidJobError as error:
+            raise ConfigurationError(f"task {task!r}: {error}") from None
+        if retry is not None and not isinstance(retry, Retry):
+            raise ConfigurationError(f"task {task!r}: retry= takes due.Retry(...), got {retry!r}")
+        lease_seconds = _positive(lease, f"task {task!r}: lease")
+        if lease_seconds is not None and lease_seconds < MIN_LEASE_SECONDS:
+            raise ConfigurationError(
+                f"task {task!r}: lease of {lease_seconds}s is too short; "
+                f"the minimum is {MIN_LEASE_SECONDS:g}s"
+            )
+        return cls(
+            queue=queue,
+            priority=priority,
+            retry=retry or Retry(),
+            timeout=_positive(timeout, f"task {task!r}: timeout"),
+            lease=lease_seconds,
+            unique_for=_positive(unique_for, f"task {task!r}: unique_for"),
+        )
+
+
+def _positive(value: DurationLike | None, what: str) -> float | None:
+    if value is None:
+        return None
+    seconds = to_seconds(value, what=what)
+    if seconds <= 0:
+        raise ConfigurationError(f"{what} must be positive, got {value!r}")
+    return seconds
+
+
+class Task(Generic[P, R]):
+    """A registered function. Calling it runs it here and now, like the plain function."""
+
+    def __init__(self, app: App, fn: Callable[P, R], name: str, options: TaskOptions) -> None:
+        self.app = app
+        self.fn = fn
+        self.name = name
+        self.options = options
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.context_parameter = find_context_parameter(fn)
+        self._signature = _signature_without(fn, self.context_parameter)
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<due.Task {self.name} queue={self.options.queue}>"
+
+    def request(
+        self,
+        *args: Any,
+        delay: DurationLike | None = None,
+        run_at: datetime | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        key: str | None = None,
+        **kwargs: Any,
+    ) -> JobRequest:
+        """A job to enqueue later, e.g. in a batch with `app.enqueue_many`."""
+        return JobRequest(self.name, args, kwargs, delay, run_at, queue, priority, key)
+
+    def enqueue(
+        self,
+        *args: Any,
+        delay: DurationLike | None = None,
+        run_at: datetime | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        key: str | None = None,
+        connection: Any = None,
+        **kwargs: Any,
+    ) -> Job:
+        """Store a job for this task; returns once it is committed (or on `connection`)."""
+        request = self.request(
+            *args, delay=delay, run_at=run_at, queue=queue, priority=priority, key=key, **kwargs
+        )
+        return self.app.enqueue_many([request], connection=connection)[0]
+
+    async def aenqueue(
+        self,
+        *args: Any,
+        delay: DurationLike | None = None,
+        run_at: datetime | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        key: str | None = None,
+        connection: Any = None,
+        **kwargs: Any,
+    ) -> Job:
+        """`enqueue` for async code; `connection` may be a psycopg AsyncConnection."""
+        request = self.request(
+            *args, delay=delay, run_at=run_at, queue=queue, priority=priority, key=key, **kwargs
+        )
+        return (await self.app.aenqueue_many([request], connection=connection))[0]
+
+    def check_arguments(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+        """Raise ArgumentsError unless the function accepts these arguments."""
+        try:
+            self._signature.bind(*args, **kwargs)
+        except TypeError as error:
+            raise ArgumentsError(
+                f"arguments do not fit task {self.name!r}{self._signature}: {error}"
+            ) from None
+
+
+def find_context_parameter(fn: Callable[..., Any]) -> str | None:
+    """The name of the parameter annotated `due.Context`, if any."""
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # unresolvable forward references: fall back to the raw text
+        hints = dict(getattr(fn, "__annotations__", {}))
+    for name, hint in hints.items():
+        if name != "return" and (hint is Context or hint in ("Context", "due.Context")):
+            return name
+    return None
+
+
+def _signature_without(fn: Callable[..., Any], parameter: str | None) -> inspect.Signature:
+    signature = inspect.signature(fn)
+    if parameter is None:
+        return signature
+    return signature.replace(
+        parameters=[p for p in signature.parameters.values() if p.name != parameter]
+    )
+
+
+class Registry:
+    """Task names → tasks, for one app."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, Task[Any, Any]] = {}
+
+    def add(self, task: Task[Any, Any]) -> None:
+        existing = self._tasks.get(task.name)
+        if existing is not None and existing.fn is not task.fn:
+            raise ConfigurationError(
+                f"task name {task.name!r} is already registered by {existing.fn!r}; "
+                "give one of them another name=..."
+            )
+        self._tasks[task.name] = task
+
+    def get(self, name: str) -> Task[Any, Any]:
+        task = self._tasks.get(name)
+        if task is None:
+            raise UnknownTaskError(_unknown_task_message(name, list(self._tasks)))
+        return task
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tasks
+
+    def __iter__(self) -> Iterator[Task[Any, Any]]:
+        return iter(self._tasks.values())
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def names(self) -> list[str]:
+        return sorted(self._tasks)
+
+    def queues(self) -> list[str]:
+        return sorted({task.options.queue for task in self._tasks.values()})
+
+
+def _unknown_task_message(name: str, known: list[str]) -> str:
+    message = f"no task named {name!r} is registered"
+    close = difflib.get_close_matches(name, known, n=1)
+    if close:
+        return f"{message}; did you mean {close[0]!r}?"
+    if not known:
+        return f"{message} (this app has no tasks yet: decorate functions with @app.task)"
+    return f"{message}; known tasks: {', '.join(sorted(known)[:10])}"

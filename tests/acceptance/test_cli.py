@@ -1,0 +1,81 @@
+"""The `due` command, run as a user runs it: in a subprocess."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import due
+from due.testing import drain
+
+
+def run(url: str, *args: str, expect: int = 0) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "due", "--url", url, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == expect, done.stdout + done.stderr
+    return done.stdout + done.stderr
+
+
+def test_migrate_then_inspect_and_act(backend_url: str) -> None:
+    assert "applied migrations 1" in run(backend_url, "migrate")
+    assert "up to date" in run(backend_url, "migrate")
+    app = due.App(backend_url)
+
+    @app.task(name="report", retry=due.Retry(max_attempts=1))
+    def report(n: int) -> None:
+        raise ValueError(f"no data for {n}")
+
+    try:
+        failed = report.enqueue(1)
+        drain(app)
+        delayed = report.enqueue(2, delay="1h", queue="later")
+        listing = run(backend_url, "jobs")
+        assert "report" in listing and "failed" in listing and "queued" in listing
+        assert "ValueError: no data for 1" in listing
+        assert "later" in run(backend_url, "jobs", "--queue", "later")
+        assert "failed" not in run(backend_url, "jobs", "--state", "queued")
+        shown = run(backend_url, "show", str(failed.id))
+        assert "attempt 1 (error): ValueError: no data for 1" in shown and "Traceback" in shown
+        assert f"job {delayed.id} is cancelled" in run(backend_url, "cancel", str(delayed.id))
+        assert "queued again" in run(backend_url, "retry", str(failed.id))
+        assert app.get(failed.id).state == due.JobState.QUEUED
+        refused = run(backend_url, "cancel", "999999", expect=1)
+        assert "error: no job with id 999999" in refused and "Traceback" not in refused
+    finally:
+        app.close()
+
+
+def test_an_unmigrated_database_gets_the_fix_not_a_traceback(backend_url: str) -> None:
+    out = run(backend_url, "jobs", expect=1)
+    assert "run `due migrate`" in out and "Traceback" not in out
+
+
+def test_app_option_loads_module_attribute(
+    tmp_path: pytest.TempPathFactory, sqlite_url: str
+) -> None:
+    (tmp_path / "myapp.py").write_text(  # type: ignore[operator]
+        f"import due\napp = due.App({sqlite_url!r})\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "due", "--app", "myapp:app", "migrate"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0 and "applied migrations 1" in done.stdout, done.stderr
+    bad = subprocess.run(
+        [sys.executable, "-m", "due", "--app", "myapp:nothing", "jobs"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert bad.returncode == 1 and "not a due.App" in bad.stderr

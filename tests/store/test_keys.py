@@ -1,0 +1,98 @@
+"""Idempotency keys: one job per key while it is active (or unique_for after success)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import due
+from due import JobState
+from due.clock import FakeClock
+from due.store.records import Completion
+from due.testing import drain
+
+
+@pytest.fixture
+def reset(app: due.App) -> due.Task:
+    @app.task(name="reset_email")
+    def reset_email(user: int) -> None: ...
+
+    return reset_email
+
+
+def test_same_key_returns_the_existing_job(app: due.App, reset: due.Task) -> None:
+    first = reset.enqueue(42, key="reset:42", delay="1h")
+    second = reset.enqueue(42, key="reset:42")
+    other = reset.enqueue(43, key="reset:43")
+    assert second.id == first.id and second.deduplicated and not first.deduplicated
+    assert second.run_at == first.run_at  # the stored job, not the new request
+    assert other.id != first.id and not other.deduplicated
+    assert len(app.jobs()) == 2
+
+
+def test_a_running_job_still_holds_its_key(app: due.App, reset: due.Task) -> None:
+    first = reset.enqueue(1, key="k")
+    app.store.claim("default", 1, "w", 10)
+    assert reset.enqueue(1, key="k").id == first.id
+
+
+def test_success_releases_the_key_without_unique_for(app: due.App, reset: due.Task) -> None:
+    first = reset.enqueue(1, key="k")
+    drain(app)
+    second = reset.enqueue(1, key="k")
+    assert second.id != first.id and not second.deduplicated
+
+
+def test_unique_for_keeps_deduplicating_after_success(app: due.App, clock: FakeClock) -> None:
+    @app.task(name="digest", unique_for="1h")
+    def digest() -> None: ...
+
+    first = digest.enqueue(key="digest:today")
+    drain(app)
+    clock.advance("59m")
+    assert digest.enqueue(key="digest:today").id == first.id
+    clock.advance("2m")
+    later = digest.enqueue(key="digest:today")
+    assert later.id != first.id and later.state == JobState.QUEUED
+
+
+def test_cancel_and_failure_release_the_key(app: due.App, reset: due.Task) -> None:
+    cancelled = reset.enqueue(1, key="k")
+    app.cancel(cancelled.id)
+    failing = reset.enqueue(1, key="k")
+    assert failing.id != cancelled.id
+    (claimed,) = app.store.claim("default", 1, "w", 10)
+    app.store.complete([Completion(failing.id, claimed.lease_token, JobState.FAILED)])
+    assert reset.enqueue(1, key="k").id not in (cancelled.id, failing.id)
+
+
+def test_keys_in_a_batch_deduplicate_against_the_store_and_each_other(
+    app: due.App, reset: due.Task
+) -> None:
+    existing = reset.enqueue(0, key="a")
+    jobs = app.enqueue_many(
+        [
+            reset.request(1, key="a"),
+            reset.request(2, key="b"),
+            reset.request(3, key="b"),
+            reset.request(4),
+        ]
+    )
+    assert jobs[0].id == existing.id and jobs[0].deduplicated
+    assert jobs[2].id == jobs[1].id and jobs[2].deduplicated and not jobs[1].deduplicated
+    assert not jobs[3].deduplicated
+    assert len(app.jobs()) == 3
+
+
+def test_a_key_is_bound_as_data_never_as_sql(app: due.App, reset: due.Task) -> None:
+    hostile = "x'; DROP TABLE due_jobs; --"
+    first = reset.enqueue(1, key=hostile)
+    assert reset.enqueue(1, key=hostile).id == first.id
+    assert app.get(first.id).key == hostile
+
+
+def test_the_stored_key_is_shown_on_the_job(app: due.App, reset: due.Task) -> None:
+    job = reset.enqueue(5, key="reset:5")
+    assert app.get(job.id).key == "reset:5"
+    assert json.loads(json.dumps(app.get(job.id).args)) == [5]

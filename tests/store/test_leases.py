@@ -1,0 +1,179 @@
+"""Leases, heartbeats, fencing and rescue, on every backend (invariants 2 and 3)."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+
+import due
+from due import JobState
+from due.clock import FakeClock
+from due.store.records import Completion, Lease
+from tests.conftest import START
+
+LEASE = 10.0
+
+
+@pytest.fixture
+def job(app: due.App) -> due.Job:
+    @app.task(name="work", retry=due.Retry(max_attempts=5))
+    def work() -> None: ...
+
+    return work.enqueue()
+
+
+def claim_one(app: due.App, worker: str = "w1"):  # type: ignore[no-untyped-def]
+    (claimed,) = app.store.claim("default", 1, worker, LEASE)
+    return claimed
+
+
+def done(job_id: int, token: int) -> Completion:
+    return Completion(job_id, token, JobState.SUCCEEDED, result=json.dumps("ok"))
+
+
+def test_heartbeat_extends_the_lease(app: due.App, job: due.Job, clock: FakeClock) -> None:
+    claimed = claim_one(app)
+    clock.advance("8s")
+    reply = app.store.heartbeat([Lease(job.id, claimed.lease_token, LEASE)])
+    assert reply.extended == {job.id} and reply.lost == frozenset()
+    assert app.get(job.id).lease_expires_at == START + timedelta(seconds=18)
+    clock.advance("8s")  # past the first lease, within the renewed one
+    assert app.store.rescue().count == 0
+    clock.advance("3s")
+    assert app.store.rescue().requeued == (job.id,)
+
+
+def test_expired_lease_is_rescued_with_the_reason(
+    app: due.App, job: due.Job, clock: FakeClock
+) -> None:
+    claim_one(app, worker="host-a:123")
+    clock.advance(LEASE)
+    assert app.store.rescue().count == 0  # expires strictly after the lease
+    clock.advance("1ms")
+    result = app.store.rescue()
+    assert result.requeued == (job.id,) and result.failed == ()
+    rescued = app.get(job.id)
+    assert rescued.state == JobState.QUEUED and rescued.run_at == clock.now()
+    assert rescued.lease_expires_at is None
+    assert rescued.errors[-1].kind == "lease_lost"
+    assert "host-a:123" in (rescued.last_error or "")
+    again = claim_one(app, worker="w2")
+    assert again.attempt == 2 and again.lease_token == 2
+
+
+def test_a_stale_token_changes_nothing(app: due.App, job: due.Job, clock: FakeClock) -> None:
+    stale = claim_one(app, worker="paused")
+    clock.advance(LEASE + 1)
+    app.store.rescue()
+    current = claim_one(app, worker="rescuer")
+    # The paused worker wakes up and reports: every write is refused.
+    assert app.store.heartbeat([Lease(job.id, stale.lease_token, LEASE)]).lost == {job.id}
+    assert app.store.complete([done(job.id, stale.lease_token)]) == set()
+    retry = Completion(job.id, stale.lease_token, JobState.QUEUED, retry_in=1)
+    assert app.store.complete([retry]) == set()
+    running = app.get(job.id)
+    assert running.state == JobState.RUNNING and running.worker == "rescuer"
+    assert running.attempt == 2 and running.result is None
+    assert app.store.complete([done(job.id, current.lease_token)]) == {job.id}
+    assert app.get(job.id).state == JobState.SUCCEEDED
+
+
+def test_a_late_completion_after_rescue_does_not_revive_the_job(
+    app: due.App, job: due.Job, clock: FakeClock
+) -> None:
+    stale = claim_one(app)
+    clock.advance(LEASE + 1)
+    app.store.rescue()
+    assert app.store.complete([done(job.id, stale.lease_token)]) == set()
+    assert app.get(job.id).state == JobState.QUEUED
+
+
+def test_a_batch_of_completions_applies_only_the_current_tokens(
+    app: due.App, clock: FakeClock
+) -> None:
+    @app.task(name="batch")
+    def batch(n: int) -> None: ...
+
+    jobs = [batch.enqueue(n) for n in range(3)]
+    claimed = app.store.claim("default", 3, "w1", LEASE)
+    batch_of = [done(c.id, c.lease_token) for c in claimed]
+    batch_of[1] = done(claimed[1].id, claimed[1].lease_token + 7)
+    assert app.store.complete(batch_of) == {jobs[0].id, jobs[2].id}
+    assert app.get(jobs[1].id).state == JobState.RUNNING
+
+
+def test_heartbeat_of_many_jobs_reports_each(app: due.App, clock: FakeClock) -> None:
+    @app.task(name="many")
+    def many(n: int) -> None: ...
+
+    for n in range(4):
+        many.enqueue(n)
+    claimed = app.store.claim("default", 4, "w1", LEASE)
+    leases = [Lease(c.id, c.lease_token, LEASE) for c in claimed]
+    leases[2] = Lease(claimed[2].id, 999, LEASE)
+    reply = app.store.heartbeat(leases)
+    assert reply.lost == {claimed[2].id}
+    assert reply.extended == {c.id for c in claimed} - {claimed[2].id}
+
+
+def test_rescue_fails_a_job_with_no_attempts_left(app: due.App, clock: FakeClock) -> None:
+    @app.task(name="once", retry=due.Retry(max_attempts=1))
+    def once() -> None: ...
+
+    job = once.enqueue(key="once-key")
+    claim_one(app)
+    clock.advance(LEASE + 1)
+    assert app.store.rescue().failed == (job.id,)
+    failed = app.get(job.id)
+    assert failed.state == JobState.FAILED and "last attempt" in (failed.last_error or "")
+    assert once.enqueue(key="once-key").id != job.id  # a failed job releases its key
+
+
+def test_a_job_that_keeps_killing_its_worker_is_failed_after_n_losses(
+    app: due.App, job: due.Job, clock: FakeClock
+) -> None:
+    for loss in range(1, 4):
+        claim_one(app, worker=f"w{loss}")
+        clock.advance(LEASE + 1)
+        result = app.store.rescue(max_lost_leases=3)
+        assert (result.failed if loss == 3 else result.requeued) == (job.id,)
+    failed = app.get(job.id)
+    assert failed.state == JobState.FAILED
+    assert "lost its lease 3 times in a row" in (failed.last_error or "")
+    assert [e.kind for e in failed.errors] == ["lease_lost"] * 3
+
+
+def test_a_normal_attempt_end_resets_the_lost_lease_count(
+    app: due.App, job: due.Job, clock: FakeClock
+) -> None:
+    claim_one(app)
+    clock.advance(LEASE + 1)
+    app.store.rescue(max_lost_leases=2)
+    again = claim_one(app)
+    retry = Completion(job.id, again.lease_token, JobState.QUEUED, retry_in=0)
+    app.store.complete([retry])
+    claim_one(app)
+    clock.advance(LEASE + 1)
+    assert app.store.rescue(max_lost_leases=2).requeued == (job.id,)
+
+
+def test_rescue_does_not_need_to_know_the_task(
+    app: due.App, job: due.Job, backend_url: str, clock: FakeClock
+) -> None:
+    claim_one(app)
+    clock.advance(LEASE + 1)
+    stranger = due.App(backend_url, clock=clock)  # registers no task at all
+    try:
+        assert stranger.store.rescue().requeued == (job.id,)
+    finally:
+        stranger.close()
+    assert app.get(job.id).state == JobState.QUEUED
+
+
+def test_rescue_leaves_live_leases_alone(app: due.App, job: due.Job, clock: FakeClock) -> None:
+    claim_one(app)
+    clock.advance(LEASE - 1)
+    assert app.store.rescue().count == 0
+    assert app.get(job.id).state == JobState.RUNNING

@@ -1,0 +1,105 @@
+"""Migrations, refusal of unknown schemas, and claims that use the partial index."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import psycopg
+import pytest
+
+import due
+from due.store.postgres.store import QUERIES as POSTGRES_QUERIES
+from due.store.sqlite.store import QUERIES as SQLITE_QUERIES
+from due.store.sqlite.store import path_from_url
+
+
+def test_an_unmigrated_database_is_refused_with_the_fix(backend_url: str) -> None:
+    app = due.App(backend_url)
+
+    @app.task(name="t")
+    def t() -> None: ...
+
+    try:
+        with pytest.raises(due.NotMigratedError, match="run `due migrate`"):
+            t.enqueue()
+        assert app.migrate() == [1]
+        assert t.enqueue().id > 0
+    finally:
+        app.close()
+
+
+def test_migrate_is_idempotent(app: due.App) -> None:
+    assert app.migrate() == []
+    assert app.store.schema_version() == 1
+
+
+def test_a_newer_schema_is_refused(app: due.App, backend_url: str) -> None:
+    app.store.enqueue  # noqa: B018 - opens the store
+    if backend_url.startswith("sqlite"):
+        with sqlite3.connect(path_from_url(backend_url)) as conn:
+            conn.execute("INSERT INTO due_schema_migrations VALUES (99, 'future', 0)")
+    else:
+        with psycopg.connect(backend_url) as conn:
+            conn.execute("INSERT INTO due_schema_migrations VALUES (99, 'future')")
+    later = due.App(backend_url)
+    try:
+        with pytest.raises(due.SchemaTooNewError, match=r"version 99.*upgrade due"):
+            later.jobs()
+        with pytest.raises(due.SchemaTooNewError):
+            later.migrate()
+    finally:
+        later.close()
+
+
+def test_both_backends_name_the_same_queries() -> None:
+    postgres_only = {
+        "lock_migrations",
+        "current_time",
+        "reserve_ids",
+        "insert_jobs",
+        "notify_queues",
+    }
+    assert set(SQLITE_QUERIES) == set(POSTGRES_QUERIES) - postgres_only
+
+
+def test_sqlite_claim_uses_the_partial_claim_index(sqlite_url: str) -> None:
+    app = due.App(sqlite_url)
+    app.migrate()
+    app.close()
+    with sqlite3.connect(path_from_url(sqlite_url)) as conn:
+        plan = conn.execute(
+            "EXPLAIN QUERY PLAN " + SQLITE_QUERIES["claim_jobs"],
+            {
+                "queue": "q",
+                "limit": 10,
+                "worker": "w",
+                "lease": 10.0,
+                "leases": "{}",
+                "tasks": None,
+                "now": 0.0,
+            },
+        ).fetchall()
+    details = " | ".join(row[3] for row in plan)
+    assert "USING INDEX due_jobs_claim" in details, details
+    assert "SCAN due_jobs" not in details.replace("SCAN due_jobs USING", ""), details
+
+
+def test_postgres_claim_can_use_the_partial_claim_index(postgres_url: str) -> None:
+    app = due.App(postgres_url)
+    app.migrate()
+    app.close()
+    with psycopg.connect(postgres_url) as conn:
+        conn.execute("SET enable_seqscan = off")
+        params = {
+            "queue": "q",
+            "limit": 10,
+            "worker": "w",
+            "lease": 10.0,
+            "leases": "{}",
+            "tasks": None,
+            "now": None,
+        }
+        plan = "\n".join(
+            row[0] for row in conn.execute("EXPLAIN " + POSTGRES_QUERIES["claim_jobs"], params)
+        )
+    assert "due_jobs_claim" in plan, plan

@@ -1,0 +1,136 @@
+"""Transactional enqueue: the job exists if and only if the caller's transaction commits."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+
+import psycopg
+import pytest
+
+import due
+from due.store.sqlite.store import path_from_url
+
+
+class Abort(Exception):
+    pass
+
+
+@pytest.fixture
+def postgres_app(postgres_url: str) -> due.App:
+    app = due.App(postgres_url)
+    app.migrate()
+    yield app
+    app.close()
+
+
+@pytest.fixture
+def sqlite_app(sqlite_url: str) -> due.App:
+    app = due.App(sqlite_url)
+    app.migrate()
+    yield app
+    app.close()
+
+
+def register(app: due.App) -> due.Task:
+    @app.task(name="ship")
+    def ship(order: int) -> None: ...
+
+    return ship
+
+
+def test_postgres_job_commits_with_the_business_change(postgres_app: due.App) -> None:
+    ship = register(postgres_app)
+    with psycopg.connect(postgres_app.url) as conn:
+        conn.execute("CREATE TABLE orders (id int PRIMARY KEY)")
+        conn.commit()
+        with conn.transaction():
+            conn.execute("INSERT INTO orders VALUES (1)")
+            committed = ship.enqueue(1, connection=conn)
+        with pytest.raises(Abort), conn.transaction():
+            conn.execute("INSERT INTO orders VALUES (2)")
+            rolled_back = ship.enqueue(2, connection=conn)
+            raise Abort
+        assert [row[0] for row in conn.execute("SELECT id FROM orders")] == [1]
+    assert postgres_app.get(committed.id).args == (1,)
+    with pytest.raises(due.JobNotFoundError):
+        postgres_app.get(rolled_back.id)
+
+
+def test_postgres_notification_is_sent_only_on_commit(postgres_app: due.App) -> None:
+    ship = register(postgres_app)
+    with psycopg.connect(postgres_app.url, autocommit=True) as listener:
+        listener.execute("LISTEN due_jobs")
+        with psycopg.connect(postgres_app.url) as conn:
+            with pytest.raises(Abort), conn.transaction():
+                ship.enqueue(1, connection=conn)
+                raise Abort
+            assert list(listener.notifies(timeout=0.2)) == []
+            ship.enqueue(2, connection=conn, queue="shipping")
+            conn.commit()
+        (note,) = list(listener.notifies(timeout=2, stop_after=1))
+        assert note.channel == "due_jobs" and note.payload.startswith("shipping ")
+
+
+def test_postgres_async_connection(postgres_app: due.App) -> None:
+    ship = register(postgres_app)
+
+    async def scenario() -> tuple[due.Job, due.Job]:
+        async with await psycopg.AsyncConnection.connect(postgres_app.url) as conn:
+            async with conn.transaction():
+                kept = await ship.aenqueue(1, connection=conn)
+            try:
+                async with conn.transaction():
+                    dropped = await ship.aenqueue(2, connection=conn)
+                    raise Abort
+            except Abort:
+                pass
+            return kept, dropped
+
+    kept, dropped = asyncio.run(scenario())
+    assert postgres_app.get(kept.id).state == due.JobState.QUEUED
+    with pytest.raises(due.JobNotFoundError):
+        postgres_app.get(dropped.id)
+
+
+def test_aenqueue_without_a_connection(postgres_app: due.App) -> None:
+    ship = register(postgres_app)
+    job = asyncio.run(ship.aenqueue(3))
+    assert postgres_app.get(job.id).args == (3,)
+
+
+def test_sqlite_job_commits_with_the_business_change(sqlite_app: due.App) -> None:
+    ship = register(sqlite_app)
+    conn = sqlite3.connect(path_from_url(sqlite_app.url))
+    try:
+        conn.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY)")
+        conn.commit()
+        conn.execute("INSERT INTO orders VALUES (1)")
+        committed = ship.enqueue(1, connection=conn)
+        conn.commit()
+        conn.execute("INSERT INTO orders VALUES (2)")
+        rolled_back = ship.enqueue(2, connection=conn)
+        conn.rollback()
+        assert [row[0] for row in conn.execute("SELECT id FROM orders")] == [1]
+    finally:
+        conn.close()
+    assert sqlite_app.get(committed.id).args == (1,)
+    with pytest.raises(due.JobNotFoundError):
+        sqlite_app.get(rolled_back.id)
+
+
+def test_a_connection_of_the_wrong_kind_is_refused(
+    sqlite_app: due.App, postgres_app: due.App
+) -> None:
+    sqlite_ship, postgres_ship = register(sqlite_app), register(postgres_app)
+    conn = sqlite3.connect(":memory:")
+    with pytest.raises(due.ConfigurationError, match=r"takes a psycopg\.Connection"):
+        postgres_ship.enqueue(1, connection=conn)
+    with (
+        psycopg.connect(postgres_app.url) as pg,
+        pytest.raises(due.ConfigurationError, match=r"takes a sqlite3\.Connection"),
+    ):
+        sqlite_ship.enqueue(1, connection=pg)
+    with pytest.raises(due.ConfigurationError, match="no async connections"):
+        asyncio.run(sqlite_ship.aenqueue(1, connection=conn))
+    assert sqlite_app.jobs() == [] and postgres_app.jobs() == []
