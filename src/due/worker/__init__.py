@@ -1,0 +1,1 @@
+"""The worker: claims, runs and acknowledges jobs."""
