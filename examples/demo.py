@@ -1,16 +1,19 @@
-"""`make demo`: enqueue immediate, delayed, deduplicated and failing jobs, then run them.
+"""`make demo`: a real worker runs immediate, delayed, deduplicated and failing jobs.
 
-Runs on the embedded SQLite default (examples/demo.db, recreated each time).
+Runs on the embedded SQLite default (examples/demo.db, recreated each time):
+enqueues jobs, starts `due worker` in a subprocess, shows the jobs as they
+move, then stops the worker with SIGTERM (a graceful shutdown).
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import time
 
 from rich.console import Console
-
-from due.testing import drain
 
 DATABASE = "demo.db"
 for leftover in (DATABASE, f"{DATABASE}-wal", f"{DATABASE}-shm"):
@@ -40,9 +43,7 @@ def show(title: str) -> None:
         )
 
 
-def main() -> None:
-    console.print(f"[bold]due demo[/bold] on {app.url}")
-    console.print(f"migrations applied: {app.migrate()}")
+def enqueue() -> None:
     send_welcome_email.enqueue(1)
     send_welcome_email.enqueue(2)
     build_report.enqueue("2026-11")
@@ -52,20 +53,37 @@ def main() -> None:
     console.print(f"second reminder for user 1 deduplicated: {again.deduplicated} (job {again.id})")
     cancelled = send_reminder.enqueue(2, delay="1h")
     app.cancel(cancelled.id)
-    show("enqueued")
 
-    # A minimal in-process loop; `due worker` replaces it.
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        ran = drain(app)
-        for job_id in ran.succeeded + ran.retried + ran.failed:
-            job = app.get(job_id)
-            console.print(f"  ran job {job.id} ({job.task.split('.')[-1]}): {job.state.value}")
-        pending = app.jobs(state="queued")
-        if not pending:
-            break
-        time.sleep(0.2)
-    show("after running")
+
+def main() -> None:
+    console.print(f"[bold]due demo[/bold] on {app.url}")
+    console.print(f"migrations applied: {app.migrate()}")
+    enqueue()
+    show("enqueued")
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "due",
+            "--app",
+            "demo_app:app",
+            "worker",
+            "-q",
+            "emails=4",
+            "-q",
+            "reports=2",
+            "--grace",
+            "5s",
+        ],
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and app.jobs(state="queued") + app.jobs(state="running"):
+            time.sleep(0.2)
+        show("after the worker ran them")
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        console.print(f"worker stopped with exit code {worker.wait(timeout=30)}")
     app.close()
 
 

@@ -17,6 +17,7 @@ from rich.table import Table
 from due.app import App
 from due.errors import ConfigurationError, DueError
 from due.job import Job, JobState
+from due.worker.settings import DEFAULT_CONCURRENCY
 
 F = TypeVar("F", bound=Callable[..., Any])
 console = Console()
@@ -155,6 +156,142 @@ def retry(settings: Settings, job_id: int) -> None:
     """Run a failed or cancelled job again."""
     job = settings.app.retry(job_id)
     console.print(f"job {job.id} is {job.state.value} again, due {_time(job.run_at)}")
+
+
+@main.command()
+@click.option(
+    "-q",
+    "--queue",
+    "queues",
+    multiple=True,
+    metavar="NAME[=N]",
+    help="A queue to serve, with its concurrency (repeat). Default: every queue "
+    "of the app's tasks.",
+)
+@click.option(
+    "-c",
+    "--concurrency",
+    default=DEFAULT_CONCURRENCY,
+    show_default=True,
+    help="Concurrency of queues given without =N.",
+)
+@click.option("--lease", default="10s", show_default=True, help="Lease length (>= 2s).")
+@click.option(
+    "--grace",
+    default="30s",
+    show_default=True,
+    help="At shutdown, how long running jobs may finish before they are released.",
+)
+@click.option(
+    "--processes",
+    default=1,
+    show_default=True,
+    help="Run this many worker processes under a supervisor that restarts them.",
+)
+@click.option(
+    "--unknown-task-grace",
+    default="1h",
+    show_default=True,
+    help="How long a job of a task no worker knows waits before it is failed.",
+)
+@click.option(
+    "--max-lost-leases",
+    default=3,
+    show_default=True,
+    help="Fail a job whose worker died this many times in a row while running it.",
+)
+@click.option(
+    "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+@click.option("--log-level", default="info", show_default=True)
+@click.pass_obj
+@reports_errors
+def worker(
+    settings: Settings,
+    queues: tuple[str, ...],
+    concurrency: int,
+    lease: str,
+    grace: str,
+    processes: int,
+    unknown_task_grace: str,
+    max_lost_leases: int,
+    log_format: str,
+    log_level: str,
+) -> None:
+    """Run jobs: `due worker --app myapp:app -q emails=16 -q bulk=2`."""
+    from due.worker.main import configure_logging, run_worker
+    from due.worker.settings import WorkerSettings
+    from due.worker.supervisor import Supervisor
+
+    if not settings.app_spec:
+        raise ConfigurationError("due worker needs your app: --app module:attribute (or DUE_APP)")
+    configure_logging(log_format, log_level)
+    if processes > 1:
+        child = [sys.executable, "-m", "due", "--app", settings.app_spec]
+        if settings.url:
+            child += ["--url", settings.url]
+        child += [
+            "worker",
+            "--concurrency",
+            str(concurrency),
+            "--lease",
+            lease,
+            "--grace",
+            grace,
+            "--unknown-task-grace",
+            unknown_task_grace,
+            "--max-lost-leases",
+            str(max_lost_leases),
+            "--log-format",
+            log_format,
+            "--log-level",
+            log_level,
+        ]
+        for queue in queues:
+            child += ["-q", queue]
+        sys.exit(Supervisor(child, processes).run())
+    app = settings.app
+    worker_settings = WorkerSettings.build(
+        parse_queues(queues, concurrency, app.tasks.queues()),
+        lease=lease,
+        grace=grace,
+        unknown_task_grace=unknown_task_grace,
+        max_lost_leases=max_lost_leases,
+    )
+    sys.exit(run_worker(app, worker_settings))
+
+
+def parse_queues(
+    given: tuple[str, ...], concurrency: int, task_queues: list[str]
+) -> dict[str, int]:
+    """`-q emails=16 -q bulk` → {"emails": 16, "bulk": concurrency}."""
+    if not given:
+        if not task_queues:
+            raise ConfigurationError("the app has no tasks, so no queue to serve; add -q NAME")
+        return dict.fromkeys(task_queues, concurrency)
+    queues: dict[str, int] = {}
+    for item in given:
+        name, _, count = item.partition("=")
+        try:
+            queues[name] = int(count) if count else concurrency
+        except ValueError:
+            raise ConfigurationError(
+                f"-q {item!r}: the concurrency after '=' must be a whole number"
+            ) from None
+    return queues
+
+
+@main.command()
+@click.option("-n", "--limit", default=50, show_default=True)
+@click.pass_obj
+@reports_errors
+def workers(settings: Settings, limit: int) -> None:
+    """List worker processes: where, what they serve, and when they last reported."""
+    table = Table("id", "state", "queues", "started", "last seen")
+    for info in settings.app.store.list_workers(limit):
+        queues = ", ".join(f"{q}={n}" for q, n in info.queues.items())
+        table.add_row(info.id, info.state, queues, _time(info.started_at), _time(info.last_seen_at))
+    console.print(table)
 
 
 def _print_job(job: Job) -> None:

@@ -24,7 +24,7 @@ def run(url: str, *args: str, expect: int = 0) -> str:
 
 
 def test_migrate_then_inspect_and_act(backend_url: str) -> None:
-    assert "applied migrations 1" in run(backend_url, "migrate")
+    assert "applied migrations 1, 2" in run(backend_url, "migrate")
     assert "up to date" in run(backend_url, "migrate")
     app = due.App(backend_url)
 

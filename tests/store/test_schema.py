@@ -8,6 +8,7 @@ import psycopg
 import pytest
 
 import due
+from due.store.postgres.store import LATEST_VERSION
 from due.store.postgres.store import QUERIES as POSTGRES_QUERIES
 from due.store.sqlite.store import QUERIES as SQLITE_QUERIES
 from due.store.sqlite.store import path_from_url
@@ -22,7 +23,7 @@ def test_an_unmigrated_database_is_refused_with_the_fix(backend_url: str) -> Non
     try:
         with pytest.raises(due.NotMigratedError, match="run `due migrate`"):
             t.enqueue()
-        assert app.migrate() == [1]
+        assert app.migrate() == list(range(1, LATEST_VERSION + 1))
         assert t.enqueue().id > 0
     finally:
         app.close()
@@ -30,7 +31,7 @@ def test_an_unmigrated_database_is_refused_with_the_fix(backend_url: str) -> Non
 
 def test_migrate_is_idempotent(app: due.App) -> None:
     assert app.migrate() == []
-    assert app.store.schema_version() == 1
+    assert app.store.schema_version() == LATEST_VERSION
 
 
 def test_a_newer_schema_is_refused(app: due.App, backend_url: str) -> None:

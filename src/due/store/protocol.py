@@ -22,6 +22,7 @@ from due.store.records import (
     Lease,
     NewJob,
     RescueResult,
+    WorkerInfo,
 )
 
 DEFAULT_MAX_LOST_LEASES = 3
@@ -71,6 +72,34 @@ class Store(Protocol):
         self, limit: int = 1000, max_lost_leases: int = DEFAULT_MAX_LOST_LEASES
     ) -> RescueResult:
         """Requeue (or fail) running jobs whose lease has expired."""
+
+    def release(self, leases: Sequence[Lease], reason: str) -> set[int]:
+        """Hand back running jobs, due again at once, their attempt not counted."""
+
+    def next_due(self, queue: str, tasks: Sequence[str]) -> datetime | None:
+        """When the next queued job of `tasks` in `queue` is due."""
+
+    def fail_unknown_tasks(
+        self, queues: Sequence[str], tasks: Sequence[str], grace_seconds: float
+    ) -> list[int]:
+        """Fail queued jobs of tasks outside `tasks` that stayed due past the grace."""
+
+    # --- worker registry ----------------------------------------------------
+
+    def register_worker(self, worker: str, host: str, pid: int, queues: Mapping[str, int]) -> None:
+        """Record a worker process as running."""
+
+    def touch_worker(self, worker: str) -> None:
+        """Record that a worker is alive."""
+
+    def set_worker_state(self, worker: str, state: str) -> None:
+        """Record `stopping` or `stopped`."""
+
+    def mark_gone_workers(self, after_seconds: float) -> list[str]:
+        """Mark workers silent for `after_seconds` as gone."""
+
+    def list_workers(self, limit: int = 100) -> list[WorkerInfo]:
+        """Registered workers, newest first."""
 
     # --- inspection and control --------------------------------------------
     def get(self, job_id: int) -> Job:

@@ -171,3 +171,17 @@ def claimed_job_from_row(row: Mapping[str, Any]) -> ClaimedJob:
 
 def refusal(job: Job, action: str, rule: str) -> InvalidStateError:
     return InvalidStateError(f"cannot {action} job {job.id}: it is {job.state}; {rule}")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A registered worker process."""
+
+    id: str
+    host: str
+    pid: int
+    queues: dict[str, int]
+    started_at: datetime
+    last_seen_at: datetime
+    state: str
+    stopped_at: datetime | None = None

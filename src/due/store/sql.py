@@ -66,3 +66,11 @@ def require_current_schema(applied: int | None, latest: int, where: str) -> None
             f"{where} is at schema version {applied}, this version of due needs {latest}; "
             "run `due migrate` (or app.migrate())"
         )
+
+
+def describe_seconds(seconds: float) -> str:
+    """A duration for messages stored in the database: 3600 → '1h', 90 → '90s'."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"

@@ -18,6 +18,7 @@ import concurrent.futures
 import functools
 import logging
 import random
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -57,6 +58,9 @@ class Executor:
         self._clock = clock
         self._threads = threads
         self._rng = rng or random.Random()
+        self._busy_lock = threading.Lock()
+        self.threads_busy = 0
+        """Handler threads executing right now (stragglers past their timeout included)."""
 
     async def run(self, job: ClaimedJob) -> Attempt:
         task = self._tasks.get(job.task)
@@ -80,7 +84,7 @@ class Executor:
     ) -> _Outcome:
         loop = asyncio.get_running_loop()
         future = loop.run_in_executor(
-            self._threads, functools.partial(task.fn, *job.args, **kwargs)
+            self._threads, functools.partial(self._in_thread, task.fn, job.args, kwargs)
         )
         # The thread cannot be stopped: on timeout we stop waiting and hand it back.
         done, _ = await asyncio.wait({future}, timeout=task.options.timeout)
@@ -92,6 +96,15 @@ class Executor:
         if isinstance(error, Exception):
             return _Raised(error)
         raise error
+
+    def _in_thread(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        with self._busy_lock:
+            self.threads_busy += 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            with self._busy_lock:
+                self.threads_busy -= 1
 
     def _context(self, task: Task[Any, Any], job: ClaimedJob) -> Context:
         return Context(

@@ -197,3 +197,81 @@ SELECT DISTINCT queue
 FROM due_jobs
 WHERE state = 'queued' AND run_at <= coalesce(%(now)s::timestamptz, now())
 ORDER BY queue
+
+-- name: release_jobs
+-- A stopping worker hands back jobs it will not finish: due again at once,
+-- and the interrupted attempt is not counted against the job.
+UPDATE due_jobs AS j
+SET state = 'queued',
+    run_at = coalesce(%(now)s::timestamptz, now()),
+    attempt = j.attempt - 1,
+    lease_expires_at = NULL,
+    errors = j.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', j.attempt, 'kind', 'released', 'error', %(reason)s::text, 'traceback', NULL,
+        'at', coalesce(%(now)s::timestamptz, now())))
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS r(id, token)
+WHERE j.id = r.id AND j.lease_token = r.token AND j.state = 'running'
+RETURNING j.id, j.state, j.queue, j.run_at
+
+-- name: next_due
+-- When the next job of these tasks in this queue is due (the worker sleeps until then).
+SELECT min(run_at) AS run_at
+FROM due_jobs
+WHERE state = 'queued' AND queue = %(queue)s AND task = ANY(%(tasks)s::text[])
+
+-- name: fail_unknown_tasks
+-- Jobs that no worker of their queue has known for the whole grace period
+-- (a deploy that never finished, a typo): failed with the reason, kept, and
+-- retryable once a worker knows the task.
+UPDATE due_jobs
+SET state = 'failed',
+    finished_at = coalesce(%(now)s::timestamptz, now()),
+    dedupe_key = NULL,
+    last_error = 'unknown task ' || task || ': no worker of queue ' || queue
+        || ' knew it within ' || %(grace_text)s::text || ' of its due time',
+    errors = errors || jsonb_build_array(jsonb_build_object(
+        'attempt', attempt, 'kind', 'unknown_task',
+        'error', 'unknown task ' || task || ': no worker of queue ' || queue
+            || ' knew it within ' || %(grace_text)s::text || ' of its due time',
+        'traceback', NULL, 'at', coalesce(%(now)s::timestamptz, now())))
+WHERE state = 'queued'
+  AND queue = ANY(%(queues)s::text[])
+  AND NOT (task = ANY(%(tasks)s::text[]))
+  AND run_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(grace)s)
+RETURNING id, task, queue
+
+-- name: register_worker
+INSERT INTO due_workers (id, host, pid, queues, started_at, last_seen_at, state)
+VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s::jsonb, coalesce(%(now)s::timestamptz, now()),
+        coalesce(%(now)s::timestamptz, now()), 'running')
+
+-- name: touch_worker
+-- A worker marked gone that reports in again (it was paused) is running again.
+UPDATE due_workers
+SET last_seen_at = coalesce(%(now)s::timestamptz, now()),
+    state = CASE WHEN state = 'gone' THEN 'running' ELSE state END
+WHERE id = %(id)s
+
+-- name: set_worker_state
+UPDATE due_workers
+SET state = %(state)s,
+    last_seen_at = coalesce(%(now)s::timestamptz, now()),
+    stopped_at = CASE WHEN %(state)s = 'stopped' THEN coalesce(%(now)s::timestamptz, now()) END
+WHERE id = %(id)s
+
+-- name: mark_gone_workers
+UPDATE due_workers
+SET state = 'gone'
+WHERE state IN ('running', 'stopping')
+  AND last_seen_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(after)s)
+RETURNING id
+
+-- name: list_workers
+SELECT * FROM due_workers ORDER BY started_at DESC LIMIT %(limit)s
+
+-- name: any_expired
+-- A read-only look before taking row locks for a rescue.
+SELECT 1 AS found
+FROM due_jobs
+WHERE state = 'running' AND lease_expires_at < coalesce(%(now)s::timestamptz, now())
+LIMIT 1

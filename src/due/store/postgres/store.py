@@ -37,12 +37,18 @@ from due.store.records import (
     Lease,
     NewJob,
     RescueResult,
+    WorkerInfo,
     attempt_error_json,
     claimed_job_from_row,
     job_from_row,
     refusal,
 )
-from due.store.sql import load_migrations, load_queries, require_current_schema
+from due.store.sql import (
+    describe_seconds,
+    load_migrations,
+    load_queries,
+    require_current_schema,
+)
 
 QUERIES = load_queries("due.store.postgres")
 MIGRATIONS = load_migrations("due.store.postgres")
@@ -234,6 +240,8 @@ class PostgresStore:
         self, limit: int = 1000, max_lost_leases: int = DEFAULT_MAX_LOST_LEASES
     ) -> RescueResult:
         now = self._now()
+        if not self._all("any_expired", {"now": now}):
+            return RescueResult()
         with self._cursor(transaction=True) as cur:
             cur.execute(QUERIES["select_expired"], {"limit": limit, "now": now})
             expired = cur.fetchall()
@@ -270,6 +278,68 @@ class PostgresStore:
             requeued=tuple(row["id"] for row in rows if row["state"] == JobState.QUEUED),
             failed=tuple(row["id"] for row in rows if row["state"] == JobState.FAILED),
         )
+
+    def release(self, leases: Sequence[Lease], reason: str) -> set[int]:
+        if not leases:
+            return set()
+        params = {
+            "ids": [lease.job_id for lease in leases],
+            "tokens": [lease.lease_token for lease in leases],
+            "reason": reason,
+            "now": self._now(),
+        }
+        with self._cursor(transaction=True) as cur:
+            cur.execute(QUERIES["release_jobs"], params)
+            rows = cur.fetchall()
+            _notify_requeued(cur, rows)
+        return {row["id"] for row in rows}
+
+    def next_due(self, queue: str, tasks: Sequence[str]) -> datetime | None:
+        rows = self._all("next_due", {"queue": queue, "tasks": list(tasks)})
+        value = rows[0]["run_at"]
+        return _utc(value) if value is not None else None
+
+    def fail_unknown_tasks(
+        self, queues: Sequence[str], tasks: Sequence[str], grace_seconds: float
+    ) -> list[int]:
+        rows = self._all(
+            "fail_unknown_tasks",
+            {
+                "queues": list(queues),
+                "tasks": list(tasks),
+                "grace": float(grace_seconds),
+                "grace_text": describe_seconds(grace_seconds),
+                "now": self._now(),
+            },
+        )
+        return [row["id"] for row in rows]
+
+    # --- worker registry ----------------------------------------------------------
+
+    def register_worker(self, worker: str, host: str, pid: int, queues: Mapping[str, int]) -> None:
+        params = {
+            "id": worker,
+            "host": host,
+            "pid": pid,
+            "queues": json.dumps(dict(queues)),
+            "now": self._now(),
+        }
+        self._all("register_worker", params)
+
+    def touch_worker(self, worker: str) -> None:
+        self._all("touch_worker", {"id": worker, "now": self._now()})
+
+    def set_worker_state(self, worker: str, state: str) -> None:
+        self._all("set_worker_state", {"id": worker, "state": state, "now": self._now()})
+
+    def mark_gone_workers(self, after_seconds: float) -> list[str]:
+        rows = self._all("mark_gone_workers", {"after": float(after_seconds), "now": self._now()})
+        return [row["id"] for row in rows]
+
+    def list_workers(self, limit: int = 100) -> list[WorkerInfo]:
+        return [
+            WorkerInfo(**_normalise(row)) for row in self._all("list_workers", {"limit": limit})
+        ]
 
     # --- inspection and control ---------------------------------------------------
 

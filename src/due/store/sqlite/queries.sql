@@ -150,3 +150,75 @@ SELECT DISTINCT queue
 FROM due_jobs
 WHERE state = 'queued' AND run_at <= :now
 ORDER BY queue
+
+-- name: release_jobs
+-- A stopping worker hands back a job it will not finish: due again at once,
+-- and the interrupted attempt is not counted against the job.
+UPDATE due_jobs
+SET state = 'queued',
+    run_at = :now,
+    attempt = attempt - 1,
+    lease_expires_at = NULL,
+    errors = json_insert(errors, '$[#]', json_object(
+        'attempt', attempt, 'kind', 'released', 'error', :reason, 'traceback', NULL,
+        'at', :now_iso))
+WHERE id = :id AND lease_token = :token AND state = 'running'
+RETURNING id, state, queue, run_at
+
+-- name: next_due
+-- When the next job of these tasks in this queue is due (the worker sleeps until then).
+SELECT min(run_at) AS run_at
+FROM due_jobs INDEXED BY due_jobs_next_due
+WHERE state = 'queued' AND queue = :queue AND task IN (SELECT value FROM json_each(:tasks))
+
+-- name: fail_unknown_tasks
+-- Jobs that no worker of their queue has known for the whole grace period
+-- (a deploy that never finished, a typo): failed with the reason, kept, and
+-- retryable once a worker knows the task.
+UPDATE due_jobs
+SET state = 'failed',
+    finished_at = :now,
+    dedupe_key = NULL,
+    last_error = 'unknown task ' || task || ': no worker of queue ' || queue
+        || ' knew it within ' || :grace_text || ' of its due time',
+    errors = json_insert(errors, '$[#]', json_object(
+        'attempt', attempt, 'kind', 'unknown_task',
+        'error', 'unknown task ' || task || ': no worker of queue ' || queue
+            || ' knew it within ' || :grace_text || ' of its due time',
+        'traceback', NULL, 'at', :now_iso))
+WHERE state = 'queued'
+  AND queue IN (SELECT value FROM json_each(:queues))
+  AND task NOT IN (SELECT value FROM json_each(:tasks))
+  AND run_at < :now - :grace
+RETURNING id, task, queue
+
+-- name: register_worker
+INSERT INTO due_workers (id, host, pid, queues, started_at, last_seen_at, state)
+VALUES (:id, :host, :pid, :queues, :now, :now, 'running')
+
+-- name: touch_worker
+-- A worker marked gone that reports in again (it was paused) is running again.
+UPDATE due_workers
+SET last_seen_at = :now,
+    state = CASE WHEN state = 'gone' THEN 'running' ELSE state END
+WHERE id = :id
+
+-- name: set_worker_state
+UPDATE due_workers
+SET state = :state,
+    last_seen_at = :now,
+    stopped_at = CASE WHEN :state = 'stopped' THEN :now END
+WHERE id = :id
+
+-- name: mark_gone_workers
+UPDATE due_workers
+SET state = 'gone'
+WHERE state IN ('running', 'stopping') AND last_seen_at < :now - :after
+RETURNING id
+
+-- name: list_workers
+SELECT * FROM due_workers ORDER BY started_at DESC LIMIT :limit
+
+-- name: any_expired
+-- A read-only look before taking the write lock for a rescue.
+SELECT 1 AS found FROM due_jobs WHERE state = 'running' AND lease_expires_at < :now LIMIT 1

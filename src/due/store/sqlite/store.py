@@ -41,12 +41,18 @@ from due.store.records import (
     Lease,
     NewJob,
     RescueResult,
+    WorkerInfo,
     attempt_error_json,
     claimed_job_from_row,
     job_from_row,
     refusal,
 )
-from due.store.sql import load_migrations, load_queries, require_current_schema
+from due.store.sql import (
+    describe_seconds,
+    load_migrations,
+    load_queries,
+    require_current_schema,
+)
 
 QUERIES = load_queries("due.store.sqlite")
 MIGRATIONS = load_migrations("due.store.sqlite")
@@ -263,6 +269,8 @@ class SQLiteStore:
         now = self._now()
         requeued: list[int] = []
         failed: list[int] = []
+        if not self._read("any_expired", {"now": now}):
+            return RescueResult()  # the common case, without taking the write lock
         with self._write() as conn:
             expired = conn.execute(QUERIES["select_expired"], {"limit": limit, "now": now})
             for row in expired.fetchall():
@@ -285,6 +293,83 @@ class SQLiteStore:
                 conn.execute(QUERIES["rescue_jobs"], params).fetchall()
                 (failed if verdict.gives_up else requeued).append(row["id"])
         return RescueResult(requeued=tuple(requeued), failed=tuple(failed))
+
+    def release(self, leases: Sequence[Lease], reason: str) -> set[int]:
+        if not leases:
+            return set()
+        now = self._now()
+        released = set()
+        with self._write() as conn:
+            for lease in leases:
+                params = {
+                    "id": lease.job_id,
+                    "token": lease.lease_token,
+                    "reason": reason,
+                    "now": now,
+                    "now_iso": _datetime(now).isoformat(),
+                }
+                if conn.execute(QUERIES["release_jobs"], params).fetchone():
+                    released.add(lease.job_id)
+        return released
+
+    def next_due(self, queue: str, tasks: Sequence[str]) -> datetime | None:
+        rows = self._read("next_due", {"queue": queue, "tasks": json.dumps(list(tasks))})
+        value = rows[0]["run_at"]
+        return _datetime(value) if value is not None else None
+
+    def fail_unknown_tasks(
+        self, queues: Sequence[str], tasks: Sequence[str], grace_seconds: float
+    ) -> list[int]:
+        now = self._now()
+        params = {
+            "queues": json.dumps(list(queues)),
+            "tasks": json.dumps(list(tasks)),
+            "grace": float(grace_seconds),
+            "grace_text": describe_seconds(grace_seconds),
+            "now": now,
+            "now_iso": _datetime(now).isoformat(),
+        }
+        with self._write() as conn:
+            rows = conn.execute(QUERIES["fail_unknown_tasks"], params).fetchall()
+        return [row["id"] for row in rows]
+
+    # --- worker registry ----------------------------------------------------------
+
+    def register_worker(self, worker: str, host: str, pid: int, queues: Mapping[str, int]) -> None:
+        params = {
+            "id": worker,
+            "host": host,
+            "pid": pid,
+            "queues": json.dumps(dict(queues)),
+            "now": self._now(),
+        }
+        with self._write() as conn:
+            conn.execute(QUERIES["register_worker"], params)
+
+    def touch_worker(self, worker: str) -> None:
+        with self._write() as conn:
+            conn.execute(QUERIES["touch_worker"], {"id": worker, "now": self._now()})
+
+    def set_worker_state(self, worker: str, state: str) -> None:
+        with self._write() as conn:
+            params = {"id": worker, "state": state, "now": self._now()}
+            conn.execute(QUERIES["set_worker_state"], params)
+
+    def mark_gone_workers(self, after_seconds: float) -> list[str]:
+        with self._write() as conn:
+            params = {"after": float(after_seconds), "now": self._now()}
+            rows = conn.execute(QUERIES["mark_gone_workers"], params).fetchall()
+        return [row["id"] for row in rows]
+
+    def list_workers(self, limit: int = 100) -> list[WorkerInfo]:
+        workers = []
+        for row in self._read("list_workers", {"limit": limit}):
+            row["queues"] = json.loads(row["queues"])
+            for name in ("started_at", "last_seen_at", "stopped_at"):
+                if row[name] is not None:
+                    row[name] = _datetime(row[name])
+            workers.append(WorkerInfo(**row))
+        return workers
 
     # --- inspection and control ---------------------------------------------------
 

@@ -1,0 +1,1 @@
+"""Maintenance services: rescue of expired leases, and (later) pruning and rollups."""

@@ -1,0 +1,66 @@
+"""One shape for every background loop: `run_once()` on an interval until stopped.
+
+A service's `run_once()` does one round of work and returns a small result
+(tests call it directly). `run_forever` calls it until the stop event is set,
+waits `interval()` between rounds (or until `wake` is set), and survives
+errors: a database outage is logged and retried with capped exponential
+backoff, so a worker rides out a restart of its database without restarting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from due.errors import StoreError
+from due.logs import event
+
+MAX_BACKOFF_SECONDS = 5.0
+FIRST_BACKOFF_SECONDS = 0.1
+
+
+async def run_forever(
+    name: str,
+    run_once: Callable[[], Awaitable[Any]],
+    interval: Callable[[], float],
+    stop: asyncio.Event,
+    logger: logging.Logger,
+    wake: asyncio.Event | None = None,
+) -> None:
+    backoff = FIRST_BACKOFF_SECONDS
+    while not stop.is_set():
+        try:
+            await run_once()
+        except StoreError as error:
+            event(
+                logger, f"{name}.store_error", logging.WARNING, error=str(error), retry_in=backoff
+            )
+            await wait_for_any(stop, None, backoff)
+            backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
+            continue
+        except Exception:
+            logger.exception("%s.crashed; retrying in %.1fs", name, backoff)
+            await wait_for_any(stop, None, backoff)
+            backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
+            continue
+        backoff = FIRST_BACKOFF_SECONDS
+        await wait_for_any(stop, wake, interval())
+
+
+async def wait_for_any(stop: asyncio.Event, wake: asyncio.Event | None, timeout: float) -> None:
+    """Sleep up to `timeout` seconds, less if `stop` or `wake` is set; clears `wake`."""
+    events = [stop] if wake is None else [stop, wake]
+    if any(e.is_set() for e in events):
+        if wake is not None:
+            wake.clear()
+        return
+    waiters = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waiters, timeout=max(timeout, 0.0), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+        if wake is not None:
+            wake.clear()

@@ -1,0 +1,100 @@
+"""Acknowledgements, written in batches.
+
+A finished attempt's completion is buffered and written with the others that
+finish within `flush_interval` (one statement per batch), so a worker running
+thousands of short jobs a second spends one round trip per batch, not per job.
+Until its completion is written the job keeps its lease (heartbeats go on).
+A write that finds the token stale (the lease was lost meanwhile) is recorded
+nowhere and logged. On a database outage the batch is kept and retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from due.job import JobState
+from due.logs import event
+from due.store.records import Completion
+from due.worker.running import RunningJob
+
+if TYPE_CHECKING:
+    from due.worker.worker import Worker
+
+log = logging.getLogger("due.worker")
+MAX_BATCH = 1000
+
+
+class Completer:
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.pending: list[tuple[RunningJob, Completion]] = []
+        self.wake = asyncio.Event()
+
+    def add(self, running: RunningJob, completion: Completion) -> None:
+        self.pending.append((running, completion))
+        self.wake.set()
+
+    def interval(self) -> float:
+        return 3600.0 if not self.pending else self.worker.settings.flush_interval
+
+    async def run_once(self) -> int:
+        """Write one batch of completions; returns how many were written."""
+        if not self.pending:
+            return 0
+        batch, self.pending = self.pending[:MAX_BATCH], self.pending[MAX_BATCH:]
+        try:
+            applied = await self.worker.complete([completion for _, completion in batch])
+        except BaseException:
+            self.pending[:0] = batch  # keep them, in order, for the retry
+            raise
+        for running, completion in batch:
+            self._acknowledged(running, completion, running.job.id in applied)
+        return len(batch)
+
+    async def flush(self) -> None:
+        """Write everything pending (at shutdown)."""
+        while self.pending:
+            await self.run_once()
+
+    def _acknowledged(self, running: RunningJob, completion: Completion, applied: bool) -> None:
+        self.worker.forget(running)
+        job = running.job
+        if not applied:
+            event(
+                log,
+                "job.result_discarded",
+                logging.WARNING,
+                job=job.id,
+                task=job.task,
+                attempt=job.attempt,
+                reason="the lease was lost before the result was written",
+            )
+            return
+        if completion.state == JobState.SUCCEEDED:
+            event(
+                log, "job.succeeded", logging.DEBUG, job=job.id, task=job.task, attempt=job.attempt
+            )
+        elif completion.state == JobState.QUEUED:
+            event(
+                log,
+                "job.retrying",
+                logging.WARNING,
+                job=job.id,
+                task=job.task,
+                attempt=job.attempt,
+                retry_in=round(completion.retry_in or 0, 3),
+                error=completion.error.error if completion.error else None,
+            )
+        else:
+            event(
+                log,
+                "job.failed",
+                logging.ERROR,
+                job=job.id,
+                task=job.task,
+                attempt=job.attempt,
+                state=completion.state.value,
+                error=completion.error.error if completion.error else None,
+            )

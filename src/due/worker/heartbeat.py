@@ -1,0 +1,73 @@
+"""Heartbeats: one statement renews the leases of all the worker's jobs.
+
+Every `lease / 3` the worker sends the (job, token) pairs it holds. Jobs the
+store did not renew have lost their lease (rescued and maybe taken by another
+worker): the worker stops them at their next safe point and writes nothing
+for them. Independently, each lease is trusted only until its last successful
+renewal + lease * 0.8 on the monotonic clock: past that (the database was
+unreachable, or this process was paused), the job is treated as lost without
+waiting for the store to say so — another worker may already hold it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from due.errors import StoreError
+from due.logs import event
+from due.worker.running import trusted_until
+
+if TYPE_CHECKING:
+    from due.worker.worker import Worker
+
+log = logging.getLogger("due.worker")
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRound:
+    renewed: int = 0
+    lost: int = 0
+    untrusted: int = 0
+    failed: bool = False
+
+
+class Heartbeater:
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    def interval(self) -> float:
+        leases = [running.lease_seconds for running in self.worker.held()]
+        return min([self.worker.settings.lease, *leases]) / 3
+
+    async def run_once(self) -> HeartbeatRound:
+        held = [running for running in self.worker.held() if not running.lost]
+        sent_at = self.worker.clock.monotonic()
+        renewed = lost = 0
+        failed = False
+        try:
+            reply = await self.worker.heartbeat([running.lease for running in held])
+            await self.worker.touch()
+        except StoreError as error:
+            failed = True
+            event(log, "worker.heartbeat_failed", logging.WARNING, error=str(error))
+        else:
+            for running in held:
+                if running.job.id in reply.extended:
+                    running.trusted_until = trusted_until(sent_at, running.lease_seconds)
+                    renewed += 1
+                elif running.job.id in reply.lost:
+                    lost += 1
+                    self.worker.lease_lost(running, "the store no longer holds this lease")
+        untrusted = self._expire_untrusted()
+        return HeartbeatRound(renewed, lost, untrusted, failed)
+
+    def _expire_untrusted(self) -> int:
+        now = self.worker.clock.monotonic()
+        expired = [r for r in self.worker.held() if not r.lost and now > r.trusted_until]
+        for running in expired:
+            self.worker.lease_lost(
+                running, "the lease could not be renewed in time (trust deadline passed)"
+            )
+        return len(expired)

@@ -1,0 +1,62 @@
+"""Run a worker process: logging, signals, and a clean exit code."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+
+from due.app import App
+from due.logs import JsonFormatter, event
+from due.worker.settings import WorkerSettings
+from due.worker.supervisor import SUPERVISOR_ENVIRONMENT_VARIABLE
+from due.worker.worker import Worker
+
+log = logging.getLogger("due.worker")
+
+
+def configure_logging(log_format: str, level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+def run_worker(app: App, settings: WorkerSettings) -> int:
+    """Run until SIGTERM/SIGINT (twice: release at once); 0 after a clean shutdown."""
+    worker = Worker(app, settings)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, worker.request_stop)
+        watchdog = asyncio.create_task(_stop_when_orphaned(worker))
+        await worker.run()
+        watchdog.cancel()
+
+    asyncio.run(main())
+    app.close()
+    if worker.executor.threads_busy:
+        # Their jobs were released; a thread cannot be interrupted, so do not wait.
+        busy = worker.executor.threads_busy
+        event(log, "worker.exit_with_threads_running", logging.WARNING, threads=busy)
+        logging.shutdown()
+        os._exit(0)
+    return 0
+
+
+async def _stop_when_orphaned(worker: Worker) -> None:
+    """Under a supervisor: stop when it is gone (its pid is no longer our parent)."""
+    supervisor = os.environ.get(SUPERVISOR_ENVIRONMENT_VARIABLE)
+    if not supervisor:
+        return
+    while os.getppid() == int(supervisor):
+        await asyncio.sleep(1.0)
+    event(log, "worker.orphaned", logging.WARNING, supervisor=supervisor)
+    worker.request_stop()

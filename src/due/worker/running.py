@@ -1,0 +1,41 @@
+"""What the worker knows about a job it holds."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from due.store.records import ClaimedJob, Lease
+from due.task import Task
+
+TRUST_MARGIN_FRACTION = 0.2
+"""A lease is trusted until `renewal sent + lease * (1 - margin)` on this host's
+monotonic clock: if no renewal succeeded by then (database unreachable, process
+paused), the worker treats the lease as lost without waiting to be told."""
+
+
+def trusted_until(sent_at: float, lease_seconds: float) -> float:
+    return sent_at + lease_seconds * (1 - TRUST_MARGIN_FRACTION)
+
+
+@dataclass(eq=False)
+class RunningJob:
+    job: ClaimedJob
+    task: Task[Any, Any]
+    queue: str
+    lease_seconds: float
+    trusted_until: float
+    handle: asyncio.Task[None] | None = None
+    finished: bool = False
+    """The handler has ended; its completion waits to be written."""
+    lost_reason: str | None = None
+    straggler: bool = field(default=False)
+
+    @property
+    def lost(self) -> bool:
+        return self.lost_reason is not None
+
+    @property
+    def lease(self) -> Lease:
+        return Lease(self.job.id, self.job.lease_token, self.lease_seconds)

@@ -1,0 +1,97 @@
+"""Worker settings, validated at construction, with named defaults."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from dataclasses import dataclass, field
+
+from due.durations import DurationLike, to_seconds
+from due.errors import ConfigurationError, InvalidJobError
+from due.request import validate_queue
+from due.store.protocol import DEFAULT_MAX_LOST_LEASES
+from due.task import MIN_LEASE_SECONDS
+
+DEFAULT_CONCURRENCY = 10
+DEFAULT_LEASE_SECONDS = 10.0
+DEFAULT_GRACE_SECONDS = 30.0
+DEFAULT_UNKNOWN_TASK_GRACE_SECONDS = 3600.0
+MAX_CLAIM_BATCH = 1000
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    queues: dict[str, int]
+    """Queue name → how many of its jobs this process runs at once."""
+    lease: float = DEFAULT_LEASE_SECONDS
+    grace: float = DEFAULT_GRACE_SECONDS
+    unknown_task_grace: float = DEFAULT_UNKNOWN_TASK_GRACE_SECONDS
+    max_lost_leases: int = DEFAULT_MAX_LOST_LEASES
+    rescue_interval: float = 1.0
+    """How often this worker looks for expired leases (cheap, idempotent)."""
+    poll_interval: float = 2.0
+    """Longest sleep without a wake-up: covers a lost notification."""
+    flush_interval: float = 0.002
+    """How long an acknowledgement may wait to share a batch."""
+    db_threads: int = 4
+    worker_id: str = field(default_factory=default_worker_id)
+
+    @classmethod
+    def build(
+        cls,
+        queues: dict[str, int],
+        *,
+        lease: DurationLike = DEFAULT_LEASE_SECONDS,
+        grace: DurationLike = DEFAULT_GRACE_SECONDS,
+        unknown_task_grace: DurationLike = DEFAULT_UNKNOWN_TASK_GRACE_SECONDS,
+        max_lost_leases: int = DEFAULT_MAX_LOST_LEASES,
+        **options: object,
+    ) -> WorkerSettings:
+        if not queues:
+            raise ConfigurationError("a worker needs at least one queue to serve")
+        for name, concurrency in queues.items():
+            try:
+                validate_queue(name)
+            except InvalidJobError as error:
+                raise ConfigurationError(str(error)) from None
+            if not isinstance(concurrency, int) or concurrency < 1:
+                raise ConfigurationError(
+                    f"queue {name!r}: concurrency must be a whole number >= 1, got {concurrency!r}"
+                )
+        lease_seconds = to_seconds(lease, what="worker lease")
+        if lease_seconds < MIN_LEASE_SECONDS:
+            raise ConfigurationError(
+                f"worker lease of {lease_seconds:g}s is too short; "
+                f"the minimum is {MIN_LEASE_SECONDS:g}s"
+            )
+        grace_seconds = to_seconds(grace, what="worker grace")
+        if grace_seconds < 0:
+            raise ConfigurationError("worker grace cannot be negative")
+        if not isinstance(max_lost_leases, int) or max_lost_leases < 1:
+            raise ConfigurationError("max_lost_leases must be a whole number >= 1")
+        return cls(
+            queues=dict(queues),
+            lease=lease_seconds,
+            grace=grace_seconds,
+            unknown_task_grace=to_seconds(unknown_task_grace, what="unknown task grace"),
+            max_lost_leases=max_lost_leases,
+            **options,  # type: ignore[arg-type]
+        )
+
+    @property
+    def total_concurrency(self) -> int:
+        return sum(self.queues.values())
+
+    @property
+    def heartbeat_interval(self) -> float:
+        return self.lease / 3
+
+    @property
+    def gone_after(self) -> float:
+        """A worker silent this long is marked gone."""
+        return max(3 * self.lease, 10.0)

@@ -1,0 +1,102 @@
+"""Wake-ups: how an idle worker learns at once that a job is there.
+
+PostgreSQL: a dedicated connection LISTENs on `due_jobs`; every statement that
+makes a job claimable notifies with '<queue> <run_at epoch>' in its own
+transaction, so the notification arrives exactly when the job is visible.
+SQLite: `PRAGMA data_version` on a dedicated connection changes whenever
+another connection commits; polling it every few milliseconds costs
+microseconds. Either way a worker also polls on a slow interval, so a lost
+wake-up delays a job, never loses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from due.errors import StoreError
+from due.logs import event
+
+log = logging.getLogger("due.worker")
+SQLITE_POLL_SECONDS = 0.005
+RECONNECT_MAX_SECONDS = 5.0
+
+OnDue = Callable[[str, datetime | None], None]
+"""Called on the event loop with a queue (or "" for all) and when its job is due."""
+
+
+class Wakeups:
+    """Runs a listener thread that calls `on_due` on the event loop."""
+
+    def __init__(self, store: Any, loop: asyncio.AbstractEventLoop, on_due: OnDue) -> None:
+        self._store = store
+        self._loop = loop
+        self._on_due = on_due
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="due-wakeups", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _signal(self, queue: str, run_at: datetime | None) -> None:
+        if not self._stop.is_set():
+            self._loop.call_soon_threadsafe(self._on_due, queue, run_at)
+
+    def _run(self) -> None:
+        backoff = 0.1
+        while not self._stop.is_set():
+            try:
+                self._listen()
+                backoff = 0.1
+            except StoreError as error:
+                event(
+                    log, "worker.wakeups_lost", logging.WARNING, error=str(error), retry_in=backoff
+                )
+            except Exception as error:  # a driver error outside the store's translation
+                event(
+                    log, "worker.wakeups_lost", logging.WARNING, error=repr(error), retry_in=backoff
+                )
+            if self._stop.wait(backoff):
+                return
+            backoff = min(backoff * 2, RECONNECT_MAX_SECONDS)
+            self._signal("", None)  # we may have missed some: every queue looks again
+
+    def _listen(self) -> None:
+        if hasattr(self._store, "listen_connection"):
+            self._listen_postgres()
+        else:
+            self._watch_sqlite()
+
+    def _listen_postgres(self) -> None:
+        conn = self._store.listen_connection()
+        try:
+            while not self._stop.is_set():
+                for note in conn.notifies(timeout=0.5):
+                    queue, run_at = parse_payload(note.payload)
+                    self._signal(queue, run_at)
+        finally:
+            conn.close()
+
+    def _watch_sqlite(self) -> None:
+        last = self._store.data_version()
+        while not self._stop.wait(SQLITE_POLL_SECONDS):
+            version = self._store.data_version()
+            if version != last:
+                last = version
+                self._signal("", None)
+
+
+def parse_payload(payload: str) -> tuple[str, datetime | None]:
+    queue, _, epoch = payload.partition(" ")
+    try:
+        return queue, datetime.fromtimestamp(float(epoch), UTC)
+    except ValueError:
+        return queue, None

@@ -1,0 +1,110 @@
+"""Real worker processes for tests: started with the CLI, killed with real signals."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import due
+from tests.helpers.waiting import wait_until
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+LEDGER_APP = "tests.apps.ledger_app:app"
+
+
+@dataclass
+class LedgerLine:
+    kind: str
+    job: int
+    attempt: int
+    pid: int
+    at: float
+
+
+def read_ledger(path: Path) -> list[LedgerLine]:
+    if not path.exists():
+        return []
+    lines = []
+    for raw in path.read_text().splitlines():
+        kind, job, attempt, pid, at = raw.split()
+        lines.append(LedgerLine(kind, int(job), int(attempt), int(pid), float(at)))
+    return lines
+
+
+@dataclass
+class WorkerProcess:
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    started: list[str] = field(default_factory=list)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def signal(self, signum: int) -> None:
+        os.killpg(self.process.pid, signum)
+
+    def log(self) -> str:
+        return self.log_path.read_text() if self.log_path.exists() else ""
+
+    def wait_exit(self, timeout: float = 30.0) -> int:
+        return self.process.wait(timeout=timeout)
+
+
+class Workers:
+    """Starts worker processes for one test and kills whatever is left at the end."""
+
+    def __init__(self, url: str, ledger: Path, logs: Path) -> None:
+        self.url = url
+        self.ledger = ledger
+        self.logs = logs
+        self.started: list[WorkerProcess] = []
+
+    def start(self, *options: str, app: str = LEDGER_APP) -> WorkerProcess:
+        log_path = self.logs / f"worker-{len(self.started)}.log"
+        environment = {
+            **os.environ,
+            "DUE_DATABASE_URL": self.url,
+            "DUE_TEST_LEDGER": str(self.ledger),
+            "PYTHONPATH": str(REPOSITORY),
+        }
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "due", "--app", app, "worker", *options],
+                env=environment,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=REPOSITORY,
+                start_new_session=True,
+            )
+        worker = WorkerProcess(process, log_path)
+        self.started.append(worker)
+        return worker
+
+    def wait_ready(self, worker: WorkerProcess, timeout: float = 30.0) -> None:
+        wait_until(
+            lambda: "worker.started" in worker.log() or worker.process.poll() is not None,
+            timeout,
+            what="the worker to start",
+        )
+        assert worker.process.poll() is None, worker.log()
+
+    def ledger_lines(self) -> list[LedgerLine]:
+        return read_ledger(self.ledger)
+
+    def stop_all(self) -> None:
+        for worker in self.started:
+            if worker.process.poll() is None:
+                for signum in (signal.SIGCONT, signal.SIGKILL):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(worker.process.pid, signum)
+                worker.process.wait(timeout=10)
+
+
+def job_state(app: due.App, job_id: int) -> due.Job:
+    return app.get(job_id)

@@ -1,0 +1,229 @@
+"""The worker's services in-process, on real stores, driven by run_once and a fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+import due
+from due import JobState
+from due.clock import FakeClock
+from due.store.postgres.store import PostgresStore
+from due.worker.settings import WorkerSettings
+from due.worker.worker import Worker
+
+
+def run(scenario: Callable[[], Awaitable[Any]]) -> Any:
+    return asyncio.run(asyncio.wait_for(scenario(), timeout=30))
+
+
+def make_worker(app: due.App, **queues: int) -> Worker:
+    return Worker(app, WorkerSettings.build(queues or {"default": 10}, lease="10s", grace="1s"))
+
+
+async def settle() -> None:
+    """Let the tasks that are ready run (handlers, callbacks)."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+def test_each_queue_claims_only_up_to_its_own_free_slots(app: due.App) -> None:
+    gate = asyncio.Event()
+
+    @app.task(name="blocked")
+    async def blocked() -> None:
+        await gate.wait()
+
+    @app.task(name="bulk", queue="bulk")
+    async def bulk() -> None:
+        await gate.wait()
+
+    async def scenario() -> None:
+        for _ in range(5):
+            blocked.enqueue()
+        for _ in range(3):
+            bulk.enqueue()
+        worker = make_worker(app, default=2, bulk=1)
+        default, bulk_queue = worker.producers["default"], worker.producers["bulk"]
+        assert await default.run_once() == 2
+        assert await default.run_once() == 0  # no free slot
+        assert await bulk_queue.run_once() == 1  # bulk's slots are its own
+        gate.set()
+        await settle()
+        assert default.free_slots == 2
+        assert await default.run_once() == 2
+
+    run(scenario)
+
+
+def test_acknowledgements_are_written_in_one_batch(app: due.App) -> None:
+    @app.task(name="quick")
+    async def quick(n: int) -> int:
+        return n
+
+    async def scenario() -> None:
+        jobs = app.enqueue_many([quick.request(n) for n in range(50)])
+        worker = make_worker(app, default=50)
+        calls = []
+        complete = worker.complete
+
+        async def counting(completions: Any) -> set[int]:
+            calls.append(len(completions))
+            return await complete(completions)
+
+        worker.complete = counting  # type: ignore[method-assign]
+        assert await worker.producers["default"].run_once() == 50
+        await settle()
+        assert await worker.completer.run_once() == 50
+        assert calls == [50]
+        assert {app.get(job.id).state for job in jobs} == {JobState.SUCCEEDED}
+        assert worker.running == {}  # acknowledged jobs are no longer held
+
+    run(scenario)
+
+
+def test_a_lost_lease_cancels_the_async_handler_and_writes_nothing(
+    app: due.App, clock: FakeClock
+) -> None:
+    cleaned_up = []
+
+    @app.task(name="long")
+    async def long() -> None:
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            cleaned_up.append(True)
+
+    async def scenario() -> None:
+        job = long.enqueue()
+        worker = make_worker(app)
+        await worker.producers["default"].run_once()
+        await settle()
+        clock.advance("11s")  # the lease expires; another worker takes the job over
+        app.store.rescue()
+        (taken,) = app.store.claim("default", 1, "thief", 10)
+        beat = await worker.heartbeater.run_once()
+        assert beat.lost == 1
+        await settle()
+        assert cleaned_up == [True]
+        assert worker.running == {} and worker.completer.pending == []
+        assert worker.producers["default"].free_slots == 10
+        current = app.get(job.id)
+        assert current.state == JobState.RUNNING and current.worker == "thief"
+        assert taken.lease_token == 2
+
+    run(scenario)
+
+
+def test_a_lease_that_cannot_be_renewed_in_time_is_given_up(app: due.App, clock: FakeClock) -> None:
+    @app.task(name="long")
+    async def long() -> None:
+        await asyncio.sleep(3600)
+
+    async def scenario() -> None:
+        long.enqueue()
+        worker = make_worker(app)
+        await worker.producers["default"].run_once()
+        await settle()
+        # The database becomes unreachable: a real connection refused, not a stub.
+        healthy = worker.store
+        worker.store = PostgresStore("postgresql://127.0.0.1:1/none", clock, connect_timeout=0.5)
+        try:
+            clock.advance("7s")  # within the trust window (10s * 0.8)
+            beat = await worker.heartbeater.run_once()
+            assert beat.failed and beat.untrusted == 0 and len(worker.running) == 1
+            clock.advance("2s")  # past it, still no renewal
+            beat = await worker.heartbeater.run_once()
+            assert beat.failed and beat.untrusted == 1
+        finally:
+            worker.store.close()
+            worker.store = healthy
+        await settle()
+        assert worker.running == {} and worker.completer.pending == []
+
+    run(scenario)
+
+
+def test_heartbeats_renew_every_lease_the_worker_holds(app: due.App, clock: FakeClock) -> None:
+    @app.task(name="long", lease="4s")
+    async def long() -> None:
+        await asyncio.sleep(3600)
+
+    async def scenario() -> None:
+        jobs = [long.enqueue() for _ in range(3)]
+        worker = make_worker(app)
+        await worker.producers["default"].run_once()
+        await settle()
+        assert worker.heartbeater.interval() == pytest.approx(4 / 3)
+        clock.advance("3s")
+        beat = await worker.heartbeater.run_once()
+        assert beat.renewed == 3
+        clock.advance("3s")  # past the first lease, within the renewed one
+        assert app.store.rescue().count == 0
+        assert {app.get(job.id).state for job in jobs} == {JobState.RUNNING}
+        for running in worker.held():
+            assert running.handle is not None
+            running.handle.cancel()
+        await settle()
+
+    run(scenario)
+
+
+def test_unknown_tasks_wait_then_fail_after_the_grace(
+    app: due.App, backend_url: str, clock: FakeClock
+) -> None:
+    newer = due.App(backend_url, clock=clock)
+
+    @newer.task(name="added_later")
+    def added_later() -> None: ...
+
+    @app.task(name="known")
+    def known() -> None: ...
+
+    job = added_later.enqueue()
+    newer.close()
+
+    async def scenario() -> None:
+        worker = Worker(app, WorkerSettings.build({"default": 5}, unknown_task_grace="1h"))
+        assert await worker.producers["default"].run_once() == 0
+        clock.advance("59m")
+        assert await worker.unknown_tasks.run_once() == []
+        assert app.get(job.id).attempt == 0  # untouched: no attempt burnt
+        clock.advance("2m")
+        assert await worker.unknown_tasks.run_once() == [job.id]
+        assert "unknown task added_later" in (app.get(job.id).last_error or "")
+
+    run(scenario)
+
+
+def test_shutdown_drains_releases_and_writes_every_ack(app: due.App) -> None:
+    started = asyncio.Event()
+
+    @app.task(name="quick")
+    async def quick() -> str:
+        return "done"
+
+    @app.task(name="endless")
+    async def endless() -> None:
+        started.set()
+        await asyncio.sleep(3600)
+
+    async def scenario() -> None:
+        quick_jobs = [quick.enqueue() for _ in range(5)]
+        stuck = endless.enqueue()
+        worker = make_worker(app)
+        running = asyncio.create_task(worker.run())
+        await asyncio.wait_for(started.wait(), 10)
+        worker.request_stop()
+        await asyncio.wait_for(running, 10)
+        assert {app.get(job.id).state for job in quick_jobs} == {JobState.SUCCEEDED}
+        released = app.get(stuck.id)
+        assert released.state == JobState.QUEUED and released.attempt == 0
+        assert released.errors[-1].kind == "released"
+        (info,) = app.store.list_workers()
+        assert info.state == "stopped" and info.id == worker.settings.worker_id
+
+    run(scenario)

@@ -1,0 +1,182 @@
+"""Real worker processes, real signals, both backends (invariants 1-3)."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import due
+from due import JobState
+from tests.apps import ledger_app
+from tests.helpers.waiting import wait_until
+from tests.helpers.workers import Workers
+
+pytestmark = pytest.mark.slow
+LEASE = 2.0
+
+
+@pytest.fixture
+def app(backend_url: str) -> Iterator[due.App]:
+    """The ledger app's tasks, on this test's database, with the real clock."""
+    application = due.App(backend_url)
+    application.migrate()
+    for task in ledger_app.app.tasks:
+        application.tasks.add(due.Task(application, task.fn, task.name, task.options))
+    yield application
+    application.close()
+
+
+@pytest.fixture
+def workers(backend_url: str, tmp_path: Path) -> Iterator[Workers]:
+    pool = Workers(backend_url, tmp_path / "ledger.txt", tmp_path)
+    yield pool
+    pool.stop_all()
+
+
+def starts_of(workers: Workers, job_id: int) -> list:  # type: ignore[type-arg]
+    return [line for line in workers.ledger_lines() if line.kind == "start" and line.job == job_id]
+
+
+def test_sigkill_mid_job_is_rescued_within_lease_plus_2s(app: due.App, workers: Workers) -> None:
+    doomed = workers.start("--lease", f"{LEASE}s")
+    workers.wait_ready(doomed)
+    job = app.enqueue("work", kwargs={"seconds": 3})
+    wait_until(lambda: starts_of(workers, job.id), what="the first attempt to start")
+    survivor = workers.start("--lease", f"{LEASE}s")
+    workers.wait_ready(survivor)
+    doomed.signal(signal.SIGKILL)
+    killed_at = time.time()
+    second = wait_until(lambda: starts_of(workers, job.id)[1:], timeout=30, what="a restart")[0]
+    assert second.pid == survivor.pid
+    assert second.at - killed_at <= LEASE + 2.0, f"restarted {second.at - killed_at:.2f}s after"
+    wait_until(lambda: app.get(job.id).state == JobState.SUCCEEDED, what="success")
+    done = app.get(job.id)
+    assert done.result == survivor.pid and done.attempt == 2
+    assert done.errors[0].kind == "lease_lost"
+
+
+def test_a_paused_worker_past_its_lease_records_nothing(app: due.App, workers: Workers) -> None:
+    paused = workers.start("--lease", f"{LEASE}s")
+    workers.wait_ready(paused)
+    job = app.enqueue("work", kwargs={"seconds": 4})
+    wait_until(lambda: starts_of(workers, job.id), what="the first attempt to start")
+    paused.signal(signal.SIGSTOP)
+    other = workers.start("--lease", f"{LEASE}s")
+    workers.wait_ready(other)
+    wait_until(
+        lambda: app.get(job.id).state == JobState.SUCCEEDED,
+        timeout=30,
+        what="the other worker to finish the job",
+    )
+    paused.signal(signal.SIGCONT)
+    # The paused attempt wakes up, its sleep long over: its handler ends...
+    wait_until(
+        lambda: [
+            line for line in workers.ledger_lines() if line.kind == "end" and line.pid == paused.pid
+        ],
+        what="the paused attempt to end",
+    )
+    wait_until(
+        lambda: "job.result_discarded" in paused.log() or "job.lease_lost" in paused.log(),
+        what="the paused worker to give the job up",
+    )
+    # ...and nothing it reports is recorded.
+    done = app.get(job.id)
+    assert done.state == JobState.SUCCEEDED and done.result == other.pid
+    assert done.attempt == 2
+    assert [line.pid for line in starts_of(workers, job.id)] == [paused.pid, other.pid]
+    assert done.errors[0].kind == "lease_lost" and str(paused.pid) in (done.errors[0].error)
+
+
+def test_sigterm_lets_a_short_job_finish_and_exits_0(app: due.App, workers: Workers) -> None:
+    worker = workers.start("--grace", "10s")
+    workers.wait_ready(worker)
+    job = app.enqueue("work", kwargs={"seconds": 1})
+    wait_until(lambda: starts_of(workers, job.id), what="the job to start")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait_exit(timeout=20) == 0
+    done = app.get(job.id)
+    assert done.state == JobState.SUCCEEDED and done.attempt == 1
+    assert "worker.stopped" in worker.log()
+
+
+def test_sigterm_releases_a_long_job_to_another_worker_at_once(
+    app: due.App, workers: Workers
+) -> None:
+    leaving = workers.start("--grace", "1s", "--lease", "10s")
+    workers.wait_ready(leaving)
+    job = app.enqueue("work", kwargs={"seconds": 20})
+    wait_until(lambda: starts_of(workers, job.id), what="the job to start")
+    staying = workers.start("--lease", "10s")
+    workers.wait_ready(staying)
+    leaving.signal(signal.SIGTERM)
+    signalled_at = time.time()
+    assert leaving.wait_exit(timeout=10) == 0  # without waiting for its busy thread
+    taken = wait_until(lambda: starts_of(workers, job.id)[1:], timeout=10, what="the pickup")[0]
+    assert taken.pid == staying.pid
+    assert taken.at - signalled_at < 1.0 + 2.0, "released jobs must not wait for the lease"
+    released = app.get(job.id)
+    assert released.attempt == 1  # the interrupted attempt is not counted
+    assert released.errors[0].kind == "released"
+
+
+def test_four_workers_run_10000_jobs_exactly_once(app: due.App, workers: Workers) -> None:
+    noop = app.tasks.get("noop")
+    jobs = app.enqueue_many([noop.request() for _ in range(10_000)])
+    pool = [workers.start("-q", "default=20") for _ in range(4)]
+    wait_until(
+        lambda: len(app.jobs(state="succeeded", limit=20_000)) == 10_000,
+        timeout=120,
+        every=0.25,
+        what="all 10,000 jobs to succeed",
+    )
+    starts = Counter(line.job for line in workers.ledger_lines() if line.kind == "start")
+    assert set(starts) == {job.id for job in jobs}
+    assert max(starts.values()) == 1, "a job ran twice"
+    busy = {line.pid for line in workers.ledger_lines()}
+    assert len(busy) >= 2, "the work should be shared"
+    for worker in pool:
+        worker.signal(signal.SIGTERM)
+    assert [worker.wait_exit() for worker in pool] == [0, 0, 0, 0]
+
+
+def test_a_flood_on_bulk_does_not_delay_emails(app: due.App, workers: Workers) -> None:
+    bulk = app.tasks.get("bulk_work")
+    app.enqueue_many([bulk.request(seconds=1.0) for _ in range(10_000)])
+    worker = workers.start("-q", "bulk=2", "-q", "emails=2")
+    workers.wait_ready(worker)
+    wait_until(lambda: len(workers.ledger_lines()) >= 2, what="bulk to be busy")
+    enqueued_at = time.time()
+    job = app.enqueue("email")
+    line = wait_until(lambda: starts_of(workers, job.id), timeout=10, what="the email")[0]
+    assert line.at - enqueued_at < 0.5, f"email waited {line.at - enqueued_at:.3f}s"
+
+
+def test_a_poison_job_is_failed_after_3_crashes_and_the_pool_survives(
+    app: due.App, workers: Workers
+) -> None:
+    supervisor = workers.start("--processes", "2", "--lease", f"{LEASE}s")
+    job = app.enqueue("poison")
+    wait_until(
+        lambda: app.get(job.id).state == JobState.FAILED,
+        timeout=60,
+        every=0.1,
+        what="the poison job to be failed",
+    )
+    failed = app.get(job.id)
+    assert "lost its lease 3 times in a row" in (failed.last_error or "")
+    assert len(starts_of(workers, job.id)) == 3
+    after = app.enqueue("work")
+    wait_until(
+        lambda: app.get(after.id).state == JobState.SUCCEEDED,
+        timeout=30,
+        what="the pool to keep working",
+    )
+    assert supervisor.process.poll() is None
+    supervisor.process.send_signal(signal.SIGTERM)
+    assert supervisor.wait_exit(timeout=30) == 0

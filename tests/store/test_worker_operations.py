@@ -1,0 +1,112 @@
+"""Store operations the worker relies on, on every backend."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+import due
+from due import JobState
+from due.clock import FakeClock
+from tests.conftest import START
+
+
+@pytest.fixture
+def work(app: due.App) -> due.Task:
+    @app.task(name="work")
+    def work(n: int = 0) -> None: ...
+
+    return work
+
+
+def test_release_hands_a_job_back_without_counting_the_attempt(
+    app: due.App, work: due.Task, clock: FakeClock
+) -> None:
+    job = work.enqueue()
+    (claimed,) = app.store.claim("default", 1, "leaving", 10)
+    clock.advance("3s")
+    assert app.store.release([claimed_lease(claimed)], "worker leaving") == {job.id}
+    released = app.get(job.id)
+    assert released.state == JobState.QUEUED and released.attempt == 0
+    assert released.run_at == START + timedelta(seconds=3)
+    assert released.errors[-1].kind == "released" and released.errors[-1].error == "worker leaving"
+    assert released.last_error is None  # a release is not an error
+    (again,) = app.store.claim("default", 1, "staying", 10)
+    assert again.attempt == 1 and again.lease_token == claimed.lease_token + 1
+
+
+def test_release_is_fenced(app: due.App, work: due.Task, clock: FakeClock) -> None:
+    work.enqueue()
+    (stale,) = app.store.claim("default", 1, "a", 10)
+    clock.advance("11s")
+    app.store.rescue()
+    app.store.claim("default", 1, "b", 10)
+    assert app.store.release([claimed_lease(stale)], "late") == set()
+    assert app.get(stale.id).worker == "b"
+
+
+def test_next_due_sees_only_tasks_this_worker_knows(
+    app: due.App, work: due.Task, clock: FakeClock
+) -> None:
+    assert app.store.next_due("default", ["work"]) is None
+    work.enqueue(delay="5m")
+    work.enqueue(delay="1m", queue="other")
+
+    @app.task(name="unknown_elsewhere")
+    def unknown_elsewhere() -> None: ...
+
+    unknown_elsewhere.enqueue(delay="10s")
+    assert app.store.next_due("default", ["work"]) == START + timedelta(minutes=5)
+    assert app.store.next_due("default", ["work", "unknown_elsewhere"]) == START + timedelta(
+        seconds=10
+    )
+    assert app.store.next_due("other", ["work"]) == START + timedelta(minutes=1)
+
+
+def test_unknown_tasks_fail_only_after_the_grace(app: due.App, clock: FakeClock) -> None:
+    @app.task(name="from_the_future", queue="emails")
+    def from_the_future() -> None: ...
+
+    @app.task(name="known", queue="emails")
+    def known() -> None: ...
+
+    future_job, known_job = from_the_future.enqueue(), known.enqueue()
+    clock.advance("59m")
+    assert app.store.fail_unknown_tasks(["emails"], ["known"], 3600) == []
+    clock.advance("2m")
+    assert app.store.fail_unknown_tasks(["other"], ["known"], 3600) == []
+    assert app.store.fail_unknown_tasks(["emails"], ["known"], 3600) == [future_job.id]
+    failed = app.get(future_job.id)
+    assert failed.state == JobState.FAILED and failed.attempt == 0
+    assert failed.last_error == (
+        "unknown task from_the_future: no worker of queue emails knew it within 1h of its due time"
+    )
+    assert failed.errors[-1].kind == "unknown_task"
+    assert app.get(known_job.id).state == JobState.QUEUED
+    assert app.retry(future_job.id).state == JobState.QUEUED  # after the deploy
+
+
+def test_workers_register_report_in_and_go(app: due.App, clock: FakeClock) -> None:
+    app.store.register_worker("host:1:aa", "host", 1, {"emails": 4})
+    app.store.register_worker("host:2:bb", "host", 2, {"bulk": 2})
+    clock.advance("20s")
+    app.store.touch_worker("host:1:aa")
+    clock.advance("20s")
+    assert app.store.mark_gone_workers(30) == ["host:2:bb"]
+    listed = {w.id: w for w in app.store.list_workers()}
+    assert listed["host:1:aa"].state == "running" and listed["host:1:aa"].queues == {"emails": 4}
+    assert listed["host:2:bb"].state == "gone"
+    assert listed["host:1:aa"].last_seen_at == START + timedelta(seconds=20)
+    app.store.touch_worker("host:2:bb")  # it was only paused
+    app.store.set_worker_state("host:1:aa", "stopped")
+    listed = {w.id: w for w in app.store.list_workers()}
+    assert listed["host:2:bb"].state == "running"
+    assert listed["host:1:aa"].state == "stopped"
+    assert listed["host:1:aa"].stopped_at == START + timedelta(seconds=40)
+
+
+def claimed_lease(claimed):  # type: ignore[no-untyped-def]
+    from due.store.records import Lease
+
+    return Lease(claimed.id, claimed.lease_token, 10)
