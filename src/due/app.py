@@ -21,7 +21,7 @@ from due.payload import DEFAULT_MAX_PAYLOAD_BYTES
 from due.request import JobRequest, prepare
 from due.retry import Retry
 from due.store import Store, open_store
-from due.store.records import JobFilter
+from due.store.records import JobFilter, NewJob
 from due.task import DEFAULT_QUEUE, Registry, Task, TaskOptions
 
 URL_ENVIRONMENT_VARIABLE = "DUE_DATABASE_URL"
@@ -207,14 +207,16 @@ class App:
             return await store.enqueue_async(jobs, connection)
         return await asyncio.to_thread(store.enqueue, jobs)
 
-    def _prepare(self, requests: Iterable[JobRequest]) -> list[Any]:
+    def _prepare(self, requests: Iterable[JobRequest]) -> list[NewJob]:
         prepared = []
+        task = None
         for request in requests:
             if not isinstance(request, JobRequest):
                 raise ConfigurationError(
                     f"enqueue_many takes requests made by task.request(...), got {request!r}"
                 )
-            task = self.tasks.get(request.task)
+            if task is None or task.name != request.task:
+                task = self.tasks.get(request.task)
             prepared.append(prepare(request, task, self.max_payload_bytes))
         return prepared
 

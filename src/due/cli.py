@@ -74,7 +74,7 @@ def reports_errors(command: F) -> F:
         try:
             return command(*args, **kwargs)
         except DueError as error:
-            errors.print(f"[red]error:[/red] {error}", highlight=False)
+            errors.print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
             sys.exit(1)
 
     return wrapper  # type: ignore[return-value]
@@ -289,7 +289,7 @@ def workers(settings: Settings, limit: int) -> None:
     """List worker processes: where, what they serve, and when they last reported."""
     table = Table("id", "state", "queues", "started", "last seen")
     for info in settings.app.store.list_workers(limit):
-        queues = ", ".join(f"{q}={n}" for q, n in info.queues.items())
+        queues = ", ".join(f"{q}={n}" for q, n in sorted(info.queues.items()))
         table.add_row(info.id, info.state, queues, _time(info.started_at), _time(info.last_seen_at))
     console.print(table)
 

@@ -18,10 +18,10 @@ def encode_arguments(
 ) -> str:
     """The JSON text stored for a job's arguments; raises PayloadError."""
     try:
-        text = _encoder.encode({"args": list(args), "kwargs": dict(kwargs)})
+        text = _encoder.encode({"args": args, "kwargs": kwargs})
     except (TypeError, ValueError) as error:
         raise _explain_unserialisable(task, args, kwargs) from error
-    size = len(text.encode("utf-8"))
+    size = len(text) if text.isascii() else len(text.encode("utf-8"))
     if size > max_bytes:
         raise PayloadError(
             f"arguments of task {task!r} are {_human_bytes(size)} as JSON, over the limit of "

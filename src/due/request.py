@@ -40,21 +40,19 @@ def prepare(request: JobRequest, task: Task[Any, Any], max_payload_bytes: int) -
     task.check_arguments(request.args, request.kwargs)
     if request.delay is not None and request.run_at is not None:
         raise InvalidJobError(f"enqueue of {task.name!r}: give either delay= or run_at=, not both")
-    options = task.options
+    options = task.options  # validated when the task was defined
     return NewJob(
-        task=task.name,
-        queue=validate_queue(request.queue if request.queue is not None else options.queue),
-        priority=validate_priority(
-            request.priority if request.priority is not None else options.priority
-        ),
-        payload=encode_arguments(task.name, request.args, request.kwargs, max_payload_bytes),
-        args=request.args,
-        kwargs=request.kwargs,
-        max_attempts=options.retry.max_attempts,
-        run_at=_validate_run_at(request.run_at, task.name),
-        delay=_validate_delay(request.delay, task.name),
-        key=validate_key(request.key),
-        unique_for=options.unique_for,
+        task.name,
+        options.queue if request.queue is None else validate_queue(request.queue),
+        options.priority if request.priority is None else validate_priority(request.priority),
+        encode_arguments(task.name, request.args, request.kwargs, max_payload_bytes),
+        request.args,
+        request.kwargs,
+        options.retry.max_attempts,
+        None if request.run_at is None else _validate_run_at(request.run_at, task.name),
+        0.0 if request.delay is None else _validate_delay(request.delay, task.name),
+        None if request.key is None else validate_key(request.key),
+        options.unique_for,
     )
 
 

@@ -95,6 +95,7 @@ class Task(Generic[P, R]):
         self.is_async = inspect.iscoroutinefunction(fn)
         self.context_parameter = find_context_parameter(fn)
         self._signature = _signature_without(fn, self.context_parameter)
+        self._positional_range = _plain_positional_range(self._signature)
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -152,6 +153,9 @@ class Task(Generic[P, R]):
 
     def check_arguments(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
         """Raise ArgumentsError unless the function accepts these arguments."""
+        fast = self._positional_range
+        if fast is not None and not kwargs and fast[0] <= len(args) <= fast[1]:
+            return  # the common case, without the cost of Signature.bind
         try:
             self._signature.bind(*args, **kwargs)
         except TypeError as error:
@@ -179,6 +183,16 @@ def _signature_without(fn: Callable[..., Any], parameter: str | None) -> inspect
     return signature.replace(
         parameters=[p for p in signature.parameters.values() if p.name != parameter]
     )
+
+
+def _plain_positional_range(signature: inspect.Signature) -> tuple[int, int] | None:
+    """(required, total) positional parameters when no other kind exists, else None."""
+    plain = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    parameters = list(signature.parameters.values())
+    if any(p.kind not in plain for p in parameters):
+        return None
+    required = sum(1 for p in parameters if p.default is inspect.Parameter.empty)
+    return required, len(parameters)
 
 
 class Registry:

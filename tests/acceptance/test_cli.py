@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -24,7 +25,7 @@ def run(url: str, *args: str, expect: int = 0) -> str:
 
 
 def test_migrate_then_inspect_and_act(backend_url: str) -> None:
-    assert "applied migrations 1, 2" in run(backend_url, "migrate")
+    assert "applied migrations 1, 2, 3" in run(backend_url, "migrate")
     assert "up to date" in run(backend_url, "migrate")
     app = due.App(backend_url)
 
@@ -79,3 +80,46 @@ def test_app_option_loads_module_attribute(
         cwd=tmp_path,
     )
     assert bad.returncode == 1 and "not a due.App" in bad.stderr
+
+
+def test_a_worker_refuses_an_unmigrated_database(tmp_path: Path, sqlite_url: str) -> None:
+    (tmp_path / "app_module.py").write_text(
+        f"import due\napp = due.App({sqlite_url!r})\n@app.task\ndef t() -> None: ...\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "due", "--app", "app_module:app", "worker"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "no due schema; run `due migrate`" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_worker_options_are_checked(tmp_path: Path, sqlite_url: str) -> None:
+    (tmp_path / "app_module.py").write_text(f"import due\napp = due.App({sqlite_url!r})\n")
+    for options, message in (
+        (["-q", "emails=many"], "must be a whole number"),
+        (["-q", "emails", "--lease", "1s"], "lease of 1s is too short"),
+        ([], "the app has no tasks"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "due", "--app", "app_module:app", "worker", *options],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+        )
+        assert done.returncode == 1 and message in done.stderr, done.stderr
+
+
+def test_workers_lists_registered_workers(backend_url: str) -> None:
+    run(backend_url, "migrate")
+    app = due.App(backend_url)
+    try:
+        app.store.register_worker("web-1:4242:ab", "web-1", 4242, {"emails": 16, "bulk": 2})
+    finally:
+        app.close()
+    listing = run(backend_url, "workers")
+    assert "web-1:4242:ab" in listing and "bulk=2, emails=16" in listing and "running" in listing

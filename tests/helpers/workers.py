@@ -65,13 +65,16 @@ class Workers:
         self.logs = logs
         self.started: list[WorkerProcess] = []
 
-    def start(self, *options: str, app: str = LEDGER_APP) -> WorkerProcess:
+    def start(
+        self, *options: str, app: str = LEDGER_APP, env: dict[str, str] | None = None
+    ) -> WorkerProcess:
         log_path = self.logs / f"worker-{len(self.started)}.log"
         environment = {
             **os.environ,
             "DUE_DATABASE_URL": self.url,
             "DUE_TEST_LEDGER": str(self.ledger),
             "PYTHONPATH": str(REPOSITORY),
+            **(env or {}),
         }
         with open(log_path, "wb") as log:
             process = subprocess.Popen(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -225,5 +226,34 @@ def test_shutdown_drains_releases_and_writes_every_ack(app: due.App) -> None:
         assert released.errors[-1].kind == "released"
         (info,) = app.store.list_workers()
         assert info.state == "stopped" and info.id == worker.settings.worker_id
+
+    run(scenario)
+
+
+def test_a_sync_handler_past_its_timeout_keeps_its_slot_until_it_returns(app: due.App) -> None:
+    release = threading.Event()
+
+    @app.task(name="stuck", timeout=0.05, retry=due.Retry(max_attempts=2, backoff=60))
+    def stuck() -> str:
+        release.wait(10)
+        return "too late"
+
+    async def scenario() -> None:
+        job = stuck.enqueue()
+        worker = make_worker(app, default=1)
+        producer = worker.producers["default"]
+        assert await producer.run_once() == 1
+        await asyncio.sleep(0.3)  # the timeout passes; the thread does not stop
+        await worker.completer.run_once()
+        timed_out = app.get(job.id)
+        assert timed_out.state == JobState.QUEUED and timed_out.errors[0].kind == "timeout"
+        assert producer.free_slots == 0 and worker.executor.threads_busy == 1
+        release.set()
+        for _ in range(100):
+            if producer.free_slots == 1:
+                break
+            await asyncio.sleep(0.02)
+        assert producer.free_slots == 1 and worker.executor.threads_busy == 0
+        assert app.get(job.id).result is None  # the late result is discarded
 
     run(scenario)

@@ -8,11 +8,13 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 import due
 from due import JobState
 from tests.apps import ledger_app
+from tests.conftest import POSTGRES_BASE_URL
 from tests.helpers.waiting import wait_until
 from tests.helpers.workers import Workers
 
@@ -180,3 +182,57 @@ def test_a_poison_job_is_failed_after_3_crashes_and_the_pool_survives(
     assert supervisor.process.poll() is None
     supervisor.process.send_signal(signal.SIGTERM)
     assert supervisor.wait_exit(timeout=30) == 0
+
+
+def test_a_delayed_job_starts_on_time_without_a_notification(
+    app: due.App, workers: Workers
+) -> None:
+    worker = workers.start()
+    workers.wait_ready(worker)
+    due_at = time.time() + 1.5
+    job = app.enqueue("work", delay=1.5)
+    line = wait_until(lambda: starts_of(workers, job.id), timeout=10, what="the delayed job")[0]
+    assert -0.05 < line.at - due_at < 0.5, f"started {line.at - due_at:+.3f}s from its due time"
+
+
+def test_the_worker_rides_out_lost_database_connections(postgres_url: str, tmp_path: Path) -> None:
+    """PostgreSQL only: SQLite has no server whose connections can be cut."""
+    app = due.App(postgres_url)
+    app.migrate()
+    for task in ledger_app.app.tasks:
+        app.tasks.add(due.Task(app, task.fn, task.name, task.options))
+    workers = Workers(postgres_url, tmp_path / "ledger.txt", tmp_path)
+    try:
+        # libpq names the worker's connections, so only they are cut
+        worker = workers.start("--lease", "3s", env={"PGAPPNAME": "due-test-worker"})
+        workers.wait_ready(worker)
+        first = app.enqueue("work")
+        wait_until(lambda: app.get(first.id).state == JobState.SUCCEEDED, what="the first job")
+        with psycopg.connect(POSTGRES_BASE_URL, autocommit=True) as admin:
+            cut = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = 'due-test-worker'"
+            ).fetchone()
+        assert cut and cut[0] >= 3, "the worker's connections (pool and LISTEN) should be cut"
+        second = app.enqueue("work")
+        wait_until(
+            lambda: app.get(second.id).state == JobState.SUCCEEDED,
+            timeout=30,
+            what="the worker to reconnect and run the next job",
+        )
+        assert worker.process.poll() is None
+        assert "store_error" in worker.log() or "wakeups_lost" in worker.log()
+    finally:
+        workers.stop_all()
+        app.close()
+
+
+def test_an_enqueue_during_an_outage_fails_with_a_clear_error(clock: due.FakeClock) -> None:
+    unreachable = due.App("postgresql://127.0.0.1:1/app", store_options={"connect_timeout": 0.5})
+
+    @unreachable.task(name="t")
+    def t() -> None: ...
+
+    with pytest.raises(due.StoreUnavailableError, match=r"app on 127\.0\.0\.1:1"):
+        t.enqueue()
+    unreachable.close()

@@ -110,3 +110,17 @@ def claimed_lease(claimed):  # type: ignore[no-untyped-def]
     from due.store.records import Lease
 
     return Lease(claimed.id, claimed.lease_token, 10)
+
+
+def test_next_due_is_the_earliest_across_every_priority(
+    app: due.App, work: due.Task, clock: FakeClock
+) -> None:
+    @app.task(name="other")
+    def other() -> None: ...
+
+    work.enqueue(delay="30m", priority=10)
+    work.enqueue(delay="20m", priority=-5)
+    work.enqueue(delay="40m", priority=0)
+    other.enqueue(delay="1m", priority=3)  # earlier, but not a task this worker knows
+    assert app.store.next_due("default", ["work"]) == START + timedelta(minutes=20)
+    assert app.store.next_due("default", ["other"]) == START + timedelta(minutes=1)

@@ -13,7 +13,7 @@ from due.job import AttemptError, Job, JobState
 from due.payload import decode_arguments
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per job on hot paths, and frozen is slow
 class NewJob:
     """A validated enqueue request, ready to insert."""
 
@@ -32,7 +32,7 @@ class NewJob:
     unique_for: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per job on hot paths, and frozen is slow
 class ClaimedJob:
     """A job leased to a worker: what the executor needs to run one attempt."""
 
@@ -50,7 +50,7 @@ class ClaimedJob:
     created_at: datetime
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per job on hot paths, and frozen is slow
 class Completion:
     """The end of one attempt, to be written fenced by (job_id, lease_token).
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from due.errors import StoreError
@@ -33,6 +33,8 @@ TimeParam = Callable[[datetime | None], Any]
 class Step:
     query: str
     params: dict[str, Any]
+    rows: list[tuple[Any, ...]] | None = None
+    """For a COPY step: the rows to stream."""
 
 
 Plan = Generator[Step, Rows, list[Job]]
@@ -48,10 +50,11 @@ def enqueue_steps(
     *,
     chunk: int = 0,
     time_param: TimeParam = _identity,
+    json_column: Callable[[str], Any] = str,
 ) -> Plan:
-    """Insert `jobs`; multi-row statements in chunks when `chunk` > 0."""
+    """Insert `jobs`; in chunks of multi-row statements (or COPY) when `chunk` > 0."""
     if chunk and len(jobs) > 1:
-        return (yield from _enqueue_bulk(jobs, now, chunk, time_param))
+        return (yield from _enqueue_bulk(jobs, now, chunk, time_param, json_column))
     created = []
     for job in jobs:
         created.append((yield from _enqueue_one(job, now, time_param)))
@@ -78,7 +81,8 @@ def _enqueue_one(job: NewJob, now: Any, time_param: TimeParam) -> Generator[Step
     for _ in range(MAX_KEY_ROUNDS):
         rows = yield Step("insert_job", params)
         if rows:
-            return new_job(job, rows[0])
+            row = rows[0]
+            return new_job(job, row["id"], row["run_at"], row["created_at"])
         holders = yield Step("lock_job_by_key", {"key": job.key, "now": now})
         if not holders:
             continue  # the holder released the key in between: insert again
@@ -90,17 +94,30 @@ def _enqueue_one(job: NewJob, now: Any, time_param: TimeParam) -> Generator[Step
 
 
 def _enqueue_bulk(
-    jobs: Sequence[NewJob], now: Any, chunk: int, time_param: TimeParam
+    jobs: Sequence[NewJob],
+    now: Any,
+    chunk: int,
+    time_param: TimeParam,
+    json_column: Callable[[str], Any],
 ) -> Generator[Step, Rows, list[Job]]:
     created: list[Job] = []
     for start in range(0, len(jobs), chunk):
         part = jobs[start : start + chunk]
-        ids = [row["id"] for row in (yield Step("reserve_ids", {"count": len(part)}))]
-        rows = yield Step("insert_jobs", _bulk_params(part, ids, now, time_param))
-        inserted = {row["id"]: row for row in rows}
-        for job_id, job in zip(ids, part, strict=True):
+        (reserved,) = yield Step("reserve_ids", {"count": len(part), "now": now})
+        database_now: datetime = reserved["now"]
+        ids: list[int] = reserved["ids"]
+        # Due times from the database's now (one instant for the whole transaction).
+        run_ats = [job.run_at or database_now + timedelta(seconds=job.delay) for job in part]
+        if any(job.key for job in part):
+            rows = yield Step("insert_jobs", _bulk_params(part, ids, run_ats, database_now))
+            inserted = {row["id"] for row in rows}
+        else:  # nothing to deduplicate: stream the rows
+            copied = _copy_rows(part, ids, run_ats, database_now, json_column)
+            yield Step("copy_jobs", {}, rows=copied)
+            inserted = set(ids)
+        for job_id, job, run_at in zip(ids, part, run_ats, strict=True):
             if job_id in inserted:
-                created.append(new_job(job, inserted[job_id]))
+                created.append(new_job(job, job_id, run_at, database_now))
             else:  # its key is held: settle it one by one
                 created.append((yield from _enqueue_one(job, now, time_param)))
     wake = earliest_by_queue((job.queue, job.run_at) for job in created if not job.deduplicated)
@@ -110,7 +127,7 @@ def _enqueue_bulk(
 
 
 def _bulk_params(
-    jobs: Sequence[NewJob], ids: list[int], now: Any, time_param: TimeParam
+    jobs: Sequence[NewJob], ids: list[int], run_ats: list[datetime], now: datetime
 ) -> dict[str, Any]:
     return {
         "ids": ids,
@@ -118,8 +135,7 @@ def _bulk_params(
         "queues": [job.queue for job in jobs],
         "priorities": [job.priority for job in jobs],
         "payloads": [job.payload for job in jobs],
-        "run_ats": [time_param(job.run_at) for job in jobs],
-        "delays": [job.delay for job in jobs],
+        "run_ats": run_ats,
         "max_attempts": [job.max_attempts for job in jobs],
         "keys": [job.key for job in jobs],
         "unique_fors": [job.unique_for for job in jobs],
@@ -127,20 +143,45 @@ def _bulk_params(
     }
 
 
-def new_job(job: NewJob, row: dict[str, Any]) -> Job:
-    """The handle of a job just inserted, from the request and the returned row."""
+def _copy_rows(
+    jobs: Sequence[NewJob],
+    ids: list[int],
+    run_ats: list[datetime],
+    now: datetime,
+    json_column: Callable[[str], Any],
+) -> list[tuple[Any, ...]]:
+    return [
+        (
+            job_id,
+            job.task,
+            job.queue,
+            job.priority,
+            json_column(job.payload),
+            run_at,
+            job.max_attempts,
+            None,
+            None,
+            job.unique_for,
+            now,
+        )
+        for job_id, job, run_at in zip(ids, jobs, run_ats, strict=True)
+    ]
+
+
+def new_job(job: NewJob, job_id: int, run_at: datetime, created_at: datetime) -> Job:
+    """The handle of a job just inserted, from the request and what the store set."""
     return Job(
-        id=row["id"],
+        id=job_id,
         task=job.task,
         queue=job.queue,
         priority=job.priority,
         state=JobState.QUEUED,
         args=job.args,
         kwargs=job.kwargs,
-        run_at=row["run_at"],
+        run_at=run_at,
         attempt=0,
         max_attempts=job.max_attempts,
-        created_at=row["created_at"],
+        created_at=created_at,
         key=job.key,
     )
 

@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 import psycopg_pool
 from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
 
 from due.clock import Clock
 from due.errors import (
@@ -55,6 +56,19 @@ MIGRATIONS = load_migrations("due.store.postgres")
 LATEST_VERSION = MIGRATIONS[-1].version
 NOTIFY_CHANNEL = "due_jobs"
 BULK_CHUNK = 5000
+COPY_TYPES = [
+    "int8",
+    "text",
+    "text",
+    "int4",
+    "jsonb",
+    "timestamptz",
+    "int4",
+    "text",
+    "text",
+    "float8",
+    "timestamptz",
+]  # the columns of copy_jobs, in order
 
 
 class PostgresStore:
@@ -145,7 +159,7 @@ class PostgresStore:
     def enqueue(self, jobs: Sequence[NewJob], connection: Any = None) -> list[Job]:
         if not jobs:
             return []
-        plan = steps.enqueue_steps(jobs, self._now(), chunk=BULK_CHUNK)
+        plan = steps.enqueue_steps(jobs, self._now(), chunk=BULK_CHUNK, json_column=_jsonb_text)
         if connection is not None:
             _require_sync_psycopg(connection)
             with translate_errors(self.url), connection.cursor(row_factory=dict_row) as cur:
@@ -161,15 +175,22 @@ class PostgresStore:
                 "aenqueue(connection=...) takes a psycopg.AsyncConnection for a PostgreSQL app, "
                 f"got {type(connection).__name__}"
             )
-        plan = steps.enqueue_steps(jobs, self._now(), chunk=BULK_CHUNK)
+        plan = steps.enqueue_steps(jobs, self._now(), chunk=BULK_CHUNK, json_column=_jsonb_text)
         async with (
             _atranslate_errors(self.url),
             connection.cursor(row_factory=dict_row) as cur,
         ):
             step = next(plan)
             while True:
-                await cur.execute(QUERIES[step.query], step.params)
-                rows = await cur.fetchall() if cur.description else []
+                if step.rows is not None:
+                    async with cur.copy(QUERIES[step.query]) as copy:
+                        copy.set_types(COPY_TYPES)
+                        for row in step.rows:
+                            await copy.write_row(row)
+                    rows = []
+                else:
+                    await cur.execute(QUERIES[step.query], step.params)
+                    rows = await cur.fetchall() if cur.description else []
                 try:
                     step = plan.send(_normalise_rows(rows))
                 except StopIteration as done:
@@ -393,12 +414,28 @@ class PostgresStore:
 def _run(cur: psycopg.Cursor[dict[str, Any]], plan: steps.Plan) -> list[Job]:
     step = next(plan)
     while True:
-        cur.execute(QUERIES[step.query], step.params)
-        rows = cur.fetchall() if cur.description else []
+        if step.rows is not None:
+            with cur.copy(QUERIES[step.query]) as copy:
+                copy.set_types(COPY_TYPES)
+                for row in step.rows:
+                    copy.write_row(row)
+            rows = []
+        else:
+            cur.execute(QUERIES[step.query], step.params)
+            rows = cur.fetchall() if cur.description else []
         try:
             step = plan.send(_normalise_rows(rows))
         except StopIteration as done:
             return list(done.value)
+
+
+def _jsonb_text(text: str) -> Jsonb:
+    """Already-encoded JSON, sent as jsonb without encoding it again."""
+    return Jsonb(text, dumps=_unchanged)
+
+
+def _unchanged(text: str) -> str:
+    return text
 
 
 def _configure_connection(conn: psycopg.Connection[Any]) -> None:

@@ -30,6 +30,17 @@ VALUES (:task, :queue, :priority, :payload, coalesce(:run_at, :now + :delay),
 ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id, run_at, created_at
 
+-- name: insert_jobs
+-- The bulk path for a batch without keys, run with executemany. Under BEGIN
+-- IMMEDIATE no other writer interleaves, so the batch's ids are consecutive
+-- and end at last_insert_rowid() (checked by count_id_range).
+INSERT INTO due_jobs (task, queue, priority, payload, run_at, max_attempts, unique_for,
+                      created_at)
+VALUES (:task, :queue, :priority, :payload, :run_at, :max_attempts, :unique_for, :now)
+
+-- name: count_id_range
+SELECT count(*) AS n FROM due_jobs WHERE id BETWEEN :first AND :last
+
 -- name: lock_job_by_key
 -- The job that holds a key, and whether it still deduplicates: it does while
 -- active, and for `unique_for` seconds after succeeding. (BEGIN IMMEDIATE
@@ -45,9 +56,8 @@ UPDATE due_jobs SET dedupe_key = NULL WHERE id = :id
 
 -- name: claim_jobs
 -- The lease length is per task (:leases, a JSON object) or the default.
--- INDEXED BY: walk the claim index in claim order and stop at :limit; the
--- planner would otherwise range-scan due_jobs_next_due and sort the whole
--- backlog on every claim.
+-- INDEXED BY: walk the claim index in claim order and stop at :limit; without
+-- statistics the planner may prefer another plan that sorts the backlog.
 UPDATE due_jobs
 SET state = 'running',
     attempt = attempt + 1,
@@ -166,10 +176,23 @@ WHERE id = :id AND lease_token = :token AND state = 'running'
 RETURNING id, state, queue, run_at
 
 -- name: next_due
--- When the next job of these tasks in this queue is due (the worker sleeps until then).
-SELECT min(run_at) AS run_at
-FROM due_jobs INDEXED BY due_jobs_next_due
-WHERE state = 'queued' AND queue = :queue AND task IN (SELECT value FROM json_each(:tasks))
+-- When the next job of these tasks in this queue is due (the worker sleeps
+-- until then). A skip scan of the claim index: for each priority level
+-- present, the earliest run_at; O(levels x log n), with no index of its own.
+WITH RECURSIVE levels(priority) AS (
+    SELECT max(priority) FROM due_jobs INDEXED BY due_jobs_claim
+    WHERE state = 'queued' AND queue = :queue
+    UNION ALL
+    SELECT (SELECT max(priority) FROM due_jobs INDEXED BY due_jobs_claim
+            WHERE state = 'queued' AND queue = :queue AND priority < levels.priority)
+    FROM levels
+    WHERE levels.priority IS NOT NULL
+)
+SELECT min((SELECT min(run_at) FROM due_jobs INDEXED BY due_jobs_claim
+            WHERE state = 'queued' AND queue = :queue AND priority = levels.priority
+              AND task IN (SELECT value FROM json_each(:tasks)))) AS run_at
+FROM levels
+WHERE priority IS NOT NULL
 
 -- name: fail_unknown_tasks
 -- Jobs that no worker of their queue has known for the whole grace period

@@ -181,6 +181,8 @@ class SQLiteStore:
     def enqueue(self, jobs: Sequence[NewJob], connection: Any = None) -> list[Job]:
         if not jobs:
             return []
+        if connection is None and not any(job.key for job in jobs):
+            return self._enqueue_batch(jobs)
         plan = steps.enqueue_steps(jobs, self._now(), time_param=_epoch)
         if connection is not None:
             if not isinstance(connection, sqlite3.Connection):
@@ -192,6 +194,39 @@ class SQLiteStore:
                 return _run(connection, plan)
         with self._write() as conn:
             return _run(conn, plan)
+
+    def _enqueue_batch(self, jobs: Sequence[NewJob]) -> list[Job]:
+        """Jobs without keys: nothing to deduplicate, one (executemany) insert."""
+        now = self._now()
+        run_ats = [job.run_at.timestamp() if job.run_at else now + job.delay for job in jobs]
+        rows = [
+            {
+                "task": job.task,
+                "queue": job.queue,
+                "priority": job.priority,
+                "payload": job.payload,
+                "run_at": run_at,
+                "max_attempts": job.max_attempts,
+                "unique_for": job.unique_for,
+                "now": now,
+            }
+            for job, run_at in zip(jobs, run_ats, strict=True)
+        ]
+        with self._write() as conn:
+            if len(rows) == 1:
+                first = int(conn.execute(QUERIES["insert_jobs"], rows[0]).lastrowid or 0)
+            else:
+                conn.executemany(QUERIES["insert_jobs"], rows)
+                last = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+                first = last - len(jobs) + 1
+                count = conn.execute(QUERIES["count_id_range"], {"first": first, "last": last})
+                if count.fetchone()["n"] != len(jobs):
+                    raise StoreError("batch ids were not consecutive; nothing was enqueued")
+        created_at = _datetime(now)
+        return [
+            steps.new_job(job, first + offset, _datetime(run_at), created_at)
+            for offset, (job, run_at) in enumerate(zip(jobs, run_ats, strict=True))
+        ]
 
     async def enqueue_async(self, jobs: Sequence[NewJob], connection: Any) -> list[Job]:
         raise ConfigurationError(

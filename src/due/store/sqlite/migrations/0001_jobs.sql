@@ -1,7 +1,10 @@
 -- The job table and the indexes its hot paths use.
 -- Times are REAL seconds since the Unix epoch (UTC).
 CREATE TABLE due_jobs (
-    id               INTEGER PRIMARY KEY AUTOINCREMENT,  -- ids are never reused
+    -- A plain rowid: new ids are max(id) + 1. The pruner never deletes the
+    -- newest job, so ids are never reused. (AUTOINCREMENT would also write
+    -- sqlite_sequence on every insert: a third page per enqueue commit.)
+    id               INTEGER PRIMARY KEY,
     task             TEXT    NOT NULL,
     queue            TEXT    NOT NULL,
     priority         INTEGER NOT NULL DEFAULT 0,

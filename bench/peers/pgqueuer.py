@@ -1,0 +1,135 @@
+"""pgqueuer (PostgreSQL, asyncpg + uvloop as in its README) adapter for the due benchmark.
+
+Run with bench/.venv-peers/bin/python bench/peers/pgqueuer.py <test> ...
+  enqueue single: `await Queries.enqueue(name, payload)` per job; bulk: `Queries.enqueue`
+  with lists, 1000 jobs per call.  Worker: `PgQueuer(AsyncpgDriver(conn)).run(...)` (what
+  `pgq run` runs).  Default here = the best no-op setting in
+  shared/peer-bench/postgres/RESULTS.md: batch_size=100, max_concurrent_tasks unlimited
+  (library defaults: 10, unlimited).  --concurrency C caps in-flight jobs:
+  max_concurrent_tasks=C with batch_size=C//2 (pgqueuer requires max >= 2 x batch).
+  Scheduled jobs: `execute_after=timedelta`.  Finished jobs are deleted from `pgqueuer`.
+  Rescue: the dequeue re-picks 'picked' jobs whose heartbeat is older than 30 s.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# This file is named like the library: put bench/ (for common) in place of peers/.
+sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+import asyncio  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
+from datetime import timedelta  # noqa: E402
+from importlib.metadata import version  # noqa: E402
+from typing import Any  # noqa: E402
+
+import asyncpg  # noqa: E402
+import uvloop  # noqa: E402
+from pgqueuer import PgQueuer  # noqa: E402
+from pgqueuer.db import AsyncpgDriver  # noqa: E402
+from pgqueuer.models import Job  # noqa: E402
+from pgqueuer.queries import Queries  # noqa: E402
+
+import common  # noqa: E402
+
+ENTRYPOINT = "bench_job"
+DEFAULT_BATCH = 100
+
+
+def run_options(concurrency: int | None) -> dict[str, int | None]:
+    if concurrency is None:
+        return {"batch_size": DEFAULT_BATCH, "max_concurrent_tasks": None}
+    return {"batch_size": max(1, concurrency // 2), "max_concurrent_tasks": concurrency}
+
+
+class PgQueuerAdapter(common.Adapter):
+    """pgqueuer on PostgreSQL."""
+
+    lib = "pgqueuer"
+    rescue_note = (
+        "automatic: dequeue re-picks jobs whose heartbeat is older than heartbeat_timeout "
+        "(default 30 s, heartbeat every 15 s)"
+    )
+
+    def version(self) -> str:
+        return version("pgqueuer")
+
+    def setting(self, concurrency: int | None) -> str:
+        opts = run_options(concurrency)
+        cap = opts["max_concurrent_tasks"] or "unlimited"
+        return f"batch_size={opts['batch_size']} max_concurrent_tasks={cap}"
+
+    # -- driver side
+    def create_db(self) -> None:
+        common.recreate_pg_db(self.db)
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(self._install())
+
+    async def _install(self) -> None:
+        conn = await asyncpg.connect(common.pg_url(self.db))
+        try:
+            await Queries(AsyncpgDriver(conn)).install()
+        finally:
+            await conn.close()
+
+    def open(self) -> None:
+        self.runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
+        self.conn = self.runner.run(asyncpg.connect(common.pg_url(self.db)))
+        self.queries = Queries(AsyncpgDriver(self.conn))
+
+    def close(self) -> None:
+        self.runner.run(self.conn.close())
+        self.runner.close()
+
+    def enqueue_many(self, jobs: Sequence[common.Job], mode: str) -> None:
+        self.runner.run(self._enqueue_many(jobs, mode))
+
+    async def _enqueue_many(self, jobs: Sequence[common.Job], mode: str) -> None:
+        if mode == "single":
+            for job in jobs:
+                await self.queries.enqueue(ENTRYPOINT, job.as_json().encode())
+            return
+        for i in range(0, len(jobs), common.CHUNK):
+            chunk = jobs[i : i + common.CHUNK]
+            payloads: list[bytes | None] = [j.as_json().encode() for j in chunk]
+            await self.queries.enqueue([ENTRYPOINT] * len(chunk), payloads, [0] * len(chunk))
+
+    def enqueue_one(self, job: common.Job, run_at: float | None = None) -> None:
+        after = None if run_at is None else timedelta(seconds=max(0.0, run_at - time.time()))
+        payload = job.as_json().encode()
+        self.runner.run(self.queries.enqueue(ENTRYPOINT, payload, execute_after=after))
+
+    def count_rows(self) -> int:
+        return int(common.pg_scalar(self.db, "SELECT count(*) FROM pgqueuer"))
+
+    def queue_state(self) -> dict[str, Any]:
+        sql = (
+            "SELECT coalesce(json_object_agg(status, n), '{}') FROM "
+            "(SELECT status::text, count(*) AS n FROM pgqueuer GROUP BY 1) AS s"
+        )
+        return {"pgqueuer": dict(common.pg_scalar(self.db, sql))}
+
+    # -- worker side
+    def run_worker(self, concurrency: int | None) -> None:
+        uvloop.run(self._worker(concurrency))
+
+    async def _worker(self, concurrency: int | None) -> None:
+        conn = await asyncpg.connect(common.pg_url(self.db))
+        pgq = PgQueuer(AsyncpgDriver(conn))
+
+        @pgq.entrypoint(ENTRYPOINT)
+        async def bench_job(job: Job) -> None:
+            data = common.Job.from_json(job.payload or b"")
+            await common.run_job_async(data.ref, data.t_ref, data.sleep_s)
+
+        opts = run_options(concurrency)
+        await pgq.run(
+            batch_size=opts["batch_size"] or 1, max_concurrent_tasks=opts["max_concurrent_tasks"]
+        )
+
+
+if __name__ == "__main__":
+    common.main(PgQueuerAdapter)
