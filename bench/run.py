@@ -71,8 +71,9 @@ class Sizes:
     rescue_wait: float
 
 
+# The shapes of the issues: 20,000 no-op jobs; 20,000 jobs of 10 ms at concurrency 50.
 FULL = Sizes(
-    single=5000, bulk=20000, drain=10000, sleep=2000, latency=200, scheduled=50, rescue_wait=120
+    single=5000, bulk=20000, drain=20000, sleep=20000, latency=200, scheduled=50, rescue_wait=120
 )
 QUICK = Sizes(
     single=500, bulk=2000, drain=1000, sleep=200, latency=40, scheduled=10, rescue_wait=40
@@ -103,7 +104,7 @@ def cases(sz: Sizes) -> list[Case]:
              skip=frozenset({"huey"})),
         Case("drain", "noop", ("--task", "noop", "--n", f"{sz.drain}", *drain), everyone, 330),
         Case("drain", "sleep10", ("--task", "sleep10", "--n", f"{sz.sleep}",
-             "--concurrency", "10", *drain), queues, 330),
+             "--concurrency", "50", *drain), queues, 330),
         Case("latency", "", ("--n", f"{sz.latency}", "--n-scheduled", f"{sz.scheduled}"),
              queues, 240),
         Case("rescue", "", ("--wait", f"{sz.rescue_wait:g}"), queues, sz.rescue_wait + 180,

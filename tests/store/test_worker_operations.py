@@ -33,7 +33,7 @@ def test_release_hands_a_job_back_without_counting_the_attempt(
     assert released.errors[-1].kind == "released" and released.errors[-1].error == "worker leaving"
     assert released.last_error is None  # a release is not an error
     (again,) = app.store.claim("default", 1, "staying", 10)
-    assert again.attempt == 1 and again.lease_token == claimed.lease_token + 1
+    assert again.attempt == 1 and again.lease_token > claimed.lease_token
 
 
 def test_release_is_fenced(app: due.App, work: due.Task, clock: FakeClock) -> None:

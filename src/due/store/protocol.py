@@ -32,6 +32,10 @@ its worker keeps dying while running it (out of memory, a segfault)."""
 
 class Store(Protocol):
     url: str
+    single_writer: bool
+    """True when the database serialises writers (SQLite): the worker then
+    folds its acknowledgements into its claims, one commit for both. With
+    concurrent writers (PostgreSQL) they run in parallel instead."""
 
     # --- schema ---------------------------------------------------------
     def migrate(self) -> list[int]:
@@ -61,6 +65,18 @@ class Store(Protocol):
         task_leases: Mapping[str, float] | None = None,
     ) -> list[ClaimedJob]:
         """Lease up to `limit` due jobs of `queue` (only `tasks` when given)."""
+
+    def complete_and_claim(
+        self,
+        completions: Sequence[Completion],
+        queue: str,
+        limit: int,
+        worker: str,
+        lease_seconds: float,
+        tasks: Sequence[str] | None = None,
+        task_leases: Mapping[str, float] | None = None,
+    ) -> tuple[set[int], list[ClaimedJob]]:
+        """`complete` then `claim`, in one transaction (one round trip, one commit)."""
 
     def heartbeat(self, leases: Sequence[Lease]) -> HeartbeatReply:
         """Extend the leases still held; report the lost ones."""

@@ -3,6 +3,8 @@
 A finished attempt's completion is buffered and written with the others that
 finish within `flush_interval` (one statement per batch), so a worker running
 thousands of short jobs a second spends one round trip per batch, not per job.
+On SQLite (one writer at a time), when a producer claims in the meantime, the
+batch rides along with the claim: one transaction, one fsync, for both.
 Until its completion is written the job keeps its lease (heartbeats go on).
 A write that finds the token stale (the lease was lost meanwhile) is recorded
 nowhere and logged. On a database outage the batch is kept and retried.
@@ -41,17 +43,29 @@ class Completer:
 
     async def run_once(self) -> int:
         """Write one batch of completions; returns how many were written."""
-        if not self.pending:
+        batch = self.take()
+        if not batch:
             return 0
-        batch, self.pending = self.pending[:MAX_BATCH], self.pending[MAX_BATCH:]
         try:
             applied = await self.worker.complete([completion for _, completion in batch])
         except BaseException:
-            self.pending[:0] = batch  # keep them, in order, for the retry
+            self.give_back(batch)
             raise
+        self.acknowledge(batch, applied)
+        return len(batch)
+
+    def take(self) -> list[tuple[RunningJob, Completion]]:
+        """The next batch to write (a claim may carry it, in one transaction)."""
+        batch, self.pending = self.pending[:MAX_BATCH], self.pending[MAX_BATCH:]
+        return batch
+
+    def give_back(self, batch: list[tuple[RunningJob, Completion]]) -> None:
+        """A batch whose write failed: kept, in order, for the retry."""
+        self.pending[:0] = batch
+
+    def acknowledge(self, batch: list[tuple[RunningJob, Completion]], applied: set[int]) -> None:
         for running, completion in batch:
             self._acknowledged(running, completion, running.job.id in applied)
-        return len(batch)
 
     async def flush(self) -> None:
         """Write everything pending (at shutdown)."""

@@ -34,6 +34,7 @@ from due.store.records import ClaimedJob, Completion
 from due.task import Registry, Task
 
 MAX_TRACEBACK_CHARACTERS = 20_000
+NULL_RESULT = "null"
 log = logging.getLogger("due.executor")
 
 
@@ -117,6 +118,8 @@ class Executor:
         )
 
     def _succeeded(self, task: Task[Any, Any], job: ClaimedJob, result: Any) -> Completion:
+        if result is None:
+            return Completion(job.id, job.lease_token, JobState.SUCCEEDED, result=NULL_RESULT)
         try:
             stored = encode_value(result, f"result of task {task.name!r}")
         except PayloadError as error:
@@ -175,6 +178,11 @@ _Outcome = _Returned | _Raised | _TimedOut
 
 
 async def _run_async(task: Task[Any, Any], job: ClaimedJob, kwargs: dict[str, Any]) -> _Outcome:
+    if task.options.timeout is None:  # the common case, without a timer per job
+        try:
+            return _Returned(await task.fn(*job.args, **kwargs))
+        except Exception as error:
+            return _Raised(error)
     try:
         async with asyncio.timeout(task.options.timeout) as deadline:
             return _Returned(await task.fn(*job.args, **kwargs))

@@ -57,7 +57,8 @@ class Heartbeater:
                 if running.job.id in reply.extended:
                     running.trusted_until = trusted_until(sent_at, running.lease_seconds)
                     renewed += 1
-                elif running.job.id in reply.lost:
+                elif running.job.id in reply.lost and not running.finished:
+                    # (A finished job's ack may have landed first: its writer reports it.)
                     lost += 1
                     self.worker.lease_lost(running, "the store no longer holds this lease")
         untrusted = self._expire_untrusted()

@@ -1,20 +1,32 @@
-"""The producer of one queue: claims due jobs in batches up to its free slots.
+"""The producer of one queue: claims due jobs in batches, starts them in its slots.
 
 Each queue has its own producer and its own concurrency inside the process,
-so a flood on `bulk` never takes a slot of `emails`. A producer claims as many
-jobs as it has free slots (one statement), then sleeps until a slot frees, a
-wake-up says its queue has work, or its next job comes due — computed from the
-store's next due time, so a delayed job starts on time without a
+so a flood on `bulk` never takes a slot of `emails`. A producer claims its
+free slots' worth of jobs in one statement, then sleeps until a slot frees, a
+wake-up says its queue has work, or its next job comes due — computed from
+the store's next due time, so a delayed job starts on time without a
 notification. A poll every `poll_interval` covers a lost wake-up.
+
+Lookahead: a slot that frees would otherwise stay idle for a whole claim
+round trip. So the producer also claims a few jobs ahead — as many as its
+slots finish during one claim, estimated from the measured job duration and
+claim latency, at most half its concurrency — and starts one the instant a
+slot frees. For long jobs that estimate is zero: no job ever waits behind a
+long one in this worker while another worker could run it. Jobs claimed
+ahead are leased and heartbeated like running ones, and released at once on
+shutdown.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+from collections import deque
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from due.logs import event
+from due.worker.running import RunningJob
 from due.worker.settings import MAX_CLAIM_BATCH
 
 if TYPE_CHECKING:
@@ -24,6 +36,8 @@ log = logging.getLogger("due.worker")
 RECHECK_SECONDS = 0.005
 """Pause before claiming again when a due job was not ours to take (another
 claimer held its row): it is committed within milliseconds."""
+SMOOTHING = 0.2
+"""Weight of a new sample in the moving averages of job and claim durations."""
 
 
 class QueueProducer:
@@ -32,14 +46,29 @@ class QueueProducer:
         self.queue = queue
         self.concurrency = concurrency
         self.active = 0
-        """Jobs whose handler is running (stragglers included)."""
+        """Jobs whose handler is running (stragglers past their timeout included)."""
+        self.ready: deque[RunningJob] = deque()
+        """Jobs claimed ahead, waiting for a slot."""
         self.next_due: datetime | None = None
         self.claim_requested = True
+        self.job_seconds: float | None = None
+        self.claim_seconds: float | None = None
         self._last_claim = float("-inf")
 
     @property
     def free_slots(self) -> int:
         return self.concurrency - self.active
+
+    @property
+    def lookahead(self) -> int:
+        """How many jobs to hold ready beyond the free slots."""
+        if self.job_seconds is None or self.claim_seconds is None:
+            return 0
+        finishing = self.concurrency * self.claim_seconds / max(self.job_seconds, 1e-4)
+        return min(self.concurrency // 2, math.floor(finishing + 0.5))
+
+    def wanted(self) -> int:
+        return self.free_slots + self.lookahead - len(self.ready)
 
     def request_claim(self) -> None:
         """Something may be due now: claim at the next turn."""
@@ -54,21 +83,43 @@ class QueueProducer:
             self.next_due = run_at
             self.worker.wake_producer(self)
 
-    def slot_freed(self) -> None:
+    def add(self, running: RunningJob) -> None:
+        """A job just claimed: run it now if a slot is free, else hold it ready."""
+        if self.active < self.concurrency and not self.worker.stopping:
+            self._launch(running)
+        else:
+            self.ready.append(running)
+
+    def slot_freed(self, job_seconds: float | None = None) -> None:
         self.active -= 1
+        if job_seconds is not None:
+            self.job_seconds = _smooth(self.job_seconds, job_seconds)
+        while self.ready and self.active < self.concurrency and not self.worker.stopping:
+            running = self.ready.popleft()
+            if not running.lost:
+                self._launch(running)
         self.request_claim()
 
+    def discard_ready(self, running: RunningJob) -> None:
+        if running in self.ready:
+            self.ready.remove(running)
+
+    def _launch(self, running: RunningJob) -> None:
+        self.active += 1
+        self.worker.launch(running, self)
+
     async def run_once(self) -> int:
-        """Claim up to the free slots when something may be due; returns how many."""
-        free = self.free_slots
-        if free <= 0 or self.worker.stopping or not self._worth_claiming():
+        """Claim what is wanted when something may be due; returns how many."""
+        wanted = self.wanted()
+        if wanted <= 0 or self.worker.stopping or not self._worth_claiming():
             return 0
         self.claim_requested = False
-        self._last_claim = self.worker.clock.monotonic()
-        jobs = await self.worker.claim(self.queue, min(free, MAX_CLAIM_BATCH))
+        sent_at = self._last_claim = self.worker.clock.monotonic()
+        jobs = await self.worker.claim(self.queue, min(wanted, MAX_CLAIM_BATCH))
+        self.claim_seconds = _smooth(self.claim_seconds, self.worker.clock.monotonic() - sent_at)
         for job in jobs:
-            self.worker.start(job, self, self._last_claim)
-        if len(jobs) < free:
+            self.worker.start(job, self, sent_at)
+        if len(jobs) < wanted:
             self.next_due = await self.worker.next_due(self.queue)
         else:
             self.next_due = None  # more may be waiting: claim again when a slot frees
@@ -91,7 +142,7 @@ class QueueProducer:
     def interval(self) -> float:
         """How long to sleep before the next turn (a wake-up cuts it short)."""
         poll = self.worker.settings.poll_interval
-        if self.free_slots <= 0:
+        if self.wanted() <= 0:
             return poll
         if self.claim_requested:
             return 0.0
@@ -99,3 +150,7 @@ class QueueProducer:
         if until_due <= 0:
             return RECHECK_SECONDS
         return min(until_due, poll)
+
+
+def _smooth(average: float | None, sample: float) -> float:
+    return sample if average is None else average + SMOOTHING * (sample - average)

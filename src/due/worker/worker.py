@@ -83,15 +83,34 @@ class Worker:
     # --- the store, from the loop --------------------------------------------
 
     async def claim(self, queue: str, limit: int) -> list[ClaimedJob]:
-        return await self.call(
-            self.store.claim,
-            queue,
-            limit,
-            self.settings.worker_id,
-            self.settings.lease,
-            self.task_names,
-            self.task_leases,
-        )
+        """Claim jobs; with a single-writer store, the pending acks ride along."""
+        if not self.store.single_writer:
+            return await self.call(
+                self.store.claim,
+                queue,
+                limit,
+                self.settings.worker_id,
+                self.settings.lease,
+                self.task_names,
+                self.task_leases,
+            )
+        acks = self.completer.take()
+        try:
+            applied, jobs = await self.call(
+                self.store.complete_and_claim,
+                [completion for _, completion in acks],
+                queue,
+                limit,
+                self.settings.worker_id,
+                self.settings.lease,
+                self.task_names,
+                self.task_leases,
+            )
+        except BaseException:
+            self.completer.give_back(acks)
+            raise
+        self.completer.acknowledge(acks, applied)
+        return jobs
 
     async def next_due(self, queue: str) -> datetime | None:
         return await self.call(self.store.next_due, queue, self.task_names)
@@ -116,11 +135,15 @@ class Worker:
         return list(self.running.values())
 
     def start(self, job: ClaimedJob, producer: QueueProducer, claimed_at: float) -> None:
+        """Hold a job just claimed; its producer runs it now or when a slot frees."""
         task = self.app.tasks.get(job.task)
         lease = task.options.lease or self.settings.lease
         running = RunningJob(job, task, producer.queue, lease, trusted_until(claimed_at, lease))
         self.running[job.id] = running
-        producer.active += 1
+        producer.add(running)
+
+    def launch(self, running: RunningJob, producer: QueueProducer) -> None:
+        job = running.job
         event(log, "job.started", logging.DEBUG, job=job.id, task=job.task, attempt=job.attempt)
         running.handle = asyncio.create_task(self._execute(running, producer))
 
@@ -136,7 +159,7 @@ class Worker:
             return
         running.finished = True
         if attempt.straggler is None:
-            self._handler_ended(running, producer)
+            self._handler_ended(running, producer, attempt.seconds)
         else:
             # A sync handler past its timeout keeps its thread: its slot stays taken.
             running.straggler = True
@@ -161,8 +184,10 @@ class Worker:
             return
         self.completer.add(running, attempt.completion)
 
-    def _handler_ended(self, running: RunningJob, producer: QueueProducer) -> None:
-        producer.slot_freed()
+    def _handler_ended(
+        self, running: RunningJob, producer: QueueProducer, seconds: float | None = None
+    ) -> None:
+        producer.slot_freed(seconds)
 
     def lease_lost(self, running: RunningJob, reason: str, level: int = logging.WARNING) -> None:
         """Stop a job at its next safe point and write nothing more for it."""
@@ -180,7 +205,9 @@ class Worker:
             attempt=job.attempt,
             reason=reason,
         )
-        if running.task.is_async and not running.finished and running.handle is not None:
+        if running.handle is None:
+            self.producers[running.queue].discard_ready(running)  # never started
+        elif running.task.is_async and not running.finished:
             running.handle.cancel()  # raises CancelledError at the handler's next await
 
     def forget(self, running: RunningJob) -> None:
@@ -293,6 +320,8 @@ class Worker:
     async def _drain_and_release(self) -> None:
         assert self._hard_stop is not None
         await self._set_state("stopping")
+        # Jobs claimed ahead have not started: another worker may take them now.
+        await self._release([r for r in self._unfinished() if r.handle is None])
         unfinished = self._unfinished()
         if unfinished:
             event(log, "worker.draining", jobs=len(unfinished), grace=self.settings.grace)

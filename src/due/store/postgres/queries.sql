@@ -112,18 +112,32 @@ RETURNING j.id, j.task, j.queue, j.priority, j.payload, j.attempt, j.max_attempt
           j.lease_token, j.lease_expires_at, j.run_at, j.created_at
 
 -- name: heartbeat
+-- Fencing: a job's lease_token changes whenever an attempt starts (claim) or
+-- ends (complete, rescue, release), so a token matches exactly one running
+-- attempt; no state test is needed (and none misleads the planner when the
+-- statistics say few jobs run).
+-- Batch statements (heartbeat, complete, rescue, release) first lock their
+-- rows in id order, whatever plan the join below gets: two batches about the
+-- same jobs (a heartbeat and an acknowledgement) can then never deadlock.
+WITH locked AS MATERIALIZED (  -- row locks taken in id order: batches never deadlock
+    SELECT id FROM due_jobs WHERE id = ANY(%(ids)b::bigint[]) ORDER BY id FOR NO KEY UPDATE
+)
 UPDATE due_jobs AS j
 SET lease_expires_at = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => h.lease)
 FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[], %(leases)b::float8[]) AS h(id, token, lease)
-WHERE j.id = ANY(%(ids)b::bigint[])  -- walk the primary key, not every running row
-  AND j.id = h.id AND j.lease_token = h.token AND j.state = 'running'
+WHERE j.id IN (SELECT id FROM locked)
+  AND j.id = h.id AND j.lease_token = h.token
 RETURNING j.id
 
 -- name: complete_jobs
 -- One statement for a batch of attempt endings; each row is fenced by its
 -- token, so a stale worker's write matches nothing.
+WITH locked AS MATERIALIZED (  -- row locks taken in id order: batches never deadlock
+    SELECT id FROM due_jobs WHERE id = ANY(%(ids)b::bigint[]) ORDER BY id FOR NO KEY UPDATE
+)
 UPDATE due_jobs AS j
 SET state = c.state,
+    lease_token = j.lease_token + 1,  -- the attempt is over: its token is stale now
     result = CASE WHEN c.state = 'succeeded' THEN c.result::jsonb ELSE j.result END,
     run_at = CASE WHEN c.state = 'queued'
                   THEN coalesce(%(now)s::timestamptz, now()) + make_interval(secs => c.retry_in)
@@ -141,9 +155,12 @@ SET state = c.state,
 FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[], %(states)b::text[], %(results)b::text[],
             %(errors)b::text[], %(retry_ins)b::float8[])
      AS c(id, token, state, result, error, retry_in)
-WHERE j.id = ANY(%(ids)b::bigint[])
-  AND j.id = c.id AND j.lease_token = c.token AND j.state = 'running'
-RETURNING j.id, j.state, j.queue, j.run_at
+WHERE j.id IN (SELECT id FROM locked)
+  AND j.id = c.id AND j.lease_token = c.token
+RETURNING j.id, j.state,
+          CASE WHEN j.state = 'queued' THEN  -- wake workers for the job due again
+              pg_notify('due_jobs', j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text
+          END AS notified
 
 -- name: select_expired
 -- Running jobs whose worker stopped renewing the lease. The task is never
@@ -151,14 +168,18 @@ RETURNING j.id, j.state, j.queue, j.run_at
 SELECT id, attempt, max_attempts, lost_leases, worker
 FROM due_jobs
 WHERE state = 'running' AND lease_expires_at < coalesce(%(now)s::timestamptz, now())
-ORDER BY lease_expires_at
+ORDER BY id
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 
 -- name: rescue_jobs
 -- Back to the queue, due now; or failed for good when the verdict gives up.
+WITH locked AS MATERIALIZED (  -- row locks taken in id order: batches never deadlock
+    SELECT id FROM due_jobs WHERE id = ANY(%(ids)b::bigint[]) ORDER BY id FOR NO KEY UPDATE
+)
 UPDATE due_jobs AS j
 SET state = CASE WHEN r.gives_up THEN 'failed' ELSE 'queued' END,
+    lease_token = j.lease_token + 1,
     run_at = CASE WHEN r.gives_up THEN j.run_at ELSE coalesce(%(now)s::timestamptz, now()) END,
     finished_at = CASE WHEN r.gives_up THEN coalesce(%(now)s::timestamptz, now()) END,
     lease_expires_at = NULL,
@@ -168,8 +189,11 @@ SET state = CASE WHEN r.gives_up THEN 'failed' ELSE 'queued' END,
     dedupe_key = CASE WHEN r.gives_up THEN NULL ELSE j.dedupe_key END
 FROM unnest(%(ids)b::bigint[], %(gives_up)b::boolean[], %(errors)b::text[])
      AS r(id, gives_up, error)
-WHERE j.id = ANY(%(ids)b::bigint[]) AND j.id = r.id AND j.state = 'running'
-RETURNING j.id, j.state, j.queue, j.run_at
+WHERE j.id IN (SELECT id FROM locked) AND j.id = r.id AND j.state = 'running'
+RETURNING j.id, j.state,
+          CASE WHEN j.state = 'queued' THEN  -- wake workers for the job due again
+              pg_notify('due_jobs', j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text
+          END AS notified
 
 -- name: get_job
 SELECT * FROM due_jobs WHERE id = %(id)s
@@ -212,8 +236,12 @@ ORDER BY queue
 -- name: release_jobs
 -- A stopping worker hands back jobs it will not finish: due again at once,
 -- and the interrupted attempt is not counted against the job.
+WITH locked AS MATERIALIZED (  -- row locks taken in id order: batches never deadlock
+    SELECT id FROM due_jobs WHERE id = ANY(%(ids)b::bigint[]) ORDER BY id FOR NO KEY UPDATE
+)
 UPDATE due_jobs AS j
 SET state = 'queued',
+    lease_token = j.lease_token + 1,
     run_at = coalesce(%(now)s::timestamptz, now()),
     attempt = j.attempt - 1,
     lease_expires_at = NULL,
@@ -221,9 +249,12 @@ SET state = 'queued',
         'attempt', j.attempt, 'kind', 'released', 'error', %(reason)s::text, 'traceback', NULL,
         'at', coalesce(%(now)s::timestamptz, now())))
 FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[]) AS r(id, token)
-WHERE j.id = ANY(%(ids)b::bigint[])
-  AND j.id = r.id AND j.lease_token = r.token AND j.state = 'running'
-RETURNING j.id, j.state, j.queue, j.run_at
+WHERE j.id IN (SELECT id FROM locked)
+  AND j.id = r.id AND j.lease_token = r.token
+RETURNING j.id, j.state,
+          CASE WHEN j.state = 'queued' THEN  -- wake workers for the job due again
+              pg_notify('due_jobs', j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text
+          END AS notified
 
 -- name: next_due
 -- When the next job of these tasks in this queue is due (the worker sleeps

@@ -72,6 +72,8 @@ COPY_TYPES = [
 
 
 class PostgresStore:
+    single_writer = False
+
     def __init__(
         self,
         url: str,
@@ -207,21 +209,27 @@ class PostgresStore:
         tasks: Sequence[str] | None = None,
         task_leases: Mapping[str, float] | None = None,
     ) -> list[ClaimedJob]:
-        rows = self._all(
-            "claim_jobs",
-            {
-                "queue": queue,
-                "limit": limit,
-                "worker": worker,
-                "lease": float(lease_seconds),
-                "leases": json.dumps(dict(task_leases or {})),
-                "tasks": list(tasks) if tasks is not None else None,
-                "now": self._now(),
-            },
-        )
-        claimed = [claimed_job_from_row(_normalise(row)) for row in rows]
-        claimed.sort(key=lambda job: (-job.priority, job.run_at, job.id))
-        return claimed
+        params = self._claim_params(queue, limit, worker, lease_seconds, tasks, task_leases)
+        return _claimed(self._all("claim_jobs", params))
+
+    def _claim_params(
+        self,
+        queue: str,
+        limit: int,
+        worker: str,
+        lease_seconds: float,
+        tasks: Sequence[str] | None,
+        task_leases: Mapping[str, float] | None,
+    ) -> dict[str, Any]:
+        return {
+            "queue": queue,
+            "limit": limit,
+            "worker": worker,
+            "lease": float(lease_seconds),
+            "leases": json.dumps(dict(task_leases or {})),
+            "tasks": list(tasks) if tasks is not None else None,
+            "now": self._now(),
+        }
 
     def heartbeat(self, leases: Sequence[Lease]) -> HeartbeatReply:
         if not leases:
@@ -242,7 +250,11 @@ class PostgresStore:
     def complete(self, completions: Sequence[Completion]) -> set[int]:
         if not completions:
             return set()
-        params = {
+        rows = self._all("complete_jobs", self._completion_params(completions))
+        return {row["id"] for row in rows}
+
+    def _completion_params(self, completions: Sequence[Completion]) -> dict[str, Any]:
+        return {
             "ids": [c.job_id for c in completions],
             "tokens": [c.lease_token for c in completions],
             "states": [c.state.value for c in completions],
@@ -251,11 +263,30 @@ class PostgresStore:
             "retry_ins": [c.retry_in for c in completions],
             "now": self._now(),
         }
-        with self._cursor(transaction=True) as cur:
-            cur.execute(QUERIES["complete_jobs"], params)
-            rows = cur.fetchall()
-            _notify_requeued(cur, rows)
-        return {row["id"] for row in rows}
+
+    def complete_and_claim(
+        self,
+        completions: Sequence[Completion],
+        queue: str,
+        limit: int,
+        worker: str,
+        lease_seconds: float,
+        tasks: Sequence[str] | None = None,
+        task_leases: Mapping[str, float] | None = None,
+    ) -> tuple[set[int], list[ClaimedJob]]:
+        if not completions:
+            return set(), self.claim(queue, limit, worker, lease_seconds, tasks, task_leases)
+        claim = self._claim_params(queue, limit, worker, lease_seconds, tasks, task_leases)
+        # One round trip and one commit for both: the statements are pipelined.
+        with translate_errors(self.url), self._pool.connection() as conn:
+            with conn.pipeline(), conn.transaction():
+                acks = conn.cursor(row_factory=dict_row)
+                acks.execute(QUERIES["complete_jobs"], self._completion_params(completions))
+                claims = conn.cursor(row_factory=dict_row)
+                claims.execute(QUERIES["claim_jobs"], claim)
+            applied = {row["id"] for row in acks.fetchall()}
+            rows = claims.fetchall()
+        return applied, _claimed(rows)
 
     def rescue(
         self, limit: int = 1000, max_lost_leases: int = DEFAULT_MAX_LOST_LEASES
@@ -294,7 +325,6 @@ class PostgresStore:
                 },
             )
             rows = cur.fetchall()
-            _notify_requeued(cur, rows)
         return RescueResult(
             requeued=tuple(row["id"] for row in rows if row["state"] == JobState.QUEUED),
             failed=tuple(row["id"] for row in rows if row["state"] == JobState.FAILED),
@@ -309,11 +339,7 @@ class PostgresStore:
             "reason": reason,
             "now": self._now(),
         }
-        with self._cursor(transaction=True) as cur:
-            cur.execute(QUERIES["release_jobs"], params)
-            rows = cur.fetchall()
-            _notify_requeued(cur, rows)
-        return {row["id"] for row in rows}
+        return {row["id"] for row in self._all("release_jobs", params)}
 
     def next_due(self, queue: str, tasks: Sequence[str]) -> datetime | None:
         rows = self._all("next_due", {"queue": queue, "tasks": list(tasks)})
@@ -438,18 +464,15 @@ def _unchanged(text: str) -> str:
     return text
 
 
+def _claimed(rows: list[dict[str, Any]]) -> list[ClaimedJob]:
+    # Times stay as the connection returns them (aware, UTC): these never leave the worker.
+    claimed = [claimed_job_from_row(row) for row in rows]
+    claimed.sort(key=lambda job: (-job.priority, job.run_at, job.id))
+    return claimed
+
+
 def _configure_connection(conn: psycopg.Connection[Any]) -> None:
     conn.execute("SET TIME ZONE 'UTC'")
-
-
-def _notify_requeued(cur: psycopg.Cursor[dict[str, Any]], rows: list[dict[str, Any]]) -> None:
-    wake = steps.earliest_by_queue(
-        (row["queue"], row["run_at"]) for row in rows if row["state"] == JobState.QUEUED
-    )
-    if wake:
-        cur.execute(
-            QUERIES["notify_queues"], {"queues": list(wake), "run_ats": list(wake.values())}
-        )
 
 
 def _fetch_now(cur: psycopg.Cursor[dict[str, Any]]) -> datetime:

@@ -89,6 +89,7 @@ RETURNING id
 -- Fenced by the token: a stale worker's write matches nothing.
 UPDATE due_jobs
 SET state = :state,
+    lease_token = lease_token + 1,  -- the attempt is over: its token is stale now
     result = CASE WHEN :state = 'succeeded' THEN :result ELSE result END,
     run_at = CASE WHEN :state = 'queued' THEN :now + :retry_in ELSE run_at END,
     finished_at = CASE WHEN :state IN ('succeeded', 'failed', 'cancelled') THEN :now END,
@@ -116,6 +117,7 @@ LIMIT :limit
 -- Back to the queue, due now; or failed for good when the verdict gives up.
 UPDATE due_jobs
 SET state = CASE WHEN :gives_up THEN 'failed' ELSE 'queued' END,
+    lease_token = lease_token + 1,
     run_at = CASE WHEN :gives_up THEN run_at ELSE :now END,
     finished_at = CASE WHEN :gives_up THEN :now END,
     lease_expires_at = NULL,
@@ -166,6 +168,7 @@ ORDER BY queue
 -- and the interrupted attempt is not counted against the job.
 UPDATE due_jobs
 SET state = 'queued',
+    lease_token = lease_token + 1,
     run_at = :now,
     attempt = attempt - 1,
     lease_expires_at = NULL,

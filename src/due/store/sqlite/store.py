@@ -82,6 +82,8 @@ def path_from_url(url: str) -> str:
 
 
 class SQLiteStore:
+    single_writer = True
+
     def __init__(
         self, url: str, clock: Clock, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT
     ) -> None:
@@ -245,7 +247,21 @@ class SQLiteStore:
         tasks: Sequence[str] | None = None,
         task_leases: Mapping[str, float] | None = None,
     ) -> list[ClaimedJob]:
-        params = {
+        params = self._claim_params(queue, limit, worker, lease_seconds, tasks, task_leases)
+        with self._write() as conn:
+            rows = conn.execute(QUERIES["claim_jobs"], params).fetchall()
+        return _claimed(rows)
+
+    def _claim_params(
+        self,
+        queue: str,
+        limit: int,
+        worker: str,
+        lease_seconds: float,
+        tasks: Sequence[str] | None,
+        task_leases: Mapping[str, float] | None,
+    ) -> dict[str, Any]:
+        return {
             "queue": queue,
             "limit": limit,
             "worker": worker,
@@ -254,11 +270,23 @@ class SQLiteStore:
             "tasks": json.dumps(list(tasks)) if tasks is not None else None,
             "now": self._now(),
         }
+
+    def complete_and_claim(
+        self,
+        completions: Sequence[Completion],
+        queue: str,
+        limit: int,
+        worker: str,
+        lease_seconds: float,
+        tasks: Sequence[str] | None = None,
+        task_leases: Mapping[str, float] | None = None,
+    ) -> tuple[set[int], list[ClaimedJob]]:
+        """Both in one write transaction: one commit (one fsync) instead of two."""
+        params = self._claim_params(queue, limit, worker, lease_seconds, tasks, task_leases)
         with self._write() as conn:
+            applied = self._complete_in(conn, completions, params["now"])
             rows = conn.execute(QUERIES["claim_jobs"], params).fetchall()
-        claimed = [claimed_job_from_row(_python_row(dict(row))) for row in rows]
-        claimed.sort(key=lambda job: (-job.priority, job.run_at, job.id))
-        return claimed
+        return applied, _claimed(rows)
 
     def heartbeat(self, leases: Sequence[Lease]) -> HeartbeatReply:
         if not leases:
@@ -281,21 +309,25 @@ class SQLiteStore:
     def complete(self, completions: Sequence[Completion]) -> set[int]:
         if not completions:
             return set()
-        now = self._now()
-        applied = set()
         with self._write() as conn:
-            for completion in completions:
-                params = {
-                    "id": completion.job_id,
-                    "token": completion.lease_token,
-                    "state": completion.state.value,
-                    "result": completion.result,
-                    "error": completion.error_json(),
-                    "retry_in": completion.retry_in,
-                    "now": now,
-                }
-                if conn.execute(QUERIES["complete_jobs"], params).fetchone():
-                    applied.add(completion.job_id)
+            return self._complete_in(conn, completions, self._now())
+
+    def _complete_in(
+        self, conn: sqlite3.Connection, completions: Sequence[Completion], now: float
+    ) -> set[int]:
+        applied = set()
+        for completion in completions:
+            params = {
+                "id": completion.job_id,
+                "token": completion.lease_token,
+                "state": completion.state.value,
+                "result": completion.result,
+                "error": completion.error_json(),
+                "retry_in": completion.retry_in,
+                "now": now,
+            }
+            if conn.execute(QUERIES["complete_jobs"], params).fetchone():
+                applied.add(completion.job_id)
         return applied
 
     def rescue(
@@ -480,6 +512,12 @@ def _statements(script: str) -> list[str]:
     ):
         raise RuntimeError(f"migration ends with an incomplete statement: {pending[:80]!r}")
     return statements
+
+
+def _claimed(rows: list[sqlite3.Row]) -> list[ClaimedJob]:
+    claimed = [claimed_job_from_row(_python_row(dict(row))) for row in rows]
+    claimed.sort(key=lambda job: (-job.priority, job.run_at, job.id))
+    return claimed
 
 
 def _epoch(value: datetime | None) -> float | None:
