@@ -298,3 +298,27 @@ def test_lookahead_follows_job_duration_and_is_released_first_at_shutdown(app: d
         assert len({job.id for job in jobs} - set(started) - set(ahead)) == 4  # never claimed
 
     run(scenario)
+
+
+def test_a_second_stop_request_releases_at_once(app: due.App) -> None:
+    started = asyncio.Event()
+
+    @app.task(name="endless")
+    async def endless() -> None:
+        started.set()
+        await asyncio.sleep(3600)
+
+    async def scenario() -> None:
+        job = endless.enqueue()
+        worker = Worker(app, WorkerSettings.build({"default": 1}, grace="1h"))
+        running = asyncio.create_task(worker.run())
+        await asyncio.wait_for(started.wait(), 10)
+        worker.request_stop()
+        await asyncio.sleep(0.2)
+        assert not running.done()  # draining, within its hour of grace
+        worker.request_stop()
+        await asyncio.wait_for(running, 5)
+        released = app.get(job.id)
+        assert released.state == JobState.QUEUED and released.errors[-1].kind == "released"
+
+    run(scenario)
