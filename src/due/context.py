@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 
 
 class Context:
@@ -15,7 +16,10 @@ class Context:
             ctx.logger.info("attempt %s of job %s", ctx.attempt, ctx.job_id)
     """
 
-    __slots__ = ("attempt", "job_id", "lease_token", "logger", "max_attempts", "queue", "task")
+    __slots__ = (
+        "attempt", "job_id", "lease_token", "logger", "max_attempts", "queue", "scheduled_for",
+        "task",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -26,6 +30,7 @@ class Context:
         attempt: int,
         max_attempts: int,
         lease_token: int,
+        scheduled_for: datetime | None = None,
         logger: logging.Logger | None = None,
     ) -> None:
         self.job_id = job_id
@@ -34,6 +39,8 @@ class Context:
         self.attempt = attempt
         self.max_attempts = max_attempts
         self.lease_token = lease_token
+        self.scheduled_for = scheduled_for
+        """For a run of a schedule: the time it runs for (key its work on this)."""
         self.logger = logger or logging.getLogger(f"due.job.{task}")
 
     @property

@@ -7,6 +7,7 @@
     │   ├── ArgumentsError         arguments do not fit the task's signature
     │   └── PayloadError           not JSON-serialisable, or over the size limit
     ├── JobNotFoundError           no job with that id
+    ├── ScheduleNotFoundError      no schedule with that name
     ├── InvalidStateError          the job's state does not allow that action
     ├── SchemaError                the database schema is not the one we know
     │   ├── NotMigratedError       no schema yet: run `due migrate`
@@ -49,6 +50,10 @@ class PayloadError(InvalidJobError):
 
 class JobNotFoundError(DueError, LookupError):
     """No job exists with the given id."""
+
+
+class ScheduleNotFoundError(DueError, LookupError):
+    """No schedule exists with the given name."""
 
 
 class InvalidStateError(DueError):

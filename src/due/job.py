@@ -115,6 +115,11 @@ class Job:
     result: Any = None
     deduplicated: bool = False
     """True when enqueue found a job with the same key and returned it instead."""
+    schedule: str | None = None
+    """The schedule that started this job, if any..."""
+    scheduled_for: datetime | None = None
+    """...and the scheduled time it runs for."""
+    cancel_requested: bool = False
 
     @property
     def is_final(self) -> bool:

@@ -8,10 +8,10 @@ import psycopg
 import pytest
 
 import due
-from due.store.postgres.store import LATEST_VERSION
-from due.store.postgres.store import QUERIES as POSTGRES_QUERIES
-from due.store.sqlite.store import QUERIES as SQLITE_QUERIES
-from due.store.sqlite.store import path_from_url
+from due.store.postgres.base import LATEST_VERSION
+from due.store.postgres.base import QUERIES as POSTGRES_QUERIES
+from due.store.sqlite.base import QUERIES as SQLITE_QUERIES
+from due.store.sqlite.base import path_from_url
 
 
 def test_an_unmigrated_database_is_refused_with_the_fix(backend_url: str) -> None:

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 import due
-from due.store.sqlite.store import path_from_url
+from due.store.sqlite.base import path_from_url
 
 
 class Abort(Exception):

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from due.job import Job
+from due.scheduler.definition import Schedule, ScheduleOverview, ScheduleRun, StoredSchedule
 from due.store.records import (
     ClaimedJob,
     Completion,
@@ -24,6 +25,7 @@ from due.store.records import (
     RescueResult,
     WorkerInfo,
 )
+from due.store.schedules import Decide, LeaseFence, Materialised, SyncReport
 
 DEFAULT_MAX_LOST_LEASES = 3
 """A job that lost its lease this many times in a row is failed, not retried:
@@ -100,6 +102,54 @@ class Store(Protocol):
     ) -> list[int]:
         """Fail queued jobs of tasks outside `tasks` that stayed due past the grace."""
 
+    # --- schedules (see due.scheduler) ----------------------------------------
+
+    def sync_schedules(self, schedules: Sequence[Schedule]) -> SyncReport:
+        """Add, change, and disable code-defined schedules to match `schedules`."""
+
+    def add_schedule(self, schedule: Schedule) -> None:
+        """Store a schedule defined at run time (ConfigurationError if the name exists)."""
+
+    def remove_schedule(self, name: str) -> bool:
+        """Delete a schedule (its run history stays); False when there was none."""
+
+    def pause_schedule(self, name: str, paused: bool) -> bool:
+        """Pause or resume; False when there is no such schedule."""
+
+    def list_schedules(self) -> list[StoredSchedule]: ...
+
+    def schedule_overview(self) -> list[ScheduleOverview]: ...
+
+    def schedule_runs(self, name: str, limit: int = 50) -> list[ScheduleRun]: ...
+
+    def due_schedule_names(self) -> list[str]:
+        """Enabled schedules whose next fire time has come."""
+
+    def next_schedule_fire(self) -> datetime | None:
+        """The earliest next fire time of any enabled schedule."""
+
+    def materialize(
+        self, name: str, decide: Decide, fence: LeaseFence | None = None
+    ) -> Materialised | None:
+        """Record and start a schedule's due runs, in one transaction; None if not ours."""
+
+    def schedules_with_pending_runs(self) -> list[str]: ...
+
+    def start_pending_run(self, name: str, fence: LeaseFence | None = None) -> int | None:
+        """Start the oldest run waiting for its previous one, if that one has ended."""
+
+    def trigger_schedule(self, name: str) -> int:
+        """Start a run now (by hand); returns its job id."""
+
+    # --- leases -------------------------------------------------------------
+
+    def acquire_lease(self, name: str, holder: str, ttl: float) -> int | None:
+        """Take or renew the lease `name`; its token (the term), or None if held by another."""
+
+    def renew_lease(self, name: str, holder: str, token: int, ttl: float) -> bool: ...
+
+    def release_lease(self, name: str, holder: str, token: int) -> None: ...
+
     # --- worker registry ----------------------------------------------------
 
     def register_worker(self, worker: str, host: str, pid: int, queues: Mapping[str, int]) -> None:
@@ -132,6 +182,10 @@ class Store(Protocol):
 
     def due_queues(self) -> list[str]:
         """Names of the queues that hold jobs due now."""
+
+    def prune(self, retention_seconds: float, limit: int = 10_000) -> tuple[int, int]:
+        """Delete finished jobs and schedule runs older than the retention (never the
+        newest job); returns (jobs, runs) deleted."""
 
     def now(self) -> datetime:
         """The current instant on the store's clock."""

@@ -48,6 +48,7 @@ class ClaimedJob:
     lease_expires_at: datetime
     run_at: datetime
     created_at: datetime
+    scheduled_for: datetime | None = None
 
 
 @dataclass(slots=True)  # not frozen: built per job on hot paths, and frozen is slow
@@ -147,6 +148,9 @@ def job_from_row(row: Mapping[str, Any], *, deduplicated: bool = False) -> Job:
         errors=tuple(AttemptError.from_dict(item) for item in row["errors"] or ()),
         result=row["result"],
         deduplicated=deduplicated,
+        schedule=row.get("schedule"),
+        scheduled_for=row.get("scheduled_for"),
+        cancel_requested=bool(row.get("cancel_requested")),
     )
 
 
@@ -166,6 +170,7 @@ def claimed_job_from_row(row: Mapping[str, Any]) -> ClaimedJob:
         lease_expires_at=row["lease_expires_at"],
         run_at=row["run_at"],
         created_at=row["created_at"],
+        scheduled_for=row.get("scheduled_for"),
     )
 
 

@@ -115,6 +115,7 @@ class Executor:
             attempt=job.attempt,
             max_attempts=job.max_attempts,
             lease_token=job.lease_token,
+            scheduled_for=job.scheduled_for,
         )
 
     def _succeeded(self, task: Task[Any, Any], job: ClaimedJob, result: Any) -> Completion:

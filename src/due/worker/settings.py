@@ -17,6 +17,7 @@ DEFAULT_CONCURRENCY = 10
 DEFAULT_LEASE_SECONDS = 10.0
 DEFAULT_GRACE_SECONDS = 30.0
 DEFAULT_UNKNOWN_TASK_GRACE_SECONDS = 3600.0
+DEFAULT_RETENTION_SECONDS = 14 * 86400.0
 MAX_CLAIM_BATCH = 1000
 
 
@@ -40,6 +41,13 @@ class WorkerSettings:
     """How long an acknowledgement may wait to share a batch."""
     db_threads: int = 4
     worker_id: str = field(default_factory=default_worker_id)
+    scheduler: bool = True
+    """Run the scheduler in this process (it acts only while it holds the leader lease)."""
+    leader_url: str | None = None
+    """Where the leader lease lives: None for the database, or redis://..."""
+    leader_ttl: float = 10.0
+    retention: float = DEFAULT_RETENTION_SECONDS
+    """The leader prunes finished jobs and schedule history older than this."""
 
     @classmethod
     def build(
@@ -50,9 +58,11 @@ class WorkerSettings:
         grace: DurationLike = DEFAULT_GRACE_SECONDS,
         unknown_task_grace: DurationLike = DEFAULT_UNKNOWN_TASK_GRACE_SECONDS,
         max_lost_leases: int = DEFAULT_MAX_LOST_LEASES,
+        retention: DurationLike = DEFAULT_RETENTION_SECONDS,
+        leader_ttl: DurationLike = 10.0,
         **options: object,
     ) -> WorkerSettings:
-        if not queues:
+        if not queues and not options.get("scheduler", True):
             raise ConfigurationError("a worker needs at least one queue to serve")
         for name, concurrency in queues.items():
             try:
@@ -80,12 +90,14 @@ class WorkerSettings:
             grace=grace_seconds,
             unknown_task_grace=to_seconds(unknown_task_grace, what="unknown task grace"),
             max_lost_leases=max_lost_leases,
+            retention=to_seconds(retention, what="retention"),
+            leader_ttl=_leader_ttl(leader_ttl),
             **options,  # type: ignore[arg-type]
         )
 
     @property
     def total_concurrency(self) -> int:
-        return sum(self.queues.values())
+        return max(1, sum(self.queues.values()))
 
     @property
     def heartbeat_interval(self) -> float:
@@ -95,3 +107,12 @@ class WorkerSettings:
     def gone_after(self) -> float:
         """A worker silent this long is marked gone."""
         return max(3 * self.lease, 10.0)
+
+
+def _leader_ttl(value: DurationLike) -> float:
+    seconds = to_seconds(value, what="leader lease ttl")
+    if seconds < MIN_LEASE_SECONDS:
+        raise ConfigurationError(
+            f"leader lease of {seconds:g}s is too short; the minimum is {MIN_LEASE_SECONDS:g}s"
+        )
+    return seconds

@@ -37,7 +37,10 @@ from due.app import App
 from due.clock import Clock
 from due.errors import StoreError, StoreUnavailableError
 from due.logs import event
+from due.maintenance.pruner import Pruner
 from due.maintenance.rescuer import Rescuer
+from due.scheduler.leader import DatabaseLeases, Leadership, RedisLeases
+from due.scheduler.service import Scheduler
 from due.service import run_forever, wait_for_any
 from due.store.records import ClaimedJob, Completion, HeartbeatReply, Lease
 from due.worker.calls import StoreCalls
@@ -67,6 +70,8 @@ class Worker:
         self.heartbeater = Heartbeater(self)
         self.rescuer = Rescuer(self)
         self.unknown_tasks = UnknownTaskReaper(self)
+        self.scheduler = self._scheduler() if settings.scheduler else None
+        self.pruner = Pruner(self)
         self.stopping = False
         self.call = StoreCalls(settings.db_threads, "due-db")
         self._heartbeat_call = StoreCalls(1, "due-heartbeat")
@@ -79,6 +84,13 @@ class Worker:
         self._wakes: dict[str, asyncio.Event] = {}
         self._stop_requested: asyncio.Event | None = None
         self._hard_stop: asyncio.Event | None = None
+
+    def _scheduler(self) -> Scheduler:
+        url = self.settings.leader_url
+        backend = RedisLeases(url) if url else DatabaseLeases(self.store)
+        leadership = Leadership(backend, self.settings.worker_id, self.clock,
+                                ttl=self.settings.leader_ttl)  # fmt: skip
+        return Scheduler(self, leadership)
 
     # --- the store, from the loop --------------------------------------------
 
@@ -252,6 +264,8 @@ class Worker:
         self._wakes = {queue: asyncio.Event() for queue in self.producers}
         claims_stop, services_stop = asyncio.Event(), asyncio.Event()
         await self._register()
+        if self.scheduler is not None:
+            await self._sync_schedules()
         wakeups = Wakeups(self.store, loop, self._on_due)
         wakeups.start()
         claimers = [
@@ -271,6 +285,8 @@ class Worker:
                 ("heartbeat", self.heartbeater, None),
                 ("rescuer", self.rescuer, None),
                 ("unknown_tasks", self.unknown_tasks, None),
+                *((("scheduler", self.scheduler, None),) if self.scheduler else ()),
+                ("pruner", self.pruner, None),
             )
         ]
         event(
@@ -291,6 +307,8 @@ class Worker:
         finally:
             services_stop.set()
             await asyncio.gather(*services, return_exceptions=True)
+            if self.scheduler is not None:
+                await self.call(self.scheduler.stop)
             wakeups.stop()
             await self._set_state("stopped")
             self.call.close()
@@ -316,6 +334,21 @@ class Worker:
                 event(log, "worker.waiting_for_database", logging.WARNING, error=str(error))
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
+
+    async def _sync_schedules(self) -> None:
+        report = await self.call(self.app.sync_schedules)
+        for name in report.added:
+            event(log, "schedule.added", schedule=name)
+        for name in report.changed:
+            event(log, "schedule.changed", schedule=name)
+        for name in report.disabled:
+            event(
+                log,
+                "schedule.disabled",
+                logging.WARNING,
+                schedule=name,
+                reason="no longer defined in the code",
+            )
 
     async def _drain_and_release(self) -> None:
         assert self._hard_stop is not None

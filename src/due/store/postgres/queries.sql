@@ -109,7 +109,7 @@ WHERE j.id = ANY(ARRAY(
     FOR UPDATE SKIP LOCKED
 ))
 RETURNING j.id, j.task, j.queue, j.priority, j.payload, j.attempt, j.max_attempts,
-          j.lease_token, j.lease_expires_at, j.run_at, j.created_at
+          j.lease_token, j.lease_expires_at, j.run_at, j.created_at, j.scheduled_for
 
 -- name: heartbeat
 -- Fencing: a job's lease_token changes whenever an attempt starts (claim) or
@@ -330,3 +330,199 @@ SELECT 1 AS found
 FROM due_jobs
 WHERE state = 'running' AND lease_expires_at < coalesce(%(now)s::timestamptz, now())
 LIMIT 1
+
+-- ---------------------------------------------------------------- schedules
+
+-- name: list_schedule_rows
+SELECT * FROM due_schedules ORDER BY name
+
+-- name: insert_schedule
+INSERT INTO due_schedules (name, task, cron, every, tz, payload, queue, priority, max_attempts,
+                           misfire, overlap, catch_up_limit, misfire_grace, source, enabled,
+                           paused, fingerprint, next_fire_at, created_at, updated_at)
+VALUES (%(name)s, %(task)s, %(cron)s, %(every)s, %(tz)s, %(payload)s::jsonb, %(queue)s,
+        %(priority)s, %(max_attempts)s, %(misfire)s, %(overlap)s, %(catch_up_limit)s,
+        %(misfire_grace)s, %(source)s, %(enabled)s, false, %(fingerprint)s, %(next_fire_at)s,
+        coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()))
+
+-- name: update_schedule
+-- A changed definition starts afresh from its next time; its history stays.
+UPDATE due_schedules
+SET task = %(task)s, cron = %(cron)s, every = %(every)s, tz = %(tz)s,
+    payload = %(payload)s::jsonb, queue = %(queue)s, priority = %(priority)s,
+    max_attempts = %(max_attempts)s, misfire = %(misfire)s, overlap = %(overlap)s,
+    catch_up_limit = %(catch_up_limit)s, misfire_grace = %(misfire_grace)s,
+    source = %(source)s, enabled = %(enabled)s, fingerprint = %(fingerprint)s,
+    next_fire_at = %(next_fire_at)s, updated_at = coalesce(%(now)s::timestamptz, now())
+WHERE name = %(name)s
+
+-- name: disable_schedule
+UPDATE due_schedules
+SET enabled = false, updated_at = coalesce(%(now)s::timestamptz, now())
+WHERE name = %(name)s
+
+-- name: delete_schedule
+DELETE FROM due_schedules WHERE name = %(name)s RETURNING name
+
+-- name: pause_schedule
+UPDATE due_schedules
+SET paused = %(paused)s, updated_at = coalesce(%(now)s::timestamptz, now())
+WHERE name = %(name)s
+RETURNING name
+
+-- name: due_schedule_names
+SELECT name
+FROM due_schedules
+WHERE enabled AND next_fire_at <= coalesce(%(now)s::timestamptz, now())
+ORDER BY next_fire_at
+
+-- name: next_schedule_fire
+SELECT min(next_fire_at) AS next_fire_at FROM due_schedules WHERE enabled
+
+-- name: lock_schedule
+SELECT * FROM due_schedules WHERE name = %(name)s FOR UPDATE
+
+-- name: schedule_activity
+-- Is a run of this schedule still going, and does one wait for it?
+SELECT EXISTS (SELECT 1 FROM due_jobs
+               WHERE schedule = %(name)s AND state IN ('queued', 'running', 'waiting')) AS active,
+       EXISTS (SELECT 1 FROM due_schedule_runs
+               WHERE schedule = %(name)s AND outcome = 'pending') AS pending
+
+-- name: insert_schedule_run
+INSERT INTO due_schedule_runs (schedule, scheduled_for, outcome, reason, recorded_at)
+VALUES (%(name)s, %(scheduled_for)s, %(outcome)s, %(reason)s,
+        coalesce(%(now)s::timestamptz, now()))
+ON CONFLICT (schedule, scheduled_for) DO NOTHING
+RETURNING scheduled_for
+
+-- name: insert_scheduled_job
+INSERT INTO due_jobs (task, queue, priority, payload, run_at, max_attempts, schedule,
+                      scheduled_for, created_at)
+VALUES (%(task)s, %(queue)s, %(priority)s, %(payload)s::jsonb, %(run_at)s, %(max_attempts)s,
+        %(name)s, %(scheduled_for)s, coalesce(%(now)s::timestamptz, now()))
+ON CONFLICT (schedule, scheduled_for) WHERE schedule IS NOT NULL DO NOTHING
+RETURNING id, pg_notify('due_jobs', queue || ' ' || extract(epoch FROM run_at)::text)::text
+    AS notified
+
+-- name: link_schedule_run
+UPDATE due_schedule_runs
+SET job_id = %(job_id)s, outcome = 'enqueued', reason = %(reason)s
+WHERE schedule = %(name)s AND scheduled_for = %(scheduled_for)s
+
+-- name: set_next_fire
+UPDATE due_schedules SET next_fire_at = %(next_fire_at)s WHERE name = %(name)s
+
+-- name: supersede_pending
+UPDATE due_schedule_runs
+SET outcome = 'skipped', reason = 'replaced by a newer run'
+WHERE schedule = %(name)s AND outcome = 'pending'
+
+-- name: cancel_schedule_runs
+-- `replace`: queued runs are cancelled outright, running ones asked to stop.
+UPDATE due_jobs
+SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
+    finished_at = CASE WHEN state = 'queued'
+                       THEN coalesce(%(now)s::timestamptz, now()) ELSE finished_at END,
+    cancel_requested = true,
+    dedupe_key = CASE WHEN state = 'queued' THEN NULL ELSE dedupe_key END
+WHERE schedule = %(name)s AND state IN ('queued', 'running', 'waiting')
+RETURNING id, state
+
+-- name: schedules_with_pending
+SELECT DISTINCT schedule AS name FROM due_schedule_runs WHERE outcome = 'pending'
+
+-- name: oldest_pending_run
+SELECT scheduled_for FROM due_schedule_runs
+WHERE schedule = %(name)s AND outcome = 'pending'
+ORDER BY scheduled_for
+LIMIT 1
+
+-- name: schedule_overview
+SELECT s.*,
+       (SELECT r.scheduled_for FROM due_schedule_runs r
+        WHERE r.schedule = s.name AND r.outcome = 'enqueued'
+        ORDER BY r.scheduled_for DESC LIMIT 1) AS last_run_at,
+       (SELECT j.state FROM due_schedule_runs r JOIN due_jobs j ON j.id = r.job_id
+        WHERE r.schedule = s.name AND r.outcome = 'enqueued'
+        ORDER BY r.scheduled_for DESC LIMIT 1) AS last_run_state,
+       (SELECT j.finished_at FROM due_jobs j
+        WHERE j.schedule = s.name AND j.state = 'succeeded'
+        ORDER BY j.scheduled_for DESC LIMIT 1) AS last_success_at,
+       (SELECT count(*) FROM due_schedule_runs r
+        WHERE r.schedule = s.name AND r.outcome = 'skipped') AS skipped,
+       (SELECT count(*) FROM due_schedule_runs r
+        WHERE r.schedule = s.name AND r.outcome = 'missed') AS missed
+FROM due_schedules s
+ORDER BY s.name
+
+-- name: schedule_runs
+SELECT r.schedule, r.scheduled_for, r.outcome, r.reason, r.job_id, j.state AS job_state,
+       r.recorded_at
+FROM due_schedule_runs r LEFT JOIN due_jobs j ON j.id = r.job_id
+WHERE r.schedule = %(name)s
+ORDER BY r.scheduled_for DESC
+LIMIT %(limit)s
+
+-- ------------------------------------------------------------------- leases
+
+-- name: acquire_lease
+-- Taken when free or expired (a new term: the token grows), renewed when ours.
+INSERT INTO due_leases (name, holder, token, expires_at)
+VALUES (%(name)s, %(holder)s, 1,
+        coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(ttl)s))
+ON CONFLICT (name) DO UPDATE
+SET holder = excluded.holder,
+    token = CASE WHEN due_leases.holder = excluded.holder
+                  AND due_leases.expires_at >= coalesce(%(now)s::timestamptz, now())
+                 THEN due_leases.token ELSE due_leases.token + 1 END,
+    expires_at = excluded.expires_at
+WHERE due_leases.holder = excluded.holder
+   OR due_leases.expires_at < coalesce(%(now)s::timestamptz, now())
+RETURNING token
+
+-- name: renew_lease
+UPDATE due_leases
+SET expires_at = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(ttl)s)
+WHERE name = %(name)s AND holder = %(holder)s AND token = %(token)s
+  AND expires_at >= coalesce(%(now)s::timestamptz, now())
+RETURNING token
+
+-- name: release_lease
+UPDATE due_leases
+SET expires_at = coalesce(%(now)s::timestamptz, now()) - interval '1 microsecond'
+WHERE name = %(name)s AND holder = %(holder)s AND token = %(token)s
+
+-- name: lease_is_held
+-- Inside a leader's transaction: its writes count only while it holds the lease.
+SELECT 1 AS held FROM due_leases
+WHERE name = %(name)s AND holder = %(holder)s AND token = %(token)s
+  AND expires_at >= coalesce(%(now)s::timestamptz, now())
+FOR SHARE
+
+-- ------------------------------------------------------------------ pruning
+
+-- name: prune_jobs
+-- Finished jobs older than the retention, oldest ids first (the primary key
+-- finds them at its start). The newest job is never deleted, so SQLite's
+-- ids are never reused; the same rule here keeps both stores alike.
+DELETE FROM due_jobs
+WHERE id = ANY(ARRAY(
+    SELECT id FROM due_jobs
+    WHERE state IN ('succeeded', 'failed', 'cancelled')
+      AND finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(retention)s)
+      AND id < (SELECT max(id) FROM due_jobs)
+    ORDER BY id
+    LIMIT %(limit)s
+))
+RETURNING id
+
+-- name: prune_schedule_runs
+DELETE FROM due_schedule_runs
+WHERE (schedule, scheduled_for) IN (
+    SELECT schedule, scheduled_for FROM due_schedule_runs
+    WHERE outcome <> 'pending'
+      AND recorded_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(retention)s)
+    LIMIT %(limit)s
+)
+RETURNING schedule

@@ -1,5 +1,8 @@
 """The PostgreSQL store: many hosts, one database, psycopg 3 with a pool.
 
+This module holds the jobs' part (and assembles the whole store); the pool,
+workers, and schedules live beside it in base.py, workers.py, schedules.py.
+
 Claims use `FOR UPDATE SKIP LOCKED` on a partial index of queued rows;
 batches of heartbeats and completions are one statement each (arrays through
 `unnest`); every statement that makes a job claimable sends a NOTIFY in the
@@ -8,27 +11,32 @@ same transaction, so it is delivered exactly when the job becomes visible.
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import psycopg
-import psycopg_pool
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from due.clock import Clock
 from due.errors import (
     ConfigurationError,
     JobNotFoundError,
-    StoreError,
-    StoreUnavailableError,
 )
 from due.job import AttemptError, Job, JobState
 from due.retry import judge_lost_lease
 from due.store import steps
+from due.store.postgres.base import (
+    QUERIES,
+    atranslate_errors,
+    normalise,
+    normalise_rows,
+    translate_errors,
+    utc,
+)
+from due.store.postgres.schedules import PostgresSchedules
+from due.store.postgres.workers import PostgresWorkers
 from due.store.protocol import DEFAULT_MAX_LOST_LEASES
 from due.store.records import (
     ClaimedJob,
@@ -38,24 +46,15 @@ from due.store.records import (
     Lease,
     NewJob,
     RescueResult,
-    WorkerInfo,
     attempt_error_json,
     claimed_job_from_row,
     job_from_row,
     refusal,
 )
-from due.store.sql import (
-    describe_seconds,
-    load_migrations,
-    load_queries,
-    require_current_schema,
-)
+from due.store.sql import describe_seconds
 
-QUERIES = load_queries("due.store.postgres")
-MIGRATIONS = load_migrations("due.store.postgres")
-LATEST_VERSION = MIGRATIONS[-1].version
-NOTIFY_CHANNEL = "due_jobs"
 BULK_CHUNK = 5000
+# The columns of copy_jobs, in order.
 COPY_TYPES = [
     "int8",
     "text",
@@ -68,93 +67,11 @@ COPY_TYPES = [
     "text",
     "float8",
     "timestamptz",
-]  # the columns of copy_jobs, in order
+]
 
 
-class PostgresStore:
-    single_writer = False
-
-    def __init__(
-        self,
-        url: str,
-        clock: Clock,
-        *,
-        pool_size: int = 10,
-        connect_timeout: float = 5.0,
-    ) -> None:
-        self.url = url
-        self._clock = clock
-        self._connect_timeout = connect_timeout
-        self._pool = psycopg_pool.ConnectionPool(
-            url,
-            min_size=1,
-            max_size=pool_size,
-            kwargs={"autocommit": True},
-            configure=_configure_connection,
-            timeout=connect_timeout,
-            open=False,
-            name="due",
-        )
-        self._pool.open(wait=False)
-
-    # --- plumbing -----------------------------------------------------------
-
-    def _now(self) -> datetime | None:
-        return self._clock.now()
-
-    @contextlib.contextmanager
-    def _cursor(self, transaction: bool = False) -> Iterator[psycopg.Cursor[dict[str, Any]]]:
-        with translate_errors(self.url), self._pool.connection() as conn:
-            if transaction:
-                with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-                    yield cur
-            else:
-                with conn.cursor(row_factory=dict_row) as cur:
-                    yield cur
-
-    def _all(self, name: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
-        with self._cursor() as cur:
-            cur.execute(QUERIES[name], params)
-            return cur.fetchall() if cur.description else []
-
-    def close(self) -> None:
-        self._pool.close()
-
-    # --- schema ---------------------------------------------------------------
-
-    def migrate(self) -> list[int]:
-        applied_now = []
-        with self._cursor(transaction=True) as cur:
-            cur.execute(QUERIES["lock_migrations"])
-            cur.execute(QUERIES["create_migrations_table"])
-            cur.execute(QUERIES["schema_version"])
-            current = cur.fetchone()["version"] or 0  # type: ignore[index]
-            if current > LATEST_VERSION:
-                require_current_schema(current, LATEST_VERSION, self._where())
-            for migration in MIGRATIONS:
-                if migration.version > current:
-                    cur.execute(migration.sql.encode())
-                    cur.execute(
-                        QUERIES["record_migration"],
-                        {"version": migration.version, "name": migration.name},
-                    )
-                    applied_now.append(migration.version)
-        return applied_now
-
-    def schema_version(self) -> int | None:
-        with self._cursor() as cur:
-            cur.execute(QUERIES["migrations_table_exists"])
-            if not cur.fetchone()["present"]:  # type: ignore[index]
-                return None
-            cur.execute(QUERIES["schema_version"])
-            version = cur.fetchone()["version"]  # type: ignore[index]
-            return int(version) if version is not None else None
-
-    def check_schema(self) -> None:
-        require_current_schema(self.schema_version(), LATEST_VERSION, self._where())
-
-    def _where(self) -> str:
-        return f"PostgreSQL database {_redact(self.url)}"
+class PostgresStore(PostgresSchedules, PostgresWorkers):
+    """Jobs: enqueue, claim, heartbeat, complete, rescue, inspect (see the module doc)."""
 
     # --- producers ------------------------------------------------------------
 
@@ -179,7 +96,7 @@ class PostgresStore:
             )
         plan = steps.enqueue_steps(jobs, self._now(), chunk=BULK_CHUNK, json_column=_jsonb_text)
         async with (
-            _atranslate_errors(self.url),
+            atranslate_errors(self.url),
             connection.cursor(row_factory=dict_row) as cur,
         ):
             step = next(plan)
@@ -194,7 +111,7 @@ class PostgresStore:
                     await cur.execute(QUERIES[step.query], step.params)
                     rows = await cur.fetchall() if cur.description else []
                 try:
-                    step = plan.send(_normalise_rows(rows))
+                    step = plan.send(normalise_rows(rows))
                 except StopIteration as done:
                     return list(done.value)
 
@@ -299,7 +216,7 @@ class PostgresStore:
             expired = cur.fetchall()
             if not expired:
                 return RescueResult()
-            at = now or _fetch_now(cur)
+            at = now or self._fetch_now(cur)
             verdicts = [
                 judge_lost_lease(
                     attempt=row["attempt"],
@@ -344,7 +261,7 @@ class PostgresStore:
     def next_due(self, queue: str, tasks: Sequence[str]) -> datetime | None:
         rows = self._all("next_due", {"queue": queue, "tasks": list(tasks)})
         value = rows[0]["run_at"]
-        return _utc(value) if value is not None else None
+        return utc(value) if value is not None else None
 
     def fail_unknown_tasks(
         self, queues: Sequence[str], tasks: Sequence[str], grace_seconds: float
@@ -361,40 +278,13 @@ class PostgresStore:
         )
         return [row["id"] for row in rows]
 
-    # --- worker registry ----------------------------------------------------------
-
-    def register_worker(self, worker: str, host: str, pid: int, queues: Mapping[str, int]) -> None:
-        params = {
-            "id": worker,
-            "host": host,
-            "pid": pid,
-            "queues": json.dumps(dict(queues)),
-            "now": self._now(),
-        }
-        self._all("register_worker", params)
-
-    def touch_worker(self, worker: str) -> None:
-        self._all("touch_worker", {"id": worker, "now": self._now()})
-
-    def set_worker_state(self, worker: str, state: str) -> None:
-        self._all("set_worker_state", {"id": worker, "state": state, "now": self._now()})
-
-    def mark_gone_workers(self, after_seconds: float) -> list[str]:
-        rows = self._all("mark_gone_workers", {"after": float(after_seconds), "now": self._now()})
-        return [row["id"] for row in rows]
-
-    def list_workers(self, limit: int = 100) -> list[WorkerInfo]:
-        return [
-            WorkerInfo(**_normalise(row)) for row in self._all("list_workers", {"limit": limit})
-        ]
-
     # --- inspection and control ---------------------------------------------------
 
     def get(self, job_id: int) -> Job:
         rows = self._all("get_job", {"id": job_id})
         if not rows:
             raise JobNotFoundError(f"no job with id {job_id}")
-        return job_from_row(_normalise(rows[0]))
+        return job_from_row(normalise(rows[0]))
 
     def list_jobs(self, where: JobFilter) -> list[Job]:
         rows = self._all(
@@ -406,35 +296,28 @@ class PostgresStore:
                 "limit": where.limit,
             },
         )
-        return [job_from_row(_normalise(row)) for row in rows]
+        return [job_from_row(normalise(row)) for row in rows]
 
     def cancel(self, job_id: int) -> Job:
         rows = self._all("cancel_job", {"id": job_id, "now": self._now()})
         if rows:
-            return job_from_row(_normalise(rows[0]))
+            return job_from_row(normalise(rows[0]))
         raise refusal(self.get(job_id), "cancel", "only a queued job can be cancelled")
 
     def retry(self, job_id: int) -> Job:
         rows = self._all("retry_job", {"id": job_id, "now": self._now()})
         if rows:
-            return job_from_row(_normalise(rows[0]))
+            return job_from_row(normalise(rows[0]))
         raise refusal(self.get(job_id), "retry", "only a failed or cancelled job can be retried")
+
+    def prune(self, retention_seconds: float, limit: int = 10_000) -> tuple[int, int]:
+        params = {"retention": float(retention_seconds), "limit": limit, "now": self._now()}
+        jobs = self._all("prune_jobs", params)
+        runs = self._all("prune_schedule_runs", params)
+        return len(jobs), len(runs)
 
     def due_queues(self) -> list[str]:
         return [row["queue"] for row in self._all("due_queues", {"now": self._now()})]
-
-    def now(self) -> datetime:
-        rows = self._all("current_time", {"now": self._now()})
-        return _utc(rows[0]["now"])
-
-    # --- for the worker (wake-ups) --------------------------------------------------
-
-    def listen_connection(self) -> psycopg.Connection[Any]:
-        """A dedicated autocommit connection (outside the pool) for LISTEN."""
-        with translate_errors(self.url):
-            conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5)
-            conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-            return conn
 
 
 def _run(cur: psycopg.Cursor[dict[str, Any]], plan: steps.Plan) -> list[Job]:
@@ -450,7 +333,7 @@ def _run(cur: psycopg.Cursor[dict[str, Any]], plan: steps.Plan) -> list[Job]:
             cur.execute(QUERIES[step.query], step.params)
             rows = cur.fetchall() if cur.description else []
         try:
-            step = plan.send(_normalise_rows(rows))
+            step = plan.send(normalise_rows(rows))
         except StopIteration as done:
             return list(done.value)
 
@@ -471,30 +354,6 @@ def _claimed(rows: list[dict[str, Any]]) -> list[ClaimedJob]:
     return claimed
 
 
-def _configure_connection(conn: psycopg.Connection[Any]) -> None:
-    conn.execute("SET TIME ZONE 'UTC'")
-
-
-def _fetch_now(cur: psycopg.Cursor[dict[str, Any]]) -> datetime:
-    cur.execute(QUERIES["current_time"], {"now": None})
-    return _utc(cur.fetchone()["now"])  # type: ignore[index]
-
-
-def _utc(value: datetime) -> datetime:
-    return value.astimezone(UTC)
-
-
-def _normalise(row: dict[str, Any]) -> dict[str, Any]:
-    for name, value in row.items():
-        if isinstance(value, datetime):
-            row[name] = value.astimezone(UTC)
-    return row
-
-
-def _normalise_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [_normalise(row) for row in rows]
-
-
 def _require_sync_psycopg(connection: Any) -> None:
     if isinstance(connection, psycopg.AsyncConnection):
         raise ConfigurationError(
@@ -506,33 +365,3 @@ def _require_sync_psycopg(connection: Any) -> None:
             "enqueue(connection=...) takes a psycopg.Connection for a PostgreSQL app, "
             f"got {type(connection).__name__}"
         )
-
-
-def _redact(url: str) -> str:
-    try:
-        info = psycopg.conninfo.conninfo_to_dict(url)
-    except psycopg.ProgrammingError:
-        return "(unparseable URL)"
-    host = info.get("host", "localhost")
-    return f"{info.get('dbname', '')!s} on {host}:{info.get('port', 5432)}"
-
-
-@contextlib.contextmanager
-def translate_errors(url: str) -> Iterator[None]:
-    """Driver errors become StoreErrors, with the original as the cause."""
-    try:
-        yield
-    except psycopg_pool.PoolTimeout as error:
-        raise StoreUnavailableError(
-            f"could not get a connection to {_redact(url)} in time: {error}"
-        ) from error
-    except psycopg.OperationalError as error:
-        raise StoreUnavailableError(f"{_redact(url)} is unreachable: {error}") from error
-    except psycopg.Error as error:
-        raise StoreError(f"{_redact(url)}: {error}") from error
-
-
-@contextlib.asynccontextmanager
-async def _atranslate_errors(url: str) -> AsyncIterator[None]:
-    with translate_errors(url):
-        yield

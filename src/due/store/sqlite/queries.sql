@@ -77,7 +77,7 @@ WHERE id IN (
     LIMIT :limit
 )
 RETURNING id, task, queue, priority, payload, attempt, max_attempts,
-          lease_token, lease_expires_at, run_at, created_at
+          lease_token, lease_expires_at, run_at, created_at, scheduled_for
 
 -- name: heartbeat
 UPDATE due_jobs
@@ -248,3 +248,178 @@ SELECT * FROM due_workers ORDER BY started_at DESC LIMIT :limit
 -- name: any_expired
 -- A read-only look before taking the write lock for a rescue.
 SELECT 1 AS found FROM due_jobs WHERE state = 'running' AND lease_expires_at < :now LIMIT 1
+
+-- ---------------------------------------------------------------- schedules
+
+-- name: list_schedule_rows
+SELECT * FROM due_schedules ORDER BY name
+
+-- name: insert_schedule
+INSERT INTO due_schedules (name, task, cron, every, tz, payload, queue, priority, max_attempts,
+                           misfire, overlap, catch_up_limit, misfire_grace, source, enabled,
+                           paused, fingerprint, next_fire_at, created_at, updated_at)
+VALUES (:name, :task, :cron, :every, :tz, :payload, :queue, :priority, :max_attempts, :misfire,
+        :overlap, :catch_up_limit, :misfire_grace, :source, :enabled, 0, :fingerprint, :next_fire_at,
+        :now, :now)
+
+-- name: update_schedule
+-- A changed definition starts afresh from its next time; its history stays.
+UPDATE due_schedules
+SET task = :task, cron = :cron, every = :every, tz = :tz, payload = :payload, queue = :queue,
+    priority = :priority, max_attempts = :max_attempts, misfire = :misfire,
+    overlap = :overlap, catch_up_limit = :catch_up_limit, misfire_grace = :misfire_grace,
+    source = :source, enabled = :enabled, fingerprint = :fingerprint, next_fire_at = :next_fire_at,
+    updated_at = :now
+WHERE name = :name
+
+-- name: disable_schedule
+UPDATE due_schedules SET enabled = 0, updated_at = :now WHERE name = :name
+
+-- name: delete_schedule
+DELETE FROM due_schedules WHERE name = :name RETURNING name
+
+-- name: pause_schedule
+UPDATE due_schedules SET paused = :paused, updated_at = :now WHERE name = :name RETURNING name
+
+-- name: due_schedule_names
+SELECT name FROM due_schedules WHERE enabled AND next_fire_at <= :now ORDER BY next_fire_at
+
+-- name: next_schedule_fire
+SELECT min(next_fire_at) AS next_fire_at FROM due_schedules WHERE enabled
+
+-- name: lock_schedule
+-- (BEGIN IMMEDIATE already holds the write lock.)
+SELECT * FROM due_schedules WHERE name = :name
+
+-- name: schedule_activity
+-- Is a run of this schedule still going, and does one wait for it?
+SELECT EXISTS (SELECT 1 FROM due_jobs
+               WHERE schedule = :name AND state IN ('queued', 'running', 'waiting')) AS active,
+       EXISTS (SELECT 1 FROM due_schedule_runs
+               WHERE schedule = :name AND outcome = 'pending') AS pending
+
+-- name: insert_schedule_run
+INSERT INTO due_schedule_runs (schedule, scheduled_for, outcome, reason, recorded_at)
+VALUES (:name, :scheduled_for, :outcome, :reason, :now)
+ON CONFLICT (schedule, scheduled_for) DO NOTHING
+RETURNING scheduled_for
+
+-- name: insert_scheduled_job
+INSERT INTO due_jobs (task, queue, priority, payload, run_at, max_attempts, schedule,
+                      scheduled_for, created_at)
+VALUES (:task, :queue, :priority, :payload, :run_at, :max_attempts, :name, :scheduled_for, :now)
+ON CONFLICT (schedule, scheduled_for) WHERE schedule IS NOT NULL DO NOTHING
+RETURNING id
+
+-- name: link_schedule_run
+UPDATE due_schedule_runs
+SET job_id = :job_id, outcome = 'enqueued', reason = :reason
+WHERE schedule = :name AND scheduled_for = :scheduled_for
+
+-- name: set_next_fire
+UPDATE due_schedules SET next_fire_at = :next_fire_at WHERE name = :name
+
+-- name: supersede_pending
+UPDATE due_schedule_runs
+SET outcome = 'skipped', reason = 'replaced by a newer run'
+WHERE schedule = :name AND outcome = 'pending'
+
+-- name: cancel_schedule_runs
+-- `replace`: queued runs are cancelled outright, running ones asked to stop.
+UPDATE due_jobs
+SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
+    finished_at = CASE WHEN state = 'queued' THEN :now ELSE finished_at END,
+    cancel_requested = 1,
+    dedupe_key = CASE WHEN state = 'queued' THEN NULL ELSE dedupe_key END
+WHERE schedule = :name AND state IN ('queued', 'running', 'waiting')
+RETURNING id, state
+
+-- name: schedules_with_pending
+SELECT DISTINCT schedule AS name FROM due_schedule_runs WHERE outcome = 'pending'
+
+-- name: oldest_pending_run
+SELECT scheduled_for FROM due_schedule_runs
+WHERE schedule = :name AND outcome = 'pending'
+ORDER BY scheduled_for
+LIMIT 1
+
+-- name: schedule_overview
+SELECT s.*,
+       (SELECT r.scheduled_for FROM due_schedule_runs r
+        WHERE r.schedule = s.name AND r.outcome = 'enqueued'
+        ORDER BY r.scheduled_for DESC LIMIT 1) AS last_run_at,
+       (SELECT j.state FROM due_schedule_runs r JOIN due_jobs j ON j.id = r.job_id
+        WHERE r.schedule = s.name AND r.outcome = 'enqueued'
+        ORDER BY r.scheduled_for DESC LIMIT 1) AS last_run_state,
+       (SELECT j.finished_at FROM due_jobs j
+        WHERE j.schedule = s.name AND j.state = 'succeeded'
+        ORDER BY j.scheduled_for DESC LIMIT 1) AS last_success_at,
+       (SELECT count(*) FROM due_schedule_runs r
+        WHERE r.schedule = s.name AND r.outcome = 'skipped') AS skipped,
+       (SELECT count(*) FROM due_schedule_runs r
+        WHERE r.schedule = s.name AND r.outcome = 'missed') AS missed
+FROM due_schedules s
+ORDER BY s.name
+
+-- name: schedule_runs
+SELECT r.schedule, r.scheduled_for, r.outcome, r.reason, r.job_id, j.state AS job_state,
+       r.recorded_at
+FROM due_schedule_runs r LEFT JOIN due_jobs j ON j.id = r.job_id
+WHERE r.schedule = :name
+ORDER BY r.scheduled_for DESC
+LIMIT :limit
+
+-- ------------------------------------------------------------------- leases
+
+-- name: acquire_lease
+-- Taken when free or expired (a new term: the token grows), renewed when ours.
+INSERT INTO due_leases (name, holder, token, expires_at)
+VALUES (:name, :holder, 1, :now + :ttl)
+ON CONFLICT (name) DO UPDATE
+SET holder = excluded.holder,
+    token = CASE WHEN due_leases.holder = excluded.holder AND due_leases.expires_at >= :now
+                 THEN due_leases.token ELSE due_leases.token + 1 END,
+    expires_at = excluded.expires_at
+WHERE due_leases.holder = excluded.holder OR due_leases.expires_at < :now
+RETURNING token
+
+-- name: renew_lease
+UPDATE due_leases
+SET expires_at = :now + :ttl
+WHERE name = :name AND holder = :holder AND token = :token AND expires_at >= :now
+RETURNING token
+
+-- name: release_lease
+UPDATE due_leases
+SET expires_at = :now - 0.000001
+WHERE name = :name AND holder = :holder AND token = :token
+
+-- name: lease_is_held
+-- Inside a leader's transaction: its writes count only while it holds the lease.
+SELECT 1 AS held FROM due_leases
+WHERE name = :name AND holder = :holder AND token = :token AND expires_at >= :now
+
+-- ------------------------------------------------------------------ pruning
+
+-- name: prune_jobs
+-- Finished jobs older than the retention, oldest ids first. The newest job is
+-- never deleted: new ids are max(id) + 1, so ids are never reused.
+DELETE FROM due_jobs
+WHERE id IN (
+    SELECT id FROM due_jobs
+    WHERE state IN ('succeeded', 'failed', 'cancelled')
+      AND finished_at < :now - :retention
+      AND id < (SELECT max(id) FROM due_jobs)
+    ORDER BY id
+    LIMIT :limit
+)
+RETURNING id
+
+-- name: prune_schedule_runs
+DELETE FROM due_schedule_runs
+WHERE rowid IN (
+    SELECT rowid FROM due_schedule_runs
+    WHERE outcome <> 'pending' AND recorded_at < :now - :retention
+    LIMIT :limit
+)
+RETURNING schedule

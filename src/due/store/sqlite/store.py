@@ -1,5 +1,7 @@
 """The SQLite store: the embedded default, one host, any number of processes.
 
+This module holds the jobs' part and assembles the store (see base.py).
+
 Durability first: WAL with `synchronous=FULL`, because an acknowledged
 enqueue is a promise (a power cut must not take it back). Every writing
 transaction is `BEGIN IMMEDIATE`, so writers queue on SQLite's single write
@@ -13,21 +15,16 @@ host's clock unless a clock is injected.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import sqlite3
-import threading
-from collections.abc import Iterator, Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
-from due.clock import Clock
 from due.errors import (
     ConfigurationError,
     JobNotFoundError,
     StoreError,
-    StoreUnavailableError,
 )
 from due.job import AttemptError, Job
 from due.retry import judge_lost_lease
@@ -41,142 +38,25 @@ from due.store.records import (
     Lease,
     NewJob,
     RescueResult,
-    WorkerInfo,
     attempt_error_json,
     claimed_job_from_row,
     job_from_row,
     refusal,
 )
-from due.store.sql import (
-    describe_seconds,
-    load_migrations,
-    load_queries,
-    require_current_schema,
+from due.store.sql import describe_seconds
+from due.store.sqlite.base import (
+    QUERIES,
+    epoch,
+    python_row,
+    to_datetime,
+    translate_errors,
 )
-
-QUERIES = load_queries("due.store.sqlite")
-MIGRATIONS = load_migrations("due.store.sqlite")
-LATEST_VERSION = MIGRATIONS[-1].version
-DEFAULT_BUSY_TIMEOUT = 30.0
-TIME_COLUMNS = ("run_at", "lease_expires_at", "created_at", "started_at", "finished_at")
-JSON_COLUMNS = ("payload", "errors", "result")
+from due.store.sqlite.schedules import SQLiteSchedules
+from due.store.sqlite.workers import SQLiteWorkers
 
 
-def path_from_url(url: str) -> str:
-    """`sqlite:///relative.db` or `sqlite:////absolute/path.db` → a file path."""
-    if not url.startswith("sqlite:///"):
-        raise ConfigurationError(
-            f"SQLite URL {url!r} must look like sqlite:///relative/path.db "
-            "or sqlite:////absolute/path.db"
-        )
-    path = url[len("sqlite:///") :].split("?", 1)[0]
-    if not path or path == ":memory:" or path.startswith("file::memory:"):
-        raise ConfigurationError(
-            "an in-memory SQLite database cannot be shared by workers; "
-            "give a file path, e.g. sqlite:///due.db"
-        )
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise ConfigurationError(f"SQLite database folder {directory!r} does not exist")
-    return path
-
-
-class SQLiteStore:
-    single_writer = True
-
-    def __init__(
-        self, url: str, clock: Clock, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT
-    ) -> None:
-        self.url = url
-        self.path = path_from_url(url)
-        self._clock = clock
-        self._busy_timeout = busy_timeout
-        self._local = threading.local()
-        self._connections: list[sqlite3.Connection] = []
-        self._lock = threading.Lock()
-
-    # --- plumbing -----------------------------------------------------------
-
-    def _now(self) -> float:
-        return (self._clock.now() or self._clock.wall()).timestamp()
-
-    def _connection(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._open()
-            self._local.conn = conn
-            with self._lock:
-                self._connections.append(conn)
-        return conn
-
-    def _open(self) -> sqlite3.Connection:
-        with translate_errors(self.path):
-            conn = sqlite3.connect(
-                self.path,
-                timeout=self._busy_timeout,
-                isolation_level=None,  # we issue BEGIN IMMEDIATE ourselves
-                check_same_thread=False,
-            )
-            conn.row_factory = sqlite3.Row
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = FULL")
-            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
-        return conn
-
-    @contextlib.contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        conn = self._connection()
-        with translate_errors(self.path):
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-
-    def _read(self, name: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
-        with translate_errors(self.path):
-            return [dict(row) for row in self._connection().execute(QUERIES[name], params)]
-
-    def close(self) -> None:
-        with self._lock:
-            for conn in self._connections:
-                conn.close()
-            self._connections.clear()
-        self._local = threading.local()
-
-    # --- schema ---------------------------------------------------------------
-
-    def migrate(self) -> list[int]:
-        applied_now = []
-        with self._write() as conn:
-            conn.execute(QUERIES["create_migrations_table"])
-            current = conn.execute(QUERIES["schema_version"]).fetchone()["version"] or 0
-            if current > LATEST_VERSION:
-                require_current_schema(current, LATEST_VERSION, self._where())
-            for migration in MIGRATIONS:
-                if migration.version > current:
-                    for statement in _statements(migration.sql):
-                        conn.execute(statement)
-                    conn.execute(
-                        QUERIES["record_migration"],
-                        {"version": migration.version, "name": migration.name, "now": self._now()},
-                    )
-                    applied_now.append(migration.version)
-        return applied_now
-
-    def schema_version(self) -> int | None:
-        if not self._read("migrations_table_exists", {})[0]["present"]:
-            return None
-        version = self._read("schema_version", {})[0]["version"]
-        return int(version) if version is not None else None
-
-    def check_schema(self) -> None:
-        require_current_schema(self.schema_version(), LATEST_VERSION, self._where())
-
-    def _where(self) -> str:
-        return f"SQLite database {self.path}"
+class SQLiteStore(SQLiteSchedules, SQLiteWorkers):
+    """Jobs: enqueue, claim, heartbeat, complete, rescue, inspect."""
 
     # --- producers ------------------------------------------------------------
 
@@ -185,7 +65,7 @@ class SQLiteStore:
             return []
         if connection is None and not any(job.key for job in jobs):
             return self._enqueue_batch(jobs)
-        plan = steps.enqueue_steps(jobs, self._now(), time_param=_epoch)
+        plan = steps.enqueue_steps(jobs, self._now(), time_param=epoch)
         if connection is not None:
             if not isinstance(connection, sqlite3.Connection):
                 raise ConfigurationError(
@@ -224,9 +104,9 @@ class SQLiteStore:
                 count = conn.execute(QUERIES["count_id_range"], {"first": first, "last": last})
                 if count.fetchone()["n"] != len(jobs):
                     raise StoreError("batch ids were not consecutive; nothing was enqueued")
-        created_at = _datetime(now)
+        created_at = to_datetime(now)
         return [
-            steps.new_job(job, first + offset, _datetime(run_at), created_at)
+            steps.new_job(job, first + offset, to_datetime(run_at), created_at)
             for offset, (job, run_at) in enumerate(zip(jobs, run_ats, strict=True))
         ]
 
@@ -349,7 +229,7 @@ class SQLiteStore:
                     max_lost_leases=max_lost_leases,
                 )
                 error = AttemptError(
-                    row["attempt"], verdict.reason, None, _datetime(now), "lease_lost"
+                    row["attempt"], verdict.reason, None, to_datetime(now), "lease_lost"
                 )
                 params = {
                     "id": row["id"],
@@ -373,7 +253,7 @@ class SQLiteStore:
                     "token": lease.lease_token,
                     "reason": reason,
                     "now": now,
-                    "now_iso": _datetime(now).isoformat(),
+                    "now_iso": to_datetime(now).isoformat(),
                 }
                 if conn.execute(QUERIES["release_jobs"], params).fetchone():
                     released.add(lease.job_id)
@@ -382,7 +262,7 @@ class SQLiteStore:
     def next_due(self, queue: str, tasks: Sequence[str]) -> datetime | None:
         rows = self._read("next_due", {"queue": queue, "tasks": json.dumps(list(tasks))})
         value = rows[0]["run_at"]
-        return _datetime(value) if value is not None else None
+        return to_datetime(value) if value is not None else None
 
     def fail_unknown_tasks(
         self, queues: Sequence[str], tasks: Sequence[str], grace_seconds: float
@@ -394,49 +274,11 @@ class SQLiteStore:
             "grace": float(grace_seconds),
             "grace_text": describe_seconds(grace_seconds),
             "now": now,
-            "now_iso": _datetime(now).isoformat(),
+            "now_iso": to_datetime(now).isoformat(),
         }
         with self._write() as conn:
             rows = conn.execute(QUERIES["fail_unknown_tasks"], params).fetchall()
         return [row["id"] for row in rows]
-
-    # --- worker registry ----------------------------------------------------------
-
-    def register_worker(self, worker: str, host: str, pid: int, queues: Mapping[str, int]) -> None:
-        params = {
-            "id": worker,
-            "host": host,
-            "pid": pid,
-            "queues": json.dumps(dict(queues)),
-            "now": self._now(),
-        }
-        with self._write() as conn:
-            conn.execute(QUERIES["register_worker"], params)
-
-    def touch_worker(self, worker: str) -> None:
-        with self._write() as conn:
-            conn.execute(QUERIES["touch_worker"], {"id": worker, "now": self._now()})
-
-    def set_worker_state(self, worker: str, state: str) -> None:
-        with self._write() as conn:
-            params = {"id": worker, "state": state, "now": self._now()}
-            conn.execute(QUERIES["set_worker_state"], params)
-
-    def mark_gone_workers(self, after_seconds: float) -> list[str]:
-        with self._write() as conn:
-            params = {"after": float(after_seconds), "now": self._now()}
-            rows = conn.execute(QUERIES["mark_gone_workers"], params).fetchall()
-        return [row["id"] for row in rows]
-
-    def list_workers(self, limit: int = 100) -> list[WorkerInfo]:
-        workers = []
-        for row in self._read("list_workers", {"limit": limit}):
-            row["queues"] = json.loads(row["queues"])
-            for name in ("started_at", "last_seen_at", "stopped_at"):
-                if row[name] is not None:
-                    row[name] = _datetime(row[name])
-            workers.append(WorkerInfo(**row))
-        return workers
 
     # --- inspection and control ---------------------------------------------------
 
@@ -444,7 +286,7 @@ class SQLiteStore:
         rows = self._read("get_job", {"id": job_id})
         if not rows:
             raise JobNotFoundError(f"no job with id {job_id}")
-        return job_from_row(_python_row(rows[0]))
+        return job_from_row(python_row(rows[0]))
 
     def list_jobs(self, where: JobFilter) -> list[Job]:
         rows = self._read(
@@ -456,34 +298,31 @@ class SQLiteStore:
                 "limit": where.limit,
             },
         )
-        return [job_from_row(_python_row(row)) for row in rows]
+        return [job_from_row(python_row(row)) for row in rows]
 
     def cancel(self, job_id: int) -> Job:
         with self._write() as conn:
             row = conn.execute(QUERIES["cancel_job"], {"id": job_id, "now": self._now()}).fetchone()
         if row:
-            return job_from_row(_python_row(dict(row)))
+            return job_from_row(python_row(dict(row)))
         raise refusal(self.get(job_id), "cancel", "only a queued job can be cancelled")
 
     def retry(self, job_id: int) -> Job:
         with self._write() as conn:
             row = conn.execute(QUERIES["retry_job"], {"id": job_id, "now": self._now()}).fetchone()
         if row:
-            return job_from_row(_python_row(dict(row)))
+            return job_from_row(python_row(dict(row)))
         raise refusal(self.get(job_id), "retry", "only a failed or cancelled job can be retried")
+
+    def prune(self, retention_seconds: float, limit: int = 10_000) -> tuple[int, int]:
+        params = {"retention": float(retention_seconds), "limit": limit, "now": self._now()}
+        with self._write() as conn:
+            jobs = conn.execute(QUERIES["prune_jobs"], params).fetchall()
+            runs = conn.execute(QUERIES["prune_schedule_runs"], params).fetchall()
+        return len(jobs), len(runs)
 
     def due_queues(self) -> list[str]:
         return [row["queue"] for row in self._read("due_queues", {"now": self._now()})]
-
-    def now(self) -> datetime:
-        return _datetime(self._now())
-
-    # --- for the worker (wake-ups) --------------------------------------------------
-
-    def data_version(self) -> int:
-        """Changes whenever another connection commits: a cheap wake-up check."""
-        with translate_errors(self.path):
-            return int(self._connection().execute("PRAGMA data_version").fetchone()[0])
 
 
 def _run(conn: sqlite3.Connection, plan: steps.Plan) -> list[Job]:
@@ -492,62 +331,14 @@ def _run(conn: sqlite3.Connection, plan: steps.Plan) -> list[Job]:
     step = next(plan)
     while True:
         cursor.execute(QUERIES[step.query], step.params)
-        rows = [_python_row(dict(row)) for row in cursor.fetchall()] if cursor.description else []
+        rows = [python_row(dict(row)) for row in cursor.fetchall()] if cursor.description else []
         try:
             step = plan.send(rows)
         except StopIteration as done:
             return list(done.value)
 
 
-def _statements(script: str) -> list[str]:
-    """Split a migration into statements, as SQLite's own tokenizer sees them."""
-    statements, pending = [], ""
-    for line in script.splitlines(keepends=True):
-        pending += line
-        if sqlite3.complete_statement(pending):
-            statements.append(pending.strip())
-            pending = ""
-    if pending.strip(" \n") and not all(
-        row.strip().startswith("--") or not row.strip() for row in pending.splitlines()
-    ):
-        raise RuntimeError(f"migration ends with an incomplete statement: {pending[:80]!r}")
-    return statements
-
-
 def _claimed(rows: list[sqlite3.Row]) -> list[ClaimedJob]:
-    claimed = [claimed_job_from_row(_python_row(dict(row))) for row in rows]
+    claimed = [claimed_job_from_row(python_row(dict(row))) for row in rows]
     claimed.sort(key=lambda job: (-job.priority, job.run_at, job.id))
     return claimed
-
-
-def _epoch(value: datetime | None) -> float | None:
-    return None if value is None else value.timestamp()
-
-
-def _datetime(value: float) -> datetime:
-    return datetime.fromtimestamp(value, UTC)
-
-
-def _python_row(row: dict[str, Any]) -> dict[str, Any]:
-    for name in TIME_COLUMNS:
-        if row.get(name) is not None:
-            row[name] = _datetime(row[name])
-    for name in JSON_COLUMNS:
-        if row.get(name) is not None:
-            row[name] = json.loads(row[name])
-    return row
-
-
-@contextlib.contextmanager
-def translate_errors(path: str) -> Iterator[None]:
-    """Driver errors become StoreErrors, with the original as the cause."""
-    try:
-        yield
-    except sqlite3.OperationalError as error:
-        if "locked" in str(error) or "busy" in str(error):
-            raise StoreUnavailableError(
-                f"SQLite database {path} stayed locked by another writer: {error}"
-            ) from error
-        raise StoreError(f"SQLite database {path}: {error}") from error
-    except sqlite3.Error as error:
-        raise StoreError(f"SQLite database {path}: {error}") from error

@@ -1,0 +1,204 @@
+"""`due worker`, `due scheduler`, `due workers`."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+from rich.table import Table
+
+from due.cli.common import Settings, console, reports_errors, time_text
+from due.cli.main import main
+from due.errors import ConfigurationError
+from due.worker.settings import DEFAULT_CONCURRENCY, WorkerSettings
+
+
+def common_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The options a worker and a lone scheduler share."""
+    options = [
+        click.option("--lease", default="10s", show_default=True, help="Job lease (>= 2s)."),
+        click.option(
+            "--grace",
+            default="30s",
+            show_default=True,
+            help="At shutdown, how long running jobs may finish before they are released.",
+        ),
+        click.option(
+            "--leader-url",
+            default=None,
+            help="Keep the scheduler's leader lease in Redis (redis://...) instead of the "
+            "database; needs due[redis].",
+        ),
+        click.option(
+            "--retention",
+            default="14d",
+            show_default=True,
+            help="The leader prunes finished jobs and schedule history older than this.",
+        ),
+        click.option(
+            "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True
+        ),
+        click.option("--log-level", default="info", show_default=True),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+@main.command()
+@click.option(
+    "-q",
+    "--queue",
+    "queues",
+    multiple=True,
+    metavar="NAME[=N]",
+    help="A queue to serve, with its concurrency (repeat). Default: every queue of the app's "
+    "tasks.",
+)
+@click.option(
+    "-c",
+    "--concurrency",
+    default=DEFAULT_CONCURRENCY,
+    show_default=True,
+    help="Concurrency of queues given without =N.",
+)
+@click.option(
+    "--processes",
+    default=1,
+    show_default=True,
+    help="Run this many worker processes under a supervisor that restarts them.",
+)
+@click.option(
+    "--unknown-task-grace",
+    default="1h",
+    show_default=True,
+    help="How long a job of a task no worker knows waits before it is failed.",
+)
+@click.option(
+    "--max-lost-leases",
+    default=3,
+    show_default=True,
+    help="Fail a job whose worker died this many times in a row while running it.",
+)
+@click.option(
+    "--scheduler/--no-scheduler",
+    default=True,
+    show_default=True,
+    help="Run the scheduler in this process too (it acts only while it leads).",
+)
+@common_options
+@click.pass_obj
+@reports_errors
+def worker(
+    settings: Settings,
+    queues: tuple[str, ...],
+    concurrency: int,
+    processes: int,
+    unknown_task_grace: str,
+    max_lost_leases: int,
+    scheduler: bool,
+    lease: str,
+    grace: str,
+    leader_url: str | None,
+    retention: str,
+    log_format: str,
+    log_level: str,
+) -> None:
+    """Run jobs: `due worker --app myapp:app -q emails=16 -q bulk=2`."""
+    from due.worker.main import configure_logging, run_worker
+    from due.worker.supervisor import Supervisor
+
+    _require_app(settings, "due worker")
+    configure_logging(log_format, log_level)
+    if processes > 1:
+        sys.exit(Supervisor(_child_command(), processes).run())
+    app = settings.app
+    worker_settings = WorkerSettings.build(
+        parse_queues(queues, concurrency, app.tasks.queues()),
+        lease=lease,
+        grace=grace,
+        unknown_task_grace=unknown_task_grace,
+        max_lost_leases=max_lost_leases,
+        retention=retention,
+        scheduler=scheduler,
+        leader_url=leader_url,
+    )
+    sys.exit(run_worker(app, worker_settings))
+
+
+@main.command()
+@common_options
+@click.pass_obj
+@reports_errors
+def scheduler(
+    settings: Settings,
+    lease: str,
+    grace: str,
+    leader_url: str | None,
+    retention: str,
+    log_format: str,
+    log_level: str,
+) -> None:
+    """Run the scheduler alone (no jobs): materialise schedules while leading."""
+    from due.worker.main import configure_logging, run_worker
+
+    _require_app(settings, "due scheduler")
+    configure_logging(log_format, log_level)
+    scheduler_settings = WorkerSettings.build(
+        {}, lease=lease, grace=grace, retention=retention, scheduler=True, leader_url=leader_url
+    )
+    sys.exit(run_worker(settings.app, scheduler_settings))
+
+
+def _require_app(settings: Settings, command: str) -> None:
+    if not settings.app_spec:
+        raise ConfigurationError(f"{command} needs your app: --app module:attribute (or DUE_APP)")
+
+
+def _child_command() -> list[str]:
+    """This same command line without --processes: one supervised worker."""
+    kept: list[str] = []
+    arguments = iter(sys.argv[1:])
+    for argument in arguments:
+        if argument == "--processes":
+            next(arguments, None)
+        elif not argument.startswith("--processes="):
+            kept.append(argument)
+    return [sys.executable, "-m", "due", *kept]
+
+
+def parse_queues(
+    given: tuple[str, ...], concurrency: int, task_queues: list[str]
+) -> dict[str, int]:
+    """`-q emails=16 -q bulk` → {"emails": 16, "bulk": concurrency}."""
+    if not given:
+        if not task_queues:
+            raise ConfigurationError("the app has no tasks, so no queue to serve; add -q NAME")
+        return dict.fromkeys(task_queues, concurrency)
+    queues: dict[str, int] = {}
+    for item in given:
+        name, _, count = item.partition("=")
+        try:
+            queues[name] = int(count) if count else concurrency
+        except ValueError:
+            raise ConfigurationError(
+                f"-q {item!r}: the concurrency after '=' must be a whole number"
+            ) from None
+    return queues
+
+
+@main.command()
+@click.option("-n", "--limit", default=50, show_default=True)
+@click.pass_obj
+@reports_errors
+def workers(settings: Settings, limit: int) -> None:
+    """List worker processes: where, what they serve, and when they last reported."""
+    table = Table("id", "state", "queues", "started", "last seen")
+    for info in settings.app.store.list_workers(limit):
+        queues = ", ".join(f"{q}={n}" for q, n in sorted(info.queues.items()))
+        table.add_row(
+            info.id, info.state, queues, time_text(info.started_at), time_text(info.last_seen_at)
+        )
+    console.print(table)

@@ -1,0 +1,170 @@
+"""What a schedule does when its time comes: a pure function of time and state.
+
+Given the stored next fire time, the database's now, and whether a previous
+run is still active (or one waits for it), `plan` returns one decision per
+scheduled time — enqueued, pending (waits for the previous run), skipped
+(with the reason) or missed — and the next fire time. The store applies the
+plan in one transaction, keyed by (schedule, scheduled_for), so every
+scheduled time is accounted for once, whoever computes it.
+
+Misfires: a time is late when it is materialised more than `misfire_grace`
+after it. Late times follow the misfire policy; on-time ones always run.
+Overlap: within one plan, and against an active run, the overlap policy
+decides; `forbid` and `replace` keep at most one run going, `queue` keeps at
+most one waiting (more would pile up without end when runs outlast the
+period).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from due.scheduler.definition import Misfire, Overlap, Schedule
+
+MAX_RECORDED_TIMES = 1000
+"""Scheduled times examined per plan; beyond that one row sums up the rest."""
+
+
+class Outcome(enum.StrEnum):
+    ENQUEUED = "enqueued"
+    PENDING = "pending"
+    SKIPPED = "skipped"
+    MISSED = "missed"
+
+
+@dataclass(frozen=True, slots=True)
+class Firing:
+    scheduled_for: datetime
+    outcome: Outcome
+    reason: str | None = None
+
+
+@dataclass
+class Plan:
+    firings: list[Firing] = field(default_factory=list)
+    next_fire_at: datetime | None = None
+    cancel_active: bool = False
+    """`replace`: the active run must be cancelled before the pending one starts."""
+
+    def of(self, outcome: Outcome) -> list[Firing]:
+        return [firing for firing in self.firings if firing.outcome == outcome]
+
+
+def plan(
+    schedule: Schedule,
+    next_fire_at: datetime,
+    now: datetime,
+    *,
+    active: bool = False,
+    pending: bool = False,
+    paused: bool = False,
+) -> Plan:
+    """Decide every scheduled time from `next_fire_at` up to `now`."""
+    times, more, resume_at = _due_times(schedule, next_fire_at, now)
+    result = Plan(next_fire_at=resume_at)
+    if paused:
+        result.firings = [Firing(t, Outcome.SKIPPED, "the schedule is paused") for t in times]
+    else:
+        chosen, missed = _apply_misfire(schedule, times, now)
+        result.firings = [Firing(t, Outcome.MISSED, reason) for t, reason in missed]
+        result.firings += _apply_overlap(schedule, chosen, active, pending, result)
+    if more:
+        result.firings.append(
+            Firing(
+                more[0],
+                Outcome.MISSED,
+                f"{more[1]} more scheduled times until "
+                f"{resume_at.isoformat() if resume_at else 'now'} were not run",
+            )
+        )
+    result.firings.sort(key=lambda firing: firing.scheduled_for)
+    return result
+
+
+def _due_times(
+    schedule: Schedule, next_fire_at: datetime, now: datetime
+) -> tuple[list[datetime], tuple[datetime, int] | None, datetime]:
+    """Times due by `now` (at most MAX_RECORDED_TIMES), a summary of the rest, the next."""
+    times: list[datetime] = []
+    if next_fire_at > now:
+        return times, None, next_fire_at
+    firings = schedule.timing.firings_after(next_fire_at - timedelta(microseconds=1))
+    for moment in firings:
+        if moment > now:
+            return times, None, moment
+        if len(times) == MAX_RECORDED_TIMES:
+            resume_at = schedule.timing.after(now)
+            return times, (moment, _count_between(schedule, moment, now)), resume_at
+        times.append(moment)
+    raise AssertionError("a schedule's firings never end")
+
+
+def _count_between(schedule: Schedule, first: datetime, now: datetime) -> int:
+    if schedule.timing.every is not None:
+        return int((now - first).total_seconds() // schedule.timing.every) + 1
+    count = 0
+    for moment in schedule.timing.firings_after(first - timedelta(microseconds=1)):
+        if moment > now or count >= 10_000_000:
+            return count
+        count += 1
+    return count
+
+
+def _apply_misfire(
+    schedule: Schedule, times: list[datetime], now: datetime
+) -> tuple[list[datetime], list[tuple[datetime, str]]]:
+    """(times to run, times missed with the reason) under the misfire policy."""
+    grace = timedelta(seconds=schedule.misfire_grace)
+    late = [t for t in times if now - t > grace]
+    on_time = [t for t in times if now - t <= grace]
+    if not late:
+        return on_time, []
+    why = f"missed: due {{ago}} earlier, past the misfire grace; policy {schedule.misfire.value}"
+    if schedule.misfire == Misfire.SKIP:
+        run: list[datetime] = []
+    elif schedule.misfire == Misfire.LATEST:
+        run = [] if on_time else late[-1:]
+    else:  # catch up, oldest first, within the limit
+        run = late[: schedule.catch_up_limit]
+    missed = [(t, why.format(ago=_ago(now - t))) for t in late if t not in run]
+    return run + on_time, missed
+
+
+def _apply_overlap(
+    schedule: Schedule, chosen: list[datetime], active: bool, pending: bool, result: Plan
+) -> list[Firing]:
+    policy = schedule.overlap
+    if policy == Overlap.ALLOW:
+        return [Firing(t, Outcome.ENQUEUED) for t in chosen]
+    firings: list[Firing] = []
+    if policy == Overlap.REPLACE and len(chosen) > 1:
+        firings += [Firing(t, Outcome.SKIPPED, "replaced by a newer run") for t in chosen[:-1]]
+        chosen = chosen[-1:]
+    for moment in chosen:
+        if not active:
+            firings.append(Firing(moment, Outcome.ENQUEUED))
+            active = True
+        elif policy == Overlap.FORBID:
+            firings.append(Firing(moment, Outcome.SKIPPED, "the previous run was still active"))
+        elif policy == Overlap.QUEUE and not pending:
+            firings.append(Firing(moment, Outcome.PENDING, "waits for the previous run"))
+            pending = True
+        elif policy == Overlap.QUEUE:
+            firings.append(Firing(moment, Outcome.SKIPPED, "a run already waits for the previous"))
+        else:  # replace
+            result.cancel_active = True
+            firings.append(Firing(moment, Outcome.PENDING, "replaces the previous run"))
+    return firings
+
+
+def _ago(delta: timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    if seconds >= 86400:
+        return f"{seconds // 86400}d {seconds % 86400 // 3600}h"
+    if seconds >= 3600:
+        return f"{seconds // 3600}h {seconds % 3600 // 60}m"
+    if seconds >= 60:
+        return f"{seconds // 60}m {seconds % 60}s"
+    return f"{seconds}s"

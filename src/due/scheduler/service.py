@@ -1,0 +1,107 @@
+"""The scheduler: while it leads, it turns due schedule times into runs.
+
+It runs inside every worker (and alone as `due scheduler`). Every tick it
+renews or tries to take the leader lease; the leader then materialises each
+schedule whose next time has come — one transaction per schedule, planned by
+the pure `planner.plan` — starts runs that waited for their previous one,
+and prunes old history. It sleeps until the earliest next fire time (at most
+a tick), so a run is created on time, and the worker that claims it is woken
+by the run's own notification.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from due.logs import event
+from due.scheduler.definition import StoredSchedule
+from due.scheduler.leader import Leadership
+from due.scheduler.planner import Plan, plan
+from due.store.schedules import Materialised
+
+if TYPE_CHECKING:
+    from due.worker.worker import Worker
+
+log = logging.getLogger("due.scheduler")
+TICK_SECONDS = 1.0
+
+
+@dataclass
+class SchedulerRound:
+    leading: bool
+    materialised: list[Materialised] = field(default_factory=list)
+    started_pending: list[int] = field(default_factory=list)
+
+
+def decide(stored: StoredSchedule, now: datetime, active: bool, pending: bool) -> Plan:
+    return plan(
+        stored.schedule,
+        stored.next_fire_at,
+        now,
+        active=active,
+        pending=pending,
+        paused=stored.paused,
+    )
+
+
+class Scheduler:
+    def __init__(self, worker: Worker, leadership: Leadership) -> None:
+        self.worker = worker
+        self.leadership = leadership
+        self._next_fire: datetime | None = None
+
+    async def run_once(self) -> SchedulerRound:
+        call = self.worker.call
+        store = self.worker.store
+        leading = await call(self.leadership.ensure)
+        if not leading:
+            return SchedulerRound(False)
+        fence = self.leadership.fence
+        done = SchedulerRound(True)
+        for name in await call(store.due_schedule_names):
+            result = await call(store.materialize, name, decide, fence)
+            if result is None:
+                continue  # no longer ours to act on, or gone
+            done.materialised.append(result)
+            self._report(result)
+        for name in await call(store.schedules_with_pending_runs):
+            job_id = await call(store.start_pending_run, name, fence)
+            if job_id is not None:
+                done.started_pending.append(job_id)
+                event(
+                    log,
+                    "schedule.run_started",
+                    schedule=name,
+                    job=job_id,
+                    reason="the previous run ended",
+                )
+        self._next_fire = await call(store.next_schedule_fire)
+        return done
+
+    def interval(self) -> float:
+        if not self.leadership.is_leader or self._next_fire is None:
+            return TICK_SECONDS
+        until = (self._next_fire - self.worker.database_now()).total_seconds()
+        return max(0.0, min(until, TICK_SECONDS))
+
+    def _report(self, result: Materialised) -> None:
+        for firing, job_id in result.recorded:
+            level = (
+                logging.INFO if firing.outcome.value in ("enqueued", "pending") else logging.WARNING
+            )
+            event(
+                log,
+                f"schedule.{firing.outcome.value}",
+                level,
+                schedule=result.schedule,
+                scheduled_for=firing.scheduled_for.isoformat(),
+                job=job_id,
+                reason=firing.reason,
+            )
+
+    def stop(self) -> None:
+        """Hand the lease over at once (another scheduler need not wait for it to expire)."""
+        self.leadership.release()

@@ -1,0 +1,182 @@
+"""PostgreSQL plumbing shared by the store's parts: the pool, cursors, errors, schema.
+
+The store is one class (`store.PostgresStore`) assembled from mixins, one
+concern each: jobs (`store.py`), workers (`workers.py`), schedules and leases
+(`schedules.py`); every statement they run is in `queries.sql`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterator, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import psycopg_pool
+from psycopg.rows import dict_row
+
+from due.clock import Clock
+from due.errors import StoreError, StoreUnavailableError
+from due.store.sql import load_migrations, load_queries, require_current_schema
+
+QUERIES = load_queries("due.store.postgres")
+MIGRATIONS = load_migrations("due.store.postgres")
+LATEST_VERSION = MIGRATIONS[-1].version
+NOTIFY_CHANNEL = "due_jobs"
+
+
+class PostgresBase:
+    single_writer = False
+
+    def __init__(
+        self,
+        url: str,
+        clock: Clock,
+        *,
+        pool_size: int = 10,
+        connect_timeout: float = 5.0,
+    ) -> None:
+        self.url = url
+        self._clock = clock
+        self._connect_timeout = connect_timeout
+        self._pool = psycopg_pool.ConnectionPool(
+            url,
+            min_size=1,
+            max_size=pool_size,
+            kwargs={"autocommit": True},
+            configure=_configure_connection,
+            timeout=connect_timeout,
+            open=False,
+            name="due",
+        )
+        self._pool.open(wait=False)
+
+    # --- plumbing -----------------------------------------------------------
+
+    def _now(self) -> datetime | None:
+        return self._clock.now()
+
+    @contextlib.contextmanager
+    def _cursor(self, transaction: bool = False) -> Iterator[psycopg.Cursor[dict[str, Any]]]:
+        with translate_errors(self.url), self._pool.connection() as conn:
+            if transaction:
+                with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+                    yield cur
+            else:
+                with conn.cursor(row_factory=dict_row) as cur:
+                    yield cur
+
+    def _all(self, name: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+        with self._cursor() as cur:
+            cur.execute(QUERIES[name], params)
+            return cur.fetchall() if cur.description else []
+
+    def _fetch_now(self, cur: psycopg.Cursor[dict[str, Any]]) -> datetime:
+        """A concrete now for a transaction: the injected clock's, or the database's."""
+        cur.execute(QUERIES["current_time"], {"now": self._now()})
+        row = cur.fetchone()
+        assert row is not None
+        return utc(row["now"])
+
+    def close(self) -> None:
+        self._pool.close()
+
+    # --- schema ---------------------------------------------------------------
+
+    def migrate(self) -> list[int]:
+        applied_now = []
+        with self._cursor(transaction=True) as cur:
+            cur.execute(QUERIES["lock_migrations"])
+            cur.execute(QUERIES["create_migrations_table"])
+            cur.execute(QUERIES["schema_version"])
+            current = cur.fetchone()["version"] or 0  # type: ignore[index]
+            if current > LATEST_VERSION:
+                require_current_schema(current, LATEST_VERSION, self._where())
+            for migration in MIGRATIONS:
+                if migration.version > current:
+                    cur.execute(migration.sql.encode())
+                    cur.execute(
+                        QUERIES["record_migration"],
+                        {"version": migration.version, "name": migration.name},
+                    )
+                    applied_now.append(migration.version)
+        return applied_now
+
+    def schema_version(self) -> int | None:
+        with self._cursor() as cur:
+            cur.execute(QUERIES["migrations_table_exists"])
+            if not cur.fetchone()["present"]:  # type: ignore[index]
+                return None
+            cur.execute(QUERIES["schema_version"])
+            version = cur.fetchone()["version"]  # type: ignore[index]
+            return int(version) if version is not None else None
+
+    def check_schema(self) -> None:
+        require_current_schema(self.schema_version(), LATEST_VERSION, self._where())
+
+    def _where(self) -> str:
+        return f"PostgreSQL database {redact(self.url)}"
+
+    def now(self) -> datetime:
+        """The current instant on the store's clock."""
+        rows = self._all("current_time", {"now": self._now()})
+        return utc(rows[0]["now"])
+
+    # --- for the worker (wake-ups) --------------------------------------------------
+
+    def listen_connection(self) -> psycopg.Connection[Any]:
+        """A dedicated autocommit connection (outside the pool) for LISTEN."""
+        with translate_errors(self.url):
+            conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5)
+            conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            return conn
+
+
+def _configure_connection(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("SET TIME ZONE 'UTC'")
+
+
+def utc(value: datetime) -> datetime:
+    return value.astimezone(UTC)
+
+
+def normalise(row: dict[str, Any]) -> dict[str, Any]:
+    for name, value in row.items():
+        if isinstance(value, datetime):
+            row[name] = value.astimezone(UTC)
+    return row
+
+
+def normalise_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [normalise(row) for row in rows]
+
+
+def redact(url: str) -> str:
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "(unparseable URL)"
+    host = info.get("host", "localhost")
+    return f"{info.get('dbname', '')!s} on {host}:{info.get('port', 5432)}"
+
+
+@contextlib.contextmanager
+def translate_errors(url: str) -> Iterator[None]:
+    """Driver errors become StoreErrors, with the original as the cause."""
+    try:
+        yield
+    except psycopg_pool.PoolTimeout as error:
+        raise StoreUnavailableError(
+            f"could not get a connection to {redact(url)} in time: {error}"
+        ) from error
+    except psycopg.OperationalError as error:
+        raise StoreUnavailableError(f"{redact(url)} is unreachable: {error}") from error
+    except psycopg.Error as error:
+        raise StoreError(f"{redact(url)}: {error}") from error
+
+
+@contextlib.asynccontextmanager
+async def atranslate_errors(url: str) -> AsyncIterator[None]:
+    with translate_errors(url):
+        yield
