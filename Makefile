@@ -16,8 +16,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-postgres: ## start PostgreSQL if it is down and create the test database
+postgres: ## start PostgreSQL (and Redis, for the optional Redis lease) if down
 	@scripts/ensure-postgres
+	@scripts/ensure-redis
 
 demo: $(STAMP) ## run the example app on the embedded SQLite default
 	cd examples && ../$(PY) demo.py
@@ -36,6 +37,7 @@ check: $(STAMP) ## lint, type-check, and forbid wall-clock reads outside clock.p
 
 bench: $(STAMP) postgres ## run the benchmark (due and its peers, side by side)
 	$(PY) bench/run.py
+	$(PY) bench/schedule_bench.py
 
 clean: ## remove the environment and scratch files
 	rm -rf $(VENV) bench/.venv* bench/results bench/work .pytest_cache .ruff_cache .mypy_cache

@@ -100,16 +100,35 @@ def cases(sz: Sizes) -> list[Case]:
     drain = ("--timeout", "240")
     return [
         Case("enqueue", "single", ("--mode", "single", "--n", f"{sz.single}"), everyone, 300),
-        Case("enqueue", "bulk", ("--mode", "bulk", "--n", f"{sz.bulk}"), everyone, 300,
-             skip=frozenset({"huey"})),
+        Case(
+            "enqueue",
+            "bulk",
+            ("--mode", "bulk", "--n", f"{sz.bulk}"),
+            everyone,
+            300,
+            skip=frozenset({"huey"}),
+        ),
         Case("drain", "noop", ("--task", "noop", "--n", f"{sz.drain}", *drain), everyone, 330),
-        Case("drain", "sleep10", ("--task", "sleep10", "--n", f"{sz.sleep}",
-             "--concurrency", "50", *drain), queues, 330),
-        Case("latency", "", ("--n", f"{sz.latency}", "--n-scheduled", f"{sz.scheduled}"),
-             queues, 240),
-        Case("rescue", "", ("--wait", f"{sz.rescue_wait:g}"), queues, sz.rescue_wait + 180,
-             extra=(("procrastinate", ("--stalled-recipe",)),), parallel=True),
-    ]  # fmt: skip
+        Case(
+            "drain",
+            "sleep10",
+            ("--task", "sleep10", "--n", f"{sz.sleep}", "--concurrency", "50", *drain),
+            queues,
+            330,
+        ),
+        Case(
+            "latency", "", ("--n", f"{sz.latency}", "--n-scheduled", f"{sz.scheduled}"), queues, 240
+        ),
+        Case(
+            "rescue",
+            "",
+            ("--wait", f"{sz.rescue_wait:g}"),
+            queues,
+            sz.rescue_wait + 180,
+            extra=(("procrastinate", ("--stalled-recipe",)),),
+            parallel=True,
+        ),
+    ]
 
 
 @dataclass(frozen=True)

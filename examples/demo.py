@@ -33,7 +33,7 @@ console = Console()
 
 def show(title: str) -> None:
     console.rule(title)
-    for job in reversed(app.jobs(limit=20)):
+    for job in reversed([job for job in app.jobs(limit=50) if job.schedule is None]):
         when = job.run_at.strftime("%H:%M:%S")
         result = job.result if job.result is not None else (job.last_error or "")
         console.print(
@@ -53,6 +53,11 @@ def enqueue() -> None:
     console.print(f"second reminder for user 1 deduplicated: {again.deduplicated} (job {again.id})")
     cancelled = send_reminder.enqueue(2, delay="1h")
     app.cancel(cancelled.id)
+
+
+def _one_offs_pending() -> bool:
+    active = app.jobs(state="queued") + app.jobs(state="running")
+    return any(job.schedule is None for job in active)
 
 
 def main() -> None:
@@ -77,10 +82,22 @@ def main() -> None:
         ],
     )
     try:
+        # The enqueued jobs finish within a few seconds; the schedule keeps firing.
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and app.jobs(state="queued") + app.jobs(state="running"):
+        while time.monotonic() < deadline and _one_offs_pending():
             time.sleep(0.2)
+        time.sleep(4.5)  # a few more runs of the schedule
         show("after the worker ran them")
+        console.rule("schedules")
+        for overview in app.schedules():
+            stored = overview.stored
+            console.print(
+                f"  {stored.name}: {stored.schedule.timing.describe()}, next at "
+                f"{stored.next_fire_at:%H:%M:%S}, last run {overview.last_run_state}",
+                soft_wrap=True,
+            )
+            for run in reversed(app.schedule_runs(stored.name, limit=4)):
+                console.print(f"    {run.scheduled_for:%H:%M:%S} {run.outcome} job {run.job_id}")
     finally:
         worker.send_signal(signal.SIGTERM)
         console.print(f"worker stopped with exit code {worker.wait(timeout=30)}")

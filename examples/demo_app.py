@@ -26,6 +26,16 @@ async def build_report(month: str) -> dict[str, object]:
     return {"month": month, "rows": 1234}
 
 
+@app.task(queue="reports")
+def tally(ctx: due.Context) -> str:
+    assert ctx.scheduled_for is not None
+    return f"tally for {ctx.scheduled_for:%H:%M:%S}"
+
+
+# A cron schedule (with a seconds field); the worker's scheduler runs it.
+app.schedule("tally", "*/2 * * * * *", task=tally, overlap="forbid", misfire="latest")
+
+
 @app.task(queue="reports", retry=due.Retry(max_attempts=3, backoff="500ms", jitter=0))
 def flaky_export(ctx: due.Context) -> str:
     if ctx.attempt == 1:

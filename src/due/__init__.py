@@ -24,6 +24,7 @@ from due.errors import (
     JobNotFoundError,
     NotMigratedError,
     PayloadError,
+    ScheduleNotFoundError,
     SchemaError,
     SchemaTooNewError,
     StoreError,
@@ -33,6 +34,7 @@ from due.errors import (
 from due.job import AttemptError, Job, JobState
 from due.request import JobRequest
 from due.retry import Retry
+from due.scheduler.definition import Misfire, Overlap, Schedule
 from due.task import Task
 
 __version__ = "0.1.0"
@@ -48,6 +50,10 @@ __all__ = [
     "Job",
     "JobRequest",
     "JobState",
+    # schedules
+    "Misfire",
+    "Overlap",
+    "Schedule",
     # time
     "Clock",
     "FakeClock",
@@ -61,6 +67,7 @@ __all__ = [
     "JobNotFoundError",
     "NotMigratedError",
     "PayloadError",
+    "ScheduleNotFoundError",
     "SchemaError",
     "SchemaTooNewError",
     "StoreError",

@@ -256,9 +256,22 @@ class App:
     ) -> Schedule:
         """Define a recurring schedule in code; workers sync it to the database at start."""
         schedule = define_for_app(
-            self, name, cron, every, task, args, kwargs, tz, misfire, overlap,
-            catch_up_limit, misfire_grace, queue, priority, enabled,
-        )  # fmt: skip
+            self,
+            name,
+            cron,
+            every,
+            task,
+            args,
+            kwargs,
+            tz,
+            misfire,
+            overlap,
+            catch_up_limit,
+            misfire_grace,
+            queue,
+            priority,
+            enabled,
+        )
         if name in self.defined_schedules:
             raise ConfigurationError(f"a schedule named {name!r} is already defined")
         self.defined_schedules[name] = schedule
@@ -283,9 +296,22 @@ class App:
     ) -> Schedule:
         """Store a schedule at run time (not in code); it fires from its next time on."""
         schedule = define_for_app(
-            self, name, cron, every, task, args, kwargs, tz, misfire, overlap,
-            catch_up_limit, misfire_grace, queue, priority, True,
-        )  # fmt: skip
+            self,
+            name,
+            cron,
+            every,
+            task,
+            args,
+            kwargs,
+            tz,
+            misfire,
+            overlap,
+            catch_up_limit,
+            misfire_grace,
+            queue,
+            priority,
+            True,
+        )
         self.store.add_schedule(schedule)
         return schedule
 

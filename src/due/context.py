@@ -17,9 +17,15 @@ class Context:
     """
 
     __slots__ = (
-        "attempt", "job_id", "lease_token", "logger", "max_attempts", "queue", "scheduled_for",
+        "attempt",
+        "job_id",
+        "lease_token",
+        "logger",
+        "max_attempts",
+        "queue",
+        "scheduled_for",
         "task",
-    )  # fmt: skip
+    )
 
     def __init__(
         self,

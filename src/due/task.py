@@ -96,6 +96,7 @@ class Task(Generic[P, R]):
         self.context_parameter = find_context_parameter(fn)
         self._signature = _signature_without(fn, self.context_parameter)
         self._positional_range = _plain_positional_range(self._signature)
+        self._context_position = _positional_index(fn, self.context_parameter)
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -151,6 +152,17 @@ class Task(Generic[P, R]):
         )
         return (await self.app.aenqueue_many([request], connection=connection))[0]
 
+    def call_arguments(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], context: Context
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The job's arguments with the context put in its parameter's place."""
+        name, position = self.context_parameter, self._context_position
+        if name is None:
+            return args, kwargs
+        if position is not None and len(args) > position:
+            return (*args[:position], context, *args[position:]), kwargs
+        return args, {**kwargs, name: context}
+
     def check_arguments(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
         """Raise ArgumentsError unless the function accepts these arguments."""
         fast = self._positional_range
@@ -183,6 +195,13 @@ def _signature_without(fn: Callable[..., Any], parameter: str | None) -> inspect
     return signature.replace(
         parameters=[p for p in signature.parameters.values() if p.name != parameter]
     )
+
+
+def _positional_index(fn: Callable[..., Any], parameter: str | None) -> int | None:
+    """Where the context parameter stands among the positional ones (None: keyword only)."""
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    names = [p.name for p in inspect.signature(fn).parameters.values() if p.kind in positional]
+    return names.index(parameter) if parameter in names else None
 
 
 def _plain_positional_range(signature: inspect.Signature) -> tuple[int, int] | None:

@@ -123,3 +123,51 @@ def test_workers_lists_registered_workers(backend_url: str) -> None:
         app.close()
     listing = run(backend_url, "workers")
     assert "web-1:4242:ab" in listing and "bulk=2, emails=16" in listing and "running" in listing
+
+
+def test_schedules_from_the_command_line(tmp_path: Path, sqlite_url: str) -> None:
+    (tmp_path / "sched_app.py").write_text(
+        "import due\n"
+        f"app = due.App({sqlite_url!r})\n"
+        "@app.task(name='report')\n"
+        "def report(kind: str = 'daily') -> None: ...\n"
+        "app.schedule('nightly', '0 2 * * *', task='report', tz='Europe/Paris')\n"
+    )
+
+    def due_cli(*args: str, expect: int = 0) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "due", "--app", "sched_app:app", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+            env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
+        )
+        assert done.returncode == expect, done.stdout + done.stderr
+        return done.stdout + done.stderr
+
+    due_cli("migrate")
+    due_cli(
+        "schedule",
+        "add",
+        "adhoc",
+        "--task",
+        "report",
+        "--every",
+        "15m",
+        "--kwargs",
+        '{"kind": "adhoc"}',
+    )
+    listing = due_cli("schedules")
+    assert "adhoc" in listing and "every 900s" in listing and "enabled" in listing
+    assert "started job" in due_cli("schedule", "trigger", "adhoc")
+    assert "paused" in due_cli("schedule", "pause", "adhoc")
+    assert "paused" in due_cli("schedule", "list")
+    runs = due_cli("schedule", "runs", "adhoc")
+    assert "enqueued" in runs and "triggered by hand" in runs
+    assert "resumed" in due_cli("schedule", "resume", "adhoc")
+    assert "removed" in due_cli("schedule", "remove", "adhoc")
+    bad = due_cli("schedule", "add", "x", "--task", "report", "--cron", "0 25 * * *", expect=1)
+    assert "the hour field '25' is invalid" in bad and "Traceback" not in bad
+    missing = due_cli("schedule", "pause", "nope", expect=1)
+    assert "no schedule named 'nope'" in missing

@@ -32,6 +32,8 @@ def read_ledger(path: Path) -> list[LedgerLine]:
     lines = []
     for raw in path.read_text().splitlines():
         kind, job, attempt, pid, at = raw.split()
+        if kind not in ("start", "end"):
+            continue
         lines.append(LedgerLine(kind, int(job), int(attempt), int(pid), float(at)))
     return lines
 

@@ -19,8 +19,18 @@ from due.scheduler.definition import DEFAULT_MISFIRE, DEFAULT_OVERLAP, Misfire, 
 @reports_errors
 def schedules(settings: Settings) -> None:
     """Every schedule: when it runs next, how its last run went, what was skipped or missed."""
-    table = Table("name", "when", "task", "next run", "last run", "outcome", "last success",
-                  "skipped", "missed", "state")  # fmt: skip
+    table = Table(
+        "name",
+        "when",
+        "task",
+        "next run",
+        "last run",
+        "outcome",
+        "last success",
+        "skipped",
+        "missed",
+        "state",
+    )
     for overview in settings.app.schedules():
         stored = overview.stored
         state = "paused" if stored.paused else ("enabled" if stored.enabled else "disabled")
@@ -59,10 +69,18 @@ def list_schedules(ctx: click.Context) -> None:
 @click.option("--tz", default="UTC", show_default=True, help="Time zone of the cron expression.")
 @click.option("--args", "args_json", default="[]", help="Positional arguments, as a JSON list.")
 @click.option("--kwargs", "kwargs_json", default="{}", help="Keyword arguments, as a JSON object.")
-@click.option("--misfire", type=click.Choice([m.value for m in Misfire]),
-              default=DEFAULT_MISFIRE.value, show_default=True)  # fmt: skip
-@click.option("--overlap", type=click.Choice([o.value for o in Overlap]),
-              default=DEFAULT_OVERLAP.value, show_default=True)  # fmt: skip
+@click.option(
+    "--misfire",
+    type=click.Choice([m.value for m in Misfire]),
+    default=DEFAULT_MISFIRE.value,
+    show_default=True,
+)
+@click.option(
+    "--overlap",
+    type=click.Choice([o.value for o in Overlap]),
+    default=DEFAULT_OVERLAP.value,
+    show_default=True,
+)
 @click.pass_obj
 @reports_errors
 def add(
@@ -79,8 +97,17 @@ def add(
 ) -> None:
     """Add a schedule without deploying code (`--app` must know the task)."""
     args, kwargs = _json(args_json, list, "--args"), _json(kwargs_json, dict, "--kwargs")
-    settings.app.add_schedule(name, cron, every, task=task, args=args, kwargs=kwargs, tz=tz,
-                              misfire=misfire, overlap=overlap)  # fmt: skip
+    settings.app.add_schedule(
+        name,
+        cron,
+        every,
+        task=task,
+        args=args,
+        kwargs=kwargs,
+        tz=tz,
+        misfire=misfire,
+        overlap=overlap,
+    )
     console.print(f"schedule {name!r} added")
 
 
@@ -132,8 +159,13 @@ def runs(settings: Settings, name: str, limit: int) -> None:
     """Each scheduled time, newest first: enqueued (and the job's state), skipped, missed."""
     table = Table("scheduled for", "outcome", "job", "job state", "reason")
     for run in settings.app.schedule_runs(name, limit):
-        table.add_row(time_text(run.scheduled_for), run.outcome, str(run.job_id or ""),
-                      run.job_state or "", run.reason or "")  # fmt: skip
+        table.add_row(
+            time_text(run.scheduled_for),
+            run.outcome,
+            str(run.job_id or ""),
+            run.job_state or "",
+            run.reason or "",
+        )
     console.print(table)
 
 

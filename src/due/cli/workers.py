@@ -32,6 +32,12 @@ def common_options(command: Callable[..., Any]) -> Callable[..., Any]:
             "database; needs due[redis].",
         ),
         click.option(
+            "--leader-ttl",
+            default="10s",
+            show_default=True,
+            help="The scheduler's leader lease: a dead leader is replaced within this.",
+        ),
+        click.option(
             "--retention",
             default="14d",
             show_default=True,
@@ -102,6 +108,7 @@ def worker(
     lease: str,
     grace: str,
     leader_url: str | None,
+    leader_ttl: str,
     retention: str,
     log_format: str,
     log_level: str,
@@ -124,6 +131,7 @@ def worker(
         retention=retention,
         scheduler=scheduler,
         leader_url=leader_url,
+        leader_ttl=leader_ttl,
     )
     sys.exit(run_worker(app, worker_settings))
 
@@ -137,6 +145,7 @@ def scheduler(
     lease: str,
     grace: str,
     leader_url: str | None,
+    leader_ttl: str,
     retention: str,
     log_format: str,
     log_level: str,
@@ -147,7 +156,13 @@ def scheduler(
     _require_app(settings, "due scheduler")
     configure_logging(log_format, log_level)
     scheduler_settings = WorkerSettings.build(
-        {}, lease=lease, grace=grace, retention=retention, scheduler=True, leader_url=leader_url
+        {},
+        lease=lease,
+        grace=grace,
+        retention=retention,
+        scheduler=True,
+        leader_url=leader_url,
+        leader_ttl=leader_ttl,
     )
     sys.exit(run_worker(settings.app, scheduler_settings))
 

@@ -71,10 +71,19 @@ class Schedule:
     def fingerprint(self) -> str:
         """Changes whenever the definition changes (what the sync compares)."""
         parts = [
-            self.task, self.timing.cron, self.timing.every, self.timing.tz, self.payload,
-            self.queue, self.priority, self.max_attempts, self.misfire.value,
-            self.overlap.value, self.catch_up_limit, self.misfire_grace,
-        ]  # fmt: skip
+            self.task,
+            self.timing.cron,
+            self.timing.every,
+            self.timing.tz,
+            self.payload,
+            self.queue,
+            self.priority,
+            self.max_attempts,
+            self.misfire.value,
+            self.overlap.value,
+            self.catch_up_limit,
+            self.misfire_grace,
+        ]
         return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
 

@@ -65,12 +65,12 @@ class Executor:
 
     async def run(self, job: ClaimedJob) -> Attempt:
         task = self._tasks.get(job.task)
-        kwargs = dict(job.kwargs)
+        args, kwargs = job.args, job.kwargs
         if task.context_parameter:
-            kwargs[task.context_parameter] = self._context(task, job)
+            args, kwargs = task.call_arguments(args, kwargs, self._context(task, job))
         started = time.perf_counter()
         call = _run_async if task.is_async else self._run_sync
-        outcome = await call(task, job, kwargs)
+        outcome = await call(task, args, kwargs)
         if isinstance(outcome, _TimedOut):
             completion = self._timed_out(task, job)
         elif isinstance(outcome, _Raised):
@@ -81,11 +81,11 @@ class Executor:
         return Attempt(completion, time.perf_counter() - started, straggler)
 
     async def _run_sync(
-        self, task: Task[Any, Any], job: ClaimedJob, kwargs: dict[str, Any]
+        self, task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> _Outcome:
         loop = asyncio.get_running_loop()
         future = loop.run_in_executor(
-            self._threads, functools.partial(self._in_thread, task.fn, job.args, kwargs)
+            self._threads, functools.partial(self._in_thread, task.fn, args, kwargs)
         )
         # The thread cannot be stopped: on timeout we stop waiting and hand it back.
         done, _ = await asyncio.wait({future}, timeout=task.options.timeout)
@@ -178,15 +178,17 @@ class _TimedOut:
 _Outcome = _Returned | _Raised | _TimedOut
 
 
-async def _run_async(task: Task[Any, Any], job: ClaimedJob, kwargs: dict[str, Any]) -> _Outcome:
+async def _run_async(
+    task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> _Outcome:
     if task.options.timeout is None:  # the common case, without a timer per job
         try:
-            return _Returned(await task.fn(*job.args, **kwargs))
+            return _Returned(await task.fn(*args, **kwargs))
         except Exception as error:
             return _Raised(error)
     try:
         async with asyncio.timeout(task.options.timeout) as deadline:
-            return _Returned(await task.fn(*job.args, **kwargs))
+            return _Returned(await task.fn(*args, **kwargs))
     except TimeoutError as error:
         # Our deadline, or a TimeoutError the handler itself raised?
         return _TimedOut() if deadline.expired() else _Raised(error)

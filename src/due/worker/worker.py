@@ -88,8 +88,9 @@ class Worker:
     def _scheduler(self) -> Scheduler:
         url = self.settings.leader_url
         backend = RedisLeases(url) if url else DatabaseLeases(self.store)
-        leadership = Leadership(backend, self.settings.worker_id, self.clock,
-                                ttl=self.settings.leader_ttl)  # fmt: skip
+        leadership = Leadership(
+            backend, self.settings.worker_id, self.clock, ttl=self.settings.leader_ttl
+        )
         return Scheduler(self, leadership)
 
     # --- the store, from the loop --------------------------------------------

@@ -33,9 +33,18 @@ MIGRATIONS = load_migrations("due.store.sqlite")
 LATEST_VERSION = MIGRATIONS[-1].version
 DEFAULT_BUSY_TIMEOUT = 30.0
 TIME_COLUMNS = (
-    "run_at", "lease_expires_at", "created_at", "started_at", "finished_at", "scheduled_for",
-    "next_fire_at", "updated_at", "recorded_at", "last_run_at", "last_success_at",
-)  # fmt: skip
+    "run_at",
+    "lease_expires_at",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "scheduled_for",
+    "next_fire_at",
+    "updated_at",
+    "recorded_at",
+    "last_run_at",
+    "last_success_at",
+)
 JSON_COLUMNS = ("payload", "errors", "result")
 
 

@@ -51,14 +51,13 @@ class SQLiteSchedules(SQLiteBase):
 
     def add_schedule(self, schedule: Schedule) -> None:
         now = self._now()
-        try:
-            with self._write() as conn:
-                conn.execute(QUERIES["insert_schedule"], _definition(schedule, "runtime", now))
-        except sqlite3.IntegrityError:
-            raise ConfigurationError(
-                f"a schedule named {schedule.name!r} already exists; remove it first "
-                "or choose another name"
-            ) from None
+        with self._write() as conn:
+            if conn.execute(QUERIES["lock_schedule"], {"name": schedule.name}).fetchone():
+                raise ConfigurationError(
+                    f"a schedule named {schedule.name!r} already exists; remove it first "
+                    "or choose another name"
+                )
+            conn.execute(QUERIES["insert_schedule"], _definition(schedule, "runtime", now))
 
     def remove_schedule(self, name: str) -> bool:
         with self._write() as conn:

@@ -1,0 +1,92 @@
+"""Three schedulers on one PostgreSQL: the leader killed, another paused past its lease."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import due
+from tests.helpers.waiting import wait_until
+from tests.helpers.workers import Workers
+
+pytestmark = pytest.mark.slow
+TTL = 3.0
+
+
+def ticks(ledger: Path) -> list[tuple[float, int, float]]:
+    """(scheduled_for, pid, started_at) of every run of the every-second schedule."""
+    if not ledger.exists():
+        return []
+    rows = []
+    for line in ledger.read_text().splitlines():
+        kind, _job, scheduled_for, pid, at = line.split()
+        if kind == "tick":
+            rows.append((float(scheduled_for), int(pid), float(at)))
+    return rows
+
+
+def leader_pid(url: str) -> int | None:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT holder FROM due_leases WHERE name = 'scheduler' AND expires_at > now()"
+        ).fetchone()
+    return int(row[0].split(":")[1]) if row else None
+
+
+def test_every_scheduled_time_runs_once_through_kill_and_pause(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    due.App(postgres_url).migrate()
+    ledger = tmp_path / "ledger.txt"
+    pool = Workers(postgres_url, ledger, tmp_path)
+    options = ("--leader-ttl", f"{TTL}s", "--lease", "3s", "-q", "default=10")
+    try:
+        workers = {
+            w.pid: w
+            for w in (pool.start(*options, env={"DUE_TEST_SCHEDULE": "1"}) for _ in range(3))
+        }
+        wait_until(lambda: len(ticks(ledger)) >= 3, timeout=30, what="the schedule to tick")
+        first = wait_until(lambda: leader_pid(postgres_url), what="a leader")
+        workers[first].signal(signal.SIGKILL)
+        killed_at = time.time()
+        after_kill = wait_until(
+            lambda: [t for t in ticks(ledger) if t[2] > killed_at + 0.05],
+            timeout=30,
+            what="the schedule to tick again",
+        )[0]
+        failover = after_kill[2] - killed_at
+        print(f"\nfailover after SIGKILL of the leader: {failover:.2f}s (lease {TTL:g}s)")
+        assert failover <= TTL + 2.0
+        second = wait_until(lambda: (p := leader_pid(postgres_url)) != first and p, what="leader")
+        workers[second].signal(signal.SIGSTOP)
+        paused_at = time.time()
+        wait_until(
+            lambda: (p := leader_pid(postgres_url)) not in (first, second) and p,
+            timeout=30,
+            what="a third leader",
+        )
+        assert time.time() - paused_at <= TTL + 2.5
+        workers[second].signal(signal.SIGCONT)  # the old leader wakes up, sure it still leads
+        time.sleep(3)  # let it act on its stale belief, if it would
+        stop_at = time.time()
+        for pid, worker in workers.items():
+            if pid != first:
+                worker.signal(signal.SIGTERM)
+        for pid, worker in workers.items():
+            if pid != first:
+                assert worker.wait_exit(timeout=30) == 0
+    finally:
+        pool.stop_all()
+    runs = [t for t in ticks(ledger) if t[0] <= stop_at - 2]
+    moments = [t[0] for t in runs]
+    assert len(moments) == len(set(moments)), "a scheduled time ran twice"
+    expected = set(range(int(min(moments)), int(max(moments)) + 1))
+    assert {int(m) for m in moments} == expected, "a scheduled time did not run"
+    with psycopg.connect(postgres_url) as conn:
+        query = "SELECT outcome, count(*) FROM due_schedule_runs GROUP BY outcome"
+        outcomes = dict(conn.execute(query).fetchall())
+    assert set(outcomes) == {"enqueued"}, outcomes

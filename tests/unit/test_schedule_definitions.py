@@ -1,0 +1,57 @@
+"""Bad schedules are refused where they are defined, with what to fix."""
+
+from __future__ import annotations
+
+import pytest
+
+import due
+from due.errors import ConfigurationError
+
+
+@pytest.fixture
+def app() -> due.App:
+    application = due.App("sqlite:///unused.db")
+
+    @application.task(name="bill", queue="billing", priority=3, retry=due.Retry(max_attempts=7))
+    def bill(period: str = "day") -> None: ...
+
+    return application
+
+
+def test_a_schedule_takes_its_tasks_queue_priority_and_attempts(app: due.App) -> None:
+    schedule = app.schedule("nightly", "0 2 * * *", task="bill", tz="Europe/Paris")
+    assert (schedule.queue, schedule.priority, schedule.max_attempts) == ("billing", 3, 7)
+    assert schedule.misfire.value == "latest" and schedule.overlap.value == "forbid"
+    assert app.defined_schedules == {"nightly": schedule}
+    moved = app.schedule("urgent", every="5m", task=app.tasks.get("bill"), queue="fast", priority=9)
+    assert (moved.queue, moved.priority) == ("fast", 9)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"cron": "0 2 * * *", "every": "1h"}, "exactly one of cron"),
+        ({}, "exactly one of cron"),
+        ({"cron": "0 25 * * *"}, "the hour field '25'"),
+        ({"every": "0.5s"}, "too short"),
+        ({"cron": "@daily", "tz": "Europe/Pariss"}, "unknown time zone 'Europe/Pariss'"),
+        ({"cron": "@daily", "misfire": "later"}, "misfire='later' is not a policy"),
+        ({"cron": "@daily", "overlap": "both"}, "overlap='both' is not a policy"),
+        ({"cron": "@daily", "catch_up_limit": 0}, "catch_up_limit"),
+        ({"cron": "@daily", "args": ["day", "extra"]}, "too many"),
+        ({"cron": "@daily", "args": [object()]}, "not JSON-serialisable"),
+        ({"cron": "@daily", "queue": "bad queue"}, "only letters"),
+    ],
+)
+def test_bad_schedules(app: due.App, options: dict, message: str) -> None:
+    with pytest.raises((ConfigurationError, TypeError, ValueError), match=message):
+        app.schedule("s", task="bill", **options)
+    assert app.defined_schedules == {}
+
+
+def test_unknown_task_and_duplicate_names(app: due.App) -> None:
+    with pytest.raises(due.UnknownTaskError, match="did you mean 'bill'"):
+        app.schedule("s", "@daily", task="bil")
+    app.schedule("s", "@daily", task="bill")
+    with pytest.raises(ConfigurationError, match="already defined"):
+        app.schedule("s", "@hourly", task="bill")
