@@ -21,7 +21,9 @@ from due.errors import (
     DueError,
     InvalidJobError,
     InvalidStateError,
+    JobCancelled,
     JobNotFoundError,
+    LeaseLost,
     NotMigratedError,
     PayloadError,
     ScheduleNotFoundError,
@@ -31,10 +33,11 @@ from due.errors import (
     StoreUnavailableError,
     UnknownTaskError,
 )
-from due.job import AttemptError, Job, JobState
+from due.job import AttemptError, Job, JobState, Pieces
 from due.request import JobRequest
 from due.retry import Retry
 from due.scheduler.definition import Misfire, Overlap, Schedule
+from due.store.records import QueueOverview
 from due.task import Task
 
 __version__ = "0.1.0"
@@ -50,6 +53,8 @@ __all__ = [
     "Job",
     "JobRequest",
     "JobState",
+    "Pieces",
+    "QueueOverview",
     # schedules
     "Misfire",
     "Overlap",
@@ -64,7 +69,9 @@ __all__ = [
     "DueError",
     "InvalidJobError",
     "InvalidStateError",
+    "JobCancelled",
     "JobNotFoundError",
+    "LeaseLost",
     "NotMigratedError",
     "PayloadError",
     "ScheduleNotFoundError",

@@ -15,29 +15,21 @@ from typing import Any, TypeVar, overload
 
 from due.clock import Clock, SystemClock
 from due.durations import DurationLike
-from due.errors import ConfigurationError, ScheduleNotFoundError
+from due.errors import ConfigurationError
 from due.job import Job, JobState
 from due.payload import DEFAULT_MAX_PAYLOAD_BYTES
-from due.request import JobRequest, prepare
+from due.request import JobRequest, prepare, validate_queue
 from due.retry import Retry
-from due.scheduler.definition import (
-    DEFAULT_CATCH_UP_LIMIT,
-    DEFAULT_MISFIRE,
-    DEFAULT_MISFIRE_GRACE_SECONDS,
-    DEFAULT_OVERLAP,
-    Misfire,
-    Overlap,
-    Schedule,
-    ScheduleOverview,
-    ScheduleRun,
-)
-from due.scheduler.registration import define_for_app
+from due.scheduler.api import ScheduleMethods
+from due.scheduler.definition import Schedule
 from due.store import Store, open_store
-from due.store.records import JobFilter, NewJob
-from due.store.schedules import SyncReport
+from due.store.pieces import completion_spec
+from due.store.records import JobFilter, NewJob, QueueOverview
 from due.task import DEFAULT_QUEUE, Registry, Task, TaskOptions
 
 URL_ENVIRONMENT_VARIABLE = "DUE_DATABASE_URL"
+BATCH_TASK = "due.batch"
+"""The task name of a parent made by app.batch (it never runs itself)."""
 DEFAULT_URL = "sqlite:///due.db"
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -51,7 +43,7 @@ def resolve_url(url: str | None) -> str:
     return resolved
 
 
-class App:
+class App(ScheduleMethods):
     """One application's tasks and the database its jobs live in.
 
     app = due.App()                          # ./due.db, or $DUE_DATABASE_URL
@@ -149,6 +141,7 @@ class App:
         timeout: DurationLike | None = None,
         lease: DurationLike | None = None,
         unique_for: DurationLike | None = None,
+        stuck_after: DurationLike | None = None,
     ) -> Callable[[F], Task[Any, Any]]: ...
 
     def task(
@@ -163,6 +156,7 @@ class App:
         timeout: DurationLike | None = None,
         lease: DurationLike | None = None,
         unique_for: DurationLike | None = None,
+        stuck_after: DurationLike | None = None,
     ) -> Task[Any, Any] | Callable[[F], Task[Any, Any]]:
         """Register a sync or async function as a task (`@app.task` or `@app.task(...)`)."""
 
@@ -178,6 +172,7 @@ class App:
                 timeout=timeout,
                 lease=lease,
                 unique_for=unique_for,
+                stuck_after=stuck_after,
             )
             task: Task[Any, Any] = Task(self, function, task_name, options)
             self.tasks.add(task)
@@ -234,122 +229,6 @@ class App:
             prepared.append(prepare(request, task, self.max_payload_bytes))
         return prepared
 
-    # --- schedules ----------------------------------------------------------------
-
-    def schedule(
-        self,
-        name: str,
-        cron: str | None = None,
-        every: DurationLike | None = None,
-        *,
-        task: Task[Any, Any] | str,
-        args: Sequence[Any] = (),
-        kwargs: dict[str, Any] | None = None,
-        tz: str = "UTC",
-        misfire: Misfire | str = DEFAULT_MISFIRE,
-        overlap: Overlap | str = DEFAULT_OVERLAP,
-        catch_up_limit: int = DEFAULT_CATCH_UP_LIMIT,
-        misfire_grace: DurationLike = DEFAULT_MISFIRE_GRACE_SECONDS,
-        queue: str | None = None,
-        priority: int | None = None,
-        enabled: bool = True,
-    ) -> Schedule:
-        """Define a recurring schedule in code; workers sync it to the database at start."""
-        schedule = define_for_app(
-            self,
-            name,
-            cron,
-            every,
-            task,
-            args,
-            kwargs,
-            tz,
-            misfire,
-            overlap,
-            catch_up_limit,
-            misfire_grace,
-            queue,
-            priority,
-            enabled,
-        )
-        if name in self.defined_schedules:
-            raise ConfigurationError(f"a schedule named {name!r} is already defined")
-        self.defined_schedules[name] = schedule
-        return schedule
-
-    def add_schedule(
-        self,
-        name: str,
-        cron: str | None = None,
-        every: DurationLike | None = None,
-        *,
-        task: Task[Any, Any] | str,
-        args: Sequence[Any] = (),
-        kwargs: dict[str, Any] | None = None,
-        tz: str = "UTC",
-        misfire: Misfire | str = DEFAULT_MISFIRE,
-        overlap: Overlap | str = DEFAULT_OVERLAP,
-        catch_up_limit: int = DEFAULT_CATCH_UP_LIMIT,
-        misfire_grace: DurationLike = DEFAULT_MISFIRE_GRACE_SECONDS,
-        queue: str | None = None,
-        priority: int | None = None,
-    ) -> Schedule:
-        """Store a schedule at run time (not in code); it fires from its next time on."""
-        schedule = define_for_app(
-            self,
-            name,
-            cron,
-            every,
-            task,
-            args,
-            kwargs,
-            tz,
-            misfire,
-            overlap,
-            catch_up_limit,
-            misfire_grace,
-            queue,
-            priority,
-            True,
-        )
-        self.store.add_schedule(schedule)
-        return schedule
-
-    def sync_schedules(self) -> SyncReport:
-        """Make the database's code-defined schedules match this app's (workers do it)."""
-        return self.store.sync_schedules(list(self.defined_schedules.values()))
-
-    def schedules(self) -> list[ScheduleOverview]:
-        """Every stored schedule: next run, last run and outcome, skipped and missed runs."""
-        return self.store.schedule_overview()
-
-    def schedule_runs(self, name: str, limit: int = 50) -> list[ScheduleRun]:
-        """A schedule's scheduled times, newest first, and what became of each."""
-        return self.store.schedule_runs(name, limit)
-
-    def pause_schedule(self, name: str) -> None:
-        """Stop starting runs; their times are recorded as skipped until resumed."""
-        if not self.store.pause_schedule(name, True):
-            raise ScheduleNotFoundError(f"no schedule named {name!r}")
-
-    def resume_schedule(self, name: str) -> None:
-        if not self.store.pause_schedule(name, False):
-            raise ScheduleNotFoundError(f"no schedule named {name!r}")
-
-    def trigger_schedule(self, name: str) -> Job:
-        """Start a run of the schedule now, by hand."""
-        return self.get(self.store.trigger_schedule(name))
-
-    def remove_schedule(self, name: str) -> None:
-        """Delete a schedule added at run time (its history stays)."""
-        if name in self.defined_schedules:
-            raise ConfigurationError(
-                f"schedule {name!r} is defined in code: delete it there (workers then "
-                "disable it when they start), or pause it"
-            )
-        if not self.store.remove_schedule(name):
-            raise ScheduleNotFoundError(f"no schedule named {name!r}")
-
     # --- inspect and control ------------------------------------------------------
 
     def get(self, job_id: int) -> Job:
@@ -362,20 +241,105 @@ class App:
         queue: str | None = None,
         state: JobState | str | None = None,
         task: str | None = None,
+        parent: int | None = None,
+        stuck: bool = False,
         limit: int = 100,
     ) -> list[Job]:
-        """Jobs, newest first; delayed jobs are `queued` with a future `run_at`."""
-        return self.store.list_jobs(
-            JobFilter(queue=queue, state=_state(state), task=task, limit=int(limit))
+        """Jobs, newest first; delayed jobs are `queued` with a future `run_at`.
+
+        `parent=` lists a parent's pieces; `stuck=True` only running jobs whose
+        progress has not moved for their task's `stuck_after`.
+        """
+        where = JobFilter(
+            queue=queue,
+            state=_state(state),
+            task=task,
+            limit=int(limit),
+            parent=parent,
+            stuck_only=stuck,
         )
+        return self.store.list_jobs(where)
 
     def cancel(self, job_id: int) -> Job:
-        """Cancel a queued (or delayed) job; it will not run."""
+        """Cancel a job. Queued or delayed: it will not run. Running: it is asked to
+        stop and ends `cancelled` at its next safe point (not retried). A waiting
+        parent: it ends, and so do its unfinished pieces."""
         return self.store.cancel(int(job_id))
 
     def retry(self, job_id: int) -> Job:
         """Run a failed or cancelled job again, with a fresh set of attempts."""
         return self.store.retry(int(job_id))
+
+    # --- pieces and pauses ----------------------------------------------------------
+
+    def batch(
+        self,
+        task: Task[Any, Any] | str,
+        items: Iterable[tuple[Any, ...] | list[Any] | JobRequest],
+        *,
+        on_complete: Task[Any, Any] | str | None = None,
+        on_piece_failure: str = "continue",
+        name: str = BATCH_TASK,
+    ) -> Job:
+        """Pieces under a new parent job that waits for them (ctx.spawn, from outside
+        a job): the parent shows `k of n` as its progress, and `on_complete` runs
+        once when the last piece ends. Returns the parent."""
+        if on_piece_failure not in ("continue", "fail"):
+            raise ConfigurationError(
+                f"on_piece_failure={on_piece_failure!r}: choose 'continue' or 'fail'"
+            )
+        pieces = self.piece_jobs(task, items)
+        spec = self.completion_spec(on_complete) if on_complete is not None else None
+        parent = self.store.batch(name, pieces, spec, on_piece_failure)
+        return self.get(parent)
+
+    def piece_jobs(
+        self,
+        task: Task[Any, Any] | str,
+        items: Iterable[tuple[Any, ...] | list[Any] | JobRequest],
+    ) -> list[NewJob]:
+        """Validated pieces (all refused if one is bad)."""
+        name = task.name if isinstance(task, Task) else task
+        requests = [
+            item if isinstance(item, JobRequest) else JobRequest(name, tuple(_arguments(item)))
+            for item in items
+        ]
+        return self._prepare(requests)
+
+    def completion_spec(self, task: Task[Any, Any] | str) -> str:
+        resolved = self.tasks.get(task.name if isinstance(task, Task) else task)
+        resolved.check_arguments(({"parent": 0, "pieces": 0},), {})
+        options = resolved.options
+        return completion_spec(
+            resolved.name, options.queue, options.priority, options.retry.max_attempts
+        )
+
+    def pause_queue(self, queue: str) -> None:
+        """Stop claiming the queue's jobs (running ones finish); durable until resumed."""
+        self.store.pause_queue(validate_queue(queue), True)
+
+    def resume_queue(self, queue: str) -> None:
+        self.store.pause_queue(validate_queue(queue), False)
+
+    def pause_group(self, parent_id: int) -> None:
+        """Hold a parent's queued pieces (and those it spawns later) until resumed."""
+        self.store.hold_group(int(parent_id), True)
+
+    def resume_group(self, parent_id: int) -> None:
+        self.store.hold_group(int(parent_id), False)
+
+    def queues(self) -> list[QueueOverview]:
+        """Per queue: depth, due now, running, waiting, stuck, oldest due job, paused."""
+        return self.store.queue_overview()
+
+
+def _arguments(item: Any) -> tuple[Any, ...]:
+    if isinstance(item, tuple | list):
+        return tuple(item)
+    raise ConfigurationError(
+        f"a piece is given as a tuple of its positional arguments or as task.request(...), "
+        f"got {item!r}"
+    )
 
 
 def _state(state: JobState | str | None) -> JobState | None:

@@ -1,31 +1,57 @@
-"""The context a handler receives when it declares a parameter of type `due.Context`."""
+"""The context a handler receives when it declares a parameter of type `due.Context`.
+
+It carries what the attempt knows about itself, and the tools of long work:
+
+- `checkpoint(value)` saves a JSON cursor durably on the job, fenced by the
+  lease; a retry or a rescue starts with `checkpoint_value` set to it.
+- `progress(done, total, message)` is kept in memory and written with the
+  next heartbeat (cheap enough to call on every row).
+- `raise_if_cancelled()`, `checkpoint` and `progress` are the safe points where
+  a requested cancellation ends the job: they raise `JobCancelled`, so the
+  handler's `finally` blocks run and the job ends `cancelled`, not retried.
+- `spawn(task, items)` creates pieces under this job, which then waits for them.
+- `transaction()` gives the job's own database transaction: writes made in it
+  commit together with the job's success, or not at all.
+
+Sync or async, the same calls: in an `async def` handler, `checkpoint` and
+`spawn` return awaitables (`await ctx.checkpoint(cursor)`); in a plain
+function they block until done.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
+from collections.abc import Awaitable, Iterable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from due.errors import ConfigurationError, JobCancelled, LeaseLost
+from due.payload import encode_value
+
+if TYPE_CHECKING:
+    from due.app import App
+    from due.request import JobRequest
+    from due.store.records import ClaimedJob
+    from due.task import Task
+
+PIECE_POLICIES = ("continue", "fail")
 
 
 class Context:
-    """What a running attempt knows about itself.
+    """What a running attempt knows about itself, and what it can do about it.
 
-    A handler asks for it by annotation, under any parameter name:
-
-        @app.task()
-        def resize(ctx: due.Context, image_id: int) -> None:
-            ctx.logger.info("attempt %s of job %s", ctx.attempt, ctx.job_id)
+    @app.task(lease="15s", stuck_after="5m")
+    def backfill(ctx: due.Context, table: str) -> None:
+        cursor = ctx.checkpoint_value or 0
+        for batch in batches(table, after=cursor):
+            write(batch)                      # idempotent piece of work
+            cursor = batch[-1].id
+            ctx.checkpoint(cursor)            # durable; a retry resumes here
+            ctx.progress(cursor, total)       # rides on the next heartbeat
     """
-
-    __slots__ = (
-        "attempt",
-        "job_id",
-        "lease_token",
-        "logger",
-        "max_attempts",
-        "queue",
-        "scheduled_for",
-        "task",
-    )
 
     def __init__(
         self,
@@ -37,7 +63,9 @@ class Context:
         max_attempts: int,
         lease_token: int,
         scheduled_for: datetime | None = None,
+        checkpoint_value: Any = None,
         logger: logging.Logger | None = None,
+        app: App | None = None,
     ) -> None:
         self.job_id = job_id
         self.task = task
@@ -47,14 +75,175 @@ class Context:
         self.lease_token = lease_token
         self.scheduled_for = scheduled_for
         """For a run of a schedule: the time it runs for (key its work on this)."""
+        self.checkpoint_value = checkpoint_value
+        """The last value saved with `checkpoint` (by this or an earlier attempt)."""
         self.logger = logger or logging.getLogger(f"due.job.{task}")
+        self._app = app
+        self.cancel_requested = False
+        self.lease_lost = False
+        self.last_progress: dict[str, Any] | None = None
+        self.progress_dirty = False
+        self.pieces_spawned = 0
+        self.completed_in_transaction = False
+
+    @classmethod
+    def for_job(cls, job: ClaimedJob, app: App | None = None) -> Context:
+        return cls(
+            job_id=job.id,
+            task=job.task,
+            queue=job.queue,
+            attempt=job.attempt,
+            max_attempts=job.max_attempts,
+            lease_token=job.lease_token,
+            scheduled_for=job.scheduled_for,
+            checkpoint_value=job.checkpoint,
+            app=app,
+        )
 
     @property
     def is_last_attempt(self) -> bool:
         return self.attempt >= self.max_attempts
+
+    # --- cancellation --------------------------------------------------------
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether someone asked this job to stop (it should, at its next safe point)."""
+        return self.cancel_requested
+
+    def raise_if_cancelled(self) -> None:
+        """A safe point: raise JobCancelled (or LeaseLost) if the job must stop here."""
+        if self.lease_lost:
+            raise LeaseLost(f"job {self.job_id} lost its lease: stop without writing")
+        if self.cancel_requested:
+            raise JobCancelled(f"job {self.job_id} was cancelled")
+
+    # --- progress ------------------------------------------------------------
+
+    def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
+        """Record progress (in memory; the next heartbeat writes it). A safe point."""
+        report: dict[str, Any] = {"done": done}
+        if total is not None:
+            report["total"] = total
+        if message is not None:
+            report["message"] = str(message)
+        if report != self.last_progress:
+            self.last_progress = report
+            self.progress_dirty = True
+        self.raise_if_cancelled()
+
+    def progress_json(self) -> str | None:
+        return None if self.last_progress is None else json.dumps(self.last_progress)
+
+    # --- checkpoints -----------------------------------------------------------
+
+    def checkpoint(self, value: Any) -> Awaitable[None] | None:
+        """Save `value` (JSON) durably on the job; a retry resumes from it. A safe point.
+
+        Blocks in a sync handler; returns an awaitable in an async one.
+        """
+        text = encode_value(value, f"checkpoint of job {self.job_id}")
+        if _on_event_loop():
+            return self._checkpoint_async(value, text)
+        self._checkpoint(value, text)
+        return None
+
+    async def _checkpoint_async(self, value: Any, text: str) -> None:
+        await asyncio.to_thread(self._checkpoint, value, text)
+
+    def _checkpoint(self, value: Any, text: str) -> None:
+        self.raise_if_cancelled()
+        reply = self._store().save_checkpoint(self.job_id, self.lease_token, text)
+        if reply is None:
+            self.lease_lost = True
+        elif reply:
+            self.cancel_requested = True
+        if reply is not None:
+            self.checkpoint_value = value
+        self.raise_if_cancelled()
+
+    # --- pieces ------------------------------------------------------------------
+
+    def spawn(
+        self,
+        task: Task[Any, Any] | str,
+        items: Iterable[tuple[Any, ...] | list[Any] | JobRequest],
+        *,
+        on_complete: Task[Any, Any] | str | None = None,
+        on_piece_failure: str = "continue",
+    ) -> Awaitable[int] | int:
+        """Create pieces of this job (one per item: its positional arguments, or a
+        `task.request(...)`); this job then waits for them, holding no worker slot.
+
+        When the last piece ends, `on_complete` runs once with a summary
+        `{"parent", "pieces", "succeeded", "failed"}`; without it the job simply
+        succeeds. `on_piece_failure="fail"` fails this job at the first failed piece
+        and cancels the rest. Spawning the same items again (a retried attempt)
+        adds no piece twice. Returns how many pieces were added.
+        """
+        app = self._require_app()
+        pieces = app.piece_jobs(task, items)
+        spec = app.completion_spec(on_complete) if on_complete is not None else None
+        if on_piece_failure not in PIECE_POLICIES:
+            raise ConfigurationError(
+                f"on_piece_failure={on_piece_failure!r}: choose 'continue' or 'fail'"
+            )
+        start, self.pieces_spawned = self.pieces_spawned, self.pieces_spawned + len(pieces)
+        args = (self.job_id, self.lease_token, pieces, start, spec, on_piece_failure)
+        if _on_event_loop():
+            return self._spawn_async(args)
+        return self._spawn(args)
+
+    async def _spawn_async(self, args: tuple[Any, ...]) -> int:
+        return await asyncio.to_thread(self._spawn, args)
+
+    def _spawn(self, args: tuple[Any, ...]) -> int:
+        self.raise_if_cancelled()
+        added = self._store().spawn(*args)
+        if added is None:
+            self.lease_lost = True
+            self.raise_if_cancelled()
+        return int(added or 0)
+
+    # --- the job's own transaction ------------------------------------------------
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """A connection to the job's database, in a transaction that also records
+        the job's success, fenced by its lease: your writes and the job's success
+        commit together or not at all, and a rescued or duplicate attempt cannot
+        commit them twice. The job has succeeded once the block exits.
+
+            with ctx.transaction() as conn:
+                conn.execute("INSERT INTO invoices ...", ...)
+        """
+        self.raise_if_cancelled()
+        with self._store().job_transaction(
+            self.job_id, self.lease_token, self.progress_json()
+        ) as connection:
+            yield connection
+        self.completed_in_transaction = True
+
+    # --- plumbing ------------------------------------------------------------------
+
+    def _require_app(self) -> App:
+        if self._app is None:
+            raise ConfigurationError("this context is not attached to a running job")
+        return self._app
+
+    def _store(self) -> Any:
+        return self._require_app().store
 
     def __repr__(self) -> str:
         return (
             f"Context(job_id={self.job_id}, task={self.task!r}, attempt={self.attempt}/"
             f"{self.max_attempts}, lease_token={self.lease_token})"
         )
+
+
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

@@ -15,6 +15,14 @@
     └── StoreError                 the database failed or could not be reached
         └── StoreUnavailableError  could not connect (or lost the connection)
 
+Two signals stop a running handler at a safe point (`ctx.checkpoint`,
+`ctx.progress`, `ctx.raise_if_cancelled`). They derive from BaseException, like
+`asyncio.CancelledError`, so an `except Exception:` in the handler does not
+swallow them, while its `finally:` blocks still run:
+
+    JobCancelled                   someone cancelled the job: it ends cancelled
+    LeaseLost                      another attempt may hold the job: write nothing
+
 Errors of bad input are also `ValueError`s (or `TypeError`s for arguments),
 so code that guards a call with the built-in exceptions keeps working.
 Driver errors (psycopg, sqlite3) never escape the store: they are translated
@@ -78,3 +86,11 @@ class StoreError(DueError):
 
 class StoreUnavailableError(StoreError):
     """The database could not be reached."""
+
+
+class JobCancelled(BaseException):
+    """Raised at a safe point of a job whose cancellation was requested."""
+
+
+class LeaseLost(BaseException):
+    """Raised at a safe point of a job whose lease this worker no longer holds."""

@@ -86,6 +86,17 @@ class AttemptError:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Pieces:
+    total: int
+    succeeded: int
+    failed: int
+
+    @property
+    def ended(self) -> int:
+        return self.succeeded + self.failed
+
+
 @dataclass(slots=True)
 class Job:
     """A snapshot of one job, as read from (or just written to) the store.
@@ -120,6 +131,17 @@ class Job:
     scheduled_for: datetime | None = None
     """...and the scheduled time it runs for."""
     cancel_requested: bool = False
+    checkpoint: Any = None
+    """The last value saved with ctx.checkpoint: a retry resumes from it."""
+    progress: dict[str, Any] | None = None
+    """{"done": .., "total": .., "message": ..}: from ctx.progress, or a parent's pieces."""
+    stuck: bool = False
+    """Running, but its progress has not moved for its task's stuck_after."""
+    parent_id: int | None = None
+    pieces: Pieces | None = None
+    """For a parent: how its pieces stand."""
+    held: bool = False
+    """A piece (or parent) of a paused group: not started until resumed."""
 
     @property
     def is_final(self) -> bool:

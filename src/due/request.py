@@ -53,6 +53,7 @@ def prepare(request: JobRequest, task: Task[Any, Any], max_payload_bytes: int) -
         0.0 if request.delay is None else _validate_delay(request.delay, task.name),
         None if request.key is None else validate_key(request.key),
         options.unique_for,
+        options.stuck_after,
     )
 
 

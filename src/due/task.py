@@ -39,6 +39,8 @@ class TaskOptions:
     """Lease length for this task's jobs; the worker's default when None."""
     unique_for: float | None = None
     """After success, a job's key keeps deduplicating for this many seconds."""
+    stuck_after: float | None = None
+    """A running job whose progress has not moved for this long is flagged stuck."""
 
     @classmethod
     def build(
@@ -51,6 +53,7 @@ class TaskOptions:
         timeout: DurationLike | None,
         lease: DurationLike | None,
         unique_for: DurationLike | None,
+        stuck_after: DurationLike | None = None,
     ) -> TaskOptions:
         try:
             queue = validate_queue(queue)
@@ -72,6 +75,7 @@ class TaskOptions:
             timeout=_positive(timeout, f"task {task!r}: timeout"),
             lease=lease_seconds,
             unique_for=_positive(unique_for, f"task {task!r}: unique_for"),
+            stuck_after=_positive(stuck_after, f"task {task!r}: stuck_after"),
         )
 
 

@@ -40,10 +40,15 @@ class DrainResult:
     failed: list[int] = field(default_factory=list)
     retried: list[int] = field(default_factory=list)
     cancelled: list[int] = field(default_factory=list)
+    waiting: list[int] = field(default_factory=list)
+    """Parents that spawned pieces and now wait for them (drain runs the pieces too)."""
 
     @property
     def attempts(self) -> int:
-        return len(self.succeeded) + len(self.failed) + len(self.retried) + len(self.cancelled)
+        return sum(
+            len(ids)
+            for ids in (self.succeeded, self.failed, self.retried, self.cancelled, self.waiting)
+        )
 
 
 def drain(app: App, *, queues: list[str] | None = None, max_attempts: int = 10_000) -> DrainResult:
@@ -66,13 +71,19 @@ async def adrain(
     result = DrainResult()
     store = app.store
     threads = concurrent.futures.ThreadPoolExecutor(max_workers=4)
-    executor = Executor(app.tasks, app.clock, threads=threads)
+    executor = Executor(app.tasks, app.clock, threads=threads, app=app)
     try:
         while result.attempts < max_attempts:
             job = _claim_next(app, queues)
             if job is None:
                 break
             attempt = await executor.run(job)
+            if attempt.completion is None:
+                # Its own transaction recorded the success (or its lease was lost,
+                # which a drain with one claimant cannot see).
+                if not attempt.lease_lost:
+                    result.succeeded.append(job.id)
+                continue
             store.complete([attempt.completion])
             _record(result, job.id, attempt.completion.state)
     finally:
@@ -96,4 +107,5 @@ def _record(result: DrainResult, job_id: int, state: JobState) -> None:
         JobState.FAILED: result.failed,
         JobState.QUEUED: result.retried,
         JobState.CANCELLED: result.cancelled,
+        JobState.WAITING: result.waiting,
     }[state].append(job_id)

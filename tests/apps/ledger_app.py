@@ -17,8 +17,10 @@ app = due.App()  # DUE_DATABASE_URL
 LEDGER = os.environ.get("DUE_TEST_LEDGER", "/dev/null")
 
 
-def record(kind: str, ctx: due.Context) -> None:
-    line = f"{kind} {ctx.job_id} {ctx.attempt} {os.getpid()} {time.time():.6f}\n"
+def record(kind: str, ctx: due.Context, *extra: object) -> None:
+    """One ledger line: kind, job, attempt, pid, time, then any extra fields."""
+    fields = [kind, ctx.job_id, ctx.attempt, os.getpid(), f"{time.time():.6f}", *extra]
+    line = " ".join(map(str, fields)) + "\n"
     fd = os.open(LEDGER, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode())
@@ -78,6 +80,79 @@ def stamp(ctx: due.Context) -> None:
         os.write(fd, line.encode())
     finally:
         os.close(fd)
+
+
+# --- long work ---------------------------------------------------------------------
+
+
+@app.task(name="copy_rows")
+def copy_rows(ctx: due.Context, rows: int, every: int = 10, delay: float = 0.01) -> None:
+    """Resumes from its checkpoint; the ledger gets one `row` line per row written."""
+    start = ctx.checkpoint_value or 0
+    record("resume", ctx, start)
+    for row in range(start, rows):
+        record("row", ctx, row)
+        time.sleep(delay)
+        if (row + 1) % every == 0:
+            ctx.checkpoint(row + 1)
+        ctx.progress(row + 1, rows)
+
+
+@app.task(name="cancellable")
+def cancellable(ctx: due.Context) -> None:
+    record("start", ctx)
+    try:
+        for step in range(1_000_000):
+            time.sleep(0.01)
+            ctx.progress(step)  # a safe point
+    finally:
+        record("end", ctx)
+
+
+@app.task(name="async_cancellable")
+async def async_cancellable(ctx: due.Context) -> None:
+    record("start", ctx)
+    try:
+        for step in range(1_000_000):
+            await asyncio.sleep(0.01)
+            ctx.progress(step)
+    finally:
+        record("end", ctx)
+
+
+@app.task(name="piece")
+def piece(ctx: due.Context, n: int, seconds: float = 0.02) -> int:
+    record("start", ctx, n)
+    time.sleep(seconds)
+    return n
+
+
+@app.task(name="bulk_piece", queue="bulk")
+def bulk_piece(ctx: due.Context, n: int, seconds: float = 0.05) -> int:
+    record("start", ctx, n)
+    time.sleep(seconds)
+    return n
+
+
+@app.task(name="pieces_done")
+def pieces_done(ctx: due.Context, summary: dict[str, int]) -> None:
+    record("complete", ctx, summary["parent"], summary["succeeded"], summary["failed"])
+
+
+@app.task(name="silent", stuck_after="1s")
+def silent(ctx: due.Context, seconds: float) -> None:
+    record("start", ctx)
+    time.sleep(seconds)
+
+
+@app.task(name="post_entry")
+def post_entry(ctx: due.Context, hold: float) -> None:
+    """Writes its entry in the job's own transaction; the first attempt lingers in it."""
+    with ctx.transaction() as conn:
+        conn.execute(f"INSERT INTO entries VALUES ({ctx.job_id}, {ctx.attempt})")
+        record("written", ctx)
+        if ctx.attempt == 1:
+            time.sleep(hold)
 
 
 if os.environ.get("DUE_TEST_SCHEDULE"):

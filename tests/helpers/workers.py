@@ -31,11 +31,19 @@ def read_ledger(path: Path) -> list[LedgerLine]:
         return []
     lines = []
     for raw in path.read_text().splitlines():
-        kind, job, attempt, pid, at = raw.split()
+        kind, job, attempt, pid, at = raw.split()[:5]
         if kind not in ("start", "end"):
             continue
         lines.append(LedgerLine(kind, int(job), int(attempt), int(pid), float(at)))
     return lines
+
+
+def ledger_records(path: Path, kind: str) -> list[list[str]]:
+    """Every ledger line of one kind, split in fields (kind, job, attempt, pid, at, ...)."""
+    if not path.exists():
+        return []
+    lines = (raw.split() for raw in path.read_text().splitlines())
+    return [fields for fields in lines if fields and fields[0] == kind]
 
 
 @dataclass
@@ -101,6 +109,9 @@ class Workers:
 
     def ledger_lines(self) -> list[LedgerLine]:
         return read_ledger(self.ledger)
+
+    def records(self, kind: str) -> list[list[str]]:
+        return ledger_records(self.ledger, kind)
 
     def stop_all(self) -> None:
         for worker in self.started:

@@ -219,13 +219,13 @@ def test_cancel_a_queued_or_delayed_job(app: due.App, noop: due.Task, clock: Fak
 def test_cancel_and_retry_refuse_the_wrong_states(app: due.App, noop: due.Task) -> None:
     job = noop.enqueue()
     (claimed,) = claim(app)
-    with pytest.raises(due.InvalidStateError, match="it is running"):
-        app.cancel(job.id)
     with pytest.raises(due.InvalidStateError, match="only a failed or cancelled"):
         app.retry(job.id)
     succeed(app, job.id, claimed.lease_token)
     with pytest.raises(due.InvalidStateError, match="it is succeeded"):
         app.retry(job.id)
+    with pytest.raises(due.InvalidStateError, match="it is succeeded; a job that has ended"):
+        app.cancel(job.id)
     with pytest.raises(due.JobNotFoundError):
         app.cancel(987654)
     with pytest.raises(due.JobNotFoundError):

@@ -44,6 +44,8 @@ class Rescuer:
             event(log, "job.rescued", logging.WARNING, job=job_id, outcome="requeued")
         for job_id in result.failed:
             event(log, "job.rescued", logging.ERROR, job=job_id, outcome="failed")
+        for job_id in result.cancelled:
+            event(log, "job.rescued", logging.WARNING, job=job_id, outcome="cancelled")
         if result.requeued:
             self.worker.wake_all()
         gone = await self.worker.call(store.mark_gone_workers, settings.gone_after)

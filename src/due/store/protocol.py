@@ -10,6 +10,7 @@ the store's clock (`Clock.now()`, or the database's own when that is None).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -22,6 +23,7 @@ from due.store.records import (
     JobFilter,
     Lease,
     NewJob,
+    QueueOverview,
     RescueResult,
     WorkerInfo,
 )
@@ -101,6 +103,42 @@ class Store(Protocol):
         self, queues: Sequence[str], tasks: Sequence[str], grace_seconds: float
     ) -> list[int]:
         """Fail queued jobs of tasks outside `tasks` that stayed due past the grace."""
+
+    # --- long work ------------------------------------------------------------
+
+    def save_checkpoint(self, job_id: int, token: int, value: str) -> bool | None:
+        """Save a running job's cursor (fenced): None if the lease is lost, else
+        whether its cancellation was requested."""
+
+    def spawn(
+        self,
+        parent: int,
+        token: int,
+        jobs: Sequence[NewJob],
+        start: int,
+        on_complete: str | None,
+        on_piece_failure: str,
+    ) -> int | None:
+        """Add pieces (numbered from `start`) under a running parent (fenced);
+        None if the parent's lease is lost, else how many were new."""
+
+    def batch(
+        self, name: str, jobs: Sequence[NewJob], on_complete: str | None, on_piece_failure: str
+    ) -> int:
+        """A waiting parent with these pieces (outside any job); returns its id."""
+
+    def job_transaction(
+        self, job_id: int, token: int, progress: str | None
+    ) -> AbstractContextManager[Any]:
+        """A transaction on the job's database whose commit also records the job's
+        success, fenced (LeaseLost rolls it all back)."""
+
+    def pause_queue(self, queue: str, paused: bool) -> None: ...
+
+    def hold_group(self, parent: int, held: bool) -> None:
+        """Pause or resume a parent's queued pieces (and those it adds later)."""
+
+    def queue_overview(self) -> list[QueueOverview]: ...
 
     # --- schedules (see due.scheduler) ----------------------------------------
 

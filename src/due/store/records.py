@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from due.errors import InvalidStateError
-from due.job import AttemptError, Job, JobState
+from due.job import AttemptError, Job, JobState, Pieces
 from due.payload import decode_arguments
 
 
@@ -30,6 +30,7 @@ class NewJob:
     delay: float = 0.0
     key: str | None = None
     unique_for: float | None = None
+    stuck_after: float | None = None
 
 
 @dataclass(slots=True)  # not frozen: built per job on hot paths, and frozen is slow
@@ -49,6 +50,15 @@ class ClaimedJob:
     run_at: datetime
     created_at: datetime
     scheduled_for: datetime | None = None
+    checkpoint: Any = None
+    """The last checkpoint saved by an earlier attempt (None: start from the beginning)."""
+    parent_id: int | None = None
+    completes: int | None = None
+
+    @property
+    def settles_a_parent(self) -> bool:
+        """Its end must be counted on a parent (it is a piece, or a completion)."""
+        return self.parent_id is not None or self.completes is not None
 
 
 @dataclass(slots=True)  # not frozen: built per job on hot paths, and frozen is slow
@@ -65,6 +75,11 @@ class Completion:
     result: str | None = None
     error: AttemptError | None = None
     retry_in: float | None = None
+    progress: str | None = None
+    """The last progress (JSON), written with the end of the attempt."""
+    settles: bool = False
+    """Its end changes a parent's count (a piece, a completion, a parent now waiting):
+    written in one transaction with that change."""
 
     def error_json(self) -> str | None:
         return None if self.error is None else attempt_error_json(self.error)
@@ -77,26 +92,32 @@ class Lease:
     job_id: int
     lease_token: int
     lease_seconds: float
+    progress: str | None = None
+    """Progress (JSON) that moved since the last heartbeat, else None."""
 
 
 @dataclass(frozen=True, slots=True)
 class HeartbeatReply:
-    """Which leases were extended; the others are lost and must be abandoned."""
+    """Which leases were extended (the others are lost: abandon those jobs), and
+    which of the extended ones are asked to cancel."""
 
     extended: frozenset[int]
     lost: frozenset[int]
+    cancel_requested: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
 class RescueResult:
-    """Jobs whose lease had expired: put back in the queue, or failed for good."""
+    """Jobs whose lease had expired: put back in the queue, failed for good, or
+    cancelled (they had been asked to stop)."""
 
     requeued: tuple[int, ...] = ()
     failed: tuple[int, ...] = ()
+    cancelled: tuple[int, ...] = ()
 
     @property
     def count(self) -> int:
-        return len(self.requeued) + len(self.failed)
+        return len(self.requeued) + len(self.failed) + len(self.cancelled)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +126,8 @@ class JobFilter:
     state: JobState | None = None
     task: str | None = None
     limit: int = 100
-    extra: dict[str, Any] = field(default_factory=dict)
+    parent: int | None = None
+    stuck_only: bool = False
 
 
 def attempt_error_json(error: AttemptError) -> str:
@@ -151,6 +173,14 @@ def job_from_row(row: Mapping[str, Any], *, deduplicated: bool = False) -> Job:
         schedule=row.get("schedule"),
         scheduled_for=row.get("scheduled_for"),
         cancel_requested=bool(row.get("cancel_requested")),
+        checkpoint=row.get("checkpoint"),
+        progress=row.get("progress"),
+        stuck=bool(row.get("stuck")),
+        parent_id=row.get("parent_id"),
+        pieces=Pieces(row["pieces_total"], row["pieces_done"], row["pieces_failed"])
+        if row.get("pieces_total")
+        else None,
+        held=bool(row.get("held")),
     )
 
 
@@ -171,7 +201,16 @@ def claimed_job_from_row(row: Mapping[str, Any]) -> ClaimedJob:
         run_at=row["run_at"],
         created_at=row["created_at"],
         scheduled_for=row.get("scheduled_for"),
+        checkpoint=row.get("checkpoint"),
+        parent_id=row.get("parent_id"),
+        completes=row.get("completes"),
     )
+
+
+RETRY_RULE = (
+    "only a failed or cancelled job can be retried, and not a parent of pieces "
+    "(retry its failed pieces instead)"
+)
 
 
 def refusal(job: Job, action: str, rule: str) -> InvalidStateError:
@@ -190,3 +229,17 @@ class WorkerInfo:
     last_seen_at: datetime
     state: str
     stopped_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueOverview:
+    """A queue now: how deep, how late, whether paused."""
+
+    name: str
+    queued: int
+    due: int
+    running: int
+    waiting: int
+    stuck: int
+    oldest_due_at: datetime | None
+    paused: bool

@@ -72,6 +72,7 @@ def _single_params(job: NewJob, now: Any, time_param: TimeParam) -> dict[str, An
         "max_attempts": job.max_attempts,
         "key": job.key,
         "unique_for": job.unique_for,
+        "stuck_after": job.stuck_after,
         "now": now,
     }
 
@@ -139,6 +140,7 @@ def _bulk_params(
         "max_attempts": [job.max_attempts for job in jobs],
         "keys": [job.key for job in jobs],
         "unique_fors": [job.unique_for for job in jobs],
+        "stuck_afters": [job.stuck_after for job in jobs],
         "now": now,
     }
 
@@ -163,6 +165,7 @@ def _copy_rows(
             None,
             job.unique_for,
             now,
+            job.stuck_after,
         )
         for job_id, job, run_at in zip(ids, jobs, run_ats, strict=True)
     ]

@@ -101,6 +101,10 @@ class Completer:
                 retry_in=round(completion.retry_in or 0, 3),
                 error=completion.error.error if completion.error else None,
             )
+        elif completion.state == JobState.WAITING:
+            event(log, "job.waiting", logging.INFO, job=job.id, task=job.task)
+        elif completion.state == JobState.CANCELLED:
+            event(log, "job.cancelled", logging.WARNING, job=job.id, task=job.task)
         else:
             event(
                 log,

@@ -22,16 +22,19 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from due.clock import Clock
 from due.context import Context
-from due.errors import PayloadError
+from due.errors import JobCancelled, LeaseLost, PayloadError
 from due.job import AttemptError, JobState
 from due.logs import event
 from due.payload import encode_value
 from due.store.records import ClaimedJob, Completion
 from due.task import Registry, Task
+
+if TYPE_CHECKING:
+    from due.app import App
 
 MAX_TRACEBACK_CHARACTERS = 20_000
 NULL_RESULT = "null"
@@ -40,10 +43,13 @@ log = logging.getLogger("due.executor")
 
 @dataclass(frozen=True, slots=True)
 class Attempt:
-    completion: Completion
+    completion: Completion | None
+    """What to write; None when nothing is: the lease was lost, or the job's own
+    transaction already recorded its success."""
     seconds: float
     straggler: asyncio.Future[Any] | None = None
     """A sync handler's thread still running after its timeout."""
+    lease_lost: bool = False
 
 
 class Executor:
@@ -54,31 +60,76 @@ class Executor:
         *,
         threads: concurrent.futures.ThreadPoolExecutor | None = None,
         rng: random.Random | None = None,
+        app: App | None = None,
     ) -> None:
         self._tasks = tasks
         self._clock = clock
+        self._app = app
         self._threads = threads
         self._rng = rng or random.Random()
         self._busy_lock = threading.Lock()
         self.threads_busy = 0
         """Handler threads executing right now (stragglers past their timeout included)."""
 
-    async def run(self, job: ClaimedJob) -> Attempt:
+    def context_for(self, job: ClaimedJob) -> Context | None:
+        """The context a job's handler will get (None when it declares none)."""
+        if self._tasks.get(job.task).context_parameter is None:
+            return None
+        return Context.for_job(job, self._app)
+
+    async def run(self, job: ClaimedJob, context: Context | None = None) -> Attempt:
         task = self._tasks.get(job.task)
         args, kwargs = job.args, job.kwargs
         if task.context_parameter:
-            args, kwargs = task.call_arguments(args, kwargs, self._context(task, job))
+            context = context or Context.for_job(job, self._app)
+            args, kwargs = task.call_arguments(args, kwargs, context)
         started = time.perf_counter()
         call = _run_async if task.is_async else self._run_sync
         outcome = await call(task, args, kwargs)
+        seconds = time.perf_counter() - started
+        if isinstance(outcome, _Stopped):
+            return self._stopped(task, job, outcome.signal, context, seconds)
         if isinstance(outcome, _TimedOut):
             completion = self._timed_out(task, job)
         elif isinstance(outcome, _Raised):
             completion = self._failed(task, job, outcome.error)
+        elif context is not None and context.completed_in_transaction:
+            return Attempt(None, seconds)  # its success is already written
+        elif context is not None and context.pieces_spawned:
+            completion = Completion(job.id, job.lease_token, JobState.WAITING)
         else:
             completion = self._succeeded(task, job, outcome.value)
+        if context is not None:
+            completion.progress = context.progress_json()
+        completion.settles = job.settles_a_parent or completion.state == JobState.WAITING
         straggler = outcome.straggler if isinstance(outcome, _TimedOut) else None
-        return Attempt(completion, time.perf_counter() - started, straggler)
+        return Attempt(completion, seconds, straggler)
+
+    def _stopped(
+        self,
+        task: Task[Any, Any],
+        job: ClaimedJob,
+        signal: BaseException,
+        context: Context | None,
+        seconds: float,
+    ) -> Attempt:
+        if isinstance(signal, LeaseLost):
+            return Attempt(None, seconds, lease_lost=True)
+        return Attempt(self.cancelled(job, context), seconds)
+
+    def cancelled(self, job: ClaimedJob, context: Context | None) -> Completion:
+        """The end of an attempt stopped by a cancellation request: not retried."""
+        record = AttemptError(
+            attempt=job.attempt,
+            error="cancelled on request",
+            traceback=None,
+            at=self._clock.now() or self._clock.wall(),
+            kind="cancelled",
+        )
+        completion = Completion(job.id, job.lease_token, JobState.CANCELLED, error=record)
+        completion.progress = context.progress_json() if context else None
+        completion.settles = job.settles_a_parent
+        return completion
 
     async def _run_sync(
         self, task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -96,6 +147,8 @@ class Executor:
             return _Returned(future.result())
         if isinstance(error, Exception):
             return _Raised(error)
+        if isinstance(error, JobCancelled | LeaseLost):
+            return _Stopped(error)
         raise error
 
     def _in_thread(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -106,17 +159,6 @@ class Executor:
         finally:
             with self._busy_lock:
                 self.threads_busy -= 1
-
-    def _context(self, task: Task[Any, Any], job: ClaimedJob) -> Context:
-        return Context(
-            job_id=job.id,
-            task=job.task,
-            queue=job.queue,
-            attempt=job.attempt,
-            max_attempts=job.max_attempts,
-            lease_token=job.lease_token,
-            scheduled_for=job.scheduled_for,
-        )
 
     def _succeeded(self, task: Task[Any, Any], job: ClaimedJob, result: Any) -> Completion:
         if result is None:
@@ -175,7 +217,14 @@ class _TimedOut:
     straggler: asyncio.Future[Any] | None = None
 
 
-_Outcome = _Returned | _Raised | _TimedOut
+@dataclass(frozen=True, slots=True)
+class _Stopped:
+    """The handler stopped at a safe point: cancelled, or its lease lost."""
+
+    signal: BaseException
+
+
+_Outcome = _Returned | _Raised | _TimedOut | _Stopped
 
 
 async def _run_async(
@@ -186,6 +235,8 @@ async def _run_async(
             return _Returned(await task.fn(*args, **kwargs))
         except Exception as error:
             return _Raised(error)
+        except (JobCancelled, LeaseLost) as signal:
+            return _Stopped(signal)
     try:
         async with asyncio.timeout(task.options.timeout) as deadline:
             return _Returned(await task.fn(*args, **kwargs))
@@ -194,3 +245,5 @@ async def _run_async(
         return _TimedOut() if deadline.expired() else _Raised(error)
     except Exception as error:
         return _Raised(error)
+    except (JobCancelled, LeaseLost) as signal:
+        return _Stopped(signal)

@@ -3,10 +3,13 @@
 Every `lease / 3` the worker sends the (job, token) pairs it holds. Jobs the
 store did not renew have lost their lease (rescued and maybe taken by another
 worker): the worker stops them at their next safe point and writes nothing
-for them. Independently, each lease is trusted only until its last successful
-renewal + lease * 0.8 on the monotonic clock: past that (the database was
-unreachable, or this process was paused), the job is treated as lost without
-waiting for the store to say so — another worker may already hold it.
+for them. Each lease carries the job's progress when it moved since the last
+beat, and the reply carries cancellation requests (`Worker.request_job_cancel`).
+
+Independently, each lease is trusted only until its last successful renewal +
+lease * 0.8 on the monotonic clock: past that (the database was unreachable, or
+this process was paused), the job is treated as lost without waiting for the
+store to say so — another worker may already hold it.
 """
 
 from __future__ import annotations
@@ -46,11 +49,15 @@ class Heartbeater:
         sent_at = self.worker.clock.monotonic()
         renewed = lost = 0
         failed = False
+        leases = [running.lease_with_progress() for running in held]
         try:
-            reply = await self.worker.heartbeat([running.lease for running in held])
+            reply = await self.worker.heartbeat(leases)
             await self.worker.touch()
         except StoreError as error:
             failed = True
+            for running, lease in zip(held, leases, strict=True):
+                if lease.progress is not None:
+                    running.progress_unsent()
             event(log, "worker.heartbeat_failed", logging.WARNING, error=str(error))
         else:
             for running in held:
@@ -61,6 +68,8 @@ class Heartbeater:
                     # (A finished job's ack may have landed first: its writer reports it.)
                     lost += 1
                     self.worker.lease_lost(running, "the store no longer holds this lease")
+            for job_id in reply.cancel_requested:
+                self.worker.request_job_cancel(job_id, "heartbeat")
         untrusted = self._expire_untrusted()
         return HeartbeatRound(renewed, lost, untrusted, failed)
 

@@ -6,6 +6,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from due.context import Context
 from due.store.records import ClaimedJob, Lease
 from due.task import Task
 
@@ -31,6 +32,9 @@ class RunningJob:
     """The handler has ended; its completion waits to be written."""
     lost_reason: str | None = None
     straggler: bool = field(default=False)
+    context: Context | None = None
+    """The handler's context, when it declares one (progress, cancellation flags)."""
+    cancel_requested: bool = False
 
     @property
     def lost(self) -> bool:
@@ -39,3 +43,16 @@ class RunningJob:
     @property
     def lease(self) -> Lease:
         return Lease(self.job.id, self.job.lease_token, self.lease_seconds)
+
+    def lease_with_progress(self) -> Lease:
+        """The lease for a heartbeat, carrying progress that moved since the last one."""
+        context = self.context
+        if context is None or not context.progress_dirty:
+            return self.lease
+        context.progress_dirty = False
+        return Lease(self.job.id, self.job.lease_token, self.lease_seconds, context.progress_json())
+
+    def progress_unsent(self) -> None:
+        """A heartbeat carrying progress failed: send it again with the next one."""
+        if self.context is not None and self.context.last_progress is not None:
+            self.context.progress_dirty = True

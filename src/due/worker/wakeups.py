@@ -5,8 +5,11 @@ makes a job claimable notifies with '<queue> <run_at epoch>' in its own
 transaction, so the notification arrives exactly when the job is visible.
 SQLite: `PRAGMA data_version` on a dedicated connection changes whenever
 another connection commits; polling it every few milliseconds costs
-microseconds. Either way a worker also polls on a slow interval, so a lost
-wake-up delays a job, never loses it.
+microseconds. On PostgreSQL the same channel carries '!cancel <job id>' when a
+running job is asked to stop, so it hears at once rather than at its next
+heartbeat (which carries the request too, on either store). Either way a
+worker also polls on a slow interval, so a lost wake-up delays a job, never
+loses it.
 """
 
 from __future__ import annotations
@@ -27,15 +30,25 @@ RECONNECT_MAX_SECONDS = 5.0
 
 OnDue = Callable[[str, datetime | None], None]
 """Called on the event loop with a queue (or "" for all) and when its job is due."""
+OnCancel = Callable[[int], None]
+"""Called on the event loop with a job asked to stop."""
+CANCEL_PREFIX = "!cancel "
 
 
 class Wakeups:
     """Runs a listener thread that calls `on_due` on the event loop."""
 
-    def __init__(self, store: Any, loop: asyncio.AbstractEventLoop, on_due: OnDue) -> None:
+    def __init__(
+        self,
+        store: Any,
+        loop: asyncio.AbstractEventLoop,
+        on_due: OnDue,
+        on_cancel: OnCancel | None = None,
+    ) -> None:
         self._store = store
         self._loop = loop
         self._on_due = on_due
+        self._on_cancel = on_cancel
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="due-wakeups", daemon=True)
 
@@ -49,6 +62,10 @@ class Wakeups:
     def _signal(self, queue: str, run_at: datetime | None) -> None:
         if not self._stop.is_set():
             self._loop.call_soon_threadsafe(self._on_due, queue, run_at)
+
+    def _cancel(self, job_id: str) -> None:
+        if self._on_cancel is not None and job_id.isdigit() and not self._stop.is_set():
+            self._loop.call_soon_threadsafe(self._on_cancel, int(job_id))
 
     def _run(self) -> None:
         backoff = 0.1
@@ -80,6 +97,9 @@ class Wakeups:
         try:
             while not self._stop.is_set():
                 for note in conn.notifies(timeout=0.5):
+                    if note.payload.startswith(CANCEL_PREFIX):
+                        self._cancel(note.payload.removeprefix(CANCEL_PREFIX))
+                        continue
                     queue, run_at = parse_payload(note.payload)
                     self._signal(queue, run_at)
         finally:

@@ -78,7 +78,7 @@ class Worker:
         self._handler_threads = concurrent.futures.ThreadPoolExecutor(
             settings.total_concurrency, thread_name_prefix="due-task"
         )
-        self.executor = Executor(app.tasks, self.clock, threads=self._handler_threads)
+        self.executor = Executor(app.tasks, self.clock, threads=self._handler_threads, app=app)
         self._database_offset = timedelta(0)
 
         self._wakes: dict[str, asyncio.Event] = {}
@@ -152,6 +152,7 @@ class Worker:
         task = self.app.tasks.get(job.task)
         lease = task.options.lease or self.settings.lease
         running = RunningJob(job, task, producer.queue, lease, trusted_until(claimed_at, lease))
+        running.context = self.executor.context_for(job)
         self.running[job.id] = running
         producer.add(running)
 
@@ -162,10 +163,13 @@ class Worker:
 
     async def _execute(self, running: RunningJob, producer: QueueProducer) -> None:
         try:
-            attempt = await self.executor.run(running.job)
+            attempt = await self.executor.run(running.job, running.context)
         except asyncio.CancelledError:
-            self._handler_ended(running, producer)  # lease lost or released: write nothing
-            return
+            self._handler_ended(running, producer)
+            if running.cancel_requested and not running.lost:
+                running.finished = True
+                self.completer.add(running, self.executor.cancelled(running.job, running.context))
+            return  # otherwise the lease was lost or released: write nothing
         except Exception:
             log.exception("job.executor_crashed job=%s", running.job.id)
             self._handler_ended(running, producer)
@@ -185,6 +189,8 @@ class Worker:
                 timeout=running.task.options.timeout,
             )
             attempt.straggler.add_done_callback(lambda _: self._handler_ended(running, producer))
+        if attempt.lease_lost:
+            self.lease_lost(running, "a fenced write found the lease taken")
         if running.lost:
             event(
                 log,
@@ -194,6 +200,10 @@ class Worker:
                 task=running.job.task,
                 reason=running.lost_reason,
             )
+            return
+        if attempt.completion is None:  # its own transaction recorded its success
+            self.forget(running)
+            event(log, "job.succeeded", logging.DEBUG, job=running.job.id, task=running.job.task)
             return
         self.completer.add(running, attempt.completion)
 
@@ -206,6 +216,10 @@ class Worker:
         """Stop a job at its next safe point and write nothing more for it."""
         if running.lost:
             return
+        if running.context is not None:
+            if running.context.completed_in_transaction:
+                return  # its success is written; the token moved on with it
+            running.context.lease_lost = True
         running.lost_reason = reason
         self.forget(running)
         job = running.job
@@ -222,6 +236,37 @@ class Worker:
             self.producers[running.queue].discard_ready(running)  # never started
         elif running.task.is_async and not running.finished:
             running.handle.cancel()  # raises CancelledError at the handler's next await
+
+    def request_job_cancel(self, job_id: int, via: str) -> None:
+        """Someone asked a job this worker runs to stop.
+
+        Not started yet (claimed ahead): it ends cancelled at once. An async
+        handler with a context gets one heartbeat interval to stop at a safe point
+        (its `finally` blocks run either way), then is cancelled at its next
+        `await`; one without a context is cancelled at once. A sync handler stops
+        at its next safe point (`ctx.progress`, `ctx.checkpoint`,
+        `ctx.raise_if_cancelled`); one without any runs to its end, and that
+        outcome stands.
+        """
+        running = self.running.get(job_id)
+        if running is None or running.cancel_requested or running.lost or running.finished:
+            return
+        running.cancel_requested = True
+        if running.context is not None:
+            running.context.cancel_requested = True
+        job = running.job
+        event(log, "job.cancel_requested", job=job.id, task=job.task, via=via)
+        if running.handle is None:
+            self.producers[running.queue].discard_ready(running)
+            running.finished = True
+            self.completer.add(running, self.executor.cancelled(job, running.context))
+        elif running.task.is_async:
+            grace = 0.0 if running.context is None else self.heartbeater.interval()
+            asyncio.get_running_loop().call_later(grace, self._hard_cancel, running)
+
+    def _hard_cancel(self, running: RunningJob) -> None:
+        if running.handle is not None and not running.finished and not running.lost:
+            running.handle.cancel()
 
     def forget(self, running: RunningJob) -> None:
         if self.running.get(running.job.id) is running:
@@ -247,6 +292,9 @@ class Worker:
             else:
                 producer.note_due(run_at)
 
+    def _on_cancel(self, job_id: int) -> None:
+        self.request_job_cancel(job_id, "notification")
+
     # --- life cycle ----------------------------------------------------------------
 
     def request_stop(self) -> None:
@@ -267,7 +315,7 @@ class Worker:
         await self._register()
         if self.scheduler is not None:
             await self._sync_schedules()
-        wakeups = Wakeups(self.store, loop, self._on_due)
+        wakeups = Wakeups(self.store, loop, self._on_due, self._on_cancel)
         wakeups.start()
         claimers = [
             asyncio.create_task(

@@ -29,11 +29,11 @@ SELECT coalesce(%(now)s::timestamptz, now()) AS now
 
 -- name: insert_job
 INSERT INTO due_jobs (task, queue, priority, payload, run_at, max_attempts,
-                      key, dedupe_key, unique_for, created_at)
+                      key, dedupe_key, unique_for, stuck_after, created_at)
 VALUES (%(task)s, %(queue)s, %(priority)s, %(payload)s::jsonb,
         coalesce(%(run_at)s::timestamptz,
                  coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(delay)s)),
-        %(max_attempts)s, %(key)s, %(key)s, %(unique_for)s,
+        %(max_attempts)s, %(key)s, %(key)s, %(unique_for)s, %(stuck_after)s,
         coalesce(%(now)s::timestamptz, now()))
 ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id, run_at, created_at,
@@ -48,13 +48,13 @@ SELECT coalesce(%(now)s::timestamptz, now()) AS now,
 
 -- name: insert_jobs
 INSERT INTO due_jobs (id, task, queue, priority, payload, run_at, max_attempts,
-                      key, dedupe_key, unique_for, created_at)
+                      key, dedupe_key, unique_for, stuck_after, created_at)
 SELECT j.id, j.task, j.queue, j.priority, j.payload::jsonb, j.run_at,
-       j.max_attempts, j.key, j.key, j.unique_for, %(now)s::timestamptz
+       j.max_attempts, j.key, j.key, j.unique_for, j.stuck_after, %(now)s::timestamptz
 FROM unnest(%(ids)b::bigint[], %(tasks)b::text[], %(queues)b::text[], %(priorities)b::int[],
             %(payloads)b::text[], %(run_ats)b::timestamptz[], %(max_attempts)b::int[],
-            %(keys)b::text[], %(unique_fors)b::float8[])
-     AS j(id, task, queue, priority, payload, run_at, max_attempts, key, unique_for)
+            %(keys)b::text[], %(unique_fors)b::float8[], %(stuck_afters)b::float8[])
+     AS j(id, task, queue, priority, payload, run_at, max_attempts, key, unique_for, stuck_after)
 ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id
 
@@ -62,7 +62,7 @@ RETURNING id
 -- The bulk fast path for a batch without keys (nothing to deduplicate):
 -- rows are streamed in binary, ids reserved by reserve_ids.
 COPY due_jobs (id, task, queue, priority, payload, run_at, max_attempts, key, dedupe_key,
-               unique_for, created_at)
+               unique_for, created_at, stuck_after)
 FROM STDIN (FORMAT BINARY)
 
 -- name: notify_queues
@@ -96,20 +96,23 @@ SET state = 'running',
     lease_expires_at = coalesce(%(now)s::timestamptz, now()) + make_interval(
         secs => coalesce((%(leases)s::jsonb ->> j.task)::float8, %(lease)s)),
     started_at = coalesce(%(now)s::timestamptz, now()),
+    progress_at = NULL,
     worker = %(worker)s
 WHERE j.id = ANY(ARRAY(
     SELECT id
     FROM due_jobs
-    WHERE state = 'queued'
+    WHERE state = 'queued' AND NOT held
       AND queue = %(queue)s
       AND run_at <= coalesce(%(now)s::timestamptz, now())
       AND (%(tasks)b::text[] IS NULL OR task = ANY(%(tasks)b::text[]))
+      AND NOT EXISTS (SELECT 1 FROM due_queues WHERE name = %(queue)s AND paused)
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ))
 RETURNING j.id, j.task, j.queue, j.priority, j.payload, j.attempt, j.max_attempts,
-          j.lease_token, j.lease_expires_at, j.run_at, j.created_at, j.scheduled_for
+          j.lease_token, j.lease_expires_at, j.run_at, j.created_at, j.scheduled_for,
+          j.checkpoint, j.parent_id, j.completes
 
 -- name: heartbeat
 -- Fencing: a job's lease_token changes whenever an attempt starts (claim) or
@@ -122,12 +125,17 @@ RETURNING j.id, j.task, j.queue, j.priority, j.payload, j.attempt, j.max_attempt
 WITH locked AS MATERIALIZED (  -- row locks taken in id order: batches never deadlock
     SELECT id FROM due_jobs WHERE id = ANY(%(ids)b::bigint[]) ORDER BY id FOR NO KEY UPDATE
 )
+-- Progress rides along (NULL: unchanged); the reply carries cancel requests.
 UPDATE due_jobs AS j
-SET lease_expires_at = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => h.lease)
-FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[], %(leases)b::float8[]) AS h(id, token, lease)
+SET lease_expires_at = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => h.lease),
+    progress = coalesce(h.progress::jsonb, j.progress),
+    progress_at = CASE WHEN h.progress IS NOT NULL AND h.progress::jsonb IS DISTINCT FROM j.progress
+                       THEN coalesce(%(now)s::timestamptz, now()) ELSE j.progress_at END
+FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[], %(leases)b::float8[],
+            %(progresses)b::text[]) AS h(id, token, lease, progress)
 WHERE j.id IN (SELECT id FROM locked)
   AND j.id = h.id AND j.lease_token = h.token
-RETURNING j.id
+RETURNING j.id, j.cancel_requested
 
 -- name: complete_jobs
 -- One statement for a batch of attempt endings; each row is fenced by its
@@ -146,6 +154,7 @@ SET state = c.state,
                        THEN coalesce(%(now)s::timestamptz, now()) END,
     lease_expires_at = NULL,
     lost_leases = 0,
+    progress = coalesce(c.progress::jsonb, j.progress),
     last_error = coalesce(c.error::jsonb ->> 'error', j.last_error),
     errors = CASE WHEN c.error IS NULL THEN j.errors
                   ELSE j.errors || jsonb_build_array(c.error::jsonb) END,
@@ -153,11 +162,11 @@ SET state = c.state,
                         OR (c.state = 'succeeded' AND coalesce(j.unique_for, 0) <= 0)
                       THEN NULL ELSE j.dedupe_key END
 FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[], %(states)b::text[], %(results)b::text[],
-            %(errors)b::text[], %(retry_ins)b::float8[])
-     AS c(id, token, state, result, error, retry_in)
+            %(errors)b::text[], %(retry_ins)b::float8[], %(progresses)b::text[])
+     AS c(id, token, state, result, error, retry_in, progress)
 WHERE j.id IN (SELECT id FROM locked)
   AND j.id = c.id AND j.lease_token = c.token
-RETURNING j.id, j.state,
+RETURNING j.id, j.state, j.parent_id, j.completes,
           CASE WHEN j.state = 'queued' THEN  -- wake workers for the job due again
               pg_notify('due_jobs', j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text
           END AS notified
@@ -173,37 +182,54 @@ LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 
 -- name: rescue_jobs
--- Back to the queue, due now; or failed for good when the verdict gives up.
+-- Back to the queue, due now; or failed for good when the verdict gives up; or
+-- cancelled, when it was asked to stop (it will not run again).
 WITH locked AS MATERIALIZED (  -- row locks taken in id order: batches never deadlock
     SELECT id FROM due_jobs WHERE id = ANY(%(ids)b::bigint[]) ORDER BY id FOR NO KEY UPDATE
 )
 UPDATE due_jobs AS j
-SET state = CASE WHEN r.gives_up THEN 'failed' ELSE 'queued' END,
+SET state = CASE WHEN j.cancel_requested THEN 'cancelled'
+                 WHEN r.gives_up THEN 'failed' ELSE 'queued' END,
     lease_token = j.lease_token + 1,
-    run_at = CASE WHEN r.gives_up THEN j.run_at ELSE coalesce(%(now)s::timestamptz, now()) END,
-    finished_at = CASE WHEN r.gives_up THEN coalesce(%(now)s::timestamptz, now()) END,
+    run_at = CASE WHEN r.gives_up OR j.cancel_requested
+                  THEN j.run_at ELSE coalesce(%(now)s::timestamptz, now()) END,
+    finished_at = CASE WHEN r.gives_up OR j.cancel_requested
+                       THEN coalesce(%(now)s::timestamptz, now()) END,
     lease_expires_at = NULL,
     lost_leases = j.lost_leases + 1,
     last_error = r.error::jsonb ->> 'error',
     errors = j.errors || jsonb_build_array(r.error::jsonb),
-    dedupe_key = CASE WHEN r.gives_up THEN NULL ELSE j.dedupe_key END
+    dedupe_key = CASE WHEN r.gives_up OR j.cancel_requested THEN NULL ELSE j.dedupe_key END
 FROM unnest(%(ids)b::bigint[], %(gives_up)b::boolean[], %(errors)b::text[])
      AS r(id, gives_up, error)
 WHERE j.id IN (SELECT id FROM locked) AND j.id = r.id AND j.state = 'running'
-RETURNING j.id, j.state,
+RETURNING j.id, j.state, j.parent_id, j.completes,
           CASE WHEN j.state = 'queued' THEN  -- wake workers for the job due again
               pg_notify('due_jobs', j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text
           END AS notified
 
 -- name: get_job
-SELECT * FROM due_jobs WHERE id = %(id)s
+-- `stuck`: running, and its progress has not moved for its task's stuck_after.
+SELECT *,
+       (state = 'running' AND stuck_after IS NOT NULL
+        AND coalesce(progress_at, started_at)
+            < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => stuck_after)) AS stuck
+FROM due_jobs
+WHERE id = %(id)s
 
 -- name: list_jobs
 SELECT *
-FROM due_jobs
-WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
-  AND (%(state)s::text IS NULL OR state = %(state)s)
-  AND (%(task)s::text IS NULL OR task = %(task)s)
+FROM (SELECT *,
+             (state = 'running' AND stuck_after IS NOT NULL
+              AND coalesce(progress_at, started_at)
+                  < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => stuck_after))
+                 AS stuck
+      FROM due_jobs
+      WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
+        AND (%(state)s::text IS NULL OR state = %(state)s)
+        AND (%(task)s::text IS NULL OR task = %(task)s)
+        AND (%(parent)s::bigint IS NULL OR parent_id = %(parent)s)) AS j
+WHERE NOT %(stuck_only)s OR stuck
 ORDER BY id DESC
 LIMIT %(limit)s
 
@@ -221,9 +247,10 @@ SET state = 'queued',
     run_at = coalesce(%(now)s::timestamptz, now()),
     attempt = 0,
     lost_leases = 0,
+    cancel_requested = false,
     finished_at = NULL,
     lease_expires_at = NULL
-WHERE id = %(id)s AND state IN ('failed', 'cancelled')
+WHERE id = %(id)s AND state IN ('failed', 'cancelled') AND pieces_total = 0
 RETURNING *, pg_notify('due_jobs', queue || ' ' || extract(epoch FROM run_at)::text)::text
     AS notified
 
@@ -260,19 +287,23 @@ RETURNING j.id, j.state,
 -- When the next job of these tasks in this queue is due (the worker sleeps
 -- until then). A skip scan of the claim index: for each priority level
 -- present, the earliest run_at; O(levels x log n), with no index of its own.
+-- A paused queue has no next due time (a resume notifies its workers).
 WITH RECURSIVE levels(priority) AS (
-    SELECT max(priority) FROM due_jobs WHERE state = 'queued' AND queue = %(queue)s
+    SELECT max(priority) FROM due_jobs
+    WHERE state = 'queued' AND NOT held AND queue = %(queue)s
     UNION ALL
     SELECT (SELECT max(priority) FROM due_jobs
-            WHERE state = 'queued' AND queue = %(queue)s AND priority < levels.priority)
+            WHERE state = 'queued' AND NOT held AND queue = %(queue)s
+              AND priority < levels.priority)
     FROM levels
     WHERE levels.priority IS NOT NULL
 )
 SELECT min((SELECT min(run_at) FROM due_jobs
-            WHERE state = 'queued' AND queue = %(queue)s AND priority = levels.priority
-              AND task = ANY(%(tasks)b::text[]))) AS run_at
+            WHERE state = 'queued' AND NOT held AND queue = %(queue)s
+              AND priority = levels.priority AND task = ANY(%(tasks)b::text[]))) AS run_at
 FROM levels
 WHERE priority IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM due_queues WHERE name = %(queue)s AND paused)
 
 -- name: fail_unknown_tasks
 -- Jobs that no worker of their queue has known for the whole grace period
@@ -526,3 +557,143 @@ WHERE (schedule, scheduled_for) IN (
     LIMIT %(limit)s
 )
 RETURNING schedule
+
+-- ------------------------------------------------------------- long work
+
+-- name: save_checkpoint
+-- Fenced: only the attempt holding the token may move the cursor.
+UPDATE due_jobs SET checkpoint = %(value)s::jsonb
+WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running'
+RETURNING cancel_requested
+
+-- name: request_cancel
+-- A running job sees it at its next heartbeat; on PostgreSQL at once.
+UPDATE due_jobs SET cancel_requested = true
+WHERE id = %(id)s AND state = 'running'
+RETURNING *, pg_notify('due_jobs', '!cancel ' || id)::text AS notified
+
+-- name: complete_in_transaction
+-- ctx.transaction(): the job succeeds in the handler's own transaction, fenced.
+UPDATE due_jobs
+SET state = 'succeeded', lease_token = lease_token + 1, result = 'null'::jsonb,
+    finished_at = coalesce(%(now)s::timestamptz, now()), lease_expires_at = NULL,
+    lost_leases = 0,
+    progress = coalesce(%(progress)s::jsonb, progress),
+    dedupe_key = CASE WHEN coalesce(unique_for, 0) <= 0 THEN NULL ELSE dedupe_key END
+WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running'
+RETURNING id, parent_id, completes
+
+-- name: add_pieces
+-- A running parent announces pieces (fenced by its token); a retried attempt
+-- that spawns the same pieces again adds nothing.
+UPDATE due_jobs
+SET pieces_total = greatest(pieces_total, %(total)s),
+    on_complete = %(on_complete)s, on_piece_failure = %(on_piece_failure)s
+WHERE id = %(parent)s AND lease_token = %(token)s AND state = 'running'
+RETURNING held
+
+-- name: insert_batch_parent
+-- app.batch(): a parent that never runs itself: it waits for its pieces.
+INSERT INTO due_jobs (task, queue, priority, state, payload, run_at, max_attempts,
+                      pieces_total, on_complete, on_piece_failure, progress, created_at)
+VALUES (%(task)s, %(queue)s, 0, 'waiting', '{"args": [], "kwargs": {}}'::jsonb,
+        coalesce(%(now)s::timestamptz, now()), 1, %(total)s, %(on_complete)s,
+        %(on_piece_failure)s, jsonb_build_object('done', 0, 'total', %(total)s),
+        coalesce(%(now)s::timestamptz, now()))
+RETURNING id
+
+-- name: insert_pieces
+INSERT INTO due_jobs (task, queue, priority, payload, run_at, max_attempts, stuck_after,
+                      parent_id, piece_index, held, created_at)
+SELECT p.task, p.queue, p.priority, p.payload::jsonb, coalesce(%(now)s::timestamptz, now()),
+       p.max_attempts, p.stuck_after, %(parent)s, p.piece_index, %(held)s,
+       coalesce(%(now)s::timestamptz, now())
+FROM unnest(%(tasks)b::text[], %(queues)b::text[], %(priorities)b::int[], %(payloads)b::text[],
+            %(max_attempts)b::int[], %(stuck_afters)b::float8[], %(indexes)b::int[])
+     AS p(task, queue, priority, payload, max_attempts, stuck_after, piece_index)
+ON CONFLICT (parent_id, piece_index) WHERE parent_id IS NOT NULL DO NOTHING
+RETURNING id, queue, pg_notify('due_jobs', queue || ' 0')::text AS notified
+
+-- name: count_piece_endings
+-- Pieces that ended, counted on their parent (whose row lock serialises the
+-- pieces finishing at the same instant on different workers).
+UPDATE due_jobs
+SET pieces_done = pieces_done + %(succeeded)s,
+    pieces_failed = pieces_failed + %(failed)s,
+    progress = jsonb_build_object(
+        'done', pieces_done + %(succeeded)s + pieces_failed + %(failed)s,
+        'total', pieces_total),
+    progress_at = coalesce(%(now)s::timestamptz, now())
+WHERE id = %(parent)s
+RETURNING id, state, pieces_total, pieces_done, pieces_failed, on_complete, on_piece_failure,
+          queue, priority, completes
+
+-- name: parent_counts
+SELECT id, state, pieces_total, pieces_done, pieces_failed, on_complete, on_piece_failure, queue,
+       priority, completes
+FROM due_jobs WHERE id = %(parent)s FOR UPDATE
+
+-- name: finish_parent
+UPDATE due_jobs
+SET state = %(state)s, lease_token = lease_token + 1,
+    finished_at = coalesce(%(now)s::timestamptz, now()), lease_expires_at = NULL,
+    result = %(result)s::jsonb,
+    last_error = coalesce(%(error)s, last_error),
+    dedupe_key = NULL
+WHERE id = %(id)s AND state = 'waiting'
+RETURNING id
+
+-- name: insert_completion_job
+-- Once per parent, whatever races: the key is the parent's.
+INSERT INTO due_jobs (task, queue, priority, payload, run_at, max_attempts, completes, key,
+                      dedupe_key, created_at)
+VALUES (%(task)s, %(queue)s, %(priority)s, %(payload)s::jsonb,
+        coalesce(%(now)s::timestamptz, now()), %(max_attempts)s, %(parent)s, %(key)s, %(key)s,
+        coalesce(%(now)s::timestamptz, now()))
+ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
+RETURNING id, pg_notify('due_jobs', queue || ' 0')::text AS notified
+
+-- name: cancel_children
+-- A parent that ends early takes its unfinished pieces with it.
+UPDATE due_jobs
+SET state = CASE WHEN state IN ('queued', 'waiting') THEN 'cancelled' ELSE state END,
+    finished_at = CASE WHEN state IN ('queued', 'waiting')
+                       THEN coalesce(%(now)s::timestamptz, now()) ELSE finished_at END,
+    cancel_requested = true,
+    dedupe_key = CASE WHEN state IN ('queued', 'waiting') THEN NULL ELSE dedupe_key END
+WHERE parent_id = %(parent)s AND state IN ('queued', 'running', 'waiting')
+RETURNING id, state, pg_notify('due_jobs', '!cancel ' || id)::text AS notified
+
+-- name: hold_group
+-- Pause (held) or resume a group: the parent and its queued pieces.
+UPDATE due_jobs SET held = %(held)s
+WHERE id = %(parent)s OR (parent_id = %(parent)s AND state = 'queued')
+RETURNING id, queue, pg_notify('due_jobs', queue || ' 0')::text AS notified
+
+-- name: set_queue_paused
+INSERT INTO due_queues (name, paused, updated_at)
+VALUES (%(name)s, %(paused)s, coalesce(%(now)s::timestamptz, now()))
+ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = excluded.updated_at
+RETURNING name, pg_notify('due_jobs', name || ' 0')::text AS notified
+
+-- name: queue_states
+SELECT name, paused, updated_at FROM due_queues ORDER BY name
+
+-- name: queue_overview
+-- Per queue: depth, due now, running, waiting, and the age of the oldest due job.
+SELECT queue,
+       count(*) FILTER (WHERE state = 'queued') AS queued,
+       count(*) FILTER (WHERE state = 'queued'
+                          AND run_at <= coalesce(%(now)s::timestamptz, now())) AS due,
+       count(*) FILTER (WHERE state = 'running') AS running,
+       count(*) FILTER (WHERE state = 'waiting') AS waiting,
+       count(*) FILTER (WHERE state = 'running' AND stuck_after IS NOT NULL
+                          AND coalesce(progress_at, started_at)
+                              < coalesce(%(now)s::timestamptz, now())
+                                - make_interval(secs => stuck_after)) AS stuck,
+       min(run_at) FILTER (WHERE state = 'queued' AND NOT held
+                             AND run_at <= coalesce(%(now)s::timestamptz, now())) AS oldest_due
+FROM due_jobs
+WHERE state IN ('queued', 'running', 'waiting')
+GROUP BY queue
+ORDER BY queue

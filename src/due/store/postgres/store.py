@@ -26,7 +26,7 @@ from due.errors import (
 )
 from due.job import AttemptError, Job, JobState
 from due.retry import judge_lost_lease
-from due.store import steps
+from due.store import pieces, steps
 from due.store.postgres.base import (
     QUERIES,
     atranslate_errors,
@@ -36,9 +36,11 @@ from due.store.postgres.base import (
     utc,
 )
 from due.store.postgres.schedules import PostgresSchedules
+from due.store.postgres.work import PostgresWork
 from due.store.postgres.workers import PostgresWorkers
 from due.store.protocol import DEFAULT_MAX_LOST_LEASES
 from due.store.records import (
+    RETRY_RULE,
     ClaimedJob,
     Completion,
     HeartbeatReply,
@@ -67,10 +69,11 @@ COPY_TYPES = [
     "text",
     "float8",
     "timestamptz",
+    "float8",
 ]
 
 
-class PostgresStore(PostgresSchedules, PostgresWorkers):
+class PostgresStore(PostgresWork, PostgresSchedules, PostgresWorkers):
     """Jobs: enqueue, claim, heartbeat, complete, rescue, inspect (see the module doc)."""
 
     # --- producers ------------------------------------------------------------
@@ -157,18 +160,32 @@ class PostgresStore(PostgresSchedules, PostgresWorkers):
                 "ids": [lease.job_id for lease in leases],
                 "tokens": [lease.lease_token for lease in leases],
                 "leases": [float(lease.lease_seconds) for lease in leases],
+                "progresses": [lease.progress for lease in leases],
                 "now": self._now(),
             },
         )
         extended = frozenset(row["id"] for row in rows)
         lost = frozenset(lease.job_id for lease in leases) - extended
-        return HeartbeatReply(extended, lost)
+        cancel = frozenset(row["id"] for row in rows if row["cancel_requested"])
+        return HeartbeatReply(extended, lost, cancel)
 
     def complete(self, completions: Sequence[Completion]) -> set[int]:
         if not completions:
             return set()
-        rows = self._all("complete_jobs", self._completion_params(completions))
+        if not any(c.settles for c in completions):
+            # The common case: one autocommitted statement.
+            rows = self._all("complete_jobs", self._completion_params(completions))
+            return {row["id"] for row in rows}
+        with self._cursor(transaction=True) as cur:
+            cur.execute(QUERIES["complete_jobs"], self._completion_params(completions))
+            rows = cur.fetchall()
+            self._settle(cur, rows)
         return {row["id"] for row in rows}
+
+    def _settle(self, cur: psycopg.Cursor[dict[str, Any]], ended: list[dict[str, Any]]) -> None:
+        """Count pieces that ended on their parents, in the caller's transaction."""
+        if any(r.get("parent_id") or r.get("completes") or r["state"] == "waiting" for r in ended):
+            pieces.settle(_executor(cur), ended, self._fetch_now(cur))
 
     def _completion_params(self, completions: Sequence[Completion]) -> dict[str, Any]:
         return {
@@ -178,6 +195,7 @@ class PostgresStore(PostgresSchedules, PostgresWorkers):
             "results": [c.result for c in completions],
             "errors": [c.error_json() for c in completions],
             "retry_ins": [c.retry_in for c in completions],
+            "progresses": [c.progress for c in completions],
             "now": self._now(),
         }
 
@@ -191,8 +209,9 @@ class PostgresStore(PostgresSchedules, PostgresWorkers):
         tasks: Sequence[str] | None = None,
         task_leases: Mapping[str, float] | None = None,
     ) -> tuple[set[int], list[ClaimedJob]]:
-        if not completions:
-            return set(), self.claim(queue, limit, worker, lease_seconds, tasks, task_leases)
+        if not completions or any(c.settles for c in completions):
+            applied = self.complete(completions)
+            return applied, self.claim(queue, limit, worker, lease_seconds, tasks, task_leases)
         claim = self._claim_params(queue, limit, worker, lease_seconds, tasks, task_leases)
         # One round trip and one commit for both: the statements are pipelined.
         with translate_errors(self.url), self._pool.connection() as conn:
@@ -242,9 +261,11 @@ class PostgresStore(PostgresSchedules, PostgresWorkers):
                 },
             )
             rows = cur.fetchall()
+            self._settle(cur, rows)
         return RescueResult(
             requeued=tuple(row["id"] for row in rows if row["state"] == JobState.QUEUED),
             failed=tuple(row["id"] for row in rows if row["state"] == JobState.FAILED),
+            cancelled=tuple(row["id"] for row in rows if row["state"] == JobState.CANCELLED),
         )
 
     def release(self, leases: Sequence[Lease], reason: str) -> set[int]:
@@ -281,7 +302,7 @@ class PostgresStore(PostgresSchedules, PostgresWorkers):
     # --- inspection and control ---------------------------------------------------
 
     def get(self, job_id: int) -> Job:
-        rows = self._all("get_job", {"id": job_id})
+        rows = self._all("get_job", {"id": job_id, "now": self._now()})
         if not rows:
             raise JobNotFoundError(f"no job with id {job_id}")
         return job_from_row(normalise(rows[0]))
@@ -294,21 +315,41 @@ class PostgresStore(PostgresSchedules, PostgresWorkers):
                 "state": where.state.value if where.state else None,
                 "task": where.task,
                 "limit": where.limit,
+                "parent": where.parent,
+                "stuck_only": where.stuck_only,
+                "now": self._now(),
             },
         )
         return [job_from_row(normalise(row)) for row in rows]
 
     def cancel(self, job_id: int) -> Job:
-        rows = self._all("cancel_job", {"id": job_id, "now": self._now()})
-        if rows:
-            return job_from_row(normalise(rows[0]))
-        raise refusal(self.get(job_id), "cancel", "only a queued job can be cancelled")
+        """A queued job ends at once; a running one is asked (it ends at its next safe
+        point); a waiting parent ends with its unfinished pieces."""
+        with self._cursor(transaction=True) as cur:
+            now = self._fetch_now(cur)
+            cur.execute(QUERIES["cancel_job"], {"id": job_id, "now": now})
+            cancelled = cur.fetchall()
+            if cancelled:
+                self._settle(cur, cancelled)
+            else:
+                cur.execute(QUERIES["request_cancel"], {"id": job_id})
+                if not cur.fetchall():
+                    cur.execute(QUERIES["parent_counts"], {"parent": job_id})
+                    parent = cur.fetchone()
+                    if parent is not None and parent["state"] == "waiting":
+                        run = _executor(cur)
+                        pieces.finish(run, job_id, "cancelled", "null", None, now)
+                        run("cancel_children", {"parent": job_id, "now": now})
+        job = self.get(job_id)
+        if job.state in (JobState.CANCELLED, JobState.RUNNING) or job.cancel_requested:
+            return job
+        raise refusal(job, "cancel", "a job that has ended cannot be cancelled")
 
     def retry(self, job_id: int) -> Job:
         rows = self._all("retry_job", {"id": job_id, "now": self._now()})
         if rows:
             return job_from_row(normalise(rows[0]))
-        raise refusal(self.get(job_id), "retry", "only a failed or cancelled job can be retried")
+        raise refusal(self.get(job_id), "retry", RETRY_RULE)
 
     def prune(self, retention_seconds: float, limit: int = 10_000) -> tuple[int, int]:
         params = {"retention": float(retention_seconds), "limit": limit, "now": self._now()}
@@ -345,6 +386,14 @@ def _jsonb_text(text: str) -> Jsonb:
 
 def _unchanged(text: str) -> str:
     return text
+
+
+def _executor(cur: psycopg.Cursor[dict[str, Any]]) -> pieces.Execute:
+    def execute(name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        cur.execute(QUERIES[name], params)
+        return cur.fetchall() if cur.description else []
+
+    return execute
 
 
 def _claimed(rows: list[dict[str, Any]]) -> list[ClaimedJob]:

@@ -44,8 +44,10 @@ TIME_COLUMNS = (
     "recorded_at",
     "last_run_at",
     "last_success_at",
+    "oldest_due",
+    "progress_at",
 )
-JSON_COLUMNS = ("payload", "errors", "result")
+JSON_COLUMNS = ("payload", "errors", "result", "checkpoint", "progress")
 
 
 def path_from_url(url: str) -> str:

@@ -24,9 +24,9 @@ INSERT INTO due_schema_migrations (version, name, applied_at) VALUES (:version, 
 
 -- name: insert_job
 INSERT INTO due_jobs (task, queue, priority, payload, run_at, max_attempts,
-                      key, dedupe_key, unique_for, created_at)
+                      key, dedupe_key, unique_for, stuck_after, created_at)
 VALUES (:task, :queue, :priority, :payload, coalesce(:run_at, :now + :delay),
-        :max_attempts, :key, :key, :unique_for, :now)
+        :max_attempts, :key, :key, :unique_for, :stuck_after, :now)
 ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id, run_at, created_at
 
@@ -35,8 +35,9 @@ RETURNING id, run_at, created_at
 -- IMMEDIATE no other writer interleaves, so the batch's ids are consecutive
 -- and end at last_insert_rowid() (checked by count_id_range).
 INSERT INTO due_jobs (task, queue, priority, payload, run_at, max_attempts, unique_for,
-                      created_at)
-VALUES (:task, :queue, :priority, :payload, :run_at, :max_attempts, :unique_for, :now)
+                      stuck_after, created_at)
+VALUES (:task, :queue, :priority, :payload, :run_at, :max_attempts, :unique_for, :stuck_after,
+        :now)
 
 -- name: count_id_range
 SELECT count(*) AS n FROM due_jobs WHERE id BETWEEN :first AND :last
@@ -65,25 +66,32 @@ SET state = 'running',
     lease_expires_at = :now + coalesce(
         (SELECT value FROM json_each(:leases) WHERE key = due_jobs.task), :lease),
     started_at = :now,
+    progress_at = NULL,
     worker = :worker
 WHERE id IN (
     SELECT id
     FROM due_jobs INDEXED BY due_jobs_claim
-    WHERE state = 'queued'
+    WHERE state = 'queued' AND NOT held
       AND queue = :queue
       AND run_at <= :now
       AND (:tasks IS NULL OR task IN (SELECT value FROM json_each(:tasks)))
+      AND NOT EXISTS (SELECT 1 FROM due_queues WHERE name = :queue AND paused)
     ORDER BY priority DESC, run_at, id
     LIMIT :limit
 )
 RETURNING id, task, queue, priority, payload, attempt, max_attempts,
-          lease_token, lease_expires_at, run_at, created_at, scheduled_for
+          lease_token, lease_expires_at, run_at, created_at, scheduled_for, checkpoint, parent_id,
+          completes
 
 -- name: heartbeat
+-- Progress rides along (NULL: unchanged); the reply carries cancel requests.
 UPDATE due_jobs
-SET lease_expires_at = :now + :lease
+SET lease_expires_at = :now + :lease,
+    progress = coalesce(:progress, progress),
+    progress_at = CASE WHEN :progress IS NOT NULL AND :progress IS NOT progress
+                       THEN :now ELSE progress_at END
 WHERE id = :id AND lease_token = :token AND state = 'running'
-RETURNING id
+RETURNING id, cancel_requested
 
 -- name: complete_jobs
 -- Fenced by the token: a stale worker's write matches nothing.
@@ -95,6 +103,7 @@ SET state = :state,
     finished_at = CASE WHEN :state IN ('succeeded', 'failed', 'cancelled') THEN :now END,
     lease_expires_at = NULL,
     lost_leases = 0,
+    progress = coalesce(:progress, progress),
     last_error = coalesce(json_extract(:error, '$.error'), last_error),
     errors = CASE WHEN :error IS NULL THEN errors
                   ELSE json_insert(errors, '$[#]', json(:error)) END,
@@ -102,7 +111,7 @@ SET state = :state,
                         OR (:state = 'succeeded' AND coalesce(unique_for, 0) <= 0)
                       THEN NULL ELSE dedupe_key END
 WHERE id = :id AND lease_token = :token AND state = 'running'
-RETURNING id, state, queue, run_at
+RETURNING id, state, queue, run_at, parent_id, completes
 
 -- name: select_expired
 -- Running jobs whose worker stopped renewing the lease. The task is never
@@ -114,29 +123,41 @@ ORDER BY lease_expires_at
 LIMIT :limit
 
 -- name: rescue_jobs
--- Back to the queue, due now; or failed for good when the verdict gives up.
+-- Back to the queue, due now; or failed for good when the verdict gives up; or
+-- cancelled, when it was asked to stop (it will not run again).
 UPDATE due_jobs
-SET state = CASE WHEN :gives_up THEN 'failed' ELSE 'queued' END,
+SET state = CASE WHEN cancel_requested THEN 'cancelled'
+                 WHEN :gives_up THEN 'failed' ELSE 'queued' END,
     lease_token = lease_token + 1,
-    run_at = CASE WHEN :gives_up THEN run_at ELSE :now END,
-    finished_at = CASE WHEN :gives_up THEN :now END,
+    run_at = CASE WHEN :gives_up OR cancel_requested THEN run_at ELSE :now END,
+    finished_at = CASE WHEN :gives_up OR cancel_requested THEN :now END,
     lease_expires_at = NULL,
     lost_leases = lost_leases + 1,
     last_error = json_extract(:error, '$.error'),
     errors = json_insert(errors, '$[#]', json(:error)),
-    dedupe_key = CASE WHEN :gives_up THEN NULL ELSE dedupe_key END
+    dedupe_key = CASE WHEN :gives_up OR cancel_requested THEN NULL ELSE dedupe_key END
 WHERE id = :id AND state = 'running'
-RETURNING id, state, queue, run_at
+RETURNING id, state, queue, run_at, parent_id, completes
 
 -- name: get_job
-SELECT * FROM due_jobs WHERE id = :id
+-- `stuck`: running, and its progress has not moved for its task's stuck_after.
+SELECT *,
+       (state = 'running' AND stuck_after IS NOT NULL
+        AND coalesce(progress_at, started_at) < :now - stuck_after) AS stuck
+FROM due_jobs
+WHERE id = :id
 
 -- name: list_jobs
 SELECT *
-FROM due_jobs
-WHERE (:queue IS NULL OR queue = :queue)
-  AND (:state IS NULL OR state = :state)
-  AND (:task IS NULL OR task = :task)
+FROM (SELECT *,
+             (state = 'running' AND stuck_after IS NOT NULL
+              AND coalesce(progress_at, started_at) < :now - stuck_after) AS stuck
+      FROM due_jobs
+      WHERE (:queue IS NULL OR queue = :queue)
+        AND (:state IS NULL OR state = :state)
+        AND (:task IS NULL OR task = :task)
+        AND (:parent IS NULL OR parent_id = :parent))
+WHERE NOT :stuck_only OR stuck
 ORDER BY id DESC
 LIMIT :limit
 
@@ -152,9 +173,10 @@ SET state = 'queued',
     run_at = :now,
     attempt = 0,
     lost_leases = 0,
+    cancel_requested = 0,
     finished_at = NULL,
     lease_expires_at = NULL
-WHERE id = :id AND state IN ('failed', 'cancelled')
+WHERE id = :id AND state IN ('failed', 'cancelled') AND pieces_total = 0
 RETURNING *
 
 -- name: due_queues
@@ -182,20 +204,24 @@ RETURNING id, state, queue, run_at
 -- When the next job of these tasks in this queue is due (the worker sleeps
 -- until then). A skip scan of the claim index: for each priority level
 -- present, the earliest run_at; O(levels x log n), with no index of its own.
+-- A paused queue has no next due time (its workers poll until it resumes).
 WITH RECURSIVE levels(priority) AS (
     SELECT max(priority) FROM due_jobs INDEXED BY due_jobs_claim
-    WHERE state = 'queued' AND queue = :queue
+    WHERE state = 'queued' AND NOT held AND queue = :queue
     UNION ALL
     SELECT (SELECT max(priority) FROM due_jobs INDEXED BY due_jobs_claim
-            WHERE state = 'queued' AND queue = :queue AND priority < levels.priority)
+            WHERE state = 'queued' AND NOT held AND queue = :queue
+              AND priority < levels.priority)
     FROM levels
     WHERE levels.priority IS NOT NULL
 )
 SELECT min((SELECT min(run_at) FROM due_jobs INDEXED BY due_jobs_claim
-            WHERE state = 'queued' AND queue = :queue AND priority = levels.priority
+            WHERE state = 'queued' AND NOT held AND queue = :queue
+              AND priority = levels.priority
               AND task IN (SELECT value FROM json_each(:tasks)))) AS run_at
 FROM levels
 WHERE priority IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM due_queues WHERE name = :queue AND paused)
 
 -- name: fail_unknown_tasks
 -- Jobs that no worker of their queue has known for the whole grace period
@@ -423,3 +449,122 @@ WHERE rowid IN (
     LIMIT :limit
 )
 RETURNING schedule
+
+-- ------------------------------------------------------------- long work
+
+-- name: save_checkpoint
+-- Fenced: only the attempt holding the token may move the cursor.
+UPDATE due_jobs SET checkpoint = :value
+WHERE id = :id AND lease_token = :token AND state = 'running'
+RETURNING cancel_requested
+
+-- name: request_cancel
+-- A running job sees it at its next heartbeat.
+UPDATE due_jobs SET cancel_requested = 1
+WHERE id = :id AND state = 'running'
+RETURNING *
+
+-- name: complete_in_transaction
+-- ctx.transaction(): the job succeeds in the handler's own transaction, fenced.
+UPDATE due_jobs
+SET state = 'succeeded', lease_token = lease_token + 1, result = 'null', finished_at = :now,
+    lease_expires_at = NULL, lost_leases = 0, progress = coalesce(:progress, progress),
+    dedupe_key = CASE WHEN coalesce(unique_for, 0) <= 0 THEN NULL ELSE dedupe_key END
+WHERE id = :id AND lease_token = :token AND state = 'running'
+RETURNING id, parent_id, completes
+
+-- name: add_pieces
+-- A running parent announces pieces (fenced by its token); a retried attempt
+-- that spawns the same pieces again adds nothing.
+UPDATE due_jobs
+SET pieces_total = max(pieces_total, :total),
+    on_complete = :on_complete, on_piece_failure = :on_piece_failure
+WHERE id = :parent AND lease_token = :token AND state = 'running'
+RETURNING held
+
+-- name: insert_batch_parent
+-- app.batch(): a parent that never runs itself: it waits for its pieces.
+INSERT INTO due_jobs (task, queue, priority, state, payload, run_at, max_attempts,
+                      pieces_total, on_complete, on_piece_failure, progress, created_at)
+VALUES (:task, :queue, 0, 'waiting', '{"args":[],"kwargs":{}}', :now, 1, :total, :on_complete,
+        :on_piece_failure, json_object('done', 0, 'total', :total), :now)
+RETURNING id
+
+-- name: insert_pieces
+-- One row per call (executemany).
+INSERT INTO due_jobs (task, queue, priority, payload, run_at, max_attempts, stuck_after,
+                      parent_id, piece_index, held, created_at)
+VALUES (:task, :queue, :priority, :payload, :now, :max_attempts, :stuck_after, :parent,
+        :piece_index, :held, :now)
+ON CONFLICT (parent_id, piece_index) WHERE parent_id IS NOT NULL DO NOTHING
+
+-- name: count_piece_endings
+-- Pieces that ended, counted on their parent (writers are serialised anyway).
+UPDATE due_jobs
+SET pieces_done = pieces_done + :succeeded,
+    pieces_failed = pieces_failed + :failed,
+    progress = json_object('done', pieces_done + :succeeded + pieces_failed + :failed,
+                           'total', pieces_total),
+    progress_at = :now
+WHERE id = :parent
+RETURNING id, state, pieces_total, pieces_done, pieces_failed, on_complete, on_piece_failure,
+          queue, priority, completes
+
+-- name: parent_counts
+SELECT id, state, pieces_total, pieces_done, pieces_failed, on_complete, on_piece_failure, queue,
+       priority, completes
+FROM due_jobs WHERE id = :parent
+
+-- name: finish_parent
+UPDATE due_jobs
+SET state = :state, lease_token = lease_token + 1, finished_at = :now, lease_expires_at = NULL,
+    result = :result, last_error = coalesce(:error, last_error), dedupe_key = NULL
+WHERE id = :id AND state = 'waiting'
+RETURNING id
+
+-- name: insert_completion_job
+-- Once per parent, whatever races: the key is the parent's.
+INSERT INTO due_jobs (task, queue, priority, payload, run_at, max_attempts, completes, key,
+                      dedupe_key, created_at)
+VALUES (:task, :queue, :priority, :payload, :now, :max_attempts, :parent, :key, :key, :now)
+ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
+RETURNING id
+
+-- name: cancel_children
+-- A parent that ends early takes its unfinished pieces with it.
+UPDATE due_jobs
+SET state = CASE WHEN state IN ('queued', 'waiting') THEN 'cancelled' ELSE state END,
+    finished_at = CASE WHEN state IN ('queued', 'waiting') THEN :now ELSE finished_at END,
+    cancel_requested = 1,
+    dedupe_key = CASE WHEN state IN ('queued', 'waiting') THEN NULL ELSE dedupe_key END
+WHERE parent_id = :parent AND state IN ('queued', 'running', 'waiting')
+RETURNING id, state
+
+-- name: hold_group
+-- Pause (held) or resume a group: the parent and its queued pieces.
+UPDATE due_jobs SET held = :held
+WHERE id = :parent OR (parent_id = :parent AND state = 'queued')
+RETURNING id, queue
+
+-- name: set_queue_paused
+INSERT INTO due_queues (name, paused, updated_at) VALUES (:name, :paused, :now)
+ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = excluded.updated_at
+RETURNING name
+
+-- name: queue_states
+SELECT name, paused, updated_at FROM due_queues ORDER BY name
+
+-- name: queue_overview
+-- Per queue: depth, due now, running, waiting, and the age of the oldest due job.
+SELECT queue,
+       count(*) FILTER (WHERE state = 'queued') AS queued,
+       count(*) FILTER (WHERE state = 'queued' AND run_at <= :now) AS due,
+       count(*) FILTER (WHERE state = 'running') AS running,
+       count(*) FILTER (WHERE state = 'waiting') AS waiting,
+       count(*) FILTER (WHERE state = 'running' AND stuck_after IS NOT NULL
+                          AND coalesce(progress_at, started_at) < :now - stuck_after) AS stuck,
+       min(run_at) FILTER (WHERE state = 'queued' AND NOT held AND run_at <= :now) AS oldest_due
+FROM due_jobs
+WHERE state IN ('queued', 'running', 'waiting')
+GROUP BY queue
+ORDER BY queue

@@ -26,11 +26,12 @@ from due.errors import (
     JobNotFoundError,
     StoreError,
 )
-from due.job import AttemptError, Job
+from due.job import AttemptError, Job, JobState
 from due.retry import judge_lost_lease
-from due.store import steps
+from due.store import pieces, steps
 from due.store.protocol import DEFAULT_MAX_LOST_LEASES
 from due.store.records import (
+    RETRY_RULE,
     ClaimedJob,
     Completion,
     HeartbeatReply,
@@ -52,10 +53,11 @@ from due.store.sqlite.base import (
     translate_errors,
 )
 from due.store.sqlite.schedules import SQLiteSchedules
+from due.store.sqlite.work import SQLiteWork
 from due.store.sqlite.workers import SQLiteWorkers
 
 
-class SQLiteStore(SQLiteSchedules, SQLiteWorkers):
+class SQLiteStore(SQLiteWork, SQLiteSchedules, SQLiteWorkers):
     """Jobs: enqueue, claim, heartbeat, complete, rescue, inspect."""
 
     # --- producers ------------------------------------------------------------
@@ -90,6 +92,7 @@ class SQLiteStore(SQLiteSchedules, SQLiteWorkers):
                 "run_at": run_at,
                 "max_attempts": job.max_attempts,
                 "unique_for": job.unique_for,
+                "stuck_after": job.stuck_after,
                 "now": now,
             }
             for job, run_at in zip(jobs, run_ats, strict=True)
@@ -172,19 +175,23 @@ class SQLiteStore(SQLiteSchedules, SQLiteWorkers):
         if not leases:
             return HeartbeatReply(frozenset(), frozenset())
         now = self._now()
-        extended = set()
+        extended, cancel = set(), set()
         with self._write() as conn:
             for lease in leases:
                 params = {
                     "id": lease.job_id,
                     "token": lease.lease_token,
                     "lease": float(lease.lease_seconds),
+                    "progress": lease.progress,
                     "now": now,
                 }
-                if conn.execute(QUERIES["heartbeat"], params).fetchone():
+                row = conn.execute(QUERIES["heartbeat"], params).fetchone()
+                if row:
                     extended.add(lease.job_id)
+                    if row["cancel_requested"]:
+                        cancel.add(lease.job_id)
         lost = {lease.job_id for lease in leases} - extended
-        return HeartbeatReply(frozenset(extended), frozenset(lost))
+        return HeartbeatReply(frozenset(extended), frozenset(lost), frozenset(cancel))
 
     def complete(self, completions: Sequence[Completion]) -> set[int]:
         if not completions:
@@ -195,7 +202,7 @@ class SQLiteStore(SQLiteSchedules, SQLiteWorkers):
     def _complete_in(
         self, conn: sqlite3.Connection, completions: Sequence[Completion], now: float
     ) -> set[int]:
-        applied = set()
+        applied, ended = set(), []
         for completion in completions:
             params = {
                 "id": completion.job_id,
@@ -204,20 +211,24 @@ class SQLiteStore(SQLiteSchedules, SQLiteWorkers):
                 "result": completion.result,
                 "error": completion.error_json(),
                 "retry_in": completion.retry_in,
+                "progress": completion.progress,
                 "now": now,
             }
-            if conn.execute(QUERIES["complete_jobs"], params).fetchone():
+            row = conn.execute(QUERIES["complete_jobs"], params).fetchone()
+            if row:
                 applied.add(completion.job_id)
+                ended.append(dict(row))
+        _settle(conn, ended, now)
         return applied
 
     def rescue(
         self, limit: int = 1000, max_lost_leases: int = DEFAULT_MAX_LOST_LEASES
     ) -> RescueResult:
         now = self._now()
-        requeued: list[int] = []
-        failed: list[int] = []
+        outcomes: dict[str, list[int]] = {"queued": [], "failed": [], "cancelled": []}
         if not self._read("any_expired", {"now": now}):
             return RescueResult()  # the common case, without taking the write lock
+        ended: list[dict[str, Any]] = []
         with self._write() as conn:
             expired = conn.execute(QUERIES["select_expired"], {"limit": limit, "now": now})
             for row in expired.fetchall():
@@ -237,9 +248,15 @@ class SQLiteStore(SQLiteSchedules, SQLiteWorkers):
                     "error": attempt_error_json(error),
                     "now": now,
                 }
-                conn.execute(QUERIES["rescue_jobs"], params).fetchall()
-                (failed if verdict.gives_up else requeued).append(row["id"])
-        return RescueResult(requeued=tuple(requeued), failed=tuple(failed))
+                for rescued in conn.execute(QUERIES["rescue_jobs"], params):
+                    ended.append(dict(rescued))
+                    outcomes[rescued["state"]].append(rescued["id"])
+            _settle(conn, ended, now)
+        return RescueResult(
+            requeued=tuple(outcomes["queued"]),
+            failed=tuple(outcomes["failed"]),
+            cancelled=tuple(outcomes["cancelled"]),
+        )
 
     def release(self, leases: Sequence[Lease], reason: str) -> set[int]:
         if not leases:
@@ -283,7 +300,7 @@ class SQLiteStore(SQLiteSchedules, SQLiteWorkers):
     # --- inspection and control ---------------------------------------------------
 
     def get(self, job_id: int) -> Job:
-        rows = self._read("get_job", {"id": job_id})
+        rows = self._read("get_job", {"id": job_id, "now": self._now()})
         if not rows:
             raise JobNotFoundError(f"no job with id {job_id}")
         return job_from_row(python_row(rows[0]))
@@ -296,23 +313,40 @@ class SQLiteStore(SQLiteSchedules, SQLiteWorkers):
                 "state": where.state.value if where.state else None,
                 "task": where.task,
                 "limit": where.limit,
+                "parent": where.parent,
+                "stuck_only": where.stuck_only,
+                "now": self._now(),
             },
         )
         return [job_from_row(python_row(row)) for row in rows]
 
     def cancel(self, job_id: int) -> Job:
+        """A queued job ends at once; a running one is asked (it ends at its next safe
+        point); a waiting parent ends with its unfinished pieces."""
+        now = self._now()
         with self._write() as conn:
-            row = conn.execute(QUERIES["cancel_job"], {"id": job_id, "now": self._now()}).fetchone()
-        if row:
-            return job_from_row(python_row(dict(row)))
-        raise refusal(self.get(job_id), "cancel", "only a queued job can be cancelled")
+            cancelled = [
+                dict(r) for r in conn.execute(QUERIES["cancel_job"], {"id": job_id, "now": now})
+            ]
+            if cancelled:
+                _settle(conn, cancelled, now)
+            elif not conn.execute(QUERIES["request_cancel"], {"id": job_id}).fetchall():
+                parent = conn.execute(QUERIES["parent_counts"], {"parent": job_id}).fetchone()
+                if parent is not None and parent["state"] == "waiting":
+                    run = _executor(conn)
+                    pieces.finish(run, job_id, "cancelled", "null", None, now)
+                    run("cancel_children", {"parent": job_id, "now": now})
+        job = self.get(job_id)
+        if job.state in (JobState.CANCELLED, JobState.RUNNING) or job.cancel_requested:
+            return job
+        raise refusal(job, "cancel", "a job that has ended cannot be cancelled")
 
     def retry(self, job_id: int) -> Job:
         with self._write() as conn:
             row = conn.execute(QUERIES["retry_job"], {"id": job_id, "now": self._now()}).fetchone()
         if row:
             return job_from_row(python_row(dict(row)))
-        raise refusal(self.get(job_id), "retry", "only a failed or cancelled job can be retried")
+        raise refusal(self.get(job_id), "retry", RETRY_RULE)
 
     def prune(self, retention_seconds: float, limit: int = 10_000) -> tuple[int, int]:
         params = {"retention": float(retention_seconds), "limit": limit, "now": self._now()}
@@ -336,6 +370,20 @@ def _run(conn: sqlite3.Connection, plan: steps.Plan) -> list[Job]:
             step = plan.send(rows)
         except StopIteration as done:
             return list(done.value)
+
+
+def _executor(conn: sqlite3.Connection) -> pieces.Execute:
+    def execute(name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        cursor = conn.execute(QUERIES[name], params)
+        return [dict(row) for row in cursor.fetchall()] if cursor.description else []
+
+    return execute
+
+
+def _settle(conn: sqlite3.Connection, ended: list[dict[str, Any]], now: float) -> None:
+    """Count pieces that ended on their parents, in the caller's transaction."""
+    if any(r.get("parent_id") or r.get("completes") or r["state"] == "waiting" for r in ended):
+        pieces.settle(_executor(conn), ended, now)
 
 
 def _claimed(rows: list[sqlite3.Row]) -> list[ClaimedJob]:

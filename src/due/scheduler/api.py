@@ -1,0 +1,152 @@
+"""The App's schedule methods (a mixin: the facade stays one screen per concern)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from due.durations import DurationLike
+from due.errors import ConfigurationError, ScheduleNotFoundError
+from due.job import Job
+from due.scheduler.definition import (
+    DEFAULT_CATCH_UP_LIMIT,
+    DEFAULT_MISFIRE,
+    DEFAULT_MISFIRE_GRACE_SECONDS,
+    DEFAULT_OVERLAP,
+    Misfire,
+    Overlap,
+    Schedule,
+    ScheduleOverview,
+    ScheduleRun,
+)
+from due.scheduler.registration import define_for_app
+from due.store.schedules import SyncReport
+
+if TYPE_CHECKING:
+    from due.store import Store
+    from due.task import Task
+
+
+class ScheduleMethods:
+    defined_schedules: dict[str, Schedule]
+
+    @property
+    def store(self) -> Store:
+        raise NotImplementedError
+
+    def get(self, job_id: int) -> Job:
+        raise NotImplementedError
+
+    def schedule(
+        self,
+        name: str,
+        cron: str | None = None,
+        every: DurationLike | None = None,
+        *,
+        task: Task[Any, Any] | str,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        tz: str = "UTC",
+        misfire: Misfire | str = DEFAULT_MISFIRE,
+        overlap: Overlap | str = DEFAULT_OVERLAP,
+        catch_up_limit: int = DEFAULT_CATCH_UP_LIMIT,
+        misfire_grace: DurationLike = DEFAULT_MISFIRE_GRACE_SECONDS,
+        queue: str | None = None,
+        priority: int | None = None,
+        enabled: bool = True,
+    ) -> Schedule:
+        """Define a recurring schedule in code; workers sync it to the database at start."""
+        schedule = define_for_app(
+            self,  # type: ignore[arg-type]
+            name,
+            cron,
+            every,
+            task,
+            args,
+            kwargs,
+            tz,
+            misfire,
+            overlap,
+            catch_up_limit,
+            misfire_grace,
+            queue,
+            priority,
+            enabled,
+        )
+        if name in self.defined_schedules:
+            raise ConfigurationError(f"a schedule named {name!r} is already defined")
+        self.defined_schedules[name] = schedule
+        return schedule
+
+    def add_schedule(
+        self,
+        name: str,
+        cron: str | None = None,
+        every: DurationLike | None = None,
+        *,
+        task: Task[Any, Any] | str,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        tz: str = "UTC",
+        misfire: Misfire | str = DEFAULT_MISFIRE,
+        overlap: Overlap | str = DEFAULT_OVERLAP,
+        catch_up_limit: int = DEFAULT_CATCH_UP_LIMIT,
+        misfire_grace: DurationLike = DEFAULT_MISFIRE_GRACE_SECONDS,
+        queue: str | None = None,
+        priority: int | None = None,
+    ) -> Schedule:
+        """Store a schedule at run time (not in code); it fires from its next time on."""
+        schedule = define_for_app(
+            self,  # type: ignore[arg-type]
+            name,
+            cron,
+            every,
+            task,
+            args,
+            kwargs,
+            tz,
+            misfire,
+            overlap,
+            catch_up_limit,
+            misfire_grace,
+            queue,
+            priority,
+            True,
+        )
+        self.store.add_schedule(schedule)
+        return schedule
+
+    def sync_schedules(self) -> SyncReport:
+        """Make the database's code-defined schedules match this app's (workers do it)."""
+        return self.store.sync_schedules(list(self.defined_schedules.values()))
+
+    def schedules(self) -> list[ScheduleOverview]:
+        """Every stored schedule: next run, last run and outcome, skipped and missed runs."""
+        return self.store.schedule_overview()
+
+    def schedule_runs(self, name: str, limit: int = 50) -> list[ScheduleRun]:
+        """A schedule's scheduled times, newest first, and what became of each."""
+        return self.store.schedule_runs(name, limit)
+
+    def pause_schedule(self, name: str) -> None:
+        """Stop starting runs; their times are recorded as skipped until resumed."""
+        if not self.store.pause_schedule(name, True):
+            raise ScheduleNotFoundError(f"no schedule named {name!r}")
+
+    def resume_schedule(self, name: str) -> None:
+        if not self.store.pause_schedule(name, False):
+            raise ScheduleNotFoundError(f"no schedule named {name!r}")
+
+    def trigger_schedule(self, name: str) -> Job:
+        """Start a run of the schedule now, by hand."""
+        return self.get(self.store.trigger_schedule(name))
+
+    def remove_schedule(self, name: str) -> None:
+        """Delete a schedule added at run time (its history stays)."""
+        if name in self.defined_schedules:
+            raise ConfigurationError(
+                f"schedule {name!r} is defined in code: delete it there (workers then "
+                "disable it when they start), or pause it"
+            )
+        if not self.store.remove_schedule(name):
+            raise ScheduleNotFoundError(f"no schedule named {name!r}")

@@ -1,0 +1,152 @@
+"""Long work on PostgreSQL (a mixin of PostgresStore): checkpoints, pieces, the
+job's own transaction, pauses and the queues' overview."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from due.errors import JobNotFoundError, LeaseLost
+from due.store import pieces
+from due.store.postgres.base import QUERIES, PostgresBase, normalise, translate_errors
+from due.store.records import NewJob, QueueOverview
+
+
+class PostgresWork(PostgresBase):
+    def save_checkpoint(self, job_id: int, token: int, value: str) -> bool | None:
+        """Fenced; None when the lease is lost, else whether a cancel was requested."""
+        rows = self._all("save_checkpoint", {"id": job_id, "token": token, "value": value})
+        return bool(rows[0]["cancel_requested"]) if rows else None
+
+    def spawn(
+        self,
+        parent: int,
+        token: int,
+        jobs: Sequence[NewJob],
+        start: int,
+        on_complete: str | None,
+        on_piece_failure: str,
+    ) -> int | None:
+        params = {
+            "parent": parent,
+            "token": token,
+            "total": start + len(jobs),
+            "on_complete": on_complete,
+            "on_piece_failure": on_piece_failure,
+        }
+        with self._cursor(transaction=True) as cur:
+            cur.execute(QUERIES["add_pieces"], params)
+            row = cur.fetchone()
+            if row is None:
+                return None  # the parent's lease is lost: add nothing
+            return _insert_pieces(cur, parent, jobs, start, row["held"], self._fetch_now(cur))
+
+    def batch(
+        self, name: str, jobs: Sequence[NewJob], on_complete: str | None, on_piece_failure: str
+    ) -> int:
+        with self._cursor(transaction=True) as cur:
+            now = self._fetch_now(cur)
+            queue = jobs[0].queue if jobs else "default"
+            cur.execute(
+                QUERIES["insert_batch_parent"],
+                {
+                    "task": name,
+                    "queue": queue,
+                    "total": len(jobs),
+                    "on_complete": on_complete,
+                    "on_piece_failure": on_piece_failure,
+                    "now": now,
+                },
+            )
+            parent = cur.fetchone()
+            assert parent is not None
+            _insert_pieces(cur, parent["id"], jobs, 0, False, now)
+            if not jobs:
+                pieces.settle(_execute(cur), [{"id": parent["id"], "state": "waiting"}], now)
+            return int(parent["id"])
+
+    @contextlib.contextmanager
+    def job_transaction(self, job_id: int, token: int, progress: str | None) -> Iterator[Any]:
+        with translate_errors(self.url), self._pool.connection() as conn, conn.transaction():
+            yield conn
+            with conn.cursor(row_factory=dict_row) as cur:
+                now = self._fetch_now(cur)
+                params = {"id": job_id, "token": token, "progress": progress, "now": now}
+                cur.execute(QUERIES["complete_in_transaction"], params)
+                row = cur.fetchone()
+                if row is None:  # rolls everything back, the handler's writes too
+                    raise LeaseLost(f"job {job_id} lost its lease: its transaction is undone")
+                pieces.settle(_execute(cur), [{**row, "state": "succeeded"}], now)
+
+    def pause_queue(self, queue: str, paused: bool) -> None:
+        self._all("set_queue_paused", {"name": queue, "paused": paused, "now": self._now()})
+
+    def hold_group(self, parent: int, held: bool) -> None:
+        if not self._all("hold_group", {"parent": parent, "held": held}):
+            raise JobNotFoundError(f"no job with id {parent}")
+
+    def queue_overview(self) -> list[QueueOverview]:
+        paused = {row["name"]: row["paused"] for row in self._all("queue_states", {})}
+        rows = {
+            row["queue"]: normalise(row)
+            for row in self._all("queue_overview", {"now": self._now()})
+        }
+        return [
+            _overview(name, rows.get(name), paused.get(name, False))
+            for name in sorted(set(rows) | set(paused))
+        ]
+
+
+def _insert_pieces(
+    cur: psycopg.Cursor[dict[str, Any]],
+    parent: int,
+    jobs: Sequence[NewJob],
+    start: int,
+    held: bool,
+    now: Any,
+) -> int:
+    if not jobs:
+        return 0
+    cur.execute(
+        QUERIES["insert_pieces"],
+        {
+            "parent": parent,
+            "held": held,
+            "now": now,
+            "tasks": [job.task for job in jobs],
+            "queues": [job.queue for job in jobs],
+            "priorities": [job.priority for job in jobs],
+            "payloads": [job.payload for job in jobs],
+            "max_attempts": [job.max_attempts for job in jobs],
+            "stuck_afters": [job.stuck_after for job in jobs],
+            "indexes": list(range(start, start + len(jobs))),
+        },
+    )
+    return len(cur.fetchall())
+
+
+def _execute(cur: psycopg.Cursor[dict[str, Any]]) -> pieces.Execute:
+    def execute(name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        cur.execute(QUERIES[name], params)
+        return cur.fetchall() if cur.description else []
+
+    return execute
+
+
+def _overview(name: str, row: dict[str, Any] | None, paused: bool) -> QueueOverview:
+    if row is None:
+        return QueueOverview(name, 0, 0, 0, 0, 0, None, paused)
+    return QueueOverview(
+        name,
+        row["queued"],
+        row["due"],
+        row["running"],
+        row["waiting"],
+        row["stuck"],
+        row["oldest_due"],
+        paused,
+    )

@@ -1,0 +1,155 @@
+"""Long work on SQLite (a mixin of SQLiteStore): checkpoints, pieces, the job's own
+transaction, pauses and the queues' overview."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from due.errors import JobNotFoundError, LeaseLost
+from due.store import pieces
+from due.store.records import NewJob, QueueOverview
+from due.store.sqlite.base import QUERIES, SQLiteBase, python_row, translate_errors
+
+
+class SQLiteWork(SQLiteBase):
+    def save_checkpoint(self, job_id: int, token: int, value: str) -> bool | None:
+        """Fenced; None when the lease is lost, else whether a cancel was requested."""
+        with self._write() as conn:
+            params = {"id": job_id, "token": token, "value": value}
+            row = conn.execute(QUERIES["save_checkpoint"], params).fetchone()
+        return bool(row["cancel_requested"]) if row else None
+
+    def spawn(
+        self,
+        parent: int,
+        token: int,
+        jobs: Sequence[NewJob],
+        start: int,
+        on_complete: str | None,
+        on_piece_failure: str,
+    ) -> int | None:
+        params = {
+            "parent": parent,
+            "token": token,
+            "total": start + len(jobs),
+            "on_complete": on_complete,
+            "on_piece_failure": on_piece_failure,
+        }
+        now = self._now()
+        with self._write() as conn:
+            row = conn.execute(QUERIES["add_pieces"], params).fetchone()
+            if row is None:
+                return None  # the parent's lease is lost: add nothing
+            return _insert_pieces(conn, parent, jobs, start, bool(row["held"]), now)
+
+    def batch(
+        self, name: str, jobs: Sequence[NewJob], on_complete: str | None, on_piece_failure: str
+    ) -> int:
+        now = self._now()
+        with self._write() as conn:
+            queue = jobs[0].queue if jobs else "default"
+            parent = conn.execute(
+                QUERIES["insert_batch_parent"],
+                {
+                    "task": name,
+                    "queue": queue,
+                    "total": len(jobs),
+                    "on_complete": on_complete,
+                    "on_piece_failure": on_piece_failure,
+                    "now": now,
+                },
+            ).fetchone()["id"]
+            _insert_pieces(conn, parent, jobs, 0, False, now)
+            if not jobs:
+                pieces.settle(_execute(conn), [{"id": parent, "state": "waiting"}], now)
+        return int(parent)
+
+    @contextlib.contextmanager
+    def job_transaction(self, job_id: int, token: int, progress: str | None) -> Iterator[Any]:
+        with self._write() as conn:
+            yield conn
+            now = self._now()
+            params = {"id": job_id, "token": token, "progress": progress, "now": now}
+            with translate_errors(self.path):
+                row = conn.execute(QUERIES["complete_in_transaction"], params).fetchone()
+                if row is None:  # rolls everything back, the handler's writes too
+                    raise LeaseLost(f"job {job_id} lost its lease: its transaction is undone")
+                pieces.settle(_execute(conn), [{**dict(row), "state": "succeeded"}], now)
+
+    def pause_queue(self, queue: str, paused: bool) -> None:
+        with self._write() as conn:
+            params = {"name": queue, "paused": paused, "now": self._now()}
+            conn.execute(QUERIES["set_queue_paused"], params).fetchall()
+
+    def hold_group(self, parent: int, held: bool) -> None:
+        with self._write() as conn:
+            rows = conn.execute(QUERIES["hold_group"], {"parent": parent, "held": held}).fetchall()
+        if not rows:
+            raise JobNotFoundError(f"no job with id {parent}")
+
+    def queue_overview(self) -> list[QueueOverview]:
+        paused = {row["name"]: bool(row["paused"]) for row in self._read("queue_states", {})}
+        rows = {
+            row["queue"]: python_row(row)
+            for row in self._read("queue_overview", {"now": self._now()})
+        }
+        return [
+            _overview(name, rows.get(name), paused.get(name, False))
+            for name in sorted(set(rows) | set(paused))
+        ]
+
+
+def _insert_pieces(
+    conn: sqlite3.Connection,
+    parent: int,
+    jobs: Sequence[NewJob],
+    start: int,
+    held: bool,
+    now: float,
+) -> int:
+    before = conn.total_changes
+    conn.executemany(
+        QUERIES["insert_pieces"],
+        [
+            {
+                "task": job.task,
+                "queue": job.queue,
+                "priority": job.priority,
+                "payload": job.payload,
+                "max_attempts": job.max_attempts,
+                "stuck_after": job.stuck_after,
+                "parent": parent,
+                "piece_index": start + offset,
+                "held": held,
+                "now": now,
+            }
+            for offset, job in enumerate(jobs)
+        ],
+    )
+    return conn.total_changes - before
+
+
+def _execute(conn: sqlite3.Connection) -> pieces.Execute:
+    def execute(name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        cursor = conn.execute(QUERIES[name], params)
+        return [dict(row) for row in cursor.fetchall()] if cursor.description else []
+
+    return execute
+
+
+def _overview(name: str, row: dict[str, Any] | None, paused: bool) -> QueueOverview:
+    if row is None:
+        return QueueOverview(name, 0, 0, 0, 0, 0, None, paused)
+    return QueueOverview(
+        name,
+        row["queued"],
+        row["due"],
+        row["running"],
+        row["waiting"],
+        row["stuck"],
+        row.get("oldest_due"),
+        paused,
+    )

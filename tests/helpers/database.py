@@ -1,0 +1,40 @@
+"""A plain connection to a test's database, outside due, for the test's own tables."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+
+from due.store.sqlite.base import path_from_url
+
+
+@contextlib.contextmanager
+def plain_transaction(url: str) -> Iterator[Any]:
+    """A connection in a transaction that commits when the block exits cleanly."""
+    if url.startswith("sqlite"):
+        conn = sqlite3.connect(path_from_url(url))
+        try:
+            with conn:
+                yield conn
+        finally:
+            conn.close()
+    else:
+        with psycopg.connect(url) as pg:
+            yield pg
+
+
+def rows(url: str, query: str) -> list[tuple[Any, ...]]:
+    with plain_transaction(url) as conn:
+        return [tuple(row) for row in conn.execute(query).fetchall()]
+
+
+def table_rows(url: str, query: str) -> list[tuple[Any, ...]] | None:
+    """`rows`, or None when the table does not exist."""
+    try:
+        return rows(url, query)
+    except (sqlite3.OperationalError, psycopg.errors.UndefinedTable):
+        return None

@@ -1,0 +1,154 @@
+"""The handler's context on real stores (run through due.testing.drain): checkpoints
+that a retry resumes from, pieces spawned once, completion tasks, the job's own
+transaction."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import due
+from due import JobState
+from due.clock import FakeClock
+from due.testing import drain
+from tests.helpers.database import plain_transaction, rows
+
+
+class Flaky(Exception):
+    pass
+
+
+def test_a_retry_resumes_from_the_last_checkpoint(app: due.App, clock: FakeClock) -> None:
+    written: list[int] = []
+    starts: list[Any] = []
+
+    @app.task(name="copy", retry=due.Retry(max_attempts=3, backoff="1s", jitter=0))
+    def copy(ctx: due.Context, rows: int) -> int:
+        cursor = ctx.checkpoint_value or 0
+        starts.append(cursor)
+        for row in range(cursor, rows):
+            if row == 7 and ctx.attempt == 1:
+                raise Flaky("the connection dropped")
+            written.append(row)
+            ctx.checkpoint(row + 1)
+            ctx.progress(row + 1, rows)
+        return len(written)
+
+    job = copy.enqueue(10)
+    assert drain(app).retried == [job.id]
+    assert app.get(job.id).checkpoint == 7
+    clock.advance("2s")
+    assert drain(app).succeeded == [job.id]
+    assert starts == [0, 7]
+    assert written == list(range(10))  # each row once
+    done = app.get(job.id)
+    assert done.progress == {"done": 10, "total": 10}
+
+
+def test_async_handlers_await_checkpoints_and_spawn(app: due.App) -> None:
+    @app.task(name="chunk")
+    async def chunk(start: int, stop: int) -> int:
+        await asyncio.sleep(0)
+        return stop - start
+
+    @app.task(name="summarise")
+    def summarise(summary: dict) -> dict:
+        return summary
+
+    @app.task(name="plan")
+    async def plan(ctx: due.Context, total: int) -> None:
+        await ctx.checkpoint("planning")
+        ranges = [(start, min(start + 10, total)) for start in range(0, total, 10)]
+        assert await ctx.spawn(chunk, ranges, on_complete=summarise) == 5
+
+    parent = plan.enqueue(50)
+    result = drain(app)
+    assert result.waiting == [parent.id] and len(result.succeeded) == 6
+    done = app.get(parent.id)
+    assert done.state == JobState.SUCCEEDED and done.checkpoint == "planning"
+    (completion,) = app.jobs(task="summarise")
+    assert completion.result == {"parent": parent.id, "pieces": 5, "succeeded": 5, "failed": 0}
+    assert done.result == {"completion": completion.id}
+
+
+def test_a_parent_that_fails_after_spawning_adds_no_piece_twice(
+    app: due.App, clock: FakeClock
+) -> None:
+    @app.task(name="leaf")
+    def leaf(n: int) -> None: ...
+
+    @app.task(name="tree", retry=due.Retry(max_attempts=2, backoff="1s", jitter=0))
+    def tree(ctx: due.Context) -> None:
+        ctx.spawn("leaf", [(n,) for n in range(3)])
+        if ctx.attempt == 1:
+            raise Flaky("crashed after spawning")
+        ctx.spawn("leaf", [(n,) for n in range(3, 5)])
+
+    parent = tree.enqueue()
+    drain(app)
+    clock.advance("2s")
+    drain(app)
+    done = app.get(parent.id)
+    assert done.state == JobState.SUCCEEDED
+    assert done.pieces == due.Pieces(total=5, succeeded=5, failed=0)
+    assert sorted(j.args for j in app.jobs(parent=parent.id)) == [(n,) for n in range(5)]
+
+
+def test_a_failing_piece_under_fail_policy_ends_the_batch(app: due.App) -> None:
+    ran: list[int] = []
+
+    @app.task(name="fragile", retry=due.Retry(max_attempts=1))
+    def fragile(n: int) -> None:
+        ran.append(n)
+        if n == 0:
+            raise Flaky("bad row")
+
+    parent = app.batch(fragile, [(n,) for n in range(4)], on_piece_failure="fail")
+    drain(app)
+    assert ran == [0]  # claimed in order: the first piece fails, the rest are cancelled
+    assert app.get(parent.id).state == JobState.FAILED
+
+
+def test_a_jobs_transaction_writes_once_with_its_success(app: due.App) -> None:
+    @app.task(name="post")
+    def post(ctx: due.Context, amount: int) -> None:
+        with ctx.transaction() as conn:
+            conn.execute(f"INSERT INTO ledger VALUES ({ctx.job_id}, {int(amount)})")
+
+    with plain_transaction(app.url) as conn:
+        conn.execute("CREATE TABLE ledger (job integer, amount integer)")
+    job = post.enqueue(30)
+    assert drain(app).succeeded == [job.id]
+    assert app.get(job.id).state == JobState.SUCCEEDED
+    assert rows(app.url, "SELECT job, amount FROM ledger") == [(job.id, 30)]
+
+
+def test_spawn_refuses_bad_pieces_and_policies(app: due.App) -> None:
+    errors: list[Exception] = []
+
+    @app.task(name="leaf")
+    def leaf(n: int) -> None: ...
+
+    @app.task(name="tree")
+    def tree(ctx: due.Context) -> None:
+        for attempt in (
+            lambda: ctx.spawn("leaf", [(1, 2)]),
+            lambda: ctx.spawn("leaf", [(1,)], on_piece_failure="maybe"),
+            lambda: ctx.spawn("leaf", [5]),
+            lambda: ctx.spawn("nope", [(1,)]),
+        ):
+            try:
+                attempt()
+            except due.DueError as error:
+                errors.append(error)
+
+    tree.enqueue()
+    drain(app)
+    assert [type(e).__name__ for e in errors] == [
+        "ArgumentsError",
+        "ConfigurationError",
+        "ConfigurationError",
+        "UnknownTaskError",
+    ]
+    assert "on_piece_failure='maybe'" in str(errors[1])
+    assert app.jobs(task="leaf") == []

@@ -1,0 +1,321 @@
+"""Long work in the store, on every backend: checkpoints, progress, pieces under a
+parent, cancellation requests, pauses, and the job's own transaction."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+import due
+from due import JobState
+from due.clock import FakeClock
+from due.job import AttemptError
+from due.store.records import Completion, Lease
+from tests.conftest import START
+from tests.helpers.database import table_rows
+
+LEASE = 10.0
+
+
+@pytest.fixture
+def tasks(app: due.App) -> dict[str, due.Task]:
+    @app.task(name="backfill", stuck_after="1m")
+    def backfill(ctx: due.Context) -> None: ...
+
+    @app.task(name="piece", retry=due.Retry(max_attempts=1))
+    def piece(n: int) -> None: ...
+
+    @app.task(name="report", queue="reports")
+    def report(summary: dict) -> None: ...
+
+    return {"backfill": backfill, "piece": piece, "report": report}
+
+
+def claim(app: due.App, queue: str = "default", limit: int = 1, worker: str = "w1") -> list:
+    return app.store.claim(queue, limit, worker, LEASE)
+
+
+def ended(job_id: int, token: int, state: JobState = JobState.SUCCEEDED) -> Completion:
+    error = None
+    if state != JobState.SUCCEEDED:
+        error = AttemptError(1, "boom", None, START)
+    return Completion(job_id, token, state, result="null", error=error, settles=True)
+
+
+# --- checkpoints ------------------------------------------------------------------
+
+
+def test_checkpoint_survives_a_lost_lease_and_is_fenced(
+    app: due.App, tasks: dict[str, due.Task], clock: FakeClock
+) -> None:
+    job = tasks["backfill"].enqueue()
+    (first,) = claim(app)
+    assert first.checkpoint is None
+    assert app.store.save_checkpoint(job.id, first.lease_token, json.dumps(1000)) is False
+    assert app.get(job.id).checkpoint == 1000
+    clock.advance(LEASE + 1)
+    assert app.store.rescue().requeued == (job.id,)
+    (second,) = claim(app, worker="w2")
+    assert second.checkpoint == 1000  # the retry resumes here
+    # The first attempt wakes up and writes: refused, the cursor stays.
+    assert app.store.save_checkpoint(job.id, first.lease_token, json.dumps(5)) is None
+    assert app.get(job.id).checkpoint == 1000
+
+
+# --- progress and stuck jobs ------------------------------------------------------------
+
+
+def test_progress_rides_on_heartbeats_and_a_job_without_it_is_stuck(
+    app: due.App, tasks: dict[str, due.Task], clock: FakeClock
+) -> None:
+    job = tasks["backfill"].enqueue()
+    (claimed,) = claim(app)
+    progress = json.dumps({"done": 10, "total": 100})
+    app.store.heartbeat([Lease(job.id, claimed.lease_token, LEASE, progress)])
+    assert app.get(job.id).progress == {"done": 10, "total": 100}
+    for _ in range(7):  # renewed for 70s, but the progress does not move
+        clock.advance("10s")
+        app.store.heartbeat([Lease(job.id, claimed.lease_token, LEASE)])
+    stuck = app.get(job.id)
+    assert stuck.stuck and stuck.state == JobState.RUNNING
+    assert [j.id for j in app.jobs(stuck=True)] == [job.id]
+    assert app.queues()[0].stuck == 1
+    moved = json.dumps({"done": 11, "total": 100})
+    app.store.heartbeat([Lease(job.id, claimed.lease_token, LEASE, moved)])
+    assert not app.get(job.id).stuck and app.jobs(stuck=True) == []
+
+
+def test_a_job_that_never_reports_progress_is_stuck_after_its_start(
+    app: due.App, tasks: dict[str, due.Task], clock: FakeClock
+) -> None:
+    job = tasks["backfill"].enqueue()
+    other = tasks["piece"].enqueue(1)  # no stuck_after: never stuck
+    claim(app, limit=2)
+    clock.advance("59s")
+    assert not app.get(job.id).stuck
+    clock.advance("2s")
+    assert app.get(job.id).stuck and not app.get(other.id).stuck
+
+
+# --- cancellation of running jobs ---------------------------------------------------
+
+
+def test_cancel_asks_a_running_job_through_heartbeat_and_checkpoint(
+    app: due.App, tasks: dict[str, due.Task], clock: FakeClock
+) -> None:
+    job = tasks["backfill"].enqueue()
+    (claimed,) = claim(app)
+    reply = app.store.heartbeat([Lease(job.id, claimed.lease_token, LEASE)])
+    assert reply.cancel_requested == frozenset()
+    asked = app.cancel(job.id)
+    assert asked.state == JobState.RUNNING and asked.cancel_requested
+    reply = app.store.heartbeat([Lease(job.id, claimed.lease_token, LEASE)])
+    assert reply.extended == {job.id} and reply.cancel_requested == {job.id}
+    assert app.store.save_checkpoint(job.id, claimed.lease_token, "1") is True
+
+
+def test_a_job_asked_to_stop_whose_worker_died_ends_cancelled(
+    app: due.App, tasks: dict[str, due.Task], clock: FakeClock
+) -> None:
+    job = tasks["backfill"].enqueue()
+    claim(app)
+    app.cancel(job.id)
+    clock.advance(LEASE + 1)
+    assert app.store.rescue().cancelled == (job.id,)
+    assert app.get(job.id).state == JobState.CANCELLED
+    assert claim(app) == []
+    retried = app.retry(job.id)  # a retry starts afresh, not asked to stop
+    assert retried.state == JobState.QUEUED and not retried.cancel_requested
+
+
+# --- pieces -----------------------------------------------------------------------------
+
+
+def test_spawn_is_fenced_and_adds_each_piece_once(
+    app: due.App, tasks: dict[str, due.Task], clock: FakeClock
+) -> None:
+    parent = tasks["backfill"].enqueue()
+    (claimed,) = claim(app)
+    pieces = app.piece_jobs("piece", [(n,) for n in range(3)])
+    store = app.store
+    assert store.spawn(parent.id, claimed.lease_token, pieces, 0, None, "continue") == 3
+    # A retried attempt spawns the same items again: nothing is added twice.
+    assert store.spawn(parent.id, claimed.lease_token, pieces, 0, None, "continue") == 0
+    assert store.spawn(parent.id, claimed.lease_token + 7, pieces[:1], 3, None, "continue") is None
+    children = app.jobs(parent=parent.id)
+    assert sorted(j.args for j in children) == [(0,), (1,), (2,)]
+    assert app.get(parent.id).pieces == due.Pieces(total=3, succeeded=0, failed=0)
+
+
+def test_pieces_end_their_parent_which_runs_its_completion_once(
+    app: due.App, tasks: dict[str, due.Task]
+) -> None:
+    parent = app.batch("piece", [(n,) for n in range(40)], on_complete="report")
+    assert parent.state == JobState.WAITING and parent.pieces.total == 40
+    claimed = claim(app, limit=40)
+    assert len(claimed) == 40
+    # Four workers acknowledge their pieces at the same instant.
+    groups = [claimed[n::4] for n in range(4)]
+    start = threading.Barrier(4)
+    failures: list[BaseException] = []
+
+    def acknowledge(group: list) -> None:
+        try:
+            start.wait()
+            for job in group:
+                state = JobState.FAILED if job.args == (7,) else JobState.SUCCEEDED
+                app.store.complete([ended(job.id, job.lease_token, state)])
+        except BaseException as error:
+            failures.append(error)
+
+    threads = [threading.Thread(target=acknowledge, args=(g,)) for g in groups]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert failures == []
+    waiting = app.get(parent.id)
+    assert waiting.state == JobState.WAITING
+    assert waiting.pieces == due.Pieces(total=40, succeeded=39, failed=1)
+    (completion,) = app.jobs(task="report")
+    assert completion.args == ({"parent": parent.id, "pieces": 40, "succeeded": 39, "failed": 1},)
+    assert completion.queue == "reports"
+    (report,) = claim(app, queue="reports")
+    app.store.complete([ended(report.id, report.lease_token)])
+    done = app.get(parent.id)
+    assert done.state == JobState.SUCCEEDED
+    assert done.result == {"completion": completion.id}
+
+
+def test_a_failed_piece_fails_the_parent_and_cancels_the_rest(
+    app: due.App, tasks: dict[str, due.Task]
+) -> None:
+    parent = app.batch("piece", [(n,) for n in range(5)], on_piece_failure="fail")
+    (first,) = claim(app)
+    app.store.complete([ended(first.id, first.lease_token, JobState.FAILED)])
+    failed = app.get(parent.id)
+    assert failed.state == JobState.FAILED
+    assert "1 of 5 pieces did not succeed" in (failed.last_error or "")
+    states = sorted(j.state.value for j in app.jobs(parent=parent.id))
+    assert states == ["cancelled"] * 4 + ["failed"]
+    assert claim(app, limit=10) == []
+
+
+def test_cancelling_a_waiting_parent_cancels_its_pieces(
+    app: due.App, tasks: dict[str, due.Task]
+) -> None:
+    parent = app.batch("piece", [(n,) for n in range(3)])
+    (running,) = claim(app)
+    assert app.cancel(parent.id).state == JobState.CANCELLED
+    pieces = {j.id: j for j in app.jobs(parent=parent.id)}
+    assert pieces[running.id].cancel_requested  # the running one is asked to stop
+    assert sorted(j.state.value for j in pieces.values()) == ["cancelled", "cancelled", "running"]
+    # Its late end changes nothing on the ended parent.
+    app.store.complete([ended(running.id, running.lease_token)])
+    assert app.get(parent.id).state == JobState.CANCELLED
+
+
+def test_an_empty_batch_succeeds_at_once(app: due.App, tasks: dict[str, due.Task]) -> None:
+    parent = app.batch("piece", [])
+    assert parent.state == JobState.SUCCEEDED
+
+
+def test_a_bad_piece_refuses_the_whole_batch(app: due.App, tasks: dict[str, due.Task]) -> None:
+    with pytest.raises(due.ArgumentsError, match="piece"):
+        app.batch("piece", [(1,), (1, 2, 3)])
+    with pytest.raises(due.ConfigurationError, match="on_piece_failure"):
+        app.batch("piece", [(1,)], on_piece_failure="sometimes")
+    assert app.jobs() == []
+
+
+def test_a_parent_of_pieces_is_not_retried_as_a_whole(
+    app: due.App, tasks: dict[str, due.Task]
+) -> None:
+    parent = app.batch("piece", [(1,)], on_piece_failure="fail")
+    (piece,) = claim(app)
+    app.store.complete([ended(piece.id, piece.lease_token, JobState.FAILED)])
+    with pytest.raises(due.InvalidStateError, match="retry its failed pieces"):
+        app.retry(parent.id)
+    assert app.retry(piece.id).state == JobState.QUEUED
+
+
+# --- pauses ----------------------------------------------------------------------------
+
+
+def test_a_paused_queue_keeps_its_jobs_until_resumed(
+    app: due.App, tasks: dict[str, due.Task]
+) -> None:
+    job = tasks["piece"].enqueue(1)
+    app.pause_queue("default")
+    assert claim(app) == []
+    assert app.store.next_due("default", app.tasks.names()) is None
+    (overview,) = app.queues()
+    assert overview.paused and overview.queued == 1 and overview.due == 1
+    app.resume_queue("default")
+    assert app.store.next_due("default", app.tasks.names()) == START
+    assert [c.id for c in claim(app)] == [job.id]
+    assert not app.queues()[0].paused
+
+
+def test_a_paused_group_holds_its_pieces_only(app: due.App, tasks: dict[str, due.Task]) -> None:
+    parent = app.batch("piece", [(n,) for n in range(3)])
+    other = tasks["piece"].enqueue(99)
+    app.pause_group(parent.id)
+    assert all(j.held for j in app.jobs(parent=parent.id))
+    assert [c.id for c in claim(app, limit=10)] == [other.id]
+    app.resume_group(parent.id)
+    assert len(claim(app, limit=10)) == 3
+    with pytest.raises(due.JobNotFoundError):
+        app.pause_group(424242)
+
+
+def test_pieces_spawned_by_a_paused_parent_start_held(
+    app: due.App, tasks: dict[str, due.Task]
+) -> None:
+    parent = tasks["backfill"].enqueue()
+    (claimed,) = claim(app)
+    app.pause_group(parent.id)
+    pieces = app.piece_jobs("piece", [(1,), (2,)])
+    app.store.spawn(parent.id, claimed.lease_token, pieces, 0, None, "continue")
+    assert claim(app, limit=10) == []
+    app.resume_group(parent.id)
+    assert len(claim(app, limit=10)) == 2
+
+
+# --- the job's own transaction ---------------------------------------------------------
+
+
+def test_the_jobs_transaction_commits_its_writes_with_its_success(
+    app: due.App, tasks: dict[str, due.Task]
+) -> None:
+    job = tasks["piece"].enqueue(1)
+    (claimed,) = claim(app)
+    with app.store.job_transaction(job.id, claimed.lease_token, None) as conn:
+        conn.execute("CREATE TABLE ledger (entry integer PRIMARY KEY)")
+        conn.execute("INSERT INTO ledger VALUES (1)")
+    assert app.get(job.id).state == JobState.SUCCEEDED
+    assert _ledger(app) == [1]
+
+
+def test_the_jobs_transaction_is_undone_when_the_lease_is_lost(
+    app: due.App, tasks: dict[str, due.Task], clock: FakeClock
+) -> None:
+    job = tasks["backfill"].enqueue()
+    (stale,) = claim(app)
+    clock.advance(LEASE + 1)
+    app.store.rescue()
+    with (
+        pytest.raises(due.LeaseLost),
+        app.store.job_transaction(job.id, stale.lease_token, None) as conn,
+    ):
+        conn.execute("CREATE TABLE ledger (entry integer PRIMARY KEY)")
+        conn.execute("INSERT INTO ledger VALUES (1)")
+    assert app.get(job.id).state == JobState.QUEUED
+    assert _ledger(app) is None  # the table itself was rolled back
+
+
+def _ledger(app: due.App) -> list[int] | None:
+    found = table_rows(app.url, "SELECT entry FROM ledger ORDER BY entry")
+    return None if found is None else [row[0] for row in found]
