@@ -171,3 +171,43 @@ def test_schedules_from_the_command_line(tmp_path: Path, sqlite_url: str) -> Non
     assert "the hour field '25' is invalid" in bad and "Traceback" not in bad
     missing = due_cli("schedule", "pause", "nope", expect=1)
     assert "no schedule named 'nope'" in missing
+
+
+def cells(line: str) -> list[str]:
+    """The cells of one row of a rich table."""
+    return [cell.strip() for cell in line.split("│")[1:-1]]
+
+
+def test_status_pause_resume_and_pieces(backend_url: str) -> None:
+    run(backend_url, "migrate")
+    app = due.App(backend_url)
+
+    @app.task(name="chunk", queue="bulk")
+    def chunk(n: int) -> None: ...
+
+    try:
+        parent = app.batch(chunk, [(n,) for n in range(4)])
+        status = run(backend_url, "status").splitlines()
+        (bulk,) = [cells(line) for line in status if "bulk" in line]
+        assert bulk[:6] == ["bulk", "4", "4", "0", "1", "0"]  # queued, due, running, waiting
+        (waiting,) = [cells(line) for line in status if "due.batch" in line]
+        assert waiting[:3] == [str(parent.id), "due.batch", "waiting"] and waiting[4] == "0/4"
+        assert "queue bulk is paused" in run(backend_url, "pause", "bulk")
+        assert "paused" in next(
+            line for line in run(backend_url, "status").splitlines() if "bulk" in line
+        )
+        assert drain(app).attempts == 0
+        assert "queue bulk is resumed" in run(backend_url, "resume", "bulk")
+        assert f"pieces of job {parent.id} are paused" in run(
+            backend_url, "pause", "--group", str(parent.id)
+        )
+        assert drain(app).attempts == 0
+        run(backend_url, "resume", "--group", str(parent.id))
+        assert len(drain(app).succeeded) == 4
+        pieces = run(backend_url, "jobs", "--parent", str(parent.id))
+        assert pieces.count("succeeded") == 4
+        shown = run(backend_url, "show", str(parent.id))
+        assert "4 of 4 ended (4 ok, 0 failed)" in shown and "4/4 (100%)" in shown
+        assert "name a QUEUE" in run(backend_url, "pause", expect=2)
+    finally:
+        app.close()

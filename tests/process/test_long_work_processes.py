@@ -1,0 +1,183 @@
+"""Long work in real worker processes, killed with real signals, on both backends:
+checkpoints a retry resumes from, cancellation within a heartbeat, pieces spread
+over workers, pauses, stuck jobs, and the job's own transaction."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import due
+from due import JobState
+from tests.apps import ledger_app
+from tests.helpers.database import plain_transaction, rows
+from tests.helpers.waiting import wait_until
+from tests.helpers.workers import REPOSITORY, Workers
+
+pytestmark = pytest.mark.slow
+LEASE = 2.0
+
+
+@pytest.fixture
+def app(backend_url: str) -> Iterator[due.App]:
+    """The ledger app's tasks, on this test's database, with the real clock."""
+    application = due.App(backend_url)
+    application.migrate()
+    for task in ledger_app.app.tasks:
+        application.tasks.add(due.Task(application, task.fn, task.name, task.options))
+    yield application
+    application.close()
+
+
+@pytest.fixture
+def workers(backend_url: str, tmp_path: Path) -> Iterator[Workers]:
+    pool = Workers(backend_url, tmp_path / "ledger.txt", tmp_path)
+    yield pool
+    pool.stop_all()
+
+
+def cli(url: str, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "due", "--url", url, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPOSITORY,
+        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_a_killed_backfill_resumes_from_its_checkpoint(app: due.App, workers: Workers) -> None:
+    doomed = workers.start("--lease", f"{LEASE}s")
+    workers.wait_ready(doomed)
+    job = app.enqueue("copy_rows", kwargs={"rows": 300, "every": 10, "delay": 0.01})
+    wait_until(lambda: len(workers.records("row")) >= 60, what="rows to be copied")
+    doomed.signal(signal.SIGKILL)
+    doomed.wait_exit()
+    saved = app.get(job.id).checkpoint
+    first_attempt = [int(r[5]) for r in workers.records("row")]
+    assert saved is not None and saved % 10 == 0 and saved >= 50
+    survivor = workers.start("--lease", f"{LEASE}s")
+    workers.wait_ready(survivor)
+    wait_until(lambda: app.get(job.id).state == JobState.SUCCEEDED, timeout=60, what="success")
+    resumes = [(int(r[2]), int(r[5])) for r in workers.records("resume")]
+    assert resumes == [(1, 0), (2, saved)]  # the retry started at the checkpoint
+    copied = Counter(int(r[5]) for r in workers.records("row"))
+    assert sorted(copied) == list(range(300))  # nothing skipped
+    again = sorted(row for row, times in copied.items() if times > 1)
+    # Only rows after the last checkpoint are done again (the work between two
+    # checkpoints must be idempotent), never the ones before it.
+    assert again == list(range(saved, max(first_attempt) + 1))
+    assert len(again) <= 10
+    assert app.get(job.id).progress == {"done": 300, "total": 300}
+
+
+@pytest.mark.parametrize("task", ["cancellable", "async_cancellable"])
+def test_cancelling_a_running_job_ends_it_within_a_heartbeat(
+    app: due.App, workers: Workers, backend: str, task: str
+) -> None:
+    # On PostgreSQL the request is also notified: the 30s lease (a beat every
+    # 10s) shows it does not wait for the heartbeat. SQLite hears it at the beat.
+    lease = 30.0 if backend == "postgres" else 3.0
+    worker = workers.start("--lease", f"{lease}s")
+    workers.wait_ready(worker)
+    job = app.enqueue(task)
+    wait_until(lambda: workers.records("start"), what="the job to start")
+    asked_at = time.monotonic()
+    assert app.cancel(job.id).state == JobState.RUNNING
+    wait_until(lambda: app.get(job.id).state == JobState.CANCELLED, timeout=30, what="cancel")
+    took = time.monotonic() - asked_at
+    bound = 2.0 if backend == "postgres" else lease / 3 + 1.5
+    assert took <= bound, f"cancelled {took:.2f}s after the request"
+    assert len(workers.records("end")) == 1  # its cleanup ran
+    via = "notification" if backend == "postgres" else "heartbeat"
+    assert f"via={via}" in worker.log()
+    time.sleep(0.3)
+    cancelled = app.get(job.id)
+    assert cancelled.state == JobState.CANCELLED and cancelled.attempt == 1  # not retried
+    assert len(workers.records("start")) == 1
+
+
+def test_200_pieces_across_3_workers_complete_once_despite_a_kill(
+    app: due.App, workers: Workers
+) -> None:
+    pool = [workers.start("--lease", f"{LEASE}s", "-c", "4") for _ in range(3)]
+    for worker in pool:
+        workers.wait_ready(worker)
+    parent = app.batch("piece", [(n,) for n in range(200)], on_complete="pieces_done")
+    wait_until(lambda: len(workers.records("start")) >= 50, what="pieces to run")
+    pool[0].signal(signal.SIGKILL)
+    wait_until(
+        lambda: app.get(parent.id).state == JobState.SUCCEEDED, timeout=60, what="the parent"
+    )
+    done = app.get(parent.id)
+    assert done.pieces == due.Pieces(total=200, succeeded=200, failed=0)
+    pieces_run = Counter(int(r[5]) for r in workers.records("start"))
+    assert sorted(pieces_run) == list(range(200))
+    assert len({r[3] for r in workers.records("start")}) == 3  # all three took part
+    (complete,) = workers.records("complete")  # exactly once
+    assert complete[5:] == [str(parent.id), "200", "0"]
+    time.sleep(0.5)
+    assert len(workers.records("complete")) == 1
+
+
+def test_a_paused_queue_stops_starting_pieces_until_resumed(
+    app: due.App, workers: Workers, backend_url: str
+) -> None:
+    worker = workers.start("-q", "bulk=2", "--lease", f"{LEASE}s")
+    workers.wait_ready(worker)
+    parent = app.batch("bulk_piece", [(n,) for n in range(60)])
+    wait_until(lambda: len(workers.records("start")) >= 10, what="pieces to run")
+    assert "queue bulk is paused" in cli(backend_url, "pause", "bulk")
+    time.sleep(0.5)  # the pieces already running finish
+    started = len(workers.records("start"))
+    time.sleep(1.0)
+    assert len(workers.records("start")) == started < 60
+    status = cli(backend_url, "status")
+    assert "bulk" in status and "paused" in status
+    assert app.get(parent.id).state == JobState.WAITING
+    assert "queue bulk is resumed" in cli(backend_url, "resume", "bulk")
+    wait_until(lambda: app.get(parent.id).state == JobState.SUCCEEDED, timeout=60, what="all")
+    pieces_run = Counter(int(r[5]) for r in workers.records("start"))
+    assert sorted(pieces_run) == list(range(60)) and set(pieces_run.values()) == {1}
+
+
+def test_a_job_whose_progress_stops_is_shown_stuck(
+    app: due.App, workers: Workers, backend_url: str
+) -> None:
+    worker = workers.start("--lease", f"{LEASE}s")
+    workers.wait_ready(worker)
+    job = app.enqueue("silent", kwargs={"seconds": 4})
+    wait_until(lambda: app.jobs(stuck=True), timeout=10, what="the job to be flagged stuck")
+    assert app.get(job.id).state == JobState.RUNNING  # stuck is a flag, not a verdict
+    assert str(job.id) in cli(backend_url, "jobs", "--stuck")
+    status = cli(backend_url, "status").splitlines()
+    assert any(f" {job.id} " in line and "silent" in line and "stuck" in line for line in status)
+    wait_until(lambda: app.get(job.id).state == JobState.SUCCEEDED, timeout=30, what="success")
+
+
+def test_the_jobs_transaction_is_undone_by_a_kill_and_written_once(
+    app: due.App, workers: Workers, backend_url: str
+) -> None:
+    with plain_transaction(backend_url) as conn:
+        conn.execute("CREATE TABLE entries (job integer, attempt integer)")
+    doomed = workers.start("--lease", f"{LEASE}s")
+    workers.wait_ready(doomed)
+    job = app.enqueue("post_entry", kwargs={"hold": 30})
+    wait_until(lambda: workers.records("written"), what="the entry to be written")
+    doomed.signal(signal.SIGKILL)  # inside the transaction, before its commit
+    doomed.wait_exit()
+    survivor = workers.start("--lease", f"{LEASE}s")
+    workers.wait_ready(survivor)
+    wait_until(lambda: app.get(job.id).state == JobState.SUCCEEDED, timeout=60, what="success")
+    assert rows(backend_url, "SELECT job, attempt FROM entries") == [(job.id, 2)]
+    assert app.get(job.id).attempt == 2
