@@ -41,3 +41,7 @@ def flaky_export(ctx: due.Context) -> str:
     if ctx.attempt == 1:
         raise ConnectionError("export service not ready (first attempt fails on purpose)")
     return f"exported on attempt {ctx.attempt}"
+
+
+# The long chunked job lives in its own module; importing it registers its tasks.
+import backfill  # noqa: E402, F401
