@@ -137,12 +137,22 @@ class Context:
 
     # --- checkpoints -----------------------------------------------------------
 
-    def checkpoint(self, value: Any) -> Awaitable[None] | None:
+    def checkpoint(self, value: Any, *, connection: Any = None) -> Awaitable[None] | None:
         """Save `value` (JSON) durably on the job; a retry resumes from it. A safe point.
 
         Blocks in a sync handler; returns an awaitable in an async one.
+
+        With `connection=` (your own psycopg or sqlite3 connection to the job
+        database, in an open transaction), the checkpoint is written in your
+        transaction: the rows you write and the cursor that says they are done
+        commit together, so a retry resumes exactly after them and no row is
+        written twice. If the lease was lost it raises `due.LeaseLost` (let it
+        roll your transaction back); a cancel request is kept for the next safe
+        point rather than raised inside your transaction.
         """
         text = encode_value(value, f"checkpoint of job {self.job_id}")
+        if connection is not None:
+            return self._checkpoint_on(value, text, connection)
         if _on_event_loop():
             return self._checkpoint_async(value, text)
         self._checkpoint(value, text)
@@ -150,6 +160,33 @@ class Context:
 
     async def _checkpoint_async(self, value: Any, text: str) -> None:
         await asyncio.to_thread(self._checkpoint, value, text)
+
+    def _checkpoint_on(self, value: Any, text: str, connection: Any) -> Awaitable[None] | None:
+        self.raise_if_cancelled()
+        store = self._store()
+        if _on_event_loop():
+            return self._checkpoint_on_async(value, text, connection)
+        # The caller's connection belongs to the caller's thread: use it right here.
+        self._checkpoint_saved(value, store.save_checkpoint(*self._fence(text), connection))
+        return None
+
+    async def _checkpoint_on_async(self, value: Any, text: str, connection: Any) -> None:
+        store = self._store()
+        if _is_async_connection(connection):
+            reply = await store.save_checkpoint_async(*self._fence(text), connection)
+        else:
+            reply = store.save_checkpoint(*self._fence(text), connection)
+        self._checkpoint_saved(value, reply)
+
+    def _fence(self, text: str) -> tuple[int, int, str]:
+        return self.job_id, self.lease_token, text
+
+    def _checkpoint_saved(self, value: Any, reply: bool | None) -> None:
+        if reply is None:
+            self.lease_lost = True
+            raise LeaseLost(f"job {self.job_id} lost its lease: roll back and stop")
+        self.cancel_requested = self.cancel_requested or reply
+        self.checkpoint_value = value
 
     def _checkpoint(self, value: Any, text: str) -> None:
         self.raise_if_cancelled()
@@ -239,6 +276,10 @@ class Context:
             f"Context(job_id={self.job_id}, task={self.task!r}, attempt={self.attempt}/"
             f"{self.max_attempts}, lease_token={self.lease_token})"
         )
+
+
+def _is_async_connection(connection: Any) -> bool:
+    return hasattr(connection, "__aenter__") and hasattr(connection, "cursor")
 
 
 def _on_event_loop() -> bool:

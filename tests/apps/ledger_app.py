@@ -12,6 +12,7 @@ import signal
 import time
 
 import due
+from tests.helpers.database import plain_transaction
 
 app = due.App()  # DUE_DATABASE_URL
 LEDGER = os.environ.get("DUE_TEST_LEDGER", "/dev/null")
@@ -96,6 +97,22 @@ def copy_rows(ctx: due.Context, rows: int, every: int = 10, delay: float = 0.01)
         if (row + 1) % every == 0:
             ctx.checkpoint(row + 1)
         ctx.progress(row + 1, rows)
+
+
+@app.task(name="copy_rows_once")
+def copy_rows_once(ctx: due.Context, rows: int, batch: int = 10, delay: float = 0.01) -> None:
+    """Each batch of rows commits with the checkpoint that says it is done."""
+    start = ctx.checkpoint_value or 0
+    record("resume", ctx, start)
+    for first in range(start, rows, batch):
+        last = min(first + batch, rows)
+        with plain_transaction(os.environ["DUE_DATABASE_URL"]) as conn:
+            for row in range(first, last):
+                conn.execute(f"INSERT INTO copied VALUES ({row}, {ctx.attempt})")
+            time.sleep(delay * (last - first))  # a kill mostly lands here, mid-batch
+            ctx.checkpoint(last, connection=conn)
+        record("batch", ctx, last)
+        ctx.progress(last, rows)
 
 
 @app.task(name="cancellable")

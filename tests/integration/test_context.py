@@ -7,6 +7,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import psycopg
+import pytest
+
 import due
 from due import JobState
 from due.clock import FakeClock
@@ -152,3 +155,69 @@ def test_spawn_refuses_bad_pieces_and_policies(app: due.App) -> None:
     ]
     assert "on_piece_failure='maybe'" in str(errors[1])
     assert app.jobs(task="leaf") == []
+
+
+def test_a_checkpoint_on_your_connection_commits_with_your_rows(
+    app: due.App, clock: FakeClock
+) -> None:
+    with plain_transaction(app.url) as conn:
+        conn.execute("CREATE TABLE copied (n integer)")
+
+    @app.task(name="copy", retry=due.Retry(max_attempts=2, backoff="1s", jitter=0))
+    def copy(ctx: due.Context) -> None:
+        start = ctx.checkpoint_value or 0
+        for first in range(start, 30, 10):
+            with plain_transaction(app.url) as conn:
+                for n in range(first, first + 10):
+                    conn.execute(f"INSERT INTO copied VALUES ({n})")
+                if first == 20 and ctx.attempt == 1:
+                    raise Flaky("crashed mid-batch")  # rows and cursor roll back together
+                ctx.checkpoint(first + 10, connection=conn)
+
+    job = copy.enqueue()
+    drain(app)
+    assert app.get(job.id).checkpoint == 20
+    clock.advance("2s")
+    assert drain(app).succeeded == [job.id]
+    assert rows(app.url, "SELECT n FROM copied ORDER BY n") == [(n,) for n in range(30)]
+
+
+def test_a_stale_checkpoint_on_your_connection_raises_lease_lost(
+    app: due.App, clock: FakeClock
+) -> None:
+    outcomes: list[str] = []
+
+    @app.task(name="slow")
+    def slow(ctx: due.Context) -> None:
+        with pytest.raises(due.ConfigurationError, match="takes a"):
+            ctx.checkpoint(1, connection="not a connection")
+        outcomes.append("refused")
+        ctx.lease_token -= 1  # (as if another attempt had taken the job over)
+        try:
+            with plain_transaction(app.url) as conn:
+                ctx.checkpoint(1, connection=conn)
+        except due.LeaseLost:
+            outcomes.append("lease lost")
+            raise
+
+    slow.enqueue()
+    drain(app)
+    assert outcomes == ["refused", "lease lost"]
+
+
+def test_async_handlers_checkpoint_on_their_own_async_connection(app: due.App) -> None:
+    @app.task(name="acopy")
+    async def acopy(ctx: due.Context) -> None:
+        if app.url.startswith("sqlite"):
+            with plain_transaction(app.url) as conn:
+                await ctx.checkpoint("done", connection=conn)
+            return
+        async with (
+            await psycopg.AsyncConnection.connect(app.url) as aconn,
+            aconn.transaction(),
+        ):
+            await ctx.checkpoint("done", connection=aconn)
+
+    job = acopy.enqueue()
+    assert drain(app).succeeded == [job.id]
+    assert app.get(job.id).checkpoint == "done"

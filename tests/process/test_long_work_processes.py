@@ -81,6 +81,30 @@ def test_a_killed_backfill_resumes_from_its_checkpoint(app: due.App, workers: Wo
     assert app.get(job.id).progress == {"done": 300, "total": 300}
 
 
+def test_a_killed_copy_with_checkpoints_in_its_transaction_writes_each_row_once(
+    app: due.App, workers: Workers, backend_url: str
+) -> None:
+    with plain_transaction(backend_url) as conn:
+        conn.execute("CREATE TABLE copied (row_number integer, attempt integer)")
+    doomed = workers.start("--lease", f"{LEASE}s")
+    workers.wait_ready(doomed)
+    job = app.enqueue("copy_rows_once", kwargs={"rows": 300, "batch": 10, "delay": 0.01})
+    wait_until(lambda: len(workers.records("batch")) >= 5, what="batches to be copied")
+    doomed.signal(signal.SIGKILL)
+    doomed.wait_exit()
+    saved = app.get(job.id).checkpoint
+    committed = rows(backend_url, "SELECT row_number FROM copied ORDER BY row_number")
+    assert committed == [(n,) for n in range(saved)]  # the cursor and the rows agree
+    survivor = workers.start("--lease", f"{LEASE}s")
+    workers.wait_ready(survivor)
+    wait_until(lambda: app.get(job.id).state == JobState.SUCCEEDED, timeout=60, what="success")
+    resumes = [(int(r[2]), int(r[5])) for r in workers.records("resume")]
+    assert resumes == [(1, 0), (2, saved)]
+    copied = rows(backend_url, "SELECT row_number, attempt FROM copied ORDER BY row_number")
+    assert [row for row, _ in copied] == list(range(300))  # each row exactly once
+    assert {attempt for row, attempt in copied if row >= saved} == {2}
+
+
 @pytest.mark.parametrize("task", ["cancellable", "async_cancellable"])
 def test_cancelling_a_running_job_ends_it_within_a_heartbeat(
     app: due.App, workers: Workers, backend: str, task: str

@@ -106,9 +106,17 @@ class Store(Protocol):
 
     # --- long work ------------------------------------------------------------
 
-    def save_checkpoint(self, job_id: int, token: int, value: str) -> bool | None:
+    def save_checkpoint(
+        self, job_id: int, token: int, value: str, connection: Any = None
+    ) -> bool | None:
         """Save a running job's cursor (fenced): None if the lease is lost, else
-        whether its cancellation was requested."""
+        whether its cancellation was requested. On `connection`, inside the
+        caller's open transaction (so it commits with the caller's writes)."""
+
+    async def save_checkpoint_async(
+        self, job_id: int, token: int, value: str, connection: Any
+    ) -> bool | None:
+        """`save_checkpoint` on a caller's async connection (psycopg AsyncConnection)."""
 
     def spawn(
         self,

@@ -17,7 +17,7 @@ import psycopg_pool
 from psycopg.rows import dict_row
 
 from due.clock import Clock
-from due.errors import StoreError, StoreUnavailableError
+from due.errors import ConfigurationError, StoreError, StoreUnavailableError
 from due.store.sql import load_migrations, load_queries, require_current_schema
 
 QUERIES = load_queries("due.store.postgres")
@@ -180,3 +180,25 @@ def translate_errors(url: str) -> Iterator[None]:
 async def atranslate_errors(url: str) -> AsyncIterator[None]:
     with translate_errors(url):
         yield
+
+
+def require_sync_connection(connection: Any, call: str) -> None:
+    """A caller's own connection must be a sync psycopg one (for `call`)."""
+    if isinstance(connection, psycopg.AsyncConnection):
+        raise ConfigurationError(
+            f"{call} got an async psycopg connection: use the async call "
+            "(await task.aenqueue(...), await ctx.checkpoint(...)) in async code"
+        )
+    if not isinstance(connection, psycopg.Connection):
+        raise ConfigurationError(
+            f"{call} takes a psycopg.Connection for a PostgreSQL app, "
+            f"got {type(connection).__name__}"
+        )
+
+
+def require_async_connection(connection: Any, call: str) -> None:
+    if not isinstance(connection, psycopg.AsyncConnection):
+        raise ConfigurationError(
+            f"{call} takes a psycopg.AsyncConnection for a PostgreSQL app, "
+            f"got {type(connection).__name__}"
+        )

@@ -21,7 +21,6 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from due.errors import (
-    ConfigurationError,
     JobNotFoundError,
 )
 from due.job import AttemptError, Job, JobState
@@ -32,6 +31,8 @@ from due.store.postgres.base import (
     atranslate_errors,
     normalise,
     normalise_rows,
+    require_async_connection,
+    require_sync_connection,
     translate_errors,
     utc,
 )
@@ -83,7 +84,7 @@ class PostgresStore(PostgresWork, PostgresSchedules, PostgresWorkers):
             return []
         plan = steps.enqueue_steps(jobs, self._now(), chunk=BULK_CHUNK, json_column=_jsonb_text)
         if connection is not None:
-            _require_sync_psycopg(connection)
+            require_sync_connection(connection, "enqueue(connection=...)")
             with translate_errors(self.url), connection.cursor(row_factory=dict_row) as cur:
                 return _run(cur, plan)
         # One job without a key is one autocommitted statement: no BEGIN/COMMIT trips.
@@ -92,17 +93,14 @@ class PostgresStore(PostgresWork, PostgresSchedules, PostgresWorkers):
             return _run(cur, plan)
 
     async def enqueue_async(self, jobs: Sequence[NewJob], connection: Any) -> list[Job]:
-        if not isinstance(connection, psycopg.AsyncConnection):
-            raise ConfigurationError(
-                "aenqueue(connection=...) takes a psycopg.AsyncConnection for a PostgreSQL app, "
-                f"got {type(connection).__name__}"
-            )
+        require_async_connection(connection, "aenqueue(connection=...)")
         plan = steps.enqueue_steps(jobs, self._now(), chunk=BULK_CHUNK, json_column=_jsonb_text)
         async with (
             atranslate_errors(self.url),
             connection.cursor(row_factory=dict_row) as cur,
         ):
             step = next(plan)
+            rows: list[dict[str, Any]]
             while True:
                 if step.rows is not None:
                     async with cur.copy(QUERIES[step.query]) as copy:
@@ -401,16 +399,3 @@ def _claimed(rows: list[dict[str, Any]]) -> list[ClaimedJob]:
     claimed = [claimed_job_from_row(row) for row in rows]
     claimed.sort(key=lambda job: (-job.priority, job.run_at, job.id))
     return claimed
-
-
-def _require_sync_psycopg(connection: Any) -> None:
-    if isinstance(connection, psycopg.AsyncConnection):
-        raise ConfigurationError(
-            "an async psycopg connection needs the async call: "
-            "await task.aenqueue(..., connection=conn)"
-        )
-    if not isinstance(connection, psycopg.Connection):
-        raise ConfigurationError(
-            "enqueue(connection=...) takes a psycopg.Connection for a PostgreSQL app, "
-            f"got {type(connection).__name__}"
-        )

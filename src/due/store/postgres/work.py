@@ -12,14 +12,44 @@ from psycopg.rows import dict_row
 
 from due.errors import JobNotFoundError, LeaseLost
 from due.store import pieces
-from due.store.postgres.base import QUERIES, PostgresBase, normalise, translate_errors
+from due.store.postgres.base import (
+    QUERIES,
+    PostgresBase,
+    atranslate_errors,
+    normalise,
+    require_async_connection,
+    require_sync_connection,
+    translate_errors,
+)
 from due.store.records import NewJob, QueueOverview
 
 
 class PostgresWork(PostgresBase):
-    def save_checkpoint(self, job_id: int, token: int, value: str) -> bool | None:
+    def save_checkpoint(
+        self, job_id: int, token: int, value: str, connection: Any = None
+    ) -> bool | None:
         """Fenced; None when the lease is lost, else whether a cancel was requested."""
-        rows = self._all("save_checkpoint", {"id": job_id, "token": token, "value": value})
+        params = {"id": job_id, "token": token, "value": value}
+        if connection is None:
+            rows = self._all("save_checkpoint", params)
+        else:
+            require_sync_connection(connection, "ctx.checkpoint(..., connection=conn)")
+            with translate_errors(self.url), connection.cursor(row_factory=dict_row) as cur:
+                cur.execute(QUERIES["save_checkpoint"], params)
+                rows = cur.fetchall()
+        return bool(rows[0]["cancel_requested"]) if rows else None
+
+    async def save_checkpoint_async(
+        self, job_id: int, token: int, value: str, connection: Any
+    ) -> bool | None:
+        require_async_connection(connection, "await ctx.checkpoint(..., connection=conn)")
+        params = {"id": job_id, "token": token, "value": value}
+        async with (
+            atranslate_errors(self.url),
+            connection.cursor(row_factory=dict_row) as cur,
+        ):
+            await cur.execute(QUERIES["save_checkpoint"], params)
+            rows = await cur.fetchall()
         return bool(rows[0]["cancel_requested"]) if rows else None
 
     def spawn(

@@ -8,19 +8,38 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from due.errors import JobNotFoundError, LeaseLost
+from due.errors import ConfigurationError, JobNotFoundError, LeaseLost
 from due.store import pieces
 from due.store.records import NewJob, QueueOverview
 from due.store.sqlite.base import QUERIES, SQLiteBase, python_row, translate_errors
 
 
 class SQLiteWork(SQLiteBase):
-    def save_checkpoint(self, job_id: int, token: int, value: str) -> bool | None:
+    def save_checkpoint(
+        self, job_id: int, token: int, value: str, connection: Any = None
+    ) -> bool | None:
         """Fenced; None when the lease is lost, else whether a cancel was requested."""
+        params = {"id": job_id, "token": token, "value": value}
+        if connection is not None:
+            if not isinstance(connection, sqlite3.Connection):
+                raise ConfigurationError(
+                    "ctx.checkpoint(..., connection=conn) takes a sqlite3.Connection for a "
+                    f"SQLite app, got {type(connection).__name__}"
+                )
+            with translate_errors(self.path):
+                found = connection.execute(QUERIES["save_checkpoint"], params).fetchone()
+            return bool(found[0]) if found else None
         with self._write() as conn:
-            params = {"id": job_id, "token": token, "value": value}
             row = conn.execute(QUERIES["save_checkpoint"], params).fetchone()
         return bool(row["cancel_requested"]) if row else None
+
+    async def save_checkpoint_async(
+        self, job_id: int, token: int, value: str, connection: Any
+    ) -> bool | None:
+        raise ConfigurationError(
+            "a SQLite app has no async connections; call ctx.checkpoint(..., connection=conn) "
+            "with a sqlite3.Connection"
+        )
 
     def spawn(
         self,
