@@ -10,23 +10,12 @@ import pytest
 
 import due
 from due.testing import drain
-
-
-def run(url: str, *args: str, expect: int = 0) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "due", "--url", url, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
-    )
-    assert done.returncode == expect, done.stdout + done.stderr
-    return done.stdout + done.stderr
+from tests.helpers.cli import run_due
 
 
 def test_migrate_then_inspect_and_act(backend_url: str) -> None:
-    assert "applied migrations 1, 2, 3" in run(backend_url, "migrate")
-    assert "up to date" in run(backend_url, "migrate")
+    assert "applied migrations 1, 2, 3" in run_due(backend_url, "migrate")
+    assert "up to date" in run_due(backend_url, "migrate")
     app = due.App(backend_url)
 
     @app.task(name="report", retry=due.Retry(max_attempts=1))
@@ -37,24 +26,24 @@ def test_migrate_then_inspect_and_act(backend_url: str) -> None:
         failed = report.enqueue(1)
         drain(app)
         delayed = report.enqueue(2, delay="1h", queue="later")
-        listing = run(backend_url, "jobs")
+        listing = run_due(backend_url, "jobs")
         assert "report" in listing and "failed" in listing and "queued" in listing
         assert "ValueError: no data for 1" in listing
-        assert "later" in run(backend_url, "jobs", "--queue", "later")
-        assert "failed" not in run(backend_url, "jobs", "--state", "queued")
-        shown = run(backend_url, "show", str(failed.id))
+        assert "later" in run_due(backend_url, "jobs", "--queue", "later")
+        assert "failed" not in run_due(backend_url, "jobs", "--state", "queued")
+        shown = run_due(backend_url, "show", str(failed.id))
         assert "attempt 1 (error): ValueError: no data for 1" in shown and "Traceback" in shown
-        assert f"job {delayed.id} is cancelled" in run(backend_url, "cancel", str(delayed.id))
-        assert "queued again" in run(backend_url, "retry", str(failed.id))
+        assert f"job {delayed.id} is cancelled" in run_due(backend_url, "cancel", str(delayed.id))
+        assert "queued again" in run_due(backend_url, "retry", str(failed.id))
         assert app.get(failed.id).state == due.JobState.QUEUED
-        refused = run(backend_url, "cancel", "999999", expect=1)
+        refused = run_due(backend_url, "cancel", "999999", expect=1)
         assert "error: no job with id 999999" in refused and "Traceback" not in refused
     finally:
         app.close()
 
 
 def test_an_unmigrated_database_gets_the_fix_not_a_traceback(backend_url: str) -> None:
-    out = run(backend_url, "jobs", expect=1)
+    out = run_due(backend_url, "jobs", expect=1)
     assert "run `due migrate`" in out and "Traceback" not in out
 
 
@@ -115,13 +104,13 @@ def test_worker_options_are_checked(tmp_path: Path, sqlite_url: str) -> None:
 
 
 def test_workers_lists_registered_workers(backend_url: str) -> None:
-    run(backend_url, "migrate")
+    run_due(backend_url, "migrate")
     app = due.App(backend_url)
     try:
         app.store.register_worker("web-1:4242:ab", "web-1", 4242, {"emails": 16, "bulk": 2})
     finally:
         app.close()
-    listing = run(backend_url, "workers")
+    listing = run_due(backend_url, "workers")
     assert "web-1:4242:ab" in listing and "bulk=2, emails=16" in listing and "running" in listing
 
 
@@ -179,7 +168,7 @@ def cells(line: str) -> list[str]:
 
 
 def test_status_pause_resume_and_pieces(backend_url: str) -> None:
-    run(backend_url, "migrate")
+    run_due(backend_url, "migrate")
     app = due.App(backend_url)
 
     @app.task(name="chunk", queue="bulk")
@@ -187,27 +176,27 @@ def test_status_pause_resume_and_pieces(backend_url: str) -> None:
 
     try:
         parent = app.batch(chunk, [(n,) for n in range(4)])
-        status = run(backend_url, "status").splitlines()
+        status = run_due(backend_url, "status").splitlines()
         (bulk,) = [cells(line) for line in status if "bulk" in line]
         assert bulk[:6] == ["bulk", "4", "4", "0", "1", "0"]  # queued, due, running, waiting
         (waiting,) = [cells(line) for line in status if "due.batch" in line]
         assert waiting[:3] == [str(parent.id), "due.batch", "waiting"] and waiting[4] == "0/4"
-        assert "queue bulk is paused" in run(backend_url, "pause", "bulk")
+        assert "queue bulk is paused" in run_due(backend_url, "pause", "bulk")
         assert "paused" in next(
-            line for line in run(backend_url, "status").splitlines() if "bulk" in line
+            line for line in run_due(backend_url, "status").splitlines() if "bulk" in line
         )
         assert drain(app).attempts == 0
-        assert "queue bulk is resumed" in run(backend_url, "resume", "bulk")
-        assert f"pieces of job {parent.id} are paused" in run(
+        assert "queue bulk is resumed" in run_due(backend_url, "resume", "bulk")
+        assert f"pieces of job {parent.id} are paused" in run_due(
             backend_url, "pause", "--group", str(parent.id)
         )
         assert drain(app).attempts == 0
-        run(backend_url, "resume", "--group", str(parent.id))
+        run_due(backend_url, "resume", "--group", str(parent.id))
         assert len(drain(app).succeeded) == 4
-        pieces = run(backend_url, "jobs", "--parent", str(parent.id))
+        pieces = run_due(backend_url, "jobs", "--parent", str(parent.id))
         assert pieces.count("succeeded") == 4
-        shown = run(backend_url, "show", str(parent.id))
+        shown = run_due(backend_url, "show", str(parent.id))
         assert "4 of 4 ended (4 ok, 0 failed)" in shown and "4/4 (100%)" in shown
-        assert "name a QUEUE" in run(backend_url, "pause", expect=2)
+        assert "name a QUEUE" in run_due(backend_url, "pause", expect=2)
     finally:
         app.close()

@@ -5,55 +5,20 @@ over workers, pauses, stuck jobs, and the job's own transaction."""
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 import due
 from due import JobState
-from tests.apps import ledger_app
+from tests.helpers.cli import run_due
 from tests.helpers.database import plain_transaction, rows
 from tests.helpers.waiting import wait_until
-from tests.helpers.workers import REPOSITORY, Workers
+from tests.helpers.workers import Workers
 
 pytestmark = pytest.mark.slow
 LEASE = 2.0
-
-
-@pytest.fixture
-def app(backend_url: str) -> Iterator[due.App]:
-    """The ledger app's tasks, on this test's database, with the real clock."""
-    application = due.App(backend_url)
-    application.migrate()
-    for task in ledger_app.app.tasks:
-        application.tasks.add(due.Task(application, task.fn, task.name, task.options))
-    yield application
-    application.close()
-
-
-@pytest.fixture
-def workers(backend_url: str, tmp_path: Path) -> Iterator[Workers]:
-    pool = Workers(backend_url, tmp_path / "ledger.txt", tmp_path)
-    yield pool
-    pool.stop_all()
-
-
-def cli(url: str, *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "due", "--url", url, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPOSITORY,
-        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
 
 
 def test_a_killed_backfill_resumes_from_its_checkpoint(app: due.App, workers: Workers) -> None:
@@ -161,15 +126,15 @@ def test_a_paused_queue_stops_starting_pieces_until_resumed(
     workers.wait_ready(worker)
     parent = app.batch("bulk_piece", [(n,) for n in range(60)])
     wait_until(lambda: len(workers.records("start")) >= 10, what="pieces to run")
-    assert "queue bulk is paused" in cli(backend_url, "pause", "bulk")
+    assert "queue bulk is paused" in run_due(backend_url, "pause", "bulk")
     time.sleep(0.5)  # the pieces already running finish
     started = len(workers.records("start"))
     time.sleep(1.0)
     assert len(workers.records("start")) == started < 60
-    status = cli(backend_url, "status")
+    status = run_due(backend_url, "status")
     assert "bulk" in status and "paused" in status
     assert app.get(parent.id).state == JobState.WAITING
-    assert "queue bulk is resumed" in cli(backend_url, "resume", "bulk")
+    assert "queue bulk is resumed" in run_due(backend_url, "resume", "bulk")
     wait_until(lambda: app.get(parent.id).state == JobState.SUCCEEDED, timeout=60, what="all")
     pieces_run = Counter(int(r[5]) for r in workers.records("start"))
     assert sorted(pieces_run) == list(range(60)) and set(pieces_run.values()) == {1}
@@ -183,8 +148,8 @@ def test_a_job_whose_progress_stops_is_shown_stuck(
     job = app.enqueue("silent", kwargs={"seconds": 4})
     wait_until(lambda: app.jobs(stuck=True), timeout=10, what="the job to be flagged stuck")
     assert app.get(job.id).state == JobState.RUNNING  # stuck is a flag, not a verdict
-    assert str(job.id) in cli(backend_url, "jobs", "--stuck")
-    status = cli(backend_url, "status").splitlines()
+    assert str(job.id) in run_due(backend_url, "jobs", "--stuck")
+    status = run_due(backend_url, "status").splitlines()
     assert any(f" {job.id} " in line and "silent" in line and "stuck" in line for line in status)
     wait_until(lambda: app.get(job.id).state == JobState.SUCCEEDED, timeout=30, what="success")
 

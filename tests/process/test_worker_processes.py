@@ -5,7 +5,6 @@ from __future__ import annotations
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -20,24 +19,6 @@ from tests.helpers.workers import Workers
 
 pytestmark = pytest.mark.slow
 LEASE = 2.0
-
-
-@pytest.fixture
-def app(backend_url: str) -> Iterator[due.App]:
-    """The ledger app's tasks, on this test's database, with the real clock."""
-    application = due.App(backend_url)
-    application.migrate()
-    for task in ledger_app.app.tasks:
-        application.tasks.add(due.Task(application, task.fn, task.name, task.options))
-    yield application
-    application.close()
-
-
-@pytest.fixture
-def workers(backend_url: str, tmp_path: Path) -> Iterator[Workers]:
-    pool = Workers(backend_url, tmp_path / "ledger.txt", tmp_path)
-    yield pool
-    pool.stop_all()
 
 
 def starts_of(workers: Workers, job_id: int) -> list:  # type: ignore[type-arg]
