@@ -298,10 +298,13 @@ class App(ScheduleMethods):
         task: Task[Any, Any] | str,
         items: Iterable[tuple[Any, ...] | list[Any] | JobRequest],
     ) -> list[NewJob]:
-        """Validated pieces (all refused if one is bad)."""
+        """Validated pieces (all refused if one is bad). A piece starts when it is
+        spawned and is known by its task and arguments: it takes no key or delay."""
         name = task.name if isinstance(task, Task) else task
         requests = [
-            item if isinstance(item, JobRequest) else JobRequest(name, tuple(_arguments(item)))
+            _piece_request(item)
+            if isinstance(item, JobRequest)
+            else JobRequest(name, _arguments(item))
             for item in items
         ]
         return self._prepare(requests)
@@ -311,7 +314,11 @@ class App(ScheduleMethods):
         resolved.check_arguments(({"parent": 0, "pieces": 0},), {})
         options = resolved.options
         return completion_spec(
-            resolved.name, options.queue, options.priority, options.retry.max_attempts
+            resolved.name,
+            options.queue,
+            options.priority,
+            options.retry.max_attempts,
+            options.stuck_after,
         )
 
     def pause_queue(self, queue: str) -> None:
@@ -331,6 +338,20 @@ class App(ScheduleMethods):
     def queues(self) -> list[QueueOverview]:
         """Per queue: depth, due now, running, waiting, stuck, oldest due job, paused."""
         return self.store.queue_overview()
+
+
+def _piece_request(request: JobRequest) -> JobRequest:
+    if request.key is not None:
+        raise ConfigurationError(
+            f"a piece of {request.task!r} was given key={request.key!r}: pieces are known by "
+            "their task and arguments, so spawning one again adds nothing; give no key"
+        )
+    if request.delay is not None or request.run_at is not None:
+        raise ConfigurationError(
+            f"a piece of {request.task!r} was given a delay or run_at: pieces start when "
+            "they are spawned; give neither"
+        )
+    return request
 
 
 def _arguments(item: Any) -> tuple[Any, ...]:

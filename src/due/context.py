@@ -64,6 +64,7 @@ class Context:
         lease_token: int,
         scheduled_for: datetime | None = None,
         checkpoint_value: Any = None,
+        has_pieces: bool = False,
         logger: logging.Logger | None = None,
         app: App | None = None,
     ) -> None:
@@ -77,6 +78,8 @@ class Context:
         """For a run of a schedule: the time it runs for (key its work on this)."""
         self.checkpoint_value = checkpoint_value
         """The last value saved with `checkpoint` (by this or an earlier attempt)."""
+        self.has_pieces = has_pieces
+        """An earlier attempt spawned pieces (this one will wait for them too)."""
         self.logger = logger or logging.getLogger(f"due.job.{task}")
         self._app = app
         self.cancel_requested = False
@@ -97,6 +100,7 @@ class Context:
             lease_token=job.lease_token,
             scheduled_for=job.scheduled_for,
             checkpoint_value=job.checkpoint,
+            has_pieces=job.has_pieces,
             app=app,
         )
 
@@ -162,7 +166,8 @@ class Context:
         await asyncio.to_thread(self._checkpoint, value, text)
 
     def _checkpoint_on(self, value: Any, text: str, connection: Any) -> Awaitable[None] | None:
-        self.raise_if_cancelled()
+        if self.lease_lost:  # (a cancel request waits for the next safe point)
+            raise LeaseLost(f"job {self.job_id} lost its lease: roll back and stop")
         store = self._store()
         if _on_event_loop():
             return self._checkpoint_on_async(value, text, connection)
@@ -207,7 +212,7 @@ class Context:
         items: Iterable[tuple[Any, ...] | list[Any] | JobRequest],
         *,
         on_complete: Task[Any, Any] | str | None = None,
-        on_piece_failure: str = "continue",
+        on_piece_failure: str | None = None,
     ) -> Awaitable[int] | int:
         """Create pieces of this job (one per item: its positional arguments, or a
         `task.request(...)`); this job then waits for them, holding no worker slot.
@@ -215,18 +220,22 @@ class Context:
         When the last piece ends, `on_complete` runs once with a summary
         `{"parent", "pieces", "succeeded", "failed"}`; without it the job simply
         succeeds. `on_piece_failure="fail"` fails this job at the first failed piece
-        and cancels the rest. Spawning the same items again (a retried attempt)
-        adds no piece twice. Returns how many pieces were added.
+        and cancels the rest (default "continue": count and report failures). A
+        later call keeps the completion and policy of an earlier one.
+
+        A piece is known by its task and arguments: spawning the same item again
+        (a retried attempt, or one resumed from a checkpoint) adds nothing, so
+        spawn from a checkpoint freely. Returns how many pieces were new.
         """
         app = self._require_app()
         pieces = app.piece_jobs(task, items)
         spec = app.completion_spec(on_complete) if on_complete is not None else None
-        if on_piece_failure not in PIECE_POLICIES:
+        if on_piece_failure is not None and on_piece_failure not in PIECE_POLICIES:
             raise ConfigurationError(
                 f"on_piece_failure={on_piece_failure!r}: choose 'continue' or 'fail'"
             )
-        start, self.pieces_spawned = self.pieces_spawned, self.pieces_spawned + len(pieces)
-        args = (self.job_id, self.lease_token, pieces, start, spec, on_piece_failure)
+        self.pieces_spawned += len(pieces)
+        args = (self.job_id, self.lease_token, pieces, spec, on_piece_failure)
         if _on_event_loop():
             return self._spawn_async(args)
         return self._spawn(args)
@@ -253,8 +262,15 @@ class Context:
 
             with ctx.transaction() as conn:
                 conn.execute("INSERT INTO invoices ...", ...)
+
+        Not for a job with pieces: it ends when they do (use on_complete).
         """
         self.raise_if_cancelled()
+        if self.pieces_spawned or self.has_pieces:
+            raise ConfigurationError(
+                f"job {self.job_id} has pieces: it ends when they do, not in its own "
+                "transaction; commit in the pieces, or in an on_complete task"
+            )
         with self._store().job_transaction(
             self.job_id, self.lease_token, self.progress_json()
         ) as connection:

@@ -221,3 +221,101 @@ def test_async_handlers_checkpoint_on_their_own_async_connection(app: due.App) -
     job = acopy.enqueue()
     assert drain(app).succeeded == [job.id]
     assert app.get(job.id).checkpoint == "done"
+
+
+def test_nested_pieces_report_up_to_the_top(app: due.App) -> None:
+    @app.task(name="leaf")
+    def leaf(n: int) -> int:
+        return n
+
+    @app.task(name="branch")
+    def branch(ctx: due.Context, n: int) -> None:
+        ctx.spawn(leaf, [(n * 10 + k,) for k in range(2)])
+
+    @app.task(name="root")
+    def root(ctx: due.Context) -> None:
+        ctx.spawn(branch, [(1,), (2,)])
+
+    top = root.enqueue()
+    drain(app)
+    done = app.get(top.id)
+    assert done.state == JobState.SUCCEEDED
+    assert done.pieces == due.Pieces(total=2, succeeded=2, failed=0)
+    assert len(app.jobs(task="leaf", state="succeeded")) == 4
+
+
+def test_a_resumed_parent_spawns_the_rest_and_waits_for_all(app: due.App, clock: FakeClock) -> None:
+    ran: list[int] = []
+
+    @app.task(name="part")
+    def part(n: int) -> None:
+        ran.append(n)
+
+    @app.task(name="planner", retry=due.Retry(max_attempts=2, backoff="1s", jitter=0))
+    def planner(ctx: due.Context) -> None:
+        if ctx.checkpoint_value is None:
+            ctx.spawn(part, [(1,), (2,)])
+            ctx.checkpoint("first half spawned")
+            raise Flaky("died half way")
+        ctx.spawn(part, [(3,), (4,)])
+
+    parent = planner.enqueue()
+    drain(app)
+    clock.advance("2s")
+    drain(app)
+    assert sorted(ran) == [1, 2, 3, 4]
+    assert app.get(parent.id).pieces == due.Pieces(total=4, succeeded=4, failed=0)
+    assert app.get(parent.id).state == JobState.SUCCEEDED
+
+
+def test_a_parent_resumed_after_spawning_everything_still_waits(
+    app: due.App, clock: FakeClock
+) -> None:
+    @app.task(name="slow_part")
+    def slow_part(n: int) -> None: ...
+
+    @app.task(name="spawner", retry=due.Retry(max_attempts=2, backoff="1s", jitter=0))
+    def spawner(ctx: due.Context) -> None:
+        if ctx.checkpoint_value is None:
+            ctx.spawn(slow_part, [(1,)])
+            ctx.checkpoint("all spawned")
+            raise Flaky("died after spawning")
+        # resumed: nothing left to spawn
+
+    parent = spawner.enqueue()
+    drain(app, queues=["default"], max_attempts=1)  # only the parent's first attempt
+    clock.advance("2s")
+    (retry,) = app.store.claim("default", 1, "w", 30, tasks=["spawner"])
+    attempt = asyncio.run(_run(app, retry))
+    app.store.complete([attempt])
+    assert app.get(parent.id).state == JobState.WAITING  # its piece has not run yet
+    drain(app)
+    assert app.get(parent.id).state == JobState.SUCCEEDED
+
+
+def test_a_job_that_spawned_cannot_finish_in_its_own_transaction(app: due.App) -> None:
+    refusals: list[str] = []
+
+    @app.task(name="leaf")
+    def leaf(n: int) -> None: ...
+
+    @app.task(name="mixed")
+    def mixed(ctx: due.Context) -> None:
+        ctx.spawn(leaf, [(1,)])
+        try:
+            with ctx.transaction():
+                pass
+        except due.ConfigurationError as error:
+            refusals.append(str(error))
+
+    parent = mixed.enqueue()
+    drain(app)
+    assert refusals and "on_complete" in refusals[0]
+    assert app.get(parent.id).state == JobState.SUCCEEDED  # after its piece
+
+
+async def _run(app: due.App, job: Any) -> Any:
+    from due.worker.executor import Executor
+
+    attempt = await Executor(app.tasks, app.clock, app=app).run(job)
+    return attempt.completion

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import due
 from due.clock import FakeClock
 from due.scheduler.leader import DatabaseLeases, Leadership
@@ -25,3 +28,49 @@ def test_failover_and_a_stale_leader_standing_down(app: due.App, clock: FakeCloc
     assert a.token is None and a.fence is None
     b.release()
     assert a.ensure() and a.token == term + 2  # released: taken at once
+
+
+def test_a_leader_paused_inside_its_transaction_does_not_block_failover(
+    postgres_url: str, clock: FakeClock
+) -> None:
+    """A leader's transaction holds the lease row; paused inside it (here: its
+    decision takes seconds), the server ends it, and the lease, once expired, is
+    taken over without waiting for the paused leader to wake up."""
+    app = due.App(postgres_url, clock=clock)
+    app.migrate()
+
+    @app.task(name="tick")
+    def tick() -> None: ...
+
+    app.schedule("every-second", every="1s", task=tick)
+    app.sync_schedules()
+    backend = DatabaseLeases(app.store)
+    a = Leadership(backend, "a", clock, ttl=10)
+    b = Leadership(backend, "b", clock, ttl=10)
+    assert a.ensure()
+    clock.advance("2s")
+    inside, outcome = threading.Event(), []
+
+    def paused_decision(*args: object) -> object:
+        inside.set()
+        time.sleep(4)  # the leader is paused in the middle of its transaction
+        raise TimeoutError("woke up")
+
+    def lead() -> None:
+        try:
+            app.store.materialize("every-second", paused_decision, a.fence)
+        except BaseException as error:
+            outcome.append(error)
+
+    leader = threading.Thread(target=lead)
+    leader.start()
+    try:
+        assert inside.wait(10)
+        clock.advance("11s")  # its lease has expired meanwhile
+        started = time.monotonic()
+        assert b.ensure()
+        assert time.monotonic() - started < 3.5  # not held until the leader wakes up
+    finally:
+        leader.join(10)
+        app.close()
+    assert outcome  # the paused leader wrote nothing

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 
+import psycopg
 import pytest
 
 import due
@@ -140,10 +141,10 @@ def test_spawn_is_fenced_and_adds_each_piece_once(
     (claimed,) = claim(app)
     pieces = app.piece_jobs("piece", [(n,) for n in range(3)])
     store = app.store
-    assert store.spawn(parent.id, claimed.lease_token, pieces, 0, None, "continue") == 3
+    assert store.spawn(parent.id, claimed.lease_token, pieces, None, None) == 3
     # A retried attempt spawns the same items again: nothing is added twice.
-    assert store.spawn(parent.id, claimed.lease_token, pieces, 0, None, "continue") == 0
-    assert store.spawn(parent.id, claimed.lease_token + 7, pieces[:1], 3, None, "continue") is None
+    assert store.spawn(parent.id, claimed.lease_token, pieces, None, None) == 0
+    assert store.spawn(parent.id, claimed.lease_token + 7, pieces[:1], None, None) is None
     children = app.jobs(parent=parent.id)
     assert sorted(j.args for j in children) == [(0,), (1,), (2,)]
     assert app.get(parent.id).pieces == due.Pieces(total=3, succeeded=0, failed=0)
@@ -238,7 +239,6 @@ def test_a_parent_of_pieces_is_not_retried_as_a_whole(
     app.store.complete([ended(piece.id, piece.lease_token, JobState.FAILED)])
     with pytest.raises(due.InvalidStateError, match="retry its failed pieces"):
         app.retry(parent.id)
-    assert app.retry(piece.id).state == JobState.QUEUED
 
 
 # --- pauses ----------------------------------------------------------------------------
@@ -278,7 +278,7 @@ def test_pieces_spawned_by_a_paused_parent_start_held(
     (claimed,) = claim(app)
     app.pause_group(parent.id)
     pieces = app.piece_jobs("piece", [(1,), (2,)])
-    app.store.spawn(parent.id, claimed.lease_token, pieces, 0, None, "continue")
+    app.store.spawn(parent.id, claimed.lease_token, pieces, None, None)
     assert claim(app, limit=10) == []
     app.resume_group(parent.id)
     assert len(claim(app, limit=10)) == 2
@@ -319,3 +319,188 @@ def test_the_jobs_transaction_is_undone_when_the_lease_is_lost(
 def _ledger(app: due.App) -> list[int] | None:
     found = table_rows(app.url, "SELECT entry FROM ledger ORDER BY entry")
     return None if found is None else [row[0] for row in found]
+
+
+# --- pieces at the edges: retries, nesting, reaping, cancellation -----------------------
+
+
+def test_retrying_a_failed_piece_gives_its_count_back(
+    app: due.App, tasks: dict[str, due.Task]
+) -> None:
+    parent = app.batch("piece", [(n,) for n in range(3)], on_complete="report")
+    first = claim(app)[0]
+    app.store.complete([ended(first.id, first.lease_token, JobState.FAILED)])
+    assert app.get(parent.id).pieces == due.Pieces(total=3, succeeded=0, failed=1)
+    assert app.retry(first.id).state == JobState.QUEUED
+    assert app.get(parent.id).pieces == due.Pieces(total=3, succeeded=0, failed=0)
+    for _ in range(2):  # the retried piece and the second one succeed
+        (job,) = claim(app)
+        app.store.complete([ended(job.id, job.lease_token)])
+    assert app.jobs(task="report") == []  # the third piece has not run: not settled yet
+    (last,) = claim(app)
+    app.store.complete([ended(last.id, last.lease_token)])
+    (completion,) = app.jobs(task="report")
+    assert completion.args[0]["succeeded"] == 3 and completion.args[0]["failed"] == 0
+
+
+def test_a_piece_of_a_settled_parent_is_not_retried(
+    app: due.App, tasks: dict[str, due.Task]
+) -> None:
+    parent = app.batch("piece", [(1,)], on_piece_failure="fail")
+    (piece,) = claim(app)
+    app.store.complete([ended(piece.id, piece.lease_token, JobState.FAILED)])
+    assert app.get(parent.id).state == JobState.FAILED
+    with pytest.raises(due.InvalidStateError, match="parent"):
+        app.retry(piece.id)
+
+
+def test_a_piece_failed_by_the_unknown_task_reaper_is_counted(
+    app: due.App, tasks: dict[str, due.Task], clock: FakeClock
+) -> None:
+    parent = app.batch("piece", [(1,)])
+    clock.advance("10m")
+    (failed,) = app.store.fail_unknown_tasks(["default"], ["backfill"], 60.0)
+    assert app.get(failed).parent_id == parent.id
+    settled = app.get(parent.id)
+    assert settled.state == JobState.SUCCEEDED
+    assert settled.pieces == due.Pieces(total=1, succeeded=0, failed=1)
+
+
+def test_a_cancel_that_arrives_as_the_parent_starts_waiting_is_kept(
+    app: due.App, tasks: dict[str, due.Task]
+) -> None:
+    parent = tasks["backfill"].enqueue()
+    (claimed,) = claim(app)
+    app.store.spawn(parent.id, claimed.lease_token, _pieces(app, 2), None, None)
+    app.cancel(parent.id)  # its handler has returned; its WAITING is on the way
+    waiting = Completion(parent.id, claimed.lease_token, JobState.WAITING, settles=True)
+    assert app.store.complete([waiting]) == {parent.id}
+    assert app.get(parent.id).state == JobState.CANCELLED
+    assert {j.state for j in app.jobs(parent=parent.id)} == {JobState.CANCELLED}
+
+
+def test_a_parent_that_fails_after_spawning_cancels_its_pieces(
+    app: due.App, tasks: dict[str, due.Task]
+) -> None:
+    parent = _one_shot(app).enqueue()
+    (claimed,) = claim(app)
+    app.store.spawn(parent.id, claimed.lease_token, _pieces(app, 2), None, None)
+    app.store.complete([ended(parent.id, claimed.lease_token, JobState.FAILED)])
+    assert app.get(parent.id).state == JobState.FAILED
+    assert {j.state for j in app.jobs(parent=parent.id)} == {JobState.CANCELLED}
+
+
+def test_cancelling_a_waiting_parent_cancels_its_completion_job(
+    app: due.App, tasks: dict[str, due.Task]
+) -> None:
+    parent = app.batch("piece", [(1,)], on_complete="report")
+    (piece,) = claim(app)
+    app.store.complete([ended(piece.id, piece.lease_token)])
+    (completion,) = app.jobs(task="report")
+    assert completion.state == JobState.QUEUED
+    app.cancel(parent.id)
+    assert app.get(completion.id).state == JobState.CANCELLED
+
+
+def test_a_later_spawn_keeps_the_completion_and_the_policy(
+    app: due.App, tasks: dict[str, due.Task]
+) -> None:
+    parent = tasks["backfill"].enqueue()
+    (claimed,) = claim(app)
+    spec = app.completion_spec("report")
+    app.store.spawn(parent.id, claimed.lease_token, _pieces(app, 1), spec, "fail")
+    app.store.spawn(parent.id, claimed.lease_token, _pieces(app, 2), None, None)
+    stored = app.get(parent.id)
+    assert stored.pieces == due.Pieces(total=2, succeeded=0, failed=0)  # (1,) came once
+    row = _parent_row(app, parent.id)
+    assert row == (spec, "fail")
+
+
+def test_pieces_are_known_by_their_task_and_arguments(
+    app: due.App, tasks: dict[str, due.Task]
+) -> None:
+    parent = tasks["backfill"].enqueue()
+    (claimed,) = claim(app)
+    store = app.store
+    # A first attempt spawns 1 and 2, then a resumed one spawns 3 and 4: all count.
+    assert store.spawn(parent.id, claimed.lease_token, _pieces(app, 2), None, None) == 2
+    more = app.piece_jobs("piece", [(3,), (4,), (1,)])
+    assert store.spawn(parent.id, claimed.lease_token, more, None, None) == 2
+    assert app.get(parent.id).pieces.total == 4
+    # The same item twice in one call is two pieces (the second is the "second one").
+    twice = app.piece_jobs("piece", [(9,), (9,)])
+    assert store.spawn(parent.id, claimed.lease_token, twice, None, None) == 2
+    assert store.spawn(parent.id, claimed.lease_token, twice, None, None) == 0
+
+
+def test_a_piece_is_refused_a_key_or_a_delay(app: due.App, tasks: dict[str, due.Task]) -> None:
+    piece = tasks["piece"]
+    with pytest.raises(due.ConfigurationError, match="key"):
+        app.batch(piece, [piece.request(1, key="k")])
+    with pytest.raises(due.ConfigurationError, match="delay"):
+        app.batch(piece, [piece.request(1, delay="1h")])
+
+
+def test_a_retried_piece_of_a_paused_group_stays_held(
+    app: due.App, tasks: dict[str, due.Task]
+) -> None:
+    parent = app.batch("piece", [(1,), (2,)])
+    app.pause_group(parent.id)
+    first = app.jobs(parent=parent.id)[-1]
+    app.cancel(first.id)
+    app.retry(first.id)
+    assert app.get(first.id).held and claim(app, limit=5) == []
+    app.resume_group(parent.id)
+    assert len(claim(app, limit=5)) == 2
+
+
+def test_a_job_asked_to_stop_and_released_at_shutdown_ends_cancelled(
+    app: due.App, tasks: dict[str, due.Task]
+) -> None:
+    job = tasks["backfill"].enqueue()
+    (claimed,) = claim(app)
+    app.cancel(job.id)
+    app.store.release([Lease(job.id, claimed.lease_token, LEASE)], "worker stopping")
+    assert app.get(job.id).state == JobState.CANCELLED
+    assert claim(app) == []
+
+
+def _one_shot(app: due.App) -> due.Task:
+    @app.task(name="one_shot", retry=due.Retry(max_attempts=1))
+    def one_shot(ctx: due.Context) -> None: ...
+
+    return one_shot
+
+
+def _pieces(app: due.App, count: int) -> list:
+    return app.piece_jobs("piece", [(n,) for n in range(1, count + 1)])
+
+
+def _parent_row(app: due.App, parent: int) -> tuple:
+    (row,) = table_rows(
+        app.url, f"SELECT on_complete, on_piece_failure FROM due_jobs WHERE id = {parent}"
+    )
+    return row
+
+
+def test_postgres_heartbeats_skip_a_job_whose_row_a_handler_holds(postgres_url: str) -> None:
+    """A handler's open transaction holding its job's row (a checkpoint on its own
+    connection) must not hold up the renewal of every other lease of the worker."""
+    app = due.App(postgres_url)
+    app.migrate()
+
+    @app.task(name="work")
+    def work() -> None: ...
+
+    try:
+        busy, other = work.enqueue(), work.enqueue()
+        claimed = {job.id: job for job in app.store.claim("default", 2, "w1", LEASE)}
+        with psycopg.connect(postgres_url) as conn, conn.transaction():
+            token = claimed[busy.id].lease_token
+            assert app.store.save_checkpoint(busy.id, token, "1", conn) is False
+            leases = [Lease(j.id, j.lease_token, LEASE) for j in claimed.values()]
+            reply = app.store.heartbeat(leases)  # would wait for the commit without SKIP LOCKED
+            assert reply.extended == {other.id}
+            assert reply.lost == frozenset()  # busy is neither renewed nor lost
+    finally:
+        app.close()

@@ -59,6 +59,8 @@ def test_both_backends_name_the_same_queries() -> None:
         "reserve_ids",
         "copy_jobs",
         "notify_queues",
+        "lock_parents",
+        "bound_leader_transaction",
     }
     sqlite_only = {"count_id_range"}
     assert set(SQLITE_QUERIES) - sqlite_only == set(POSTGRES_QUERIES) - postgres_only
@@ -103,5 +105,46 @@ def test_postgres_claim_can_use_the_partial_claim_index(postgres_url: str) -> No
         }
         plan = "\n".join(
             row[0] for row in conn.execute("EXPLAIN " + POSTGRES_QUERIES["claim_jobs"], params)
+        )
+    assert "due_jobs_claim" in plan, plan
+
+
+@pytest.mark.parametrize("query", ["due_queues", "fail_unknown_tasks"])
+def test_sqlite_maintenance_queries_use_the_claim_index(sqlite_url: str, query: str) -> None:
+    app = due.App(sqlite_url)
+    app.migrate()
+    app.close()
+    params = {
+        "queues": '["q"]',
+        "tasks": '["t"]',
+        "grace": 60.0,
+        "grace_text": "1m",
+        "now": 0.0,
+        "now_iso": "",
+    }
+    with sqlite3.connect(path_from_url(sqlite_url)) as conn:
+        plan = conn.execute("EXPLAIN QUERY PLAN " + SQLITE_QUERIES[query], params).fetchall()
+    details = " | ".join(row[3] for row in plan)
+    assert "due_jobs_claim" in details, details
+
+
+@pytest.mark.parametrize("query", ["due_queues", "fail_unknown_tasks"])
+def test_postgres_maintenance_queries_can_use_the_claim_index(
+    postgres_url: str, query: str
+) -> None:
+    app = due.App(postgres_url)
+    app.migrate()
+    app.close()
+    params = {
+        "queues": ["q"],
+        "tasks": ["t"],
+        "grace": 60.0,
+        "grace_text": "1m",
+        "now": None,
+    }
+    with psycopg.connect(postgres_url) as conn:
+        conn.execute("SET enable_seqscan = off")
+        plan = "\n".join(
+            row[0] for row in conn.execute("EXPLAIN " + POSTGRES_QUERIES[query], params)
         )
     assert "due_jobs_claim" in plan, plan

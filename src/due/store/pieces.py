@@ -8,7 +8,15 @@ That transaction settles the parent: it starts the completion task (once: its
 key is the parent's), or ends the parent. Under `on_piece_failure="fail"` the
 first failed piece fails the parent and cancels the pieces still to come;
 under `"continue"` failures are counted and reported. A completion task's end
-ends its parent the same way.
+ends its parent the same way, and a parent that ends is counted on its own
+parent in turn (pieces may spawn pieces).
+
+A job with pieces that ends any other way than by its pieces (failed,
+cancelled, rescued while asked to stop) takes its unfinished pieces and its
+completion job with it: nothing runs for a parent that is gone.
+
+Pieces are known by their key (task and arguments): spawning the same item
+again, in a retried or resumed attempt, adds nothing.
 
 `settle(execute, ended, now)` is driven by the store: `execute(name, params)`
 runs a named query of the backend in the open transaction and returns rows.
@@ -16,9 +24,13 @@ runs a named query of the backend in the open transaction and returns rows.
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
+
+from due.store.records import NewJob
 
 Rows = list[dict[str, Any]]
 Execute = Callable[[str, dict[str, Any]], Rows]
@@ -29,15 +41,25 @@ def settle(execute: Execute, ended: Iterable[dict[str, Any]], now: Any) -> None:
     """Count ended jobs on their parents and settle the parents that are done."""
     counts: dict[int, list[int]] = {}
     finishing: list[tuple[int, str, int]] = []
+    orphaned: list[int] = []
+    cancelled_waiting: list[int] = []
     for row in ended:
         state = row["state"]
-        if row.get("parent_id") is not None and state in FINAL:
-            tally = counts.setdefault(row["parent_id"], [0, 0])
-            tally[0 if state == "succeeded" else 1] += 1
-        if row.get("completes") is not None and state in FINAL:
-            finishing.append((row["completes"], state, row["id"]))
-        if state == "waiting":
-            counts.setdefault(row["id"], [0, 0])  # a parent that just started waiting
+        if state in FINAL:
+            if row.get("parent_id") is not None:
+                tally = counts.setdefault(row["parent_id"], [0, 0])
+                tally[0 if state == "succeeded" else 1] += 1
+            if row.get("completes") is not None:
+                finishing.append((row["completes"], state, row["id"]))
+            if row.get("pieces_total"):
+                orphaned.append(row["id"])
+        elif state == "waiting":
+            if row.get("cancel_requested"):
+                cancelled_waiting.append(row["id"])  # asked to stop as it began to wait
+            else:
+                counts.setdefault(row["id"], [0, 0])  # all its pieces may be done already
+    for parent in cancelled_waiting:
+        finish(execute, parent, "cancelled", "null", "cancelled on request", now)
     for parent in sorted(counts):  # one lock order for every transaction
         succeeded, failed = counts[parent]
         if succeeded or failed:
@@ -51,6 +73,15 @@ def settle(execute: Execute, ended: Iterable[dict[str, Any]], now: Any) -> None:
         result = json.dumps({"completion": completion})
         error = None if state == "succeeded" else f"its completion job {completion} {state}"
         finish(execute, parent, state, result, error, now)
+    for job in orphaned:
+        cancel_pieces(execute, job, now)
+
+
+def concerns_a_parent(row: dict[str, Any]) -> bool:
+    """Whether a job's end must be settled: it is a piece, a completion, or a parent."""
+    return row["state"] == "waiting" or bool(
+        row.get("parent_id") or row.get("completes") or row.get("pieces_total")
+    )
 
 
 def settle_parent(execute: Execute, parent: dict[str, Any], now: Any) -> None:
@@ -61,7 +92,6 @@ def settle_parent(execute: Execute, parent: dict[str, Any], now: Any) -> None:
     if failed and parent["on_piece_failure"] == "fail":
         error = f"{failed} of {total} pieces did not succeed (on_piece_failure='fail')"
         finish(execute, parent["id"], "failed", json.dumps(summary), error, now)
-        execute("cancel_children", {"parent": parent["id"], "now": now})
         return
     if done + failed < total:
         return
@@ -74,6 +104,7 @@ def settle_parent(execute: Execute, parent: dict[str, Any], now: Any) -> None:
                 "queue": spec["queue"],
                 "priority": spec["priority"],
                 "max_attempts": spec["max_attempts"],
+                "stuck_after": spec.get("stuck_after"),
                 "payload": json.dumps({"args": [summary], "kwargs": {}}),
                 "parent": parent["id"],
                 "key": f"due:completes:{parent['id']}",
@@ -87,12 +118,49 @@ def settle_parent(execute: Execute, parent: dict[str, Any], now: Any) -> None:
 def finish(
     execute: Execute, parent: int, state: str, result: str, error: str | None, now: Any
 ) -> None:
+    """End a waiting parent; unless it succeeded, its unfinished pieces end with it.
+    Its end is then counted on its own parent, if it is a piece."""
     params = {"id": parent, "state": state, "result": result, "error": error, "now": now}
-    execute("finish_parent", params)
+    rows = execute("finish_parent", params)
+    if not rows:
+        return  # not waiting any more: someone settled it first
+    if state != "succeeded":
+        cancel_pieces(execute, parent, now)
+    settle(execute, rows, now)
 
 
-def completion_spec(task: str, queue: str, priority: int, max_attempts: int) -> str:
+def cancel_pieces(execute: Execute, parent: int, now: Any) -> None:
+    """Cancel a parent's unfinished pieces and its completion job, all the way down:
+    queued and waiting ones end now, running ones are asked to stop."""
+    nested = [row["id"] for row in execute("waiting_children", {"parent": parent})]
+    execute("cancel_children", {"parent": parent, "now": now})
+    for child in nested:
+        cancel_pieces(execute, child, now)
+
+
+def piece_keys(jobs: Sequence[NewJob]) -> list[str]:
+    """Each piece's key among its siblings: its task and arguments, and which
+    occurrence it is of the same item in this call (the same item given twice
+    is two pieces; given again in a later call, it is the same piece)."""
+    seen: Counter[str] = Counter()
+    keys = []
+    for job in jobs:
+        digest = hashlib.sha256(f"{job.task}\x00{job.payload}".encode()).hexdigest()[:32]
+        seen[digest] += 1
+        keys.append(f"{digest}:{seen[digest]}")
+    return keys
+
+
+def completion_spec(
+    task: str, queue: str, priority: int, max_attempts: int, stuck_after: float | None
+) -> str:
     """How a parent stores its completion task (what settle needs to enqueue it)."""
     return json.dumps(
-        {"task": task, "queue": queue, "priority": priority, "max_attempts": max_attempts}
+        {
+            "task": task,
+            "queue": queue,
+            "priority": priority,
+            "max_attempts": max_attempts,
+            "stuck_after": stuck_after,
+        }
     )

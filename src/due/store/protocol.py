@@ -123,12 +123,12 @@ class Store(Protocol):
         parent: int,
         token: int,
         jobs: Sequence[NewJob],
-        start: int,
         on_complete: str | None,
-        on_piece_failure: str,
+        on_piece_failure: str | None,
     ) -> int | None:
-        """Add pieces (numbered from `start`) under a running parent (fenced);
-        None if the parent's lease is lost, else how many were new."""
+        """Add pieces under a running parent (fenced), each known by its task and
+        arguments (see pieces.piece_keys): None if the parent's lease is lost, else
+        how many were new. None for on_complete or the policy keeps what was set."""
 
     def batch(
         self, name: str, jobs: Sequence[NewJob], on_complete: str | None, on_piece_failure: str

@@ -54,6 +54,8 @@ class ClaimedJob:
     """The last checkpoint saved by an earlier attempt (None: start from the beginning)."""
     parent_id: int | None = None
     completes: int | None = None
+    has_pieces: bool = False
+    """An earlier attempt spawned pieces: this attempt ends by waiting for them."""
 
     @property
     def settles_a_parent(self) -> bool:
@@ -204,12 +206,13 @@ def claimed_job_from_row(row: Mapping[str, Any]) -> ClaimedJob:
         checkpoint=row.get("checkpoint"),
         parent_id=row.get("parent_id"),
         completes=row.get("completes"),
+        has_pieces=bool(row.get("pieces_total")),
     )
 
 
 RETRY_RULE = (
-    "only a failed or cancelled job can be retried, and not a parent of pieces "
-    "(retry its failed pieces instead)"
+    "only a failed or cancelled job can be retried; not a parent of pieces (retry its "
+    "failed pieces while it waits), nor a piece whose parent has settled"
 )
 
 

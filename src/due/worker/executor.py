@@ -95,13 +95,14 @@ class Executor:
             completion = self._failed(task, job, outcome.error)
         elif context is not None and context.completed_in_transaction:
             return Attempt(None, seconds)  # its success is already written
-        elif context is not None and context.pieces_spawned:
+        elif job.has_pieces or (context is not None and context.pieces_spawned):
+            # Its pieces (this attempt's or an earlier one's) decide how it ends.
             completion = Completion(job.id, job.lease_token, JobState.WAITING)
         else:
             completion = self._succeeded(task, job, outcome.value)
         if context is not None:
             completion.progress = context.progress_json()
-        completion.settles = job.settles_a_parent or completion.state == JobState.WAITING
+        completion.settles = self._settles(job, context)
         straggler = outcome.straggler if isinstance(outcome, _TimedOut) else None
         return Attempt(completion, seconds, straggler)
 
@@ -128,8 +129,14 @@ class Executor:
         )
         completion = Completion(job.id, job.lease_token, JobState.CANCELLED, error=record)
         completion.progress = context.progress_json() if context else None
-        completion.settles = job.settles_a_parent
+        completion.settles = self._settles(job, context)
         return completion
+
+    @staticmethod
+    def _settles(job: ClaimedJob, context: Context | None) -> bool:
+        """Whether this job's end concerns a parent or pieces (written with them)."""
+        spawned = context is not None and context.pieces_spawned > 0
+        return job.settles_a_parent or job.has_pieces or spawned
 
     async def _run_sync(
         self, task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]

@@ -166,7 +166,9 @@ class Worker:
             attempt = await self.executor.run(running.job, running.context)
         except asyncio.CancelledError:
             self._handler_ended(running, producer)
-            if running.cancel_requested and not running.lost:
+            if _completed_in_transaction(running):
+                self.forget(running)  # its success is written; the token moved on with it
+            elif running.cancel_requested and not running.lost:
                 running.finished = True
                 self.completer.add(running, self.executor.cancelled(running.job, running.context))
             return  # otherwise the lease was lost or released: write nothing
@@ -265,8 +267,11 @@ class Worker:
             asyncio.get_running_loop().call_later(grace, self._hard_cancel, running)
 
     def _hard_cancel(self, running: RunningJob) -> None:
-        if running.handle is not None and not running.finished and not running.lost:
-            running.handle.cancel()
+        if running.handle is None or running.finished or running.lost:
+            return
+        if _completed_in_transaction(running):
+            return  # it succeeded already; let it return
+        running.handle.cancel()
 
     def forget(self, running: RunningJob) -> None:
         if self.running.get(running.job.id) is running:
@@ -455,3 +460,7 @@ def _event_when_done(future: asyncio.Future[Any]) -> asyncio.Event:
     done = asyncio.Event()
     future.add_done_callback(lambda _: done.set())
     return done
+
+
+def _completed_in_transaction(running: RunningJob) -> bool:
+    return running.context is not None and running.context.completed_in_transaction

@@ -45,7 +45,7 @@ class PostgresBase:
             min_size=1,
             max_size=pool_size,
             kwargs={"autocommit": True},
-            configure=_configure_connection,
+            configure=_configure_pooled_connection,
             timeout=connect_timeout,
             open=False,
             name="due",
@@ -128,13 +128,37 @@ class PostgresBase:
     def listen_connection(self) -> psycopg.Connection[Any]:
         """A dedicated autocommit connection (outside the pool) for LISTEN."""
         with translate_errors(self.url):
-            conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5)
+            conn = self.dedicated_connection(autocommit=True)
             conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
             return conn
+
+    def dedicated_connection(self, *, autocommit: bool) -> psycopg.Connection[Any]:
+        """A connection outside the pool, set up like the pool's."""
+        conn = psycopg.connect(
+            self.url, autocommit=autocommit, connect_timeout=max(1, int(self._connect_timeout))
+        )
+        _configure_connection(conn)
+        if not autocommit:
+            conn.commit()  # the set-up's own transaction; the caller starts theirs
+        return conn
+
+
+IDLE_IN_TRANSACTION_LIMIT = "10s"
+"""due's own transactions last milliseconds. One left open longer belongs to a
+process that was paused (SIGSTOP, a frozen VM) in the middle of it, and holds
+row locks that would stall every other worker (rescue, acknowledgements,
+failover) until it wakes up: the server ends such a session instead, rolling
+its transaction back. Not set on the connection of `ctx.transaction()`, where
+the handler's own code runs between statements."""
 
 
 def _configure_connection(conn: psycopg.Connection[Any]) -> None:
     conn.execute("SET TIME ZONE 'UTC'")
+
+
+def _configure_pooled_connection(conn: psycopg.Connection[Any]) -> None:
+    _configure_connection(conn)
+    conn.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_LIMIT}'")
 
 
 def utc(value: datetime) -> datetime:
@@ -169,6 +193,11 @@ def translate_errors(url: str) -> Iterator[None]:
     except psycopg_pool.PoolTimeout as error:
         raise StoreUnavailableError(
             f"could not get a connection to {redact(url)} in time: {error}"
+        ) from error
+    except psycopg.errors.TransactionRollback as error:  # a deadlock, a serialization failure
+        raise StoreUnavailableError(
+            f"{redact(url)}: a concurrent transaction conflicted and this one was rolled "
+            f"back; nothing was written, try again: {error}"
         ) from error
     except psycopg.OperationalError as error:
         raise StoreUnavailableError(f"{redact(url)} is unreachable: {error}") from error

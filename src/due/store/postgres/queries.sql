@@ -112,7 +112,7 @@ WHERE j.id = ANY(ARRAY(
 ))
 RETURNING j.id, j.task, j.queue, j.priority, j.payload, j.attempt, j.max_attempts,
           j.lease_token, j.lease_expires_at, j.run_at, j.created_at, j.scheduled_for,
-          j.checkpoint, j.parent_id, j.completes
+          j.checkpoint, j.parent_id, j.completes, j.pieces_total
 
 -- name: heartbeat
 -- Fencing: a job's lease_token changes whenever an attempt starts (claim) or
@@ -122,20 +122,29 @@ RETURNING j.id, j.task, j.queue, j.priority, j.payload, j.attempt, j.max_attempt
 -- Batch statements (heartbeat, complete, rescue, release) first lock their
 -- rows in id order, whatever plan the join below gets: two batches about the
 -- same jobs (a heartbeat and an acknowledgement) can then never deadlock.
+-- The heartbeat skips rows locked by someone else (a handler's own open
+-- transaction holding its job's row): those are neither renewed nor lost this
+-- time, and every other lease of the worker is renewed without waiting.
 WITH locked AS MATERIALIZED (  -- row locks taken in id order: batches never deadlock
-    SELECT id FROM due_jobs WHERE id = ANY(%(ids)b::bigint[]) ORDER BY id FOR NO KEY UPDATE
+    SELECT id FROM due_jobs WHERE id = ANY(%(ids)b::bigint[])
+    ORDER BY id FOR NO KEY UPDATE SKIP LOCKED
+),
+renewed AS (
+    -- Progress rides along (NULL: unchanged); the reply carries cancel requests.
+    UPDATE due_jobs AS j
+    SET lease_expires_at = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => h.lease),
+        progress = coalesce(h.progress::jsonb, j.progress),
+        progress_at = CASE WHEN h.progress IS NOT NULL
+                                AND h.progress::jsonb IS DISTINCT FROM j.progress
+                           THEN coalesce(%(now)s::timestamptz, now()) ELSE j.progress_at END
+    FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[], %(leases)b::float8[],
+                %(progresses)b::text[]) AS h(id, token, lease, progress)
+    WHERE j.id IN (SELECT id FROM locked)
+      AND j.id = h.id AND j.lease_token = h.token
+    RETURNING j.id, j.cancel_requested
 )
--- Progress rides along (NULL: unchanged); the reply carries cancel requests.
-UPDATE due_jobs AS j
-SET lease_expires_at = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => h.lease),
-    progress = coalesce(h.progress::jsonb, j.progress),
-    progress_at = CASE WHEN h.progress IS NOT NULL AND h.progress::jsonb IS DISTINCT FROM j.progress
-                       THEN coalesce(%(now)s::timestamptz, now()) ELSE j.progress_at END
-FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[], %(leases)b::float8[],
-            %(progresses)b::text[]) AS h(id, token, lease, progress)
-WHERE j.id IN (SELECT id FROM locked)
-  AND j.id = h.id AND j.lease_token = h.token
-RETURNING j.id, j.cancel_requested
+SELECT l.id, r.id IS NOT NULL AS renewed, coalesce(r.cancel_requested, false) AS cancel_requested
+FROM locked l LEFT JOIN renewed r ON r.id = l.id
 
 -- name: complete_jobs
 -- One statement for a batch of attempt endings; each row is fenced by its
@@ -166,7 +175,7 @@ FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[], %(states)b::text[], %(resul
      AS c(id, token, state, result, error, retry_in, progress)
 WHERE j.id IN (SELECT id FROM locked)
   AND j.id = c.id AND j.lease_token = c.token
-RETURNING j.id, j.state, j.parent_id, j.completes,
+RETURNING j.id, j.state, j.parent_id, j.completes, j.pieces_total, j.cancel_requested,
           CASE WHEN j.state = 'queued' THEN  -- wake workers for the job due again
               pg_notify('due_jobs', j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text
           END AS notified
@@ -174,7 +183,7 @@ RETURNING j.id, j.state, j.parent_id, j.completes,
 -- name: select_expired
 -- Running jobs whose worker stopped renewing the lease. The task is never
 -- consulted, so a process that does not know the task rescues it too.
-SELECT id, attempt, max_attempts, lost_leases, worker
+SELECT id, attempt, max_attempts, lost_leases, worker, parent_id, completes
 FROM due_jobs
 WHERE state = 'running' AND lease_expires_at < coalesce(%(now)s::timestamptz, now())
 ORDER BY id
@@ -203,7 +212,7 @@ SET state = CASE WHEN j.cancel_requested THEN 'cancelled'
 FROM unnest(%(ids)b::bigint[], %(gives_up)b::boolean[], %(errors)b::text[])
      AS r(id, gives_up, error)
 WHERE j.id IN (SELECT id FROM locked) AND j.id = r.id AND j.state = 'running'
-RETURNING j.id, j.state, j.parent_id, j.completes,
+RETURNING j.id, j.state, j.parent_id, j.completes, j.pieces_total,
           CASE WHEN j.state = 'queued' THEN  -- wake workers for the job due again
               pg_notify('due_jobs', j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text
           END AS notified
@@ -241,6 +250,24 @@ SET state = 'cancelled',
 WHERE id = %(id)s AND state = 'queued'
 RETURNING *
 
+-- name: lock_parents
+-- The parents of these jobs, locked before the jobs themselves by every
+-- transaction that settles: one lock order (parent, then pieces), so a
+-- piece's end and its parent's failure or cancellation never deadlock.
+SELECT id FROM due_jobs
+WHERE id IN (SELECT coalesce(parent_id, completes) FROM due_jobs
+             WHERE id = ANY(%(ids)b::bigint[]))
+ORDER BY id
+FOR NO KEY UPDATE
+
+-- name: uncount_piece
+-- A piece retried by hand no longer counts as ended on its parent.
+UPDATE due_jobs
+SET pieces_failed = pieces_failed - 1,
+    progress = jsonb_build_object('done', pieces_done + pieces_failed - 1, 'total', pieces_total)
+WHERE id = %(parent)s AND pieces_failed > 0
+RETURNING id
+
 -- name: retry_job
 UPDATE due_jobs
 SET state = 'queued',
@@ -251,13 +278,19 @@ SET state = 'queued',
     finished_at = NULL,
     lease_expires_at = NULL
 WHERE id = %(id)s AND state IN ('failed', 'cancelled') AND pieces_total = 0
+  AND (parent_id IS NULL OR EXISTS (
+      -- A piece, while its parent still counts its pieces (not settled).
+      SELECT 1 FROM due_jobs p
+      WHERE p.id = due_jobs.parent_id
+        AND (p.state = 'running'
+             OR (p.state = 'waiting' AND p.pieces_done + p.pieces_failed < p.pieces_total))))
 RETURNING *, pg_notify('due_jobs', queue || ' ' || extract(epoch FROM run_at)::text)::text
     AS notified
 
 -- name: due_queues
 SELECT DISTINCT queue
 FROM due_jobs
-WHERE state = 'queued' AND run_at <= coalesce(%(now)s::timestamptz, now())
+WHERE state = 'queued' AND NOT held AND run_at <= coalesce(%(now)s::timestamptz, now())
 ORDER BY queue
 
 -- name: release_jobs
@@ -266,19 +299,22 @@ ORDER BY queue
 WITH locked AS MATERIALIZED (  -- row locks taken in id order: batches never deadlock
     SELECT id FROM due_jobs WHERE id = ANY(%(ids)b::bigint[]) ORDER BY id FOR NO KEY UPDATE
 )
+-- A job asked to stop is not handed back: it ends cancelled.
 UPDATE due_jobs AS j
-SET state = 'queued',
+SET state = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'queued' END,
     lease_token = j.lease_token + 1,
     run_at = coalesce(%(now)s::timestamptz, now()),
     attempt = j.attempt - 1,
     lease_expires_at = NULL,
+    finished_at = CASE WHEN j.cancel_requested THEN coalesce(%(now)s::timestamptz, now()) END,
+    dedupe_key = CASE WHEN j.cancel_requested THEN NULL ELSE j.dedupe_key END,
     errors = j.errors || jsonb_build_array(jsonb_build_object(
         'attempt', j.attempt, 'kind', 'released', 'error', %(reason)s::text, 'traceback', NULL,
         'at', coalesce(%(now)s::timestamptz, now())))
 FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[]) AS r(id, token)
 WHERE j.id IN (SELECT id FROM locked)
   AND j.id = r.id AND j.lease_token = r.token
-RETURNING j.id, j.state,
+RETURNING j.id, j.state, j.parent_id, j.completes, j.pieces_total,
           CASE WHEN j.state = 'queued' THEN  -- wake workers for the job due again
               pg_notify('due_jobs', j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text
           END AS notified
@@ -320,11 +356,11 @@ SET state = 'failed',
         'error', 'unknown task ' || task || ': no worker of queue ' || queue
             || ' knew it within ' || %(grace_text)s::text || ' of its due time',
         'traceback', NULL, 'at', coalesce(%(now)s::timestamptz, now())))
-WHERE state = 'queued'
+WHERE state = 'queued' AND NOT held
   AND queue = ANY(%(queues)b::text[])
   AND NOT (task = ANY(%(tasks)b::text[]))
   AND run_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(grace)s)
-RETURNING id, task, queue
+RETURNING id, task, queue, state, parent_id, completes, pieces_total
 
 -- name: register_worker
 INSERT INTO due_workers (id, host, pid, queues, started_at, last_seen_at, state)
@@ -524,6 +560,12 @@ UPDATE due_leases
 SET expires_at = coalesce(%(now)s::timestamptz, now()) - interval '1 microsecond'
 WHERE name = %(name)s AND holder = %(holder)s AND token = %(token)s
 
+-- name: bound_leader_transaction
+-- A leader's transaction holds the lease row (FOR SHARE, below) until it ends:
+-- if the leader is paused inside it, the server ends it within 2 s, so the
+-- lease can still be taken over once it expires.
+SET LOCAL idle_in_transaction_session_timeout = '2s'
+
 -- name: lease_is_held
 -- Inside a leader's transaction: its writes count only while it holds the lease.
 SELECT 1 AS held FROM due_leases
@@ -580,17 +622,20 @@ SET state = 'succeeded', lease_token = lease_token + 1, result = 'null'::jsonb,
     lost_leases = 0,
     progress = coalesce(%(progress)s::jsonb, progress),
     dedupe_key = CASE WHEN coalesce(unique_for, 0) <= 0 THEN NULL ELSE dedupe_key END
-WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running'
-RETURNING id, parent_id, completes
+WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running' AND pieces_total = 0
+RETURNING id, state, parent_id, completes
 
 -- name: add_pieces
--- A running parent announces pieces (fenced by its token); a retried attempt
--- that spawns the same pieces again adds nothing.
+-- A running parent announces pieces (fenced by its token). A later call keeps
+-- what an earlier one said unless it says otherwise.
 UPDATE due_jobs
-SET pieces_total = greatest(pieces_total, %(total)s),
-    on_complete = %(on_complete)s, on_piece_failure = %(on_piece_failure)s
+SET on_complete = coalesce(%(on_complete)s, on_complete),
+    on_piece_failure = coalesce(%(on_piece_failure)s, on_piece_failure)
 WHERE id = %(parent)s AND lease_token = %(token)s AND state = 'running'
 RETURNING held
+
+-- name: count_new_pieces
+UPDATE due_jobs SET pieces_total = pieces_total + %(added)s WHERE id = %(parent)s
 
 -- name: insert_batch_parent
 -- app.batch(): a parent that never runs itself: it waits for its pieces.
@@ -603,15 +648,16 @@ VALUES (%(task)s, %(queue)s, 0, 'waiting', '{"args": [], "kwargs": {}}'::jsonb,
 RETURNING id
 
 -- name: insert_pieces
+-- A piece already spawned (same key) is not added again.
 INSERT INTO due_jobs (task, queue, priority, payload, run_at, max_attempts, stuck_after,
-                      parent_id, piece_index, held, created_at)
+                      parent_id, piece_key, held, created_at)
 SELECT p.task, p.queue, p.priority, p.payload::jsonb, coalesce(%(now)s::timestamptz, now()),
-       p.max_attempts, p.stuck_after, %(parent)s, p.piece_index, %(held)s,
+       p.max_attempts, p.stuck_after, %(parent)s, p.piece_key, %(held)s,
        coalesce(%(now)s::timestamptz, now())
 FROM unnest(%(tasks)b::text[], %(queues)b::text[], %(priorities)b::int[], %(payloads)b::text[],
-            %(max_attempts)b::int[], %(stuck_afters)b::float8[], %(indexes)b::int[])
-     AS p(task, queue, priority, payload, max_attempts, stuck_after, piece_index)
-ON CONFLICT (parent_id, piece_index) WHERE parent_id IS NOT NULL DO NOTHING
+            %(max_attempts)b::int[], %(stuck_afters)b::float8[], %(keys)b::text[])
+     AS p(task, queue, priority, payload, max_attempts, stuck_after, piece_key)
+ON CONFLICT (parent_id, piece_key) WHERE parent_id IS NOT NULL DO NOTHING
 RETURNING id, queue, pg_notify('due_jobs', queue || ' 0')::text AS notified
 
 -- name: count_piece_endings
@@ -641,33 +687,42 @@ SET state = %(state)s, lease_token = lease_token + 1,
     last_error = coalesce(%(error)s, last_error),
     dedupe_key = NULL
 WHERE id = %(id)s AND state = 'waiting'
-RETURNING id
+RETURNING id, state, parent_id, completes
 
 -- name: insert_completion_job
 -- Once per parent, whatever races: the key is the parent's.
-INSERT INTO due_jobs (task, queue, priority, payload, run_at, max_attempts, completes, key,
-                      dedupe_key, created_at)
+INSERT INTO due_jobs (task, queue, priority, payload, run_at, max_attempts, stuck_after,
+                      completes, key, dedupe_key, created_at)
 VALUES (%(task)s, %(queue)s, %(priority)s, %(payload)s::jsonb,
-        coalesce(%(now)s::timestamptz, now()), %(max_attempts)s, %(parent)s, %(key)s, %(key)s,
-        coalesce(%(now)s::timestamptz, now()))
+        coalesce(%(now)s::timestamptz, now()), %(max_attempts)s, %(stuck_after)s::float8,
+        %(parent)s, %(key)s, %(key)s, coalesce(%(now)s::timestamptz, now()))
 ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id, pg_notify('due_jobs', queue || ' 0')::text AS notified
 
+-- name: waiting_children
+-- Pieces that are parents themselves, waiting: cancelled with their own pieces.
+SELECT id FROM due_jobs
+WHERE (parent_id = %(parent)s OR completes = %(parent)s) AND state = 'waiting'
+ORDER BY id
+
 -- name: cancel_children
--- A parent that ends early takes its unfinished pieces with it.
+-- A parent that ends early takes its unfinished pieces (and its completion
+-- job) with it: queued and waiting ones end now, running ones are asked.
 UPDATE due_jobs
 SET state = CASE WHEN state IN ('queued', 'waiting') THEN 'cancelled' ELSE state END,
     finished_at = CASE WHEN state IN ('queued', 'waiting')
                        THEN coalesce(%(now)s::timestamptz, now()) ELSE finished_at END,
     cancel_requested = true,
     dedupe_key = CASE WHEN state IN ('queued', 'waiting') THEN NULL ELSE dedupe_key END
-WHERE parent_id = %(parent)s AND state IN ('queued', 'running', 'waiting')
+WHERE (parent_id = %(parent)s OR completes = %(parent)s)
+  AND state IN ('queued', 'running', 'waiting')
 RETURNING id, state, pg_notify('due_jobs', '!cancel ' || id)::text AS notified
 
 -- name: hold_group
--- Pause (held) or resume a group: the parent and its queued pieces.
+-- Pause (held) or resume a group: the parent and all its pieces (so a piece
+-- retried while the group is paused stays held).
 UPDATE due_jobs SET held = %(held)s
-WHERE id = %(parent)s OR (parent_id = %(parent)s AND state = 'queued')
+WHERE id = %(parent)s OR parent_id = %(parent)s
 RETURNING id, queue, pg_notify('due_jobs', queue || ' 0')::text AS notified
 
 -- name: set_queue_paused

@@ -209,6 +209,7 @@ class PostgresSchedules(PostgresBase):
 
 
 def _holds(cur: psycopg.Cursor[dict[str, Any]], fence: LeaseFence, now: datetime) -> bool:
+    cur.execute(QUERIES["bound_leader_transaction"])
     cur.execute(QUERIES["lease_is_held"], _lease(fence.name, fence.holder, fence.token, 0, now))
     return cur.fetchone() is not None
 

@@ -162,8 +162,9 @@ class PostgresStore(PostgresWork, PostgresSchedules, PostgresWorkers):
                 "now": self._now(),
             },
         )
-        extended = frozenset(row["id"] for row in rows)
-        lost = frozenset(lease.job_id for lease in leases) - extended
+        # A row another transaction holds was skipped: neither renewed nor lost.
+        extended = frozenset(row["id"] for row in rows if row["renewed"])
+        lost = frozenset(row["id"] for row in rows if not row["renewed"])
         cancel = frozenset(row["id"] for row in rows if row["cancel_requested"])
         return HeartbeatReply(extended, lost, cancel)
 
@@ -175,6 +176,8 @@ class PostgresStore(PostgresWork, PostgresSchedules, PostgresWorkers):
             rows = self._all("complete_jobs", self._completion_params(completions))
             return {row["id"] for row in rows}
         with self._cursor(transaction=True) as cur:
+            settling = [c.job_id for c in completions if c.settles]
+            cur.execute(QUERIES["lock_parents"], {"ids": settling})
             cur.execute(QUERIES["complete_jobs"], self._completion_params(completions))
             rows = cur.fetchall()
             self._settle(cur, rows)
@@ -182,7 +185,7 @@ class PostgresStore(PostgresWork, PostgresSchedules, PostgresWorkers):
 
     def _settle(self, cur: psycopg.Cursor[dict[str, Any]], ended: list[dict[str, Any]]) -> None:
         """Count pieces that ended on their parents, in the caller's transaction."""
-        if any(r.get("parent_id") or r.get("completes") or r["state"] == "waiting" for r in ended):
+        if any(pieces.concerns_a_parent(row) for row in ended):
             pieces.settle(_executor(cur), ended, self._fetch_now(cur))
 
     def _completion_params(self, completions: Sequence[Completion]) -> dict[str, Any]:
@@ -234,6 +237,11 @@ class PostgresStore(PostgresWork, PostgresSchedules, PostgresWorkers):
             if not expired:
                 return RescueResult()
             at = now or self._fetch_now(cur)
+            pieces_or_completions = [
+                row["id"] for row in expired if row["parent_id"] or row["completes"]
+            ]
+            if pieces_or_completions:
+                cur.execute(QUERIES["lock_parents"], {"ids": pieces_or_completions})
             verdicts = [
                 judge_lost_lease(
                     attempt=row["attempt"],
@@ -275,7 +283,12 @@ class PostgresStore(PostgresWork, PostgresSchedules, PostgresWorkers):
             "reason": reason,
             "now": self._now(),
         }
-        return {row["id"] for row in self._all("release_jobs", params)}
+        with self._cursor(transaction=True) as cur:
+            cur.execute(QUERIES["lock_parents"], {"ids": params["ids"]})
+            cur.execute(QUERIES["release_jobs"], params)
+            rows = cur.fetchall()
+            self._settle(cur, [row for row in rows if row["state"] != "queued"])  # cancelled
+        return {row["id"] for row in rows}
 
     def next_due(self, queue: str, tasks: Sequence[str]) -> datetime | None:
         rows = self._all("next_due", {"queue": queue, "tasks": list(tasks)})
@@ -285,16 +298,17 @@ class PostgresStore(PostgresWork, PostgresSchedules, PostgresWorkers):
     def fail_unknown_tasks(
         self, queues: Sequence[str], tasks: Sequence[str], grace_seconds: float
     ) -> list[int]:
-        rows = self._all(
-            "fail_unknown_tasks",
-            {
-                "queues": list(queues),
-                "tasks": list(tasks),
-                "grace": float(grace_seconds),
-                "grace_text": describe_seconds(grace_seconds),
-                "now": self._now(),
-            },
-        )
+        params = {
+            "queues": list(queues),
+            "tasks": list(tasks),
+            "grace": float(grace_seconds),
+            "grace_text": describe_seconds(grace_seconds),
+            "now": self._now(),
+        }
+        with self._cursor(transaction=True) as cur:
+            cur.execute(QUERIES["fail_unknown_tasks"], params)
+            rows = cur.fetchall()
+            self._settle(cur, rows)  # a piece failed here still counts on its parent
         return [row["id"] for row in rows]
 
     # --- inspection and control ---------------------------------------------------
@@ -335,16 +349,20 @@ class PostgresStore(PostgresWork, PostgresSchedules, PostgresWorkers):
                     cur.execute(QUERIES["parent_counts"], {"parent": job_id})
                     parent = cur.fetchone()
                     if parent is not None and parent["state"] == "waiting":
-                        run = _executor(cur)
-                        pieces.finish(run, job_id, "cancelled", "null", None, now)
-                        run("cancel_children", {"parent": job_id, "now": now})
+                        error = "cancelled on request"
+                        pieces.finish(_executor(cur), job_id, "cancelled", "null", error, now)
         job = self.get(job_id)
         if job.state in (JobState.CANCELLED, JobState.RUNNING) or job.cancel_requested:
             return job
         raise refusal(job, "cancel", "a job that has ended cannot be cancelled")
 
     def retry(self, job_id: int) -> Job:
-        rows = self._all("retry_job", {"id": job_id, "now": self._now()})
+        with self._cursor(transaction=True) as cur:
+            cur.execute(QUERIES["retry_job"], {"id": job_id, "now": self._now()})
+            rows = cur.fetchall()
+            if rows and rows[0]["parent_id"] is not None:
+                # A retried piece is no longer an ended one on its parent.
+                cur.execute(QUERIES["uncount_piece"], {"parent": rows[0]["parent_id"]})
         if rows:
             return job_from_row(normalise(rows[0]))
         raise refusal(self.get(job_id), "retry", RETRY_RULE)

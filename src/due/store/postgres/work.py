@@ -57,14 +57,12 @@ class PostgresWork(PostgresBase):
         parent: int,
         token: int,
         jobs: Sequence[NewJob],
-        start: int,
         on_complete: str | None,
-        on_piece_failure: str,
+        on_piece_failure: str | None,
     ) -> int | None:
         params = {
             "parent": parent,
             "token": token,
-            "total": start + len(jobs),
             "on_complete": on_complete,
             "on_piece_failure": on_piece_failure,
         }
@@ -73,7 +71,9 @@ class PostgresWork(PostgresBase):
             row = cur.fetchone()
             if row is None:
                 return None  # the parent's lease is lost: add nothing
-            return _insert_pieces(cur, parent, jobs, start, row["held"], self._fetch_now(cur))
+            added = _insert_pieces(cur, parent, jobs, row["held"], self._fetch_now(cur))
+            cur.execute(QUERIES["count_new_pieces"], {"parent": parent, "added": added})
+            return added
 
     def batch(
         self, name: str, jobs: Sequence[NewJob], on_complete: str | None, on_piece_failure: str
@@ -94,14 +94,20 @@ class PostgresWork(PostgresBase):
             )
             parent = cur.fetchone()
             assert parent is not None
-            _insert_pieces(cur, parent["id"], jobs, 0, False, now)
+            _insert_pieces(cur, parent["id"], jobs, False, now)
             if not jobs:
                 pieces.settle(_execute(cur), [{"id": parent["id"], "state": "waiting"}], now)
             return int(parent["id"])
 
     @contextlib.contextmanager
     def job_transaction(self, job_id: int, token: int, progress: str | None) -> Iterator[Any]:
-        with translate_errors(self.url), self._pool.connection() as conn, conn.transaction():
+        # A connection of its own, not the pool's: a handler may hold it for a
+        # while, and the pool must stay free for the worker's heartbeats.
+        with (
+            translate_errors(self.url),
+            self.dedicated_connection(autocommit=False) as conn,
+            conn.transaction(),
+        ):
             yield conn
             with conn.cursor(row_factory=dict_row) as cur:
                 now = self._fetch_now(cur)
@@ -132,12 +138,7 @@ class PostgresWork(PostgresBase):
 
 
 def _insert_pieces(
-    cur: psycopg.Cursor[dict[str, Any]],
-    parent: int,
-    jobs: Sequence[NewJob],
-    start: int,
-    held: bool,
-    now: Any,
+    cur: psycopg.Cursor[dict[str, Any]], parent: int, jobs: Sequence[NewJob], held: bool, now: Any
 ) -> int:
     if not jobs:
         return 0
@@ -153,7 +154,7 @@ def _insert_pieces(
             "payloads": [job.payload for job in jobs],
             "max_attempts": [job.max_attempts for job in jobs],
             "stuck_afters": [job.stuck_after for job in jobs],
-            "indexes": list(range(start, start + len(jobs))),
+            "keys": pieces.piece_keys(jobs),
         },
     )
     return len(cur.fetchall())

@@ -81,7 +81,7 @@ WHERE id IN (
 )
 RETURNING id, task, queue, priority, payload, attempt, max_attempts,
           lease_token, lease_expires_at, run_at, created_at, scheduled_for, checkpoint, parent_id,
-          completes
+          completes, pieces_total
 
 -- name: heartbeat
 -- Progress rides along (NULL: unchanged); the reply carries cancel requests.
@@ -111,7 +111,7 @@ SET state = :state,
                         OR (:state = 'succeeded' AND coalesce(unique_for, 0) <= 0)
                       THEN NULL ELSE dedupe_key END
 WHERE id = :id AND lease_token = :token AND state = 'running'
-RETURNING id, state, queue, run_at, parent_id, completes
+RETURNING id, state, queue, run_at, parent_id, completes, pieces_total, cancel_requested
 
 -- name: select_expired
 -- Running jobs whose worker stopped renewing the lease. The task is never
@@ -137,7 +137,7 @@ SET state = CASE WHEN cancel_requested THEN 'cancelled'
     errors = json_insert(errors, '$[#]', json(:error)),
     dedupe_key = CASE WHEN :gives_up OR cancel_requested THEN NULL ELSE dedupe_key END
 WHERE id = :id AND state = 'running'
-RETURNING id, state, queue, run_at, parent_id, completes
+RETURNING id, state, queue, run_at, parent_id, completes, pieces_total
 
 -- name: get_job
 -- `stuck`: running, and its progress has not moved for its task's stuck_after.
@@ -167,6 +167,14 @@ SET state = 'cancelled', finished_at = :now, dedupe_key = NULL
 WHERE id = :id AND state = 'queued'
 RETURNING *
 
+-- name: uncount_piece
+-- A piece retried by hand no longer counts as ended on its parent.
+UPDATE due_jobs
+SET pieces_failed = pieces_failed - 1,
+    progress = json_object('done', pieces_done + pieces_failed - 1, 'total', pieces_total)
+WHERE id = :parent AND pieces_failed > 0
+RETURNING id
+
 -- name: retry_job
 UPDATE due_jobs
 SET state = 'queued',
@@ -177,28 +185,37 @@ SET state = 'queued',
     finished_at = NULL,
     lease_expires_at = NULL
 WHERE id = :id AND state IN ('failed', 'cancelled') AND pieces_total = 0
+  AND (parent_id IS NULL OR EXISTS (
+      -- A piece, while its parent still counts its pieces (not settled).
+      SELECT 1 FROM due_jobs p
+      WHERE p.id = due_jobs.parent_id
+        AND (p.state = 'running'
+             OR (p.state = 'waiting' AND p.pieces_done + p.pieces_failed < p.pieces_total))))
 RETURNING *
 
 -- name: due_queues
 SELECT DISTINCT queue
 FROM due_jobs
-WHERE state = 'queued' AND run_at <= :now
+WHERE state = 'queued' AND NOT held AND run_at <= :now
 ORDER BY queue
 
 -- name: release_jobs
 -- A stopping worker hands back a job it will not finish: due again at once,
 -- and the interrupted attempt is not counted against the job.
+-- A job asked to stop is not handed back: it ends cancelled.
 UPDATE due_jobs
-SET state = 'queued',
+SET state = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'queued' END,
     lease_token = lease_token + 1,
     run_at = :now,
     attempt = attempt - 1,
     lease_expires_at = NULL,
+    finished_at = CASE WHEN cancel_requested THEN :now END,
+    dedupe_key = CASE WHEN cancel_requested THEN NULL ELSE dedupe_key END,
     errors = json_insert(errors, '$[#]', json_object(
         'attempt', attempt, 'kind', 'released', 'error', :reason, 'traceback', NULL,
         'at', :now_iso))
 WHERE id = :id AND lease_token = :token AND state = 'running'
-RETURNING id, state, queue, run_at
+RETURNING id, state, queue, run_at, parent_id, completes, pieces_total
 
 -- name: next_due
 -- When the next job of these tasks in this queue is due (the worker sleeps
@@ -238,11 +255,11 @@ SET state = 'failed',
         'error', 'unknown task ' || task || ': no worker of queue ' || queue
             || ' knew it within ' || :grace_text || ' of its due time',
         'traceback', NULL, 'at', :now_iso))
-WHERE state = 'queued'
+WHERE state = 'queued' AND NOT held
   AND queue IN (SELECT value FROM json_each(:queues))
   AND task NOT IN (SELECT value FROM json_each(:tasks))
   AND run_at < :now - :grace
-RETURNING id, task, queue
+RETURNING id, task, queue, state, parent_id, completes, pieces_total
 
 -- name: register_worker
 INSERT INTO due_workers (id, host, pid, queues, started_at, last_seen_at, state)
@@ -470,17 +487,20 @@ UPDATE due_jobs
 SET state = 'succeeded', lease_token = lease_token + 1, result = 'null', finished_at = :now,
     lease_expires_at = NULL, lost_leases = 0, progress = coalesce(:progress, progress),
     dedupe_key = CASE WHEN coalesce(unique_for, 0) <= 0 THEN NULL ELSE dedupe_key END
-WHERE id = :id AND lease_token = :token AND state = 'running'
-RETURNING id, parent_id, completes
+WHERE id = :id AND lease_token = :token AND state = 'running' AND pieces_total = 0
+RETURNING id, state, parent_id, completes
 
 -- name: add_pieces
--- A running parent announces pieces (fenced by its token); a retried attempt
--- that spawns the same pieces again adds nothing.
+-- A running parent announces pieces (fenced by its token). A later call keeps
+-- what an earlier one said unless it says otherwise.
 UPDATE due_jobs
-SET pieces_total = max(pieces_total, :total),
-    on_complete = :on_complete, on_piece_failure = :on_piece_failure
+SET on_complete = coalesce(:on_complete, on_complete),
+    on_piece_failure = coalesce(:on_piece_failure, on_piece_failure)
 WHERE id = :parent AND lease_token = :token AND state = 'running'
 RETURNING held
+
+-- name: count_new_pieces
+UPDATE due_jobs SET pieces_total = pieces_total + :added WHERE id = :parent
 
 -- name: insert_batch_parent
 -- app.batch(): a parent that never runs itself: it waits for its pieces.
@@ -491,12 +511,13 @@ VALUES (:task, :queue, 0, 'waiting', '{"args":[],"kwargs":{}}', :now, 1, :total,
 RETURNING id
 
 -- name: insert_pieces
--- One row per call (executemany).
+-- One row per call (executemany); a piece already spawned (same key) is not
+-- added again.
 INSERT INTO due_jobs (task, queue, priority, payload, run_at, max_attempts, stuck_after,
-                      parent_id, piece_index, held, created_at)
+                      parent_id, piece_key, held, created_at)
 VALUES (:task, :queue, :priority, :payload, :now, :max_attempts, :stuck_after, :parent,
-        :piece_index, :held, :now)
-ON CONFLICT (parent_id, piece_index) WHERE parent_id IS NOT NULL DO NOTHING
+        :piece_key, :held, :now)
+ON CONFLICT (parent_id, piece_key) WHERE parent_id IS NOT NULL DO NOTHING
 
 -- name: count_piece_endings
 -- Pieces that ended, counted on their parent (writers are serialised anyway).
@@ -520,30 +541,40 @@ UPDATE due_jobs
 SET state = :state, lease_token = lease_token + 1, finished_at = :now, lease_expires_at = NULL,
     result = :result, last_error = coalesce(:error, last_error), dedupe_key = NULL
 WHERE id = :id AND state = 'waiting'
-RETURNING id
+RETURNING id, state, parent_id, completes
 
 -- name: insert_completion_job
 -- Once per parent, whatever races: the key is the parent's.
-INSERT INTO due_jobs (task, queue, priority, payload, run_at, max_attempts, completes, key,
-                      dedupe_key, created_at)
-VALUES (:task, :queue, :priority, :payload, :now, :max_attempts, :parent, :key, :key, :now)
+INSERT INTO due_jobs (task, queue, priority, payload, run_at, max_attempts, stuck_after,
+                      completes, key, dedupe_key, created_at)
+VALUES (:task, :queue, :priority, :payload, :now, :max_attempts, :stuck_after, :parent, :key,
+        :key, :now)
 ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id
 
+-- name: waiting_children
+-- Pieces that are parents themselves, waiting: cancelled with their own pieces.
+SELECT id FROM due_jobs
+WHERE (parent_id = :parent OR completes = :parent) AND state = 'waiting'
+ORDER BY id
+
 -- name: cancel_children
--- A parent that ends early takes its unfinished pieces with it.
+-- A parent that ends early takes its unfinished pieces (and its completion
+-- job) with it: queued and waiting ones end now, running ones are asked.
 UPDATE due_jobs
 SET state = CASE WHEN state IN ('queued', 'waiting') THEN 'cancelled' ELSE state END,
     finished_at = CASE WHEN state IN ('queued', 'waiting') THEN :now ELSE finished_at END,
     cancel_requested = 1,
     dedupe_key = CASE WHEN state IN ('queued', 'waiting') THEN NULL ELSE dedupe_key END
-WHERE parent_id = :parent AND state IN ('queued', 'running', 'waiting')
+WHERE (parent_id = :parent OR completes = :parent)
+  AND state IN ('queued', 'running', 'waiting')
 RETURNING id, state
 
 -- name: hold_group
--- Pause (held) or resume a group: the parent and its queued pieces.
+-- Pause (held) or resume a group: the parent and all its pieces (so a piece
+-- retried while the group is paused stays held).
 UPDATE due_jobs SET held = :held
-WHERE id = :parent OR (parent_id = :parent AND state = 'queued')
+WHERE id = :parent OR parent_id = :parent
 RETURNING id, queue
 
 -- name: set_queue_paused

@@ -272,8 +272,11 @@ class SQLiteStore(SQLiteWork, SQLiteSchedules, SQLiteWorkers):
                     "now": now,
                     "now_iso": to_datetime(now).isoformat(),
                 }
-                if conn.execute(QUERIES["release_jobs"], params).fetchone():
+                row = conn.execute(QUERIES["release_jobs"], params).fetchone()
+                if row:
                     released.add(lease.job_id)
+                    if row["state"] != "queued":  # asked to stop: cancelled, not handed back
+                        _settle(conn, [dict(row)], now)
         return released
 
     def next_due(self, queue: str, tasks: Sequence[str]) -> datetime | None:
@@ -294,7 +297,8 @@ class SQLiteStore(SQLiteWork, SQLiteSchedules, SQLiteWorkers):
             "now_iso": to_datetime(now).isoformat(),
         }
         with self._write() as conn:
-            rows = conn.execute(QUERIES["fail_unknown_tasks"], params).fetchall()
+            rows = [dict(row) for row in conn.execute(QUERIES["fail_unknown_tasks"], params)]
+            _settle(conn, rows, now)  # a piece failed here still counts on its parent
         return [row["id"] for row in rows]
 
     # --- inspection and control ---------------------------------------------------
@@ -333,9 +337,8 @@ class SQLiteStore(SQLiteWork, SQLiteSchedules, SQLiteWorkers):
             elif not conn.execute(QUERIES["request_cancel"], {"id": job_id}).fetchall():
                 parent = conn.execute(QUERIES["parent_counts"], {"parent": job_id}).fetchone()
                 if parent is not None and parent["state"] == "waiting":
-                    run = _executor(conn)
-                    pieces.finish(run, job_id, "cancelled", "null", None, now)
-                    run("cancel_children", {"parent": job_id, "now": now})
+                    error = "cancelled on request"
+                    pieces.finish(_executor(conn), job_id, "cancelled", "null", error, now)
         job = self.get(job_id)
         if job.state in (JobState.CANCELLED, JobState.RUNNING) or job.cancel_requested:
             return job
@@ -344,6 +347,9 @@ class SQLiteStore(SQLiteWork, SQLiteSchedules, SQLiteWorkers):
     def retry(self, job_id: int) -> Job:
         with self._write() as conn:
             row = conn.execute(QUERIES["retry_job"], {"id": job_id, "now": self._now()}).fetchone()
+            if row is not None and row["parent_id"] is not None:
+                # A retried piece is no longer an ended one on its parent.
+                conn.execute(QUERIES["uncount_piece"], {"parent": row["parent_id"]}).fetchall()
         if row:
             return job_from_row(python_row(dict(row)))
         raise refusal(self.get(job_id), "retry", RETRY_RULE)
@@ -382,7 +388,7 @@ def _executor(conn: sqlite3.Connection) -> pieces.Execute:
 
 def _settle(conn: sqlite3.Connection, ended: list[dict[str, Any]], now: float) -> None:
     """Count pieces that ended on their parents, in the caller's transaction."""
-    if any(r.get("parent_id") or r.get("completes") or r["state"] == "waiting" for r in ended):
+    if any(pieces.concerns_a_parent(row) for row in ended):
         pieces.settle(_executor(conn), ended, now)
 
 

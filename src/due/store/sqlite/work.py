@@ -46,14 +46,12 @@ class SQLiteWork(SQLiteBase):
         parent: int,
         token: int,
         jobs: Sequence[NewJob],
-        start: int,
         on_complete: str | None,
-        on_piece_failure: str,
+        on_piece_failure: str | None,
     ) -> int | None:
         params = {
             "parent": parent,
             "token": token,
-            "total": start + len(jobs),
             "on_complete": on_complete,
             "on_piece_failure": on_piece_failure,
         }
@@ -62,7 +60,9 @@ class SQLiteWork(SQLiteBase):
             row = conn.execute(QUERIES["add_pieces"], params).fetchone()
             if row is None:
                 return None  # the parent's lease is lost: add nothing
-            return _insert_pieces(conn, parent, jobs, start, bool(row["held"]), now)
+            added = _insert_pieces(conn, parent, jobs, bool(row["held"]), now)
+            conn.execute(QUERIES["count_new_pieces"], {"parent": parent, "added": added})
+            return added
 
     def batch(
         self, name: str, jobs: Sequence[NewJob], on_complete: str | None, on_piece_failure: str
@@ -81,7 +81,7 @@ class SQLiteWork(SQLiteBase):
                     "now": now,
                 },
             ).fetchone()["id"]
-            _insert_pieces(conn, parent, jobs, 0, False, now)
+            _insert_pieces(conn, parent, jobs, False, now)
             if not jobs:
                 pieces.settle(_execute(conn), [{"id": parent, "state": "waiting"}], now)
         return int(parent)
@@ -122,12 +122,7 @@ class SQLiteWork(SQLiteBase):
 
 
 def _insert_pieces(
-    conn: sqlite3.Connection,
-    parent: int,
-    jobs: Sequence[NewJob],
-    start: int,
-    held: bool,
-    now: float,
+    conn: sqlite3.Connection, parent: int, jobs: Sequence[NewJob], held: bool, now: float
 ) -> int:
     before = conn.total_changes
     conn.executemany(
@@ -141,11 +136,11 @@ def _insert_pieces(
                 "max_attempts": job.max_attempts,
                 "stuck_after": job.stuck_after,
                 "parent": parent,
-                "piece_index": start + offset,
+                "piece_key": key,
                 "held": held,
                 "now": now,
             }
-            for offset, job in enumerate(jobs)
+            for job, key in zip(jobs, pieces.piece_keys(jobs), strict=True)
         ],
     )
     return conn.total_changes - before

@@ -6,9 +6,10 @@ ALTER TABLE due_jobs
     -- stuck_after is stuck).
     ADD COLUMN progress_at    timestamptz,
     ADD COLUMN stuck_after    double precision,
-    -- Pieces: a child knows its parent and its place among the pieces.
+    -- Pieces: a child knows its parent, and its key among the pieces (its task
+    -- and arguments), so a retried parent that spawns it again adds nothing.
     ADD COLUMN parent_id      bigint,
-    ADD COLUMN piece_index    integer,
+    ADD COLUMN piece_key      text,
     -- A parent counts its pieces and says what comes after them.
     ADD COLUMN pieces_total   integer NOT NULL DEFAULT 0,
     ADD COLUMN pieces_done    integer NOT NULL DEFAULT 0,
@@ -21,7 +22,8 @@ ALTER TABLE due_jobs
     -- Held: a piece of a paused group; not claimable until resumed.
     ADD COLUMN held           boolean NOT NULL DEFAULT false;
 
-CREATE UNIQUE INDEX due_jobs_piece ON due_jobs (parent_id, piece_index) WHERE parent_id IS NOT NULL;
+CREATE UNIQUE INDEX due_jobs_piece ON due_jobs (parent_id, piece_key) WHERE parent_id IS NOT NULL;
+CREATE INDEX due_jobs_completes ON due_jobs (completes) WHERE completes IS NOT NULL;
 CREATE INDEX due_jobs_children ON due_jobs (parent_id)
     WHERE parent_id IS NOT NULL AND state IN ('queued', 'running', 'waiting');
 

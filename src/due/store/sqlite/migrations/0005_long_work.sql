@@ -5,9 +5,10 @@ ALTER TABLE due_jobs ADD COLUMN progress TEXT;
 -- stuck_after is stuck).
 ALTER TABLE due_jobs ADD COLUMN progress_at REAL;
 ALTER TABLE due_jobs ADD COLUMN stuck_after REAL;
--- Pieces: a child knows its parent and its place among the pieces.
+-- Pieces: a child knows its parent, and its key among the pieces (its task and
+-- arguments), so a retried parent that spawns it again adds nothing.
 ALTER TABLE due_jobs ADD COLUMN parent_id INTEGER;
-ALTER TABLE due_jobs ADD COLUMN piece_index INTEGER;
+ALTER TABLE due_jobs ADD COLUMN piece_key TEXT;
 -- A parent counts its pieces and says what comes after them.
 ALTER TABLE due_jobs ADD COLUMN pieces_total INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE due_jobs ADD COLUMN pieces_done INTEGER NOT NULL DEFAULT 0;
@@ -20,7 +21,8 @@ ALTER TABLE due_jobs ADD COLUMN completes INTEGER;
 -- Held: a piece of a paused group; not claimable until resumed.
 ALTER TABLE due_jobs ADD COLUMN held INTEGER NOT NULL DEFAULT 0;
 
-CREATE UNIQUE INDEX due_jobs_piece ON due_jobs (parent_id, piece_index) WHERE parent_id IS NOT NULL;
+CREATE UNIQUE INDEX due_jobs_piece ON due_jobs (parent_id, piece_key) WHERE parent_id IS NOT NULL;
+CREATE INDEX due_jobs_completes ON due_jobs (completes) WHERE completes IS NOT NULL;
 CREATE INDEX due_jobs_children ON due_jobs (parent_id)
     WHERE parent_id IS NOT NULL AND state IN ('queued', 'running', 'waiting');
 
