@@ -301,13 +301,18 @@ class App(ScheduleMethods):
         """Validated pieces (all refused if one is bad). A piece starts when it is
         spawned and is known by its task and arguments: it takes no key or delay."""
         name = task.name if isinstance(task, Task) else task
-        requests = [
+        requests: list[JobRequest] = [
             _piece_request(item)
             if isinstance(item, JobRequest)
             else JobRequest(name, _arguments(item))
             for item in items
         ]
-        return self._prepare(requests)
+        jobs = self._prepare(requests)
+        for job, request in zip(jobs, requests, strict=True):
+            job.identity = self.tasks.get(job.task).canonical_arguments(
+                request.args, request.kwargs
+            )
+        return jobs
 
     def completion_spec(self, task: Task[Any, Any] | str) -> str:
         resolved = self.tasks.get(task.name if isinstance(task, Task) else task)

@@ -88,6 +88,12 @@ class StoreUnavailableError(StoreError):
     """The database could not be reached."""
 
 
+class StoreConflictError(StoreUnavailableError):
+    """The database rolled this transaction back because of a concurrent one (a
+    deadlock, a serialization failure) or ended a session left idle inside a
+    transaction: nothing was written, and trying again is safe."""
+
+
 class JobCancelled(BaseException):
     """Raised at a safe point of a job whose cancellation was requested."""
 

@@ -78,6 +78,9 @@ def validate_priority(priority: Any) -> int:
     return priority
 
 
+RESERVED_KEY_PREFIX = "due:"
+
+
 def validate_key(key: Any) -> str | None:
     if key is None:
         return None
@@ -87,6 +90,11 @@ def validate_key(key: Any) -> str | None:
         raise InvalidJobError(
             f"key {key[:20]!r}... is {len(key)} characters; the limit is {MAX_KEY_LENGTH} "
             "(hash long keys)"
+        )
+    if key.startswith(RESERVED_KEY_PREFIX):
+        raise InvalidJobError(
+            f"key {key!r} starts with {RESERVED_KEY_PREFIX!r}, which due keeps for its own "
+            "jobs (a parent's completion job); choose another prefix"
         )
     return key
 

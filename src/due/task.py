@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
+import json
 import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -166,6 +167,13 @@ class Task(Generic[P, R]):
         if position is not None and len(args) > position:
             return (*args[:position], context, *args[position:]), kwargs
         return args, {**kwargs, name: context}
+
+    def canonical_arguments(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+        """The arguments as one text, however they were spelled: bound to the
+        signature, defaults applied, names sorted (what identifies a piece)."""
+        bound = self._signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return json.dumps(bound.arguments, sort_keys=True, separators=(",", ":"))
 
     def check_arguments(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
         """Raise ArgumentsError unless the function accepts these arguments."""

@@ -99,7 +99,13 @@ def test_bad_queue_names(app: due.App, send: due.Task, queue: str, match: str) -
 
 
 @pytest.mark.parametrize(
-    ("key", "match"), [("", "non-empty"), ("k" * 256, "limit is 255"), (7, "string")]
+    ("key", "match"),
+    [
+        ("", "non-empty"),
+        ("k" * 256, "limit is 255"),
+        (7, "string"),
+        ("due:completes:1", "due keeps for its own"),
+    ],
 )
 def test_bad_keys(app: due.App, send: due.Task, key: Any, match: str) -> None:
     rejected(app, lambda: send.enqueue(1, key=key), due.InvalidJobError, match)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import psycopg
 import pytest
@@ -504,3 +505,119 @@ def test_postgres_heartbeats_skip_a_job_whose_row_a_handler_holds(postgres_url: 
             assert reply.lost == frozenset()  # busy is neither renewed nor lost
     finally:
         app.close()
+
+
+def test_postgres_heartbeats_wait_briefly_for_a_row_held_for_a_moment(postgres_url: str) -> None:
+    """A parent's row is locked for a moment by every piece that ends: its lease
+    must still be renewed (a skipped beat after another would lose it)."""
+    app = due.App(postgres_url)
+    app.migrate()
+
+    @app.task(name="work")
+    def work() -> None: ...
+
+    try:
+        job = work.enqueue()
+        (claimed,) = app.store.claim("default", 1, "w1", LEASE)
+        held = threading.Event()
+
+        def settle_a_piece() -> None:
+            with psycopg.connect(postgres_url) as conn, conn.transaction():
+                conn.execute(f"SELECT 1 FROM due_jobs WHERE id = {job.id} FOR UPDATE")
+                held.set()
+                time.sleep(0.2)
+
+        holder = threading.Thread(target=settle_a_piece)
+        holder.start()
+        assert held.wait(10)
+        reply = app.store.heartbeat([Lease(job.id, claimed.lease_token, LEASE, '{"done": 1}')])
+        holder.join(10)
+        assert reply.extended == {job.id} and reply.lost == frozenset()
+        assert app.get(job.id).progress == {"done": 1}
+    finally:
+        app.close()
+
+
+def test_a_completion_job_of_an_ended_parent_is_not_retried(
+    app: due.App, tasks: dict[str, due.Task]
+) -> None:
+    parent = app.batch("piece", [(1,)], on_complete="report")
+    (piece,) = claim(app)
+    app.store.complete([ended(piece.id, piece.lease_token)])
+    app.cancel(parent.id)
+    (completion,) = app.jobs(task="report")
+    assert completion.state == JobState.CANCELLED
+    with pytest.raises(due.InvalidStateError, match="completion job whose parent"):
+        app.retry(completion.id)
+
+
+def test_cancelling_a_parent_reaches_the_pieces_of_a_nested_parent_awaiting_a_retry(
+    app: due.App, tasks: dict[str, due.Task]
+) -> None:
+    top = app.batch("backfill", [()])
+    (nested,) = claim(app)
+    app.store.spawn(nested.id, nested.lease_token, _pieces(app, 2), None, None)
+    retry = Completion(nested.id, nested.lease_token, JobState.QUEUED, retry_in=60, settles=True)
+    retry.error = AttemptError(1, "boom", None, START)
+    app.store.complete([retry])
+    assert app.get(nested.id).state == JobState.QUEUED
+    app.cancel(top.id)
+    assert app.get(nested.id).state == JobState.CANCELLED
+    assert {j.state for j in app.jobs(parent=nested.id)} == {JobState.CANCELLED}
+
+
+def test_a_piece_is_the_same_however_its_arguments_are_spelled(app: due.App) -> None:
+    @app.task(name="resize")
+    def resize(image: str, width: int = 100, *, crop: bool = False) -> None: ...
+
+    @app.task(name="album")
+    def album(ctx: due.Context) -> None: ...
+
+    parent = album.enqueue()
+    (claimed,) = claim(app)
+    spellings = [
+        resize.request("a.png"),
+        resize.request("a.png", 100),
+        resize.request(image="a.png", crop=False),
+        resize.request(crop=False, width=100, image="a.png"),
+    ]
+    store = app.store
+    assert (
+        store.spawn(
+            parent.id, claimed.lease_token, app.piece_jobs(resize, spellings[:1]), None, None
+        )
+        == 1
+    )
+    for spelling in spellings[1:]:
+        pieces = app.piece_jobs(resize, [spelling])
+        assert store.spawn(parent.id, claimed.lease_token, pieces, None, None) == 0
+    other = app.piece_jobs(resize, [resize.request("a.png", 200)])
+    assert store.spawn(parent.id, claimed.lease_token, other, None, None) == 1
+
+
+def test_a_replaced_run_that_waits_for_pieces_ends_with_them(
+    app: due.App, tasks: dict[str, due.Task], clock: FakeClock
+) -> None:
+    """overlap='replace' cancels the previous run: one waiting for its pieces ends
+    at once, and its pieces are cancelled, instead of succeeding later."""
+    app.schedule("fan", every="1m", task="backfill", overlap="replace")
+    app.sync_schedules()
+    clock.advance("1m")
+    app.store.materialize("fan", _planner(app))
+    (run,) = claim(app)
+    app.store.spawn(run.id, run.lease_token, _pieces(app, 2), None, None)
+    waiting = Completion(run.id, run.lease_token, JobState.WAITING, settles=True)
+    app.store.complete([waiting])
+    clock.advance("1m")
+    app.store.materialize("fan", _planner(app))
+    assert app.get(run.id).state == JobState.CANCELLED
+    assert {j.state for j in app.jobs(parent=run.id)} == {JobState.CANCELLED}
+
+
+def _planner(app: due.App):  # type: ignore[no-untyped-def]
+    from due.scheduler.planner import plan
+
+    def decide(stored, now, active, pending):  # type: ignore[no-untyped-def]
+        return plan(stored.schedule, stored.next_fire_at, now, active=active, pending=pending)
+
+    return decide

@@ -61,6 +61,9 @@ def test_both_backends_name_the_same_queries() -> None:
         "notify_queues",
         "lock_parents",
         "bound_leader_transaction",
+        "bound_lock_wait",
+        "unbounded_transaction",
+        "heartbeat_waiting",
     }
     sqlite_only = {"count_id_range"}
     assert set(SQLITE_QUERIES) - sqlite_only == set(POSTGRES_QUERIES) - postgres_only

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from due.scheduler.definition import Misfire, Overlap, define_schedule
-from due.scheduler.planner import MAX_RECORDED_TIMES, Outcome, plan
+from due.scheduler.planner import MAX_COUNTED_TIMES, MAX_RECORDED_TIMES, Outcome, plan
 
 T0 = datetime(2030, 1, 1, 0, 0, tzinfo=UTC)
 
@@ -109,3 +109,16 @@ def test_a_long_outage_is_summed_up_not_listed_forever() -> None:
     )
     assert f"{7 * 86400 + 1 - MAX_RECORDED_TIMES} more scheduled times" in (summary.reason or "")
     assert result.next_fire_at == T0 + timedelta(days=7, seconds=1)
+
+
+def test_a_long_cron_outage_is_counted_up_to_a_bound() -> None:
+    """Counting cron times walks them one by one, inside the leader's transaction:
+    past MAX_COUNTED_TIMES the summary says so instead of counting on."""
+    every_minute = define_schedule(
+        "m", cron="* * * * *", task="t", queue="q", priority=0, max_attempts=1, misfire="skip"
+    )
+    result = plan(every_minute, T0, T0 + timedelta(days=120))
+    summary = result.firings[-1]
+    assert f"at least {MAX_COUNTED_TIMES} more scheduled times" in (summary.reason or "")
+    short = plan(every_minute, T0, T0 + timedelta(minutes=MAX_RECORDED_TIMES + 9))
+    assert "10 more scheduled times" in (short.firings[-1].reason or "")

@@ -25,6 +25,9 @@ from due.scheduler.definition import Misfire, Overlap, Schedule
 
 MAX_RECORDED_TIMES = 1000
 """Scheduled times examined per plan; beyond that one row sums up the rest."""
+MAX_COUNTED_TIMES = 10_000
+"""Cron times counted for that summary: walking a cron expression costs about
+20 µs a time, and a plan runs inside the leader's transaction."""
 
 
 class Outcome(enum.StrEnum):
@@ -85,7 +88,7 @@ def plan(
 
 def _due_times(
     schedule: Schedule, next_fire_at: datetime, now: datetime
-) -> tuple[list[datetime], tuple[datetime, int] | None, datetime]:
+) -> tuple[list[datetime], tuple[datetime, str] | None, datetime]:
     """Times due by `now` (at most MAX_RECORDED_TIMES), a summary of the rest, the next."""
     times: list[datetime] = []
     if next_fire_at > now:
@@ -96,20 +99,24 @@ def _due_times(
             return times, None, moment
         if len(times) == MAX_RECORDED_TIMES:
             resume_at = schedule.timing.after(now)
-            return times, (moment, _count_between(schedule, moment, now)), resume_at
+            return times, (moment, _count_text(schedule, moment, now)), resume_at
         times.append(moment)
     raise AssertionError("a schedule's firings never end")
 
 
-def _count_between(schedule: Schedule, first: datetime, now: datetime) -> int:
+def _count_text(schedule: Schedule, first: datetime, now: datetime) -> str:
+    """How many times from `first` to `now`: exact for intervals (arithmetic), and
+    for cron up to MAX_COUNTED_TIMES ("at least 10000" beyond)."""
     if schedule.timing.every is not None:
-        return int((now - first).total_seconds() // schedule.timing.every) + 1
+        return str(int((now - first).total_seconds() // schedule.timing.every) + 1)
     count = 0
     for moment in schedule.timing.firings_after(first - timedelta(microseconds=1)):
-        if moment > now or count >= 10_000_000:
-            return count
+        if moment > now:
+            return str(count)
+        if count == MAX_COUNTED_TIMES:
+            return f"at least {MAX_COUNTED_TIMES}"
         count += 1
-    return count
+    return str(count)
 
 
 def _apply_misfire(

@@ -139,13 +139,16 @@ def cancel_pieces(execute: Execute, parent: int, now: Any) -> None:
 
 
 def piece_keys(jobs: Sequence[NewJob]) -> list[str]:
-    """Each piece's key among its siblings: its task and arguments, and which
-    occurrence it is of the same item in this call (the same item given twice
-    is two pieces; given again in a later call, it is the same piece)."""
+    """Each piece's key among its siblings: its task, queue, priority and
+    arguments (however spelled), and which occurrence it is of the same item in
+    this call (the same item given twice is two pieces; given again in a later
+    call, it is the same piece)."""
     seen: Counter[str] = Counter()
     keys = []
     for job in jobs:
-        digest = hashlib.sha256(f"{job.task}\x00{job.payload}".encode()).hexdigest()[:32]
+        arguments = job.identity if job.identity is not None else job.payload
+        item = f"{job.task}\x00{job.queue}\x00{job.priority}\x00{arguments}"
+        digest = hashlib.sha256(item.encode()).hexdigest()[:32]
         seen[digest] += 1
         keys.append(f"{digest}:{seen[digest]}")
     return keys

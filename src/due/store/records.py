@@ -31,6 +31,8 @@ class NewJob:
     key: str | None = None
     unique_for: float | None = None
     stuck_after: float | None = None
+    identity: str | None = None
+    """For a piece: its arguments however spelled (Task.canonical_arguments)."""
 
 
 @dataclass(slots=True)  # not frozen: built per job on hot paths, and frozen is slow
@@ -212,7 +214,7 @@ def claimed_job_from_row(row: Mapping[str, Any]) -> ClaimedJob:
 
 RETRY_RULE = (
     "only a failed or cancelled job can be retried; not a parent of pieces (retry its "
-    "failed pieces while it waits), nor a piece whose parent has settled"
+    "failed pieces while it waits), nor a piece or completion job whose parent has settled"
 )
 
 

@@ -60,6 +60,10 @@ class Heartbeater:
                     running.progress_unsent()
             event(log, "worker.heartbeat_failed", logging.WARNING, error=str(error))
         else:
+            for running, lease in zip(held, leases, strict=True):
+                answered = running.job.id in reply.extended or running.job.id in reply.lost
+                if lease.progress is not None and not answered:
+                    running.progress_unsent()  # its row was busy: the progress goes next time
             for running in held:
                 if running.job.id in reply.extended:
                     running.trusted_until = trusted_until(sent_at, running.lease_seconds)

@@ -8,16 +8,26 @@ concern each: jobs (`store.py`), workers (`workers.py`), schedules and leases
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterator, Mapping
+import functools
+import random
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 import psycopg_pool
 from psycopg.rows import dict_row
 
 from due.clock import Clock
-from due.errors import ConfigurationError, StoreError, StoreUnavailableError
+from due.errors import (
+    ConfigurationError,
+    StoreConflictError,
+    StoreError,
+    StoreUnavailableError,
+)
+from due.store import pieces
 from due.store.sql import load_migrations, load_queries, require_current_schema
 
 QUERIES = load_queries("due.store.postgres")
@@ -40,6 +50,9 @@ class PostgresBase:
         self.url = url
         self._clock = clock
         self._connect_timeout = connect_timeout
+        self._pool_size = pool_size
+        self._handler_pool: psycopg_pool.ConnectionPool | None = None
+        self._handler_pool_lock = threading.Lock()
         self._pool = psycopg_pool.ConnectionPool(
             url,
             min_size=1,
@@ -81,6 +94,33 @@ class PostgresBase:
 
     def close(self) -> None:
         self._pool.close()
+        if self._handler_pool is not None:
+            self._handler_pool.close()
+
+    def handler_pool(self) -> psycopg_pool.ConnectionPool:
+        """Connections for handlers' own transactions (`ctx.transaction()`): a pool
+        apart, so a handler holding one for a while never starves the worker's
+        heartbeats and acknowledgements, and without the idle-in-transaction
+        limit, since the handler's code runs between its statements."""
+        with self._handler_pool_lock:
+            if self._handler_pool is None:
+                self._handler_pool = psycopg_pool.ConnectionPool(
+                    self.url,
+                    min_size=0,
+                    max_size=self._pool_size,
+                    configure=_configure_handler_connection,
+                    timeout=self._connect_timeout,
+                    open=False,
+                    name="due-handlers",
+                )
+                self._handler_pool.open()
+            return self._handler_pool
+
+    def _settle(self, cur: psycopg.Cursor[dict[str, Any]], ended: list[dict[str, Any]]) -> None:
+        """Count jobs that ended on their parents (and settle those), in the
+        caller's transaction; nothing to do for jobs without parent or pieces."""
+        if any(pieces.concerns_a_parent(row) for row in ended):
+            pieces.settle(piece_queries(cur), ended, self._fetch_now(cur))
 
     # --- schema ---------------------------------------------------------------
 
@@ -128,19 +168,9 @@ class PostgresBase:
     def listen_connection(self) -> psycopg.Connection[Any]:
         """A dedicated autocommit connection (outside the pool) for LISTEN."""
         with translate_errors(self.url):
-            conn = self.dedicated_connection(autocommit=True)
+            conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5)
             conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
             return conn
-
-    def dedicated_connection(self, *, autocommit: bool) -> psycopg.Connection[Any]:
-        """A connection outside the pool, set up like the pool's."""
-        conn = psycopg.connect(
-            self.url, autocommit=autocommit, connect_timeout=max(1, int(self._connect_timeout))
-        )
-        _configure_connection(conn)
-        if not autocommit:
-            conn.commit()  # the set-up's own transaction; the caller starts theirs
-        return conn
 
 
 IDLE_IN_TRANSACTION_LIMIT = "10s"
@@ -156,9 +186,24 @@ def _configure_connection(conn: psycopg.Connection[Any]) -> None:
     conn.execute("SET TIME ZONE 'UTC'")
 
 
+def _configure_handler_connection(conn: psycopg.Connection[Any]) -> None:
+    _configure_connection(conn)
+    conn.commit()  # handed out idle; the handler's transaction starts afresh
+
+
 def _configure_pooled_connection(conn: psycopg.Connection[Any]) -> None:
     _configure_connection(conn)
     conn.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_LIMIT}'")
+
+
+def piece_queries(cur: psycopg.Cursor[dict[str, Any]]) -> pieces.Execute:
+    """Named queries run in the cursor's transaction, for due.store.pieces."""
+
+    def execute(name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        cur.execute(QUERIES[name], params)
+        return cur.fetchall() if cur.description else []
+
+    return execute
 
 
 def utc(value: datetime) -> datetime:
@@ -194,15 +239,49 @@ def translate_errors(url: str) -> Iterator[None]:
         raise StoreUnavailableError(
             f"could not get a connection to {redact(url)} in time: {error}"
         ) from error
-    except psycopg.errors.TransactionRollback as error:  # a deadlock, a serialization failure
-        raise StoreUnavailableError(
-            f"{redact(url)}: a concurrent transaction conflicted and this one was rolled "
-            f"back; nothing was written, try again: {error}"
-        ) from error
-    except psycopg.OperationalError as error:
-        raise StoreUnavailableError(f"{redact(url)} is unreachable: {error}") from error
     except psycopg.Error as error:
+        if _rolled_back(error):
+            raise StoreConflictError(
+                f"{redact(url)}: this transaction was rolled back ({error.sqlstate}: "
+                f"{str(error).strip()}); nothing was written, and trying again is safe"
+            ) from error
+        if isinstance(error, psycopg.OperationalError):
+            raise StoreUnavailableError(f"{redact(url)} is unreachable: {error}") from error
         raise StoreError(f"{redact(url)}: {error}") from error
+
+
+ROLLED_BACK_STATES = ("25P03", "57P01")
+"""Besides class 40 (deadlock, serialization failure): a session ended for idling
+in a transaction, or by an administrator."""
+
+
+def _rolled_back(error: psycopg.Error) -> bool:
+    state = error.sqlstate or ""
+    return state.startswith("40") or state in ROLLED_BACK_STATES
+
+
+CONFLICT_RETRIES = 5
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def retried_on_conflict(method: F) -> F:
+    """Run a store method's transaction again when the database rolled it back
+    for a concurrent one (a deadlock between settling pieces and cancelling
+    their parent, say): the usual remedy, and safe, since nothing was written."""
+
+    @functools.wraps(method)
+    def again(*args: Any, **kwargs: Any) -> Any:
+        for attempt in range(CONFLICT_RETRIES):
+            try:
+                return method(*args, **kwargs)
+            except StoreConflictError:
+                if attempt == CONFLICT_RETRIES - 1:
+                    raise
+                # Jittered, so the two transactions do not meet again.
+                time.sleep(random.uniform(0.005, 0.05) * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    return again  # type: ignore[return-value]
 
 
 @contextlib.asynccontextmanager

@@ -146,6 +146,34 @@ renewed AS (
 SELECT l.id, r.id IS NOT NULL AS renewed, coalesce(r.cancel_requested, false) AS cancel_requested
 FROM locked l LEFT JOIN renewed r ON r.id = l.id
 
+-- name: bound_lock_wait
+-- For the rows the heartbeat skipped: wait for them, but briefly.
+SET LOCAL lock_timeout = '500ms'
+
+-- name: heartbeat_waiting
+-- The heartbeat again for the rows another transaction held: most are held for
+-- milliseconds (a piece settling on its parent). A row missing altogether is lost.
+WITH locked AS MATERIALIZED (  -- row locks taken in id order: batches never deadlock
+    SELECT id FROM due_jobs WHERE id = ANY(%(ids)b::bigint[])
+    ORDER BY id FOR NO KEY UPDATE
+),
+renewed AS (
+    -- Progress rides along (NULL: unchanged); the reply carries cancel requests.
+    UPDATE due_jobs AS j
+    SET lease_expires_at = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => h.lease),
+        progress = coalesce(h.progress::jsonb, j.progress),
+        progress_at = CASE WHEN h.progress IS NOT NULL
+                                AND h.progress::jsonb IS DISTINCT FROM j.progress
+                           THEN coalesce(%(now)s::timestamptz, now()) ELSE j.progress_at END
+    FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[], %(leases)b::float8[],
+                %(progresses)b::text[]) AS h(id, token, lease, progress)
+    WHERE j.id IN (SELECT id FROM locked)
+      AND j.id = h.id AND j.lease_token = h.token
+    RETURNING j.id, j.cancel_requested
+)
+SELECT l.id, r.id IS NOT NULL AS renewed, coalesce(r.cancel_requested, false) AS cancel_requested
+FROM locked l LEFT JOIN renewed r ON r.id = l.id
+
 -- name: complete_jobs
 -- One statement for a batch of attempt endings; each row is fenced by its
 -- token, so a stale worker's write matches nothing.
@@ -183,12 +211,14 @@ RETURNING j.id, j.state, j.parent_id, j.completes, j.pieces_total, j.cancel_requ
 -- name: select_expired
 -- Running jobs whose worker stopped renewing the lease. The task is never
 -- consulted, so a process that does not know the task rescues it too.
-SELECT id, attempt, max_attempts, lost_leases, worker, parent_id, completes
+-- Read without locking: the parents of pieces are locked next (parents first),
+-- then rescue_jobs locks these rows and checks each is still the same attempt,
+-- still expired (another rescuer, or a late renewal, makes it a no-op).
+SELECT id, lease_token, attempt, max_attempts, lost_leases, worker, parent_id, completes
 FROM due_jobs
 WHERE state = 'running' AND lease_expires_at < coalesce(%(now)s::timestamptz, now())
 ORDER BY id
 LIMIT %(limit)s
-FOR UPDATE SKIP LOCKED
 
 -- name: rescue_jobs
 -- Back to the queue, due now; or failed for good when the verdict gives up; or
@@ -209,9 +239,10 @@ SET state = CASE WHEN j.cancel_requested THEN 'cancelled'
     last_error = r.error::jsonb ->> 'error',
     errors = j.errors || jsonb_build_array(r.error::jsonb),
     dedupe_key = CASE WHEN r.gives_up OR j.cancel_requested THEN NULL ELSE j.dedupe_key END
-FROM unnest(%(ids)b::bigint[], %(gives_up)b::boolean[], %(errors)b::text[])
-     AS r(id, gives_up, error)
-WHERE j.id IN (SELECT id FROM locked) AND j.id = r.id AND j.state = 'running'
+FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[], %(gives_up)b::boolean[],
+            %(errors)b::text[]) AS r(id, token, gives_up, error)
+WHERE j.id IN (SELECT id FROM locked) AND j.id = r.id AND j.lease_token = r.token
+  AND j.state = 'running' AND j.lease_expires_at < coalesce(%(now)s::timestamptz, now())
 RETURNING j.id, j.state, j.parent_id, j.completes, j.pieces_total,
           CASE WHEN j.state = 'queued' THEN  -- wake workers for the job due again
               pg_notify('due_jobs', j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text
@@ -284,6 +315,9 @@ WHERE id = %(id)s AND state IN ('failed', 'cancelled') AND pieces_total = 0
       WHERE p.id = due_jobs.parent_id
         AND (p.state = 'running'
              OR (p.state = 'waiting' AND p.pieces_done + p.pieces_failed < p.pieces_total))))
+  AND (completes IS NULL OR EXISTS (
+      -- A completion job, only while its parent waits for it.
+      SELECT 1 FROM due_jobs p WHERE p.id = due_jobs.completes AND p.state = 'waiting'))
 RETURNING *, pg_notify('due_jobs', queue || ' ' || extract(epoch FROM run_at)::text)::text
     AS notified
 
@@ -494,7 +528,7 @@ SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
     cancel_requested = true,
     dedupe_key = CASE WHEN state = 'queued' THEN NULL ELSE dedupe_key END
 WHERE schedule = %(name)s AND state IN ('queued', 'running', 'waiting')
-RETURNING id, state
+RETURNING id, state, parent_id, completes, pieces_total, cancel_requested
 
 -- name: schedules_with_pending
 SELECT DISTINCT schedule AS name FROM due_schedule_runs WHERE outcome = 'pending'
@@ -559,6 +593,11 @@ RETURNING token
 UPDATE due_leases
 SET expires_at = coalesce(%(now)s::timestamptz, now()) - interval '1 microsecond'
 WHERE name = %(name)s AND holder = %(holder)s AND token = %(token)s
+
+-- name: unbounded_transaction
+-- A transaction that builds large parameters between its statements (many
+-- pieces, a bulk enqueue) is busy, not stalled: no idle limit for it.
+SET LOCAL idle_in_transaction_session_timeout = 0
 
 -- name: bound_leader_transaction
 -- A leader's transaction holds the lease row (FOR SHARE, below) until it ends:
@@ -700,9 +739,11 @@ ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id, pg_notify('due_jobs', queue || ' 0')::text AS notified
 
 -- name: waiting_children
--- Pieces that are parents themselves, waiting: cancelled with their own pieces.
+-- Pieces that are parents themselves, waiting (or queued for another attempt):
+-- cancelled with their own pieces.
 SELECT id FROM due_jobs
-WHERE (parent_id = %(parent)s OR completes = %(parent)s) AND state = 'waiting'
+WHERE (parent_id = %(parent)s OR completes = %(parent)s)
+  AND (state = 'waiting' OR (state = 'queued' AND pieces_total > 0))
 ORDER BY id
 
 -- name: cancel_children
@@ -721,8 +762,13 @@ RETURNING id, state, pg_notify('due_jobs', '!cancel ' || id)::text AS notified
 -- name: hold_group
 -- Pause (held) or resume a group: the parent and all its pieces (so a piece
 -- retried while the group is paused stays held).
+WITH locked AS MATERIALIZED (  -- the parent first, then its pieces in id order
+    SELECT id FROM due_jobs WHERE id = %(parent)s OR parent_id = %(parent)s
+    ORDER BY id <> %(parent)s, id
+    FOR NO KEY UPDATE
+)
 UPDATE due_jobs SET held = %(held)s
-WHERE id = %(parent)s OR parent_id = %(parent)s
+WHERE id IN (SELECT id FROM locked)
 RETURNING id, queue, pg_notify('due_jobs', queue || ' 0')::text AS notified
 
 -- name: set_queue_paused

@@ -119,6 +119,8 @@ class PostgresSchedules(PostgresBase):
             plan = decide(stored, now, activity["active"], activity["pending"])
             if plan.cancel_active:
                 cur.execute(QUERIES["cancel_schedule_runs"], {"name": name, "now": now})
+                # A run with pieces takes them with it; a waiting one ends now.
+                self._settle(cur, cur.fetchall())
             if plan.of(Outcome.PENDING) and stored.schedule.overlap == Overlap.REPLACE:
                 cur.execute(QUERIES["supersede_pending"], {"name": name})
             recorded = []

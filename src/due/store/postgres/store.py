@@ -20,9 +20,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from due.errors import (
-    JobNotFoundError,
-)
+from due.errors import JobNotFoundError, StoreUnavailableError
 from due.job import AttemptError, Job, JobState
 from due.retry import judge_lost_lease
 from due.store import pieces, steps
@@ -31,8 +29,10 @@ from due.store.postgres.base import (
     atranslate_errors,
     normalise,
     normalise_rows,
+    piece_queries,
     require_async_connection,
     require_sync_connection,
+    retried_on_conflict,
     translate_errors,
     utc,
 )
@@ -90,6 +90,8 @@ class PostgresStore(PostgresWork, PostgresSchedules, PostgresWorkers):
         # One job without a key is one autocommitted statement: no BEGIN/COMMIT trips.
         single = len(jobs) == 1 and jobs[0].key is None
         with self._cursor(transaction=not single) as cur:
+            if len(jobs) > BULK_CHUNK:
+                cur.execute(QUERIES["unbounded_transaction"])
             return _run(cur, plan)
 
     async def enqueue_async(self, jobs: Sequence[NewJob], connection: Any) -> list[Job]:
@@ -150,24 +152,48 @@ class PostgresStore(PostgresWork, PostgresSchedules, PostgresWorkers):
         }
 
     def heartbeat(self, leases: Sequence[Lease]) -> HeartbeatReply:
+        """Renew every lease in one statement that skips rows another transaction
+        holds, then those rows in a second one that waits for them briefly. A row
+        still held after that (a handler's own open transaction on its job) is
+        neither renewed nor lost this time."""
         if not leases:
             return HeartbeatReply(frozenset(), frozenset())
-        rows = self._all(
-            "heartbeat",
-            {
-                "ids": [lease.job_id for lease in leases],
-                "tokens": [lease.lease_token for lease in leases],
-                "leases": [float(lease.lease_seconds) for lease in leases],
-                "progresses": [lease.progress for lease in leases],
-                "now": self._now(),
-            },
-        )
-        # A row another transaction holds was skipped: neither renewed nor lost.
+        rows = self._all("heartbeat", self._heartbeat_params(leases))
+        answered = {row["id"] for row in rows}
+        busy = [lease for lease in leases if lease.job_id not in answered]
+        lost = set()
+        if busy:
+            waited = self._heartbeat_busy(busy)
+            if waited is not None:
+                rows += waited
+                found = {row["id"] for row in waited}
+                lost = {lease.job_id for lease in busy if lease.job_id not in found}  # gone
         extended = frozenset(row["id"] for row in rows if row["renewed"])
-        lost = frozenset(row["id"] for row in rows if not row["renewed"])
+        lost |= {row["id"] for row in rows if not row["renewed"]}
         cancel = frozenset(row["id"] for row in rows if row["cancel_requested"])
-        return HeartbeatReply(extended, lost, cancel)
+        return HeartbeatReply(extended, frozenset(lost), cancel)
 
+    def _heartbeat_busy(self, busy: Sequence[Lease]) -> list[dict[str, Any]] | None:
+        try:
+            with self._cursor(transaction=True) as cur:
+                cur.execute(QUERIES["bound_lock_wait"])
+                cur.execute(QUERIES["heartbeat_waiting"], self._heartbeat_params(busy))
+                return cur.fetchall()
+        except StoreUnavailableError as error:
+            if isinstance(error.__cause__, psycopg.errors.LockNotAvailable):
+                return None  # still held: try again at the next beat
+            raise
+
+    def _heartbeat_params(self, leases: Sequence[Lease]) -> dict[str, Any]:
+        return {
+            "ids": [lease.job_id for lease in leases],
+            "tokens": [lease.lease_token for lease in leases],
+            "leases": [float(lease.lease_seconds) for lease in leases],
+            "progresses": [lease.progress for lease in leases],
+            "now": self._now(),
+        }
+
+    @retried_on_conflict
     def complete(self, completions: Sequence[Completion]) -> set[int]:
         if not completions:
             return set()
@@ -182,11 +208,6 @@ class PostgresStore(PostgresWork, PostgresSchedules, PostgresWorkers):
             rows = cur.fetchall()
             self._settle(cur, rows)
         return {row["id"] for row in rows}
-
-    def _settle(self, cur: psycopg.Cursor[dict[str, Any]], ended: list[dict[str, Any]]) -> None:
-        """Count pieces that ended on their parents, in the caller's transaction."""
-        if any(pieces.concerns_a_parent(row) for row in ended):
-            pieces.settle(_executor(cur), ended, self._fetch_now(cur))
 
     def _completion_params(self, completions: Sequence[Completion]) -> dict[str, Any]:
         return {
@@ -225,6 +246,7 @@ class PostgresStore(PostgresWork, PostgresSchedules, PostgresWorkers):
             rows = claims.fetchall()
         return applied, _claimed(rows)
 
+    @retried_on_conflict
     def rescue(
         self, limit: int = 1000, max_lost_leases: int = DEFAULT_MAX_LOST_LEASES
     ) -> RescueResult:
@@ -256,6 +278,7 @@ class PostgresStore(PostgresWork, PostgresSchedules, PostgresWorkers):
                 QUERIES["rescue_jobs"],
                 {
                     "ids": [row["id"] for row in expired],
+                    "tokens": [row["lease_token"] for row in expired],
                     "gives_up": [verdict.gives_up for verdict in verdicts],
                     "errors": [
                         attempt_error_json(
@@ -274,6 +297,7 @@ class PostgresStore(PostgresWork, PostgresSchedules, PostgresWorkers):
             cancelled=tuple(row["id"] for row in rows if row["state"] == JobState.CANCELLED),
         )
 
+    @retried_on_conflict
     def release(self, leases: Sequence[Lease], reason: str) -> set[int]:
         if not leases:
             return set()
@@ -295,6 +319,7 @@ class PostgresStore(PostgresWork, PostgresSchedules, PostgresWorkers):
         value = rows[0]["run_at"]
         return utc(value) if value is not None else None
 
+    @retried_on_conflict
     def fail_unknown_tasks(
         self, queues: Sequence[str], tasks: Sequence[str], grace_seconds: float
     ) -> list[int]:
@@ -334,11 +359,13 @@ class PostgresStore(PostgresWork, PostgresSchedules, PostgresWorkers):
         )
         return [job_from_row(normalise(row)) for row in rows]
 
+    @retried_on_conflict
     def cancel(self, job_id: int) -> Job:
         """A queued job ends at once; a running one is asked (it ends at its next safe
         point); a waiting parent ends with its unfinished pieces."""
         with self._cursor(transaction=True) as cur:
             now = self._fetch_now(cur)
+            cur.execute(QUERIES["lock_parents"], {"ids": [job_id]})  # parents first
             cur.execute(QUERIES["cancel_job"], {"id": job_id, "now": now})
             cancelled = cur.fetchall()
             if cancelled:
@@ -350,14 +377,18 @@ class PostgresStore(PostgresWork, PostgresSchedules, PostgresWorkers):
                     parent = cur.fetchone()
                     if parent is not None and parent["state"] == "waiting":
                         error = "cancelled on request"
-                        pieces.finish(_executor(cur), job_id, "cancelled", "null", error, now)
+                        pieces.finish(piece_queries(cur), job_id, "cancelled", "null", error, now)
         job = self.get(job_id)
         if job.state in (JobState.CANCELLED, JobState.RUNNING) or job.cancel_requested:
             return job
         raise refusal(job, "cancel", "a job that has ended cannot be cancelled")
 
+    @retried_on_conflict
     def retry(self, job_id: int) -> Job:
         with self._cursor(transaction=True) as cur:
+            # Its parent first (one lock order), and so the parent cannot settle
+            # or be cancelled between the check below and the recount.
+            cur.execute(QUERIES["lock_parents"], {"ids": [job_id]})
             cur.execute(QUERIES["retry_job"], {"id": job_id, "now": self._now()})
             rows = cur.fetchall()
             if rows and rows[0]["parent_id"] is not None:
@@ -402,14 +433,6 @@ def _jsonb_text(text: str) -> Jsonb:
 
 def _unchanged(text: str) -> str:
     return text
-
-
-def _executor(cur: psycopg.Cursor[dict[str, Any]]) -> pieces.Execute:
-    def execute(name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        cur.execute(QUERIES[name], params)
-        return cur.fetchall() if cur.description else []
-
-    return execute
 
 
 def _claimed(rows: list[dict[str, Any]]) -> list[ClaimedJob]:

@@ -17,8 +17,10 @@ from due.store.postgres.base import (
     PostgresBase,
     atranslate_errors,
     normalise,
+    piece_queries,
     require_async_connection,
     require_sync_connection,
+    retried_on_conflict,
     translate_errors,
 )
 from due.store.records import NewJob, QueueOverview
@@ -52,6 +54,7 @@ class PostgresWork(PostgresBase):
             rows = await cur.fetchall()
         return bool(rows[0]["cancel_requested"]) if rows else None
 
+    @retried_on_conflict
     def spawn(
         self,
         parent: int,
@@ -67,6 +70,7 @@ class PostgresWork(PostgresBase):
             "on_piece_failure": on_piece_failure,
         }
         with self._cursor(transaction=True) as cur:
+            cur.execute(QUERIES["unbounded_transaction"])
             cur.execute(QUERIES["add_pieces"], params)
             row = cur.fetchone()
             if row is None:
@@ -75,10 +79,12 @@ class PostgresWork(PostgresBase):
             cur.execute(QUERIES["count_new_pieces"], {"parent": parent, "added": added})
             return added
 
+    @retried_on_conflict
     def batch(
         self, name: str, jobs: Sequence[NewJob], on_complete: str | None, on_piece_failure: str
     ) -> int:
         with self._cursor(transaction=True) as cur:
+            cur.execute(QUERIES["unbounded_transaction"])
             now = self._fetch_now(cur)
             queue = jobs[0].queue if jobs else "default"
             cur.execute(
@@ -96,31 +102,31 @@ class PostgresWork(PostgresBase):
             assert parent is not None
             _insert_pieces(cur, parent["id"], jobs, False, now)
             if not jobs:
-                pieces.settle(_execute(cur), [{"id": parent["id"], "state": "waiting"}], now)
+                pieces.settle(piece_queries(cur), [{"id": parent["id"], "state": "waiting"}], now)
             return int(parent["id"])
 
     @contextlib.contextmanager
     def job_transaction(self, job_id: int, token: int, progress: str | None) -> Iterator[Any]:
-        # A connection of its own, not the pool's: a handler may hold it for a
-        # while, and the pool must stay free for the worker's heartbeats.
         with (
             translate_errors(self.url),
-            self.dedicated_connection(autocommit=False) as conn,
+            self.handler_pool().connection() as conn,
             conn.transaction(),
         ):
             yield conn
             with conn.cursor(row_factory=dict_row) as cur:
                 now = self._fetch_now(cur)
+                cur.execute(QUERIES["lock_parents"], {"ids": [job_id]})  # parents first
                 params = {"id": job_id, "token": token, "progress": progress, "now": now}
                 cur.execute(QUERIES["complete_in_transaction"], params)
                 row = cur.fetchone()
                 if row is None:  # rolls everything back, the handler's writes too
                     raise LeaseLost(f"job {job_id} lost its lease: its transaction is undone")
-                pieces.settle(_execute(cur), [{**row, "state": "succeeded"}], now)
+                pieces.settle(piece_queries(cur), [{**row, "state": "succeeded"}], now)
 
     def pause_queue(self, queue: str, paused: bool) -> None:
         self._all("set_queue_paused", {"name": queue, "paused": paused, "now": self._now()})
 
+    @retried_on_conflict
     def hold_group(self, parent: int, held: bool) -> None:
         if not self._all("hold_group", {"parent": parent, "held": held}):
             raise JobNotFoundError(f"no job with id {parent}")
@@ -158,14 +164,6 @@ def _insert_pieces(
         },
     )
     return len(cur.fetchall())
-
-
-def _execute(cur: psycopg.Cursor[dict[str, Any]]) -> pieces.Execute:
-    def execute(name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        cur.execute(QUERIES[name], params)
-        return cur.fetchall() if cur.description else []
-
-    return execute
 
 
 def _overview(name: str, row: dict[str, Any] | None, paused: bool) -> QueueOverview:

@@ -26,6 +26,7 @@ from typing import Any
 
 from due.clock import Clock
 from due.errors import ConfigurationError, StoreError, StoreUnavailableError
+from due.store import pieces
 from due.store.sql import load_migrations, load_queries, require_current_schema
 
 QUERIES = load_queries("due.store.sqlite")
@@ -223,3 +224,20 @@ def translate_errors(path: str) -> Iterator[None]:
         raise StoreError(f"SQLite database {path}: {error}") from error
     except sqlite3.Error as error:
         raise StoreError(f"SQLite database {path}: {error}") from error
+
+
+def piece_queries(conn: sqlite3.Connection) -> pieces.Execute:
+    """Named queries run in the connection's transaction, for due.store.pieces."""
+
+    def execute(name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        cursor = conn.execute(QUERIES[name], params)
+        return [dict(row) for row in cursor.fetchall()] if cursor.description else []
+
+    return execute
+
+
+def settle(conn: sqlite3.Connection, ended: list[dict[str, Any]], now: float) -> None:
+    """Count jobs that ended on their parents (and settle those), in the caller's
+    transaction; nothing to do for jobs without parent or pieces."""
+    if any(pieces.concerns_a_parent(row) for row in ended):
+        pieces.settle(piece_queries(conn), ended, now)

@@ -191,6 +191,9 @@ WHERE id = :id AND state IN ('failed', 'cancelled') AND pieces_total = 0
       WHERE p.id = due_jobs.parent_id
         AND (p.state = 'running'
              OR (p.state = 'waiting' AND p.pieces_done + p.pieces_failed < p.pieces_total))))
+  AND (completes IS NULL OR EXISTS (
+      -- A completion job, only while its parent waits for it.
+      SELECT 1 FROM due_jobs p WHERE p.id = due_jobs.completes AND p.state = 'waiting'))
 RETURNING *
 
 -- name: due_queues
@@ -375,7 +378,7 @@ SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
     cancel_requested = 1,
     dedupe_key = CASE WHEN state = 'queued' THEN NULL ELSE dedupe_key END
 WHERE schedule = :name AND state IN ('queued', 'running', 'waiting')
-RETURNING id, state
+RETURNING id, state, parent_id, completes, pieces_total, cancel_requested
 
 -- name: schedules_with_pending
 SELECT DISTINCT schedule AS name FROM due_schedule_runs WHERE outcome = 'pending'
@@ -553,9 +556,11 @@ ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id
 
 -- name: waiting_children
--- Pieces that are parents themselves, waiting: cancelled with their own pieces.
+-- Pieces that are parents themselves, waiting (or queued for another attempt):
+-- cancelled with their own pieces.
 SELECT id FROM due_jobs
-WHERE (parent_id = :parent OR completes = :parent) AND state = 'waiting'
+WHERE (parent_id = :parent OR completes = :parent)
+  AND (state = 'waiting' OR (state = 'queued' AND pieces_total > 0))
 ORDER BY id
 
 -- name: cancel_children

@@ -32,7 +32,14 @@ from due.store.schedules import (
     definition_params,
     plan_sync,
 )
-from due.store.sqlite.base import QUERIES, SQLiteBase, epoch, python_row, to_datetime
+from due.store.sqlite.base import (
+    QUERIES,
+    SQLiteBase,
+    epoch,
+    python_row,
+    settle,
+    to_datetime,
+)
 
 
 class SQLiteSchedules(SQLiteBase):
@@ -116,7 +123,9 @@ class SQLiteSchedules(SQLiteBase):
                 stored, to_datetime(now), bool(activity["active"]), bool(activity["pending"])
             )
             if plan.cancel_active:
-                conn.execute(QUERIES["cancel_schedule_runs"], {"name": name, "now": now}).fetchall()
+                params = {"name": name, "now": now}
+                replaced = [dict(r) for r in conn.execute(QUERIES["cancel_schedule_runs"], params)]
+                settle(conn, replaced, now)  # a run with pieces takes them with it
             if plan.of(Outcome.PENDING) and stored.schedule.overlap == Overlap.REPLACE:
                 conn.execute(QUERIES["supersede_pending"], {"name": name})
             recorded = []

@@ -48,7 +48,9 @@ from due.store.sql import describe_seconds
 from due.store.sqlite.base import (
     QUERIES,
     epoch,
+    piece_queries,
     python_row,
+    settle,
     to_datetime,
     translate_errors,
 )
@@ -218,7 +220,7 @@ class SQLiteStore(SQLiteWork, SQLiteSchedules, SQLiteWorkers):
             if row:
                 applied.add(completion.job_id)
                 ended.append(dict(row))
-        _settle(conn, ended, now)
+        settle(conn, ended, now)
         return applied
 
     def rescue(
@@ -251,7 +253,7 @@ class SQLiteStore(SQLiteWork, SQLiteSchedules, SQLiteWorkers):
                 for rescued in conn.execute(QUERIES["rescue_jobs"], params):
                     ended.append(dict(rescued))
                     outcomes[rescued["state"]].append(rescued["id"])
-            _settle(conn, ended, now)
+            settle(conn, ended, now)
         return RescueResult(
             requeued=tuple(outcomes["queued"]),
             failed=tuple(outcomes["failed"]),
@@ -276,7 +278,7 @@ class SQLiteStore(SQLiteWork, SQLiteSchedules, SQLiteWorkers):
                 if row:
                     released.add(lease.job_id)
                     if row["state"] != "queued":  # asked to stop: cancelled, not handed back
-                        _settle(conn, [dict(row)], now)
+                        settle(conn, [dict(row)], now)
         return released
 
     def next_due(self, queue: str, tasks: Sequence[str]) -> datetime | None:
@@ -298,7 +300,7 @@ class SQLiteStore(SQLiteWork, SQLiteSchedules, SQLiteWorkers):
         }
         with self._write() as conn:
             rows = [dict(row) for row in conn.execute(QUERIES["fail_unknown_tasks"], params)]
-            _settle(conn, rows, now)  # a piece failed here still counts on its parent
+            settle(conn, rows, now)  # a piece failed here still counts on its parent
         return [row["id"] for row in rows]
 
     # --- inspection and control ---------------------------------------------------
@@ -333,12 +335,12 @@ class SQLiteStore(SQLiteWork, SQLiteSchedules, SQLiteWorkers):
                 dict(r) for r in conn.execute(QUERIES["cancel_job"], {"id": job_id, "now": now})
             ]
             if cancelled:
-                _settle(conn, cancelled, now)
+                settle(conn, cancelled, now)
             elif not conn.execute(QUERIES["request_cancel"], {"id": job_id}).fetchall():
                 parent = conn.execute(QUERIES["parent_counts"], {"parent": job_id}).fetchone()
                 if parent is not None and parent["state"] == "waiting":
                     error = "cancelled on request"
-                    pieces.finish(_executor(conn), job_id, "cancelled", "null", error, now)
+                    pieces.finish(piece_queries(conn), job_id, "cancelled", "null", error, now)
         job = self.get(job_id)
         if job.state in (JobState.CANCELLED, JobState.RUNNING) or job.cancel_requested:
             return job
@@ -376,20 +378,6 @@ def _run(conn: sqlite3.Connection, plan: steps.Plan) -> list[Job]:
             step = plan.send(rows)
         except StopIteration as done:
             return list(done.value)
-
-
-def _executor(conn: sqlite3.Connection) -> pieces.Execute:
-    def execute(name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        cursor = conn.execute(QUERIES[name], params)
-        return [dict(row) for row in cursor.fetchall()] if cursor.description else []
-
-    return execute
-
-
-def _settle(conn: sqlite3.Connection, ended: list[dict[str, Any]], now: float) -> None:
-    """Count pieces that ended on their parents, in the caller's transaction."""
-    if any(pieces.concerns_a_parent(row) for row in ended):
-        pieces.settle(_executor(conn), ended, now)
 
 
 def _claimed(rows: list[sqlite3.Row]) -> list[ClaimedJob]:

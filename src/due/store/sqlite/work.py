@@ -11,7 +11,13 @@ from typing import Any
 from due.errors import ConfigurationError, JobNotFoundError, LeaseLost
 from due.store import pieces
 from due.store.records import NewJob, QueueOverview
-from due.store.sqlite.base import QUERIES, SQLiteBase, python_row, translate_errors
+from due.store.sqlite.base import (
+    QUERIES,
+    SQLiteBase,
+    piece_queries,
+    python_row,
+    translate_errors,
+)
 
 
 class SQLiteWork(SQLiteBase):
@@ -83,7 +89,7 @@ class SQLiteWork(SQLiteBase):
             ).fetchone()["id"]
             _insert_pieces(conn, parent, jobs, False, now)
             if not jobs:
-                pieces.settle(_execute(conn), [{"id": parent, "state": "waiting"}], now)
+                pieces.settle(piece_queries(conn), [{"id": parent, "state": "waiting"}], now)
         return int(parent)
 
     @contextlib.contextmanager
@@ -96,7 +102,7 @@ class SQLiteWork(SQLiteBase):
                 row = conn.execute(QUERIES["complete_in_transaction"], params).fetchone()
                 if row is None:  # rolls everything back, the handler's writes too
                     raise LeaseLost(f"job {job_id} lost its lease: its transaction is undone")
-                pieces.settle(_execute(conn), [{**dict(row), "state": "succeeded"}], now)
+                pieces.settle(piece_queries(conn), [{**dict(row), "state": "succeeded"}], now)
 
     def pause_queue(self, queue: str, paused: bool) -> None:
         with self._write() as conn:
@@ -144,14 +150,6 @@ def _insert_pieces(
         ],
     )
     return conn.total_changes - before
-
-
-def _execute(conn: sqlite3.Connection) -> pieces.Execute:
-    def execute(name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        cursor = conn.execute(QUERIES[name], params)
-        return [dict(row) for row in cursor.fetchall()] if cursor.description else []
-
-    return execute
 
 
 def _overview(name: str, row: dict[str, Any] | None, paused: bool) -> QueueOverview:
