@@ -33,6 +33,7 @@ from due.store.postgres.base import (
     require_async_connection,
     require_sync_connection,
     retried_on_conflict,
+    returns_rows,
     translate_errors,
     utc,
 )
@@ -112,7 +113,7 @@ class PostgresStore(PostgresWork, PostgresSchedules, PostgresWorkers):
                     rows = []
                 else:
                     await cur.execute(QUERIES[step.query], step.params)
-                    rows = await cur.fetchall() if cur.description else []
+                    rows = await cur.fetchall() if returns_rows(cur) else []
                 try:
                     step = plan.send(normalise_rows(rows))
                 except StopIteration as done:
@@ -236,7 +237,7 @@ class PostgresStore(PostgresWork, PostgresSchedules, PostgresWorkers):
             return applied, self.claim(queue, limit, worker, lease_seconds, tasks, task_leases)
         claim = self._claim_params(queue, limit, worker, lease_seconds, tasks, task_leases)
         # One round trip and one commit for both: the statements are pipelined.
-        with translate_errors(self.url), self._pool.connection() as conn:
+        with translate_errors(self.url), self._connection() as conn:
             with conn.pipeline(), conn.transaction():
                 acks = conn.cursor(row_factory=dict_row)
                 acks.execute(QUERIES["complete_jobs"], self._completion_params(completions))
@@ -419,7 +420,7 @@ def _run(cur: psycopg.Cursor[dict[str, Any]], plan: steps.Plan) -> list[Job]:
             rows = []
         else:
             cur.execute(QUERIES[step.query], step.params)
-            rows = cur.fetchall() if cur.description else []
+            rows = cur.fetchall() if returns_rows(cur) else []
         try:
             step = plan.send(normalise_rows(rows))
         except StopIteration as done:
