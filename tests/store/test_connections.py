@@ -13,6 +13,7 @@ import pytest
 import due
 from tests.conftest import POSTGRES_BASE_URL
 from tests.helpers.database import rows
+from tests.helpers.waiting import wait_until
 
 
 @pytest.fixture
@@ -26,8 +27,8 @@ class RollBack(Exception):
     pass
 
 
-def make_app(url: str) -> tuple[due.App, due.Task[..., None]]:
-    app = due.App(url)
+def make_app(url: str, clock: due.FakeClock | None = None) -> tuple[due.App, due.Task[..., None]]:
+    app = due.App(url, clock=clock)
     app.migrate()
 
     @app.task(name="t")
@@ -44,10 +45,12 @@ def test_an_enqueue_neither_joins_nor_waits_for_another_threads_transaction(
     try:
         inside, done = threading.Event(), threading.Event()
         committed: list[bool] = []
+        holds_own: list[bool] = []
 
         def hold_a_transaction() -> None:
             with contextlib.suppress(RollBack), store._cursor(transaction=True) as cur:  # type: ignore[attr-defined]
                 cur.execute("SELECT 1")
+                holds_own.append(store._own.in_use())  # type: ignore[attr-defined]
                 inside.set()
                 done.wait(10)
                 committed.append(bool(rows(named_url, "SELECT count(*) FROM due_jobs")[0][0]))
@@ -59,6 +62,7 @@ def test_an_enqueue_neither_joins_nor_waits_for_another_threads_transaction(
         job = t.enqueue(1)  # must not wait for the holder, nor ride in its transaction
         done.set()
         holder.join(10)
+        assert holds_own == [True], "the transaction should have the store's own connection"
         assert committed == [True], "the enqueue was not committed while the other was open"
         assert app.get(job.id).state == due.JobState.QUEUED, "the rollback took the job along"
     finally:
@@ -113,5 +117,100 @@ def test_cut_connections_cost_at_most_one_failed_call(named_url: str) -> None:
         landed = {int(n) for (n,) in rows(named_url, "SELECT payload->'args'->>0 FROM due_jobs")}
         expected = {0} | {n for n, outcome in zip((1, 2), outcomes, strict=True) if outcome == "ok"}
         assert landed == expected
+    finally:
+        app.close()
+
+
+def pool_requests(app: due.App) -> int:
+    return int(app.store._pool.get_stats().get("requests_num", 0))  # type: ignore[attr-defined]
+
+
+def test_single_enqueues_skip_the_pool(postgres_url: str) -> None:
+    app, t = make_app(postgres_url)
+    try:
+        t.enqueue(0)
+        before = pool_requests(app)
+        for n in range(1, 6):
+            t.enqueue(n)
+        assert pool_requests(app) == before
+        assert len(app.jobs()) == 6
+    finally:
+        app.close()
+
+
+def test_a_transaction_left_open_or_failed_does_not_reach_the_next_user(
+    postgres_url: str,
+) -> None:
+    app, t = make_app(postgres_url)
+    own = app.store._own  # type: ignore[attr-defined]
+    try:
+        with own.borrow() as conn:
+            conn.execute("BEGIN")
+            conn.execute(
+                "INSERT INTO due_jobs (task, queue, payload, run_at, max_attempts, created_at) "
+                """VALUES ('t', 'default', '{"args": [0]}', now(), 1, now())"""
+            )
+        with own.borrow() as conn:
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            conn.execute("BEGIN")
+            with contextlib.suppress(psycopg.errors.DivisionByZero):
+                conn.execute("SELECT 1 / 0")
+        t.enqueue(1)
+        assert [job.args for job in app.jobs()] == [(1,)], "the open transaction was committed"
+    finally:
+        app.close()
+
+
+def test_a_closed_store_refuses_work_and_opens_nothing(named_url: str) -> None:
+    """A part holding on to the store (a worker's late call) after app.close()."""
+    app, t = make_app(named_url)
+    job = t.enqueue(0)
+    store = app.store
+    app.close()
+    with pytest.raises(due.StoreUnavailableError, match="closed"):
+        store.get(job.id)
+    name = named_url.rsplit("application_name=", 1)[1]
+    query = f"SELECT count(*) FROM pg_stat_activity WHERE application_name = '{name}'"
+    wait_until(lambda: rows(POSTGRES_BASE_URL, query) == [(0,)], timeout=10, what="no sessions")
+    with pytest.raises(due.StoreUnavailableError, match="closed"):
+        store.get(job.id)  # and a second try still opens nothing
+    assert rows(POSTGRES_BASE_URL, query) == [(0,)]
+
+
+def test_the_own_connection_is_renewed_after_an_hour(
+    postgres_url: str, clock: due.FakeClock
+) -> None:
+    app, t = make_app(postgres_url, clock)
+    own = app.store._own  # type: ignore[attr-defined]
+    try:
+        with own.borrow() as conn:
+            first = conn.info.backend_pid
+        clock.advance("59m")
+        with own.borrow() as conn:
+            assert conn.info.backend_pid == first
+        clock.advance("2m")
+        with own.borrow() as conn:
+            assert conn.info.backend_pid != first
+        t.enqueue(1)
+    finally:
+        app.close()
+
+
+def test_statements_prepared_before_a_migration_elsewhere_cost_one_call(postgres_url: str) -> None:
+    app, t = make_app(postgres_url)
+    try:
+        job = t.enqueue(1)
+        for _ in range(8):  # past psycopg's prepare threshold: the read is a prepared statement
+            app.get(job.id)
+        with psycopg.connect(postgres_url, autocommit=True) as other:
+            other.execute("ALTER TABLE due_jobs ADD COLUMN added_by_a_newer_version int")
+        outcomes = []
+        for _ in range(2):
+            try:
+                outcomes.append(app.get(job.id).id)
+            except due.StoreError as error:
+                assert "cached plan" in str(error)
+                outcomes.append(None)
+        assert outcomes[-1] == job.id, outcomes
     finally:
         app.close()

@@ -28,6 +28,7 @@ from due.errors import (
     StoreUnavailableError,
 )
 from due.store import pieces
+from due.store.postgres.own_connection import OwnConnection
 from due.store.sql import load_migrations, load_queries, require_current_schema
 
 QUERIES = load_queries("due.store.postgres")
@@ -64,11 +65,7 @@ class PostgresBase:
             name="due",
         )
         self._pool.open(wait=False)
-        # The store's own connection, used whenever it is free: a pool checkout
-        # and return cost about as much as a quarter of a one-row insert, which
-        # single enqueues (one statement each) would otherwise pay every time.
-        self._own: psycopg.Connection[Any] | None = None
-        self._own_lock = threading.Lock()
+        self._own = OwnConnection(self._connect_own, clock.monotonic)
 
     # --- plumbing -----------------------------------------------------------
 
@@ -79,24 +76,19 @@ class PostgresBase:
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:
         """An idle autocommit connection: the store's own if no other thread
         holds it, else one from the pool (so threads never wait for each other)."""
-        if not self._own_lock.acquire(blocking=False):
-            with self._pool.connection() as conn:
-                yield conn
-            return
-        try:
-            if self._own is None or self._own.closed:
-                self._own = self._connect_own()
-            conn = self._own
-            try:
-                yield conn
-            finally:
-                _leave_idle(conn)
-        finally:
-            self._own_lock.release()
+        with self._own.borrow() as own:
+            if own is not None:
+                yield own
+                return
+        with self._pool.connection() as conn:
+            yield conn
 
     def _connect_own(self) -> psycopg.Connection[Any]:
-        timeout = max(2, round(self._connect_timeout))  # libpq counts whole seconds, 2 at least
-        conn = psycopg.connect(self.url, autocommit=True, connect_timeout=timeout)
+        options: dict[str, Any] = {"autocommit": True}
+        if "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(self.url):
+            # libpq counts whole seconds, 2 at least
+            options["connect_timeout"] = max(2, round(self._connect_timeout))
+        conn = psycopg.connect(self.url, **options)
         _configure_pooled_connection(conn)
         return conn
 
@@ -123,10 +115,7 @@ class PostgresBase:
         return utc(row["now"])
 
     def close(self) -> None:
-        with self._own_lock:
-            if self._own is not None:
-                self._own.close()
-                self._own = None
+        self._own.close()
         self._pool.close()
         if self._handler_pool is not None:
             self._handler_pool.close()
@@ -233,17 +222,6 @@ def returns_rows(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
     return result is not None and result.nfields > 0
 
 
-def _leave_idle(conn: psycopg.Connection[Any]) -> None:
-    """After use, as the pool does on return: no transaction left open; a
-    connection that cannot be brought back to idle is closed (and replaced)."""
-    if conn.closed or conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
-        return
-    try:
-        conn.rollback()
-    except psycopg.Error:
-        conn.close()
-
-
 def _configure_pooled_connection(conn: psycopg.Connection[Any]) -> None:
     _configure_connection(conn)
     conn.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_LIMIT}'")
@@ -288,6 +266,10 @@ def translate_errors(url: str) -> Iterator[None]:
     """Driver errors become StoreErrors, with the original as the cause."""
     try:
         yield
+    except psycopg_pool.PoolClosed as error:
+        raise StoreUnavailableError(
+            f"{redact(url)}: this app's store was closed (app.close()); use an open App"
+        ) from error
     except psycopg_pool.PoolTimeout as error:
         raise StoreUnavailableError(
             f"could not get a connection to {redact(url)} in time: {error}"
