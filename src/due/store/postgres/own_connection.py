@@ -103,10 +103,11 @@ def _leave_idle(conn: psycopg.Connection[Any]) -> None:
     cannot surely be brought back to idle is closed (and replaced on next use)."""
     if conn.closed:
         return
-    status = conn.info.transaction_status
-    if status == TransactionStatus.IDLE and conn.pgconn.pipeline_status == PipelineStatus.OFF:
+    pgconn = conn.pgconn  # not conn.info, which is built anew on every read
+    status, pipeline = pgconn.transaction_status, pgconn.pipeline_status
+    if status == TransactionStatus.IDLE and pipeline == PipelineStatus.OFF:
         return
-    if status not in _RECOVERABLE or conn.pgconn.pipeline_status != PipelineStatus.OFF:
+    if status not in _RECOVERABLE or pipeline != PipelineStatus.OFF:
         conn.close()  # a statement still running, or a pipeline left open
         return
     try:
