@@ -53,7 +53,7 @@ def test_a_killed_copy_with_checkpoints_in_its_transaction_writes_each_row_once(
         conn.execute("CREATE TABLE copied (row_number integer, attempt integer)")
     doomed = workers.start("--lease", f"{LEASE}s")
     workers.wait_ready(doomed)
-    job = app.enqueue("copy_rows_once", kwargs={"rows": 300, "batch": 10, "delay": 0.01})
+    job = app.enqueue("copy_rows_once", kwargs={"rows": 300, "batch": 10, "delay": 0.005})
     wait_until(lambda: len(workers.records("batch")) >= 5, what="batches to be copied")
     doomed.signal(signal.SIGKILL)
     doomed.wait_exit()
