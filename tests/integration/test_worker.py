@@ -322,3 +322,37 @@ def test_a_second_stop_request_releases_at_once(app: due.App) -> None:
         assert released.state == JobState.QUEUED and released.errors[-1].kind == "released"
 
     run(scenario)
+
+
+def test_claims_stop_while_too_many_ended_jobs_await_their_acknowledgement(
+    postgres_url: str, clock: FakeClock
+) -> None:
+    """Back-pressure (PostgreSQL, where acknowledgements are written apart from
+    claims): ended jobs awaiting their write may number as many as the slots;
+    beyond that they hold slots, so claims cannot outrun acknowledgements."""
+    app = due.App(postgres_url, clock=clock)
+    app.migrate()
+
+    @app.task(name="quick")
+    async def quick(n: int) -> int:
+        return n
+
+    async def scenario() -> None:
+        app.enqueue_many([quick.request(n) for n in range(100)])
+        worker = make_worker(app, default=5)
+        producer = worker.producers["default"]
+        for _ in range(30):  # claim and run, never writing an acknowledgement
+            await producer.run_once()
+            await settle()
+        assert (producer.active, producer.unwritten, producer.free_slots) == (0, 10, 0)
+        assert await producer.run_once() == 0
+        leased = app.jobs(state=JobState.RUNNING, limit=1000)
+        assert len(leased) == 10 + len(producer.ready)  # the ended ones and those claimed ahead
+        assert await worker.completer.run_once() == 10
+        assert producer.free_slots == 5
+        assert len(app.jobs(state=JobState.SUCCEEDED, limit=1000)) == 10
+
+    try:
+        run(scenario)
+    finally:
+        app.close()

@@ -5,7 +5,8 @@ finish within `flush_interval` (one statement per batch), so a worker running
 thousands of short jobs a second spends one round trip per batch, not per job.
 On SQLite (one writer at a time), when a producer claims in the meantime, the
 batch rides along with the claim: one transaction, one fsync, for both.
-Until its completion is written the job keeps its lease (heartbeats go on).
+Until its completion is written the job keeps its lease (heartbeats go on)
+and its slot (back-pressure: see producer.py).
 A write that finds the token stale (the lease was lost meanwhile) is recorded
 nowhere and logged. On a database outage the batch is kept and retried.
 """
@@ -36,6 +37,7 @@ class Completer:
 
     def add(self, running: RunningJob, completion: Completion) -> None:
         self.pending.append((running, completion))
+        self.worker.producers[running.queue].outcome_pending()
         self.wake.set()
 
     def interval(self) -> float:
@@ -74,6 +76,7 @@ class Completer:
 
     def _acknowledged(self, running: RunningJob, completion: Completion, applied: bool) -> None:
         self.worker.forget(running)
+        self.worker.producers[running.queue].outcome_written()
         job = running.job
         if not applied:
             event(

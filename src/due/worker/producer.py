@@ -15,6 +15,15 @@ slot frees. For long jobs that estimate is zero: no job ever waits behind a
 long one in this worker while another worker could run it. Jobs claimed
 ahead are leased and heartbeated like running ones, and released at once on
 shutdown.
+
+Back-pressure: ended jobs whose outcome is not written yet may number as
+many as the queue's slots; beyond that, each takes a slot until it is written.
+Without a bound, a worker whose handlers end faster than its acknowledgements
+are written claims on and on (measured: 33,000 ended, unwritten jobs after
+4 s of no-op jobs), every heartbeat renews them all, which slows the
+acknowledgements further, and a crash would run them all again. Within the
+bound, a slot frees when its handler ends, so acknowledgement latency does not
+lengthen every job.
 """
 
 from __future__ import annotations
@@ -47,6 +56,8 @@ class QueueProducer:
         self.concurrency = concurrency
         self.active = 0
         """Jobs whose handler is running (stragglers past their timeout included)."""
+        self.unwritten = 0
+        """Jobs whose handler ended and whose outcome is not written yet."""
         self.ready: deque[RunningJob] = deque()
         """Jobs claimed ahead, waiting for a slot."""
         self.next_due: datetime | None = None
@@ -57,7 +68,7 @@ class QueueProducer:
 
     @property
     def free_slots(self) -> int:
-        return self.concurrency - self.active
+        return self.concurrency - self.active - max(0, self.unwritten - self.concurrency)
 
     @property
     def lookahead(self) -> int:
@@ -85,16 +96,28 @@ class QueueProducer:
 
     def add(self, running: RunningJob) -> None:
         """A job just claimed: run it now if a slot is free, else hold it ready."""
-        if self.active < self.concurrency and not self.worker.stopping:
+        if self.free_slots > 0 and not self.worker.stopping:
             self._launch(running)
         else:
             self.ready.append(running)
 
     def slot_freed(self, job_seconds: float | None = None) -> None:
+        """A handler ended (its outcome, if any, was queued first: see outcome_pending)."""
         self.active -= 1
         if job_seconds is not None:
             self.job_seconds = _smooth(self.job_seconds, job_seconds)
-        while self.ready and self.active < self.concurrency and not self.worker.stopping:
+        self._start_ready()
+
+    def outcome_pending(self) -> None:
+        self.unwritten += 1
+
+    def outcome_written(self) -> None:
+        """An outcome was written (or found stale): its slot is free now."""
+        self.unwritten -= 1
+        self._start_ready()
+
+    def _start_ready(self) -> None:
+        while self.ready and self.free_slots > 0 and not self.worker.stopping:
             running = self.ready.popleft()
             if not running.lost:
                 self._launch(running)

@@ -45,7 +45,7 @@ from due.service import run_forever, wait_for_any
 from due.store.records import ClaimedJob, Completion, HeartbeatReply, Lease
 from due.worker.calls import StoreCalls
 from due.worker.completer import Completer
-from due.worker.executor import Executor
+from due.worker.executor import Attempt, Executor
 from due.worker.heartbeat import Heartbeater
 from due.worker.producer import QueueProducer
 from due.worker.running import RunningJob, trusted_until
@@ -165,18 +165,21 @@ class Worker:
         try:
             attempt = await self.executor.run(running.job, running.context)
         except asyncio.CancelledError:
-            self._handler_ended(running, producer)
+            # The outcome is queued before the slot frees: it keeps the slot until written.
             if _completed_in_transaction(running):
                 self.forget(running)  # its success is written; the token moved on with it
             elif running.cancel_requested and not running.lost:
                 running.finished = True
                 self.completer.add(running, self.executor.cancelled(running.job, running.context))
+            self._handler_ended(running, producer)
             return  # otherwise the lease was lost or released: write nothing
         except Exception:
             log.exception("job.executor_crashed job=%s", running.job.id)
             self._handler_ended(running, producer)
             return
         running.finished = True
+        # The outcome is queued before the slot frees: it keeps the slot until written.
+        self._queue_outcome(running, attempt)
         if attempt.straggler is None:
             self._handler_ended(running, producer, attempt.seconds)
         else:
@@ -191,6 +194,8 @@ class Worker:
                 timeout=running.task.options.timeout,
             )
             attempt.straggler.add_done_callback(lambda _: self._handler_ended(running, producer))
+
+    def _queue_outcome(self, running: RunningJob, attempt: Attempt) -> None:
         if attempt.lease_lost:
             self.lease_lost(running, "a fenced write found the lease taken")
         if running.lost:
