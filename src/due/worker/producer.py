@@ -108,6 +108,11 @@ class QueueProducer:
             self.job_seconds = _smooth(self.job_seconds, job_seconds)
         self._start_ready()
 
+    def slots_freed_by_writing(self, outcomes: int) -> int:
+        """How many slots writing this many of its pending outcomes frees."""
+        held_now = max(0, self.unwritten - self.concurrency)
+        return held_now - max(0, self.unwritten - outcomes - self.concurrency)
+
     def outcome_pending(self) -> None:
         self.unwritten += 1
 

@@ -49,7 +49,7 @@ from due.worker.executor import Attempt, Executor
 from due.worker.heartbeat import Heartbeater
 from due.worker.producer import QueueProducer
 from due.worker.running import RunningJob, trusted_until
-from due.worker.settings import WorkerSettings
+from due.worker.settings import MAX_CLAIM_BATCH, WorkerSettings
 from due.worker.unknown_tasks import UnknownTaskReaper
 from due.worker.wakeups import Wakeups
 
@@ -108,12 +108,15 @@ class Worker:
                 self.task_leases,
             )
         acks = self.completer.take()
+        # Slots the carried acks free are free once the claim commits with them.
+        producer = self.producers[queue]
+        freed = producer.slots_freed_by_writing(sum(1 for r, _ in acks if r.queue == queue))
         try:
             applied, jobs = await self.call(
                 self.store.complete_and_claim,
                 [completion for _, completion in acks],
                 queue,
-                limit,
+                min(limit + freed, MAX_CLAIM_BATCH),
                 self.settings.worker_id,
                 self.settings.lease,
                 self.task_names,
