@@ -310,3 +310,43 @@ def _done(claimed):  # type: ignore[no-untyped-def]
     from due.store.records import Completion
 
     return Completion(claimed.id, claimed.lease_token, JobState.SUCCEEDED, result="null")
+
+
+def sync_at(app: due.App, start: threading.Barrier, reports: list[object]) -> None:
+    start.wait(10)
+    try:
+        reports.append(app.sync_schedules())
+    except Exception as error:
+        reports.append(error)
+
+
+def test_workers_starting_together_sync_the_same_schedules_once(
+    app: due.App, backend_url: str
+) -> None:
+    """A fleet starts many workers at once, each syncing the code's schedules."""
+    apps = []
+    for _ in range(4):
+        other = due.App(backend_url, clock=app.clock)
+        other.tasks.add(app.tasks.get("report"))
+        apps.append(other)
+    try:
+        for round_number in range(5):
+            for other in apps:
+                other.defined_schedules.clear()
+                other.schedule(f"nightly-{round_number}", "0 3 * * *", task="report")
+            start = threading.Barrier(len(apps))
+            reports: list[object] = []
+            threads = [
+                threading.Thread(target=sync_at, args=(other, start, reports)) for other in apps
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(30)
+            failures = [r for r in reports if isinstance(r, Exception)]
+            assert not failures, failures
+            added = [r.added for r in reports]  # type: ignore[attr-defined]
+            assert sorted(added, key=len) == [[], [], [], [f"nightly-{round_number}"]]
+    finally:
+        for other in apps:
+            other.close()

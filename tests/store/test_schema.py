@@ -55,6 +55,7 @@ def test_a_newer_schema_is_refused(app: due.App, backend_url: str) -> None:
 def test_both_backends_name_the_same_queries() -> None:
     postgres_only = {
         "lock_migrations",
+        "lock_schedule_sync",
         "current_time",
         "reserve_ids",
         "copy_jobs",

@@ -437,6 +437,12 @@ LIMIT 1
 -- name: list_schedule_rows
 SELECT * FROM due_schedules ORDER BY name
 
+-- name: lock_schedule_sync
+-- Every worker syncs the code's schedules as it starts; a fleet starts many at
+-- once. One at a time, each reads what the previous one wrote (else two would
+-- both insert a new schedule, and one would fail on the primary key).
+SELECT pg_advisory_xact_lock(hashtext('due_schedule_sync'))
+
 -- name: insert_schedule
 INSERT INTO due_schedules (name, task, cron, every, tz, payload, queue, priority, max_attempts,
                            misfire, overlap, catch_up_limit, misfire_grace, source, enabled,

@@ -38,6 +38,7 @@ from due.store.schedules import (
 class PostgresSchedules(PostgresBase):
     def sync_schedules(self, schedules: Sequence[Any]) -> SyncReport:
         with self._cursor(transaction=True) as cur:
+            cur.execute(QUERIES["lock_schedule_sync"])
             now = self._fetch_now(cur)
             cur.execute(QUERIES["list_schedule_rows"])
             stored = [stored_schedule(normalise(row)) for row in cur.fetchall()]
