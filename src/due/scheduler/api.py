@@ -28,14 +28,15 @@ if TYPE_CHECKING:
 
 
 class ScheduleMethods:
+    """Mixed into `due.App`, which provides the store and `get`."""
+
     defined_schedules: dict[str, Schedule]
+    if TYPE_CHECKING:
 
-    @property
-    def store(self) -> Store:
-        raise NotImplementedError
+        @property
+        def store(self) -> Store: ...
 
-    def get(self, job_id: int) -> Job:
-        raise NotImplementedError
+        def get(self, job_id: int) -> Job: ...
 
     def schedule(
         self,

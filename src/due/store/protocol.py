@@ -80,7 +80,8 @@ class Store(Protocol):
         tasks: Sequence[str] | None = None,
         task_leases: Mapping[str, float] | None = None,
     ) -> tuple[set[int], list[ClaimedJob]]:
-        """`complete` then `claim`, in one transaction (one round trip, one commit)."""
+        """`complete` then `claim`. A single-writer store (SQLite) does both in one
+        transaction, one commit; the worker calls this only on such a store."""
 
     def heartbeat(self, leases: Sequence[Lease]) -> HeartbeatReply:
         """Extend the leases still held; report the lost ones."""
