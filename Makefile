@@ -10,10 +10,12 @@ STAMP := $(VENV)/.installed-stamp
 help: ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+# Development and CI install the exact versions in constraints.txt; the package
+# itself asks only for compatible ranges (pyproject.toml).
+$(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[postgres-binary,redis]' --group dev
 	@touch $(STAMP)
 
 postgres: ## start PostgreSQL (and Redis, for the optional Redis lease) if down

@@ -12,6 +12,7 @@ Never lose a due job, never run one twice by accident, never fail quietly.
     send_reset_email.enqueue(42, delay="10m", key="reset:42")
 """
 
+from due._version import __version__
 from due.app import App
 from due.clock import Clock, FakeClock, SystemClock
 from due.context import Context
@@ -41,9 +42,8 @@ from due.scheduler.definition import Misfire, Overlap, Schedule
 from due.store.records import QueueOverview
 from due.task import Task
 
-__version__ = "0.1.0"
-
 __all__ = [
+    "__version__",
     # configure and register
     "App",
     "Retry",

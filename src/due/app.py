@@ -75,10 +75,12 @@ class App(ScheduleMethods):
         self._validate_url()
 
     def _validate_url(self) -> None:
-        from due.store import POSTGRES_PREFIXES, SQLITE_PREFIX
+        from due.store import POSTGRES_PREFIXES, SQLITE_PREFIX, require_postgres_driver
 
         if not self.url.startswith((SQLITE_PREFIX, *POSTGRES_PREFIXES)):
             open_store(self.url, self.clock)  # raises the explanatory error
+        if self.url.startswith(POSTGRES_PREFIXES):
+            require_postgres_driver()
         if self.url.startswith(SQLITE_PREFIX):
             from due.store.sqlite.base import path_from_url
 

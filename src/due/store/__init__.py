@@ -19,6 +19,7 @@ def open_store(url: str, clock: Clock, **options: Any) -> Store:
 
         return SQLiteStore(url, clock, **options)
     if url.startswith(POSTGRES_PREFIXES):
+        require_postgres_driver()
         from due.store.postgres.store import PostgresStore
 
         return PostgresStore(url, clock, **options)
@@ -29,4 +30,18 @@ def open_store(url: str, clock: Clock, **options: Any) -> Store:
     )
 
 
-__all__ = ["Store", "open_store"]
+def require_postgres_driver() -> None:
+    """Refuse a postgresql:// URL, with the fix, when the PostgreSQL extra is missing
+    (`pip install due` alone serves SQLite and pulls no PostgreSQL driver)."""
+    try:
+        import psycopg  # noqa: F401
+        import psycopg_pool  # noqa: F401
+    except ImportError as error:
+        raise ConfigurationError(
+            "a postgresql:// URL needs due's PostgreSQL extra: pip install 'due[postgres]' "
+            "(or 'due[postgres-binary]' to bring libpq along, where the system has none); "
+            f"importing the driver failed: {error}"
+        ) from None
+
+
+__all__ = ["Store", "open_store", "require_postgres_driver"]
