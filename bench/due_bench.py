@@ -84,7 +84,7 @@ class DueAdapter(common.Adapter):
 
     def enqueue_one(self, job: common.Job, run_at: float | None = None) -> None:
         when = None if run_at is None else datetime.fromtimestamp(run_at, UTC)
-        self.task.enqueue(job.ref, job.t_ref, job.sleep_s, run_at=when)
+        self.task.options(run_at=when).enqueue(job.ref, job.t_ref, job.sleep_s)
 
     def count_rows(self) -> int:
         return len(self.app.jobs(limit=1_000_000))

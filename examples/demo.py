@@ -60,16 +60,18 @@ def show(title: str) -> None:
         )
 
 
-def enqueue() -> None:
+def enqueue() -> due.Job:
+    """The one-off jobs; returns the report, which the demo waits for."""
     send_welcome_email.enqueue(1)
     send_welcome_email.enqueue(2)
-    build_report.enqueue("2026-11")
+    report = build_report.enqueue("2026-11")
     flaky_export.enqueue()
-    send_reminder.enqueue(1, delay="2s", key="reminder:1")
-    again = send_reminder.enqueue(1, delay="2s", key="reminder:1")
+    send_reminder.options(delay="2s", key="reminder:1").enqueue(1)
+    again = send_reminder.options(delay="2s", key="reminder:1").enqueue(1)
     console.print(f"second reminder for user 1 deduplicated: {again.deduplicated} (job {again.id})")
-    cancelled = send_reminder.enqueue(2, delay="1h")
+    cancelled = send_reminder.options(delay="1h").enqueue(2)
     app.cancel(cancelled.id)
+    return report
 
 
 def _is_one_off(job: due.Job) -> bool:
@@ -116,7 +118,7 @@ def follow_backfill(parent: due.Job, timeout: float = 60.0) -> None:
 def main() -> None:
     console.print(f"[bold]due demo[/bold] on {app.url}")
     console.print(f"migrations applied: {app.migrate()}")
-    enqueue()
+    report = enqueue()
     create_events(BACKFILL_ROWS)
     backfill = plan_backfill.enqueue(chunk=BACKFILL_CHUNK)
     show("enqueued")
@@ -141,6 +143,8 @@ def main() -> None:
         ],
     )
     try:
+        done = app.wait(report.id, timeout="30s")  # woken by the job's end, no polling
+        console.print(f"app.wait: job {done.id} {done.state}, returned {done.result}")
         console.rule("a backfill of 60,000 rows in 6 pieces, 3 at a time")
         follow_backfill(backfill)
         finished = app.jobs(task=backfill_finished.name)

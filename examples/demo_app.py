@@ -16,7 +16,7 @@ def send_welcome_email(user_id: int) -> str:
 
 
 @app.task(queue="emails")
-def send_reminder(user_id: int, ctx: due.Context) -> str:
+def send_reminder(ctx: due.Context, user_id: int) -> str:
     return f"reminder sent to user {user_id} (job {ctx.job_id})"
 
 

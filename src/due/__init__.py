@@ -9,7 +9,7 @@ Never lose a due job, never run one twice by accident, never fail quietly.
     @app.task(queue="emails", retry=due.Retry(max_attempts=5))
     def send_reset_email(user_id: int) -> None: ...
 
-    send_reset_email.enqueue(42, delay="10m", key="reset:42")
+    send_reset_email.options(delay="10m", key="reset:42").enqueue(42)
 """
 
 from due._version import __version__
@@ -40,7 +40,7 @@ from due.request import JobRequest
 from due.retry import Retry
 from due.scheduler.definition import Misfire, Overlap, Schedule
 from due.store.records import QueueOverview
-from due.task import Task
+from due.task import Task, TaskWithOptions
 
 __all__ = [
     "__version__",
@@ -48,6 +48,7 @@ __all__ = [
     "App",
     "Retry",
     "Task",
+    "TaskWithOptions",
     # jobs
     "AttemptError",
     "Context",

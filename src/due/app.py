@@ -7,14 +7,16 @@ modules that take an App.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import Any, TypeVar, overload
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, overload
 
 from due.clock import Clock, SystemClock
-from due.durations import DurationLike
+from due.context import Context
+from due.durations import DurationLike, to_seconds
 from due.errors import ConfigurationError
 from due.job import Job, JobState
 from due.payload import DEFAULT_MAX_PAYLOAD_BYTES
@@ -25,14 +27,26 @@ from due.scheduler.definition import Schedule
 from due.store import Store, open_store
 from due.store.pieces import completion_spec
 from due.store.records import JobFilter, NewJob, QueueOverview
-from due.task import DEFAULT_QUEUE, Registry, Task, TaskOptions
+from due.task import DEFAULT_QUEUE, Registry, Task, TaskConfig
+from due.waiter import JobWaiter
 
 URL_ENVIRONMENT_VARIABLE = "DUE_DATABASE_URL"
 BATCH_TASK = "due.batch"
 """The task name of a parent made by app.batch (it never runs itself)."""
 DEFAULT_URL = "sqlite:///due.db"
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class TaskDecorator(Protocol):
+    """What `@app.task(...)` with options returns: it registers the function."""
+
+    @overload
+    def __call__(self, fn: Callable[Concatenate[Context, P], R], /) -> Task[P, R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...
 
 
 def resolve_url(url: str | None) -> str:
@@ -71,6 +85,7 @@ class App(ScheduleMethods):
         self._store: Store | None = None
         self._schema_checked = False
         self._lock = threading.Lock()
+        self._waiter = JobWaiter(lambda: self.store)
         # Fail on a bad URL now, not at the first enqueue in production.
         self._validate_url()
 
@@ -113,6 +128,7 @@ class App(ScheduleMethods):
         return applied
 
     def close(self) -> None:
+        self._waiter.close()
         with self._lock:
             if self._store is not None:
                 self._store.close()
@@ -128,7 +144,10 @@ class App(ScheduleMethods):
     # --- tasks ----------------------------------------------------------------
 
     @overload
-    def task(self, fn: F, /) -> Task[Any, Any]: ...
+    def task(self, fn: Callable[Concatenate[Context, P], R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
 
     @overload
     def task(
@@ -144,11 +163,11 @@ class App(ScheduleMethods):
         lease: DurationLike | None = None,
         unique_for: DurationLike | None = None,
         stuck_after: DurationLike | None = None,
-    ) -> Callable[[F], Task[Any, Any]]: ...
+    ) -> TaskDecorator: ...
 
     def task(
         self,
-        fn: F | None = None,
+        fn: Callable[..., Any] | None = None,
         /,
         *,
         name: str | None = None,
@@ -159,14 +178,18 @@ class App(ScheduleMethods):
         lease: DurationLike | None = None,
         unique_for: DurationLike | None = None,
         stuck_after: DurationLike | None = None,
-    ) -> Task[Any, Any] | Callable[[F], Task[Any, Any]]:
-        """Register a sync or async function as a task (`@app.task` or `@app.task(...)`)."""
+    ) -> Task[Any, Any] | TaskDecorator:
+        """Register a sync or async function as a task (`@app.task` or `@app.task(...)`).
 
-        def register(function: F) -> Task[Any, Any]:
+        A handler that takes the job's `due.Context` declares it first; its
+        task is typed without it: `Task[P, R]` where P are the other parameters.
+        """
+
+        def register(function: Callable[..., Any]) -> Task[Any, Any]:
             if not callable(function):
                 raise ConfigurationError(f"@app.task decorates a function, got {function!r}")
             task_name = name or f"{function.__module__}.{function.__qualname__}"
-            options = TaskOptions.build(
+            config = TaskConfig.build(
                 task=task_name,
                 queue=queue,
                 priority=priority,
@@ -176,7 +199,7 @@ class App(ScheduleMethods):
                 unique_for=unique_for,
                 stuck_after=stuck_after,
             )
-            task: Task[Any, Any] = Task(self, function, task_name, options)
+            task: Task[Any, Any] = Task(self, function, task_name, config)
             self.tasks.add(task)
             return task
 
@@ -195,11 +218,13 @@ class App(ScheduleMethods):
         queue: str | None = None,
         priority: int | None = None,
         key: str | None = None,
+        unique_for: DurationLike | None = None,
         connection: Any = None,
     ) -> Job:
-        """Enqueue by task name, for callers that do not import the function."""
+        """Enqueue by task name, for callers that do not import the function
+        (untyped; the options are those of `task.options(...)`)."""
         request = JobRequest(
-            task, tuple(args), dict(kwargs or {}), delay, run_at, queue, priority, key
+            task, tuple(args), dict(kwargs or {}), delay, run_at, queue, priority, key, unique_for
         )
         return self.enqueue_many([request], connection=connection)[0]
 
@@ -262,15 +287,34 @@ class App(ScheduleMethods):
         )
         return self.store.list_jobs(where)
 
+    def wait(self, job_id: int, *, timeout: DurationLike | None = None) -> Job:
+        """Block until the job has ended (succeeded, failed or cancelled); returns it.
+
+        Woken by the job's end (a notification on PostgreSQL, a commit on
+        SQLite), not by polling. Raises TimeoutError, naming the job's state,
+        if it has not ended within `timeout` (seconds, "90s", a timedelta;
+        None waits for as long as it takes). A job that fails and is retried
+        has not ended: this waits for its last attempt.
+        """
+        return self._waiter.wait(int(job_id), _timeout(timeout))
+
+    async def await_job(self, job_id: int, *, timeout: DurationLike | None = None) -> Job:
+        """`wait` for async code: the event loop runs on while it waits."""
+        return await self._waiter.await_job(int(job_id), _timeout(timeout))
+
     def cancel(self, job_id: int) -> Job:
         """Cancel a job. Queued or delayed: it will not run. Running: it is asked to
         stop and ends `cancelled` at its next safe point (not retried). A waiting
         parent: it ends, and so do its unfinished pieces."""
         return self.store.cancel(int(job_id))
 
-    def retry(self, job_id: int) -> Job:
-        """Run a failed or cancelled job again, with a fresh set of attempts."""
-        return self.store.retry(int(job_id))
+    def retry(self, job_id: int, *, now: bool = False) -> Job:
+        """Put a failed or cancelled job back in its queue, with a fresh set of attempts.
+
+        It is due at once, unless it was cancelled while delayed to a time still
+        to come: then it keeps that time (it is put back as it was), unless `now`.
+        """
+        return self.store.retry(int(job_id), run_now=bool(now))
 
     # --- pieces and pauses ----------------------------------------------------------
 
@@ -319,7 +363,7 @@ class App(ScheduleMethods):
     def completion_spec(self, task: Task[Any, Any] | str) -> str:
         resolved = self.tasks.get(task.name if isinstance(task, Task) else task)
         resolved.check_arguments(({"parent": 0, "pieces": 0},), {})
-        options = resolved.options
+        options = resolved.config
         return completion_spec(
             resolved.name,
             options.queue,
@@ -328,12 +372,29 @@ class App(ScheduleMethods):
             options.stuck_after,
         )
 
-    def pause_queue(self, queue: str) -> None:
-        """Stop claiming the queue's jobs (running ones finish); durable until resumed."""
-        self.store.pause_queue(validate_queue(queue), True)
+    def pause_queue(self, queue: str, *, force: bool = False) -> None:
+        """Stop claiming the queue's jobs (running ones finish); durable until resumed.
 
-    def resume_queue(self, queue: str) -> None:
-        self.store.pause_queue(validate_queue(queue), False)
+        A queue that no task of this app, no job, worker or schedule uses is
+        refused as a likely typo, unless `force` (to pause a queue before its
+        first job)."""
+        self.store.pause_queue(self._known_queue(queue, force, "pause"), True)
+
+    def resume_queue(self, queue: str, *, force: bool = False) -> None:
+        """Claim the queue's jobs again (see pause_queue for `force`)."""
+        self.store.pause_queue(self._known_queue(queue, force, "resume"), False)
+
+    def _known_queue(self, queue: str, force: bool, action: str) -> str:
+        name = validate_queue(queue)
+        if force or name in self.tasks.queues() or self.store.queue_in_use(name):
+            return name
+        known = sorted({q.name for q in self.queues()})
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ConfigurationError(
+            f"no task, job, worker or schedule uses queue {name!r}; {hint}"
+            f"check the name, or {action} it anyway with --force (force=True)"
+        )
 
     def pause_group(self, parent_id: int) -> None:
         """Hold a parent's queued pieces (and those it spawns later) until resumed."""
@@ -343,8 +404,13 @@ class App(ScheduleMethods):
         self.store.hold_group(int(parent_id), False)
 
     def queues(self) -> list[QueueOverview]:
-        """Per queue: depth, due now, running, waiting, stuck, oldest due job, paused."""
-        return self.store.queue_overview()
+        """Per queue: depth, due now, running, waiting, retrying, failed, stuck, when
+        its oldest due job became due, and whether it is paused. Lists the queues
+        of this app's tasks and of workers and schedules even when they hold no job."""
+        overviews = {queue.name: queue for queue in self.store.queue_overview()}
+        for name in self.tasks.queues():
+            overviews.setdefault(name, QueueOverview(name, 0, 0, 0, 0, 0, None, False))
+        return [overviews[name] for name in sorted(overviews)]
 
 
 def _piece_request(request: JobRequest) -> JobRequest:
@@ -368,6 +434,10 @@ def _arguments(item: Any) -> tuple[Any, ...]:
         f"a piece is given as a tuple of its positional arguments or as task.request(...), "
         f"got {item!r}"
     )
+
+
+def _timeout(timeout: DurationLike | None) -> float | None:
+    return None if timeout is None else to_seconds(timeout, what="wait timeout")
 
 
 def _state(state: JobState | str | None) -> JobState | None:

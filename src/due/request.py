@@ -23,7 +23,8 @@ _QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:\-]+")
 
 @dataclass(frozen=True, slots=True)
 class JobRequest:
-    """One job to enqueue: made by `task.request(...)`, sent by `app.enqueue_many`."""
+    """One job to enqueue: made by `task.request(...)` (or
+    `task.options(...).request(...)`), sent by `app.enqueue_many`."""
 
     task: str
     args: tuple[Any, ...] = ()
@@ -33,6 +34,8 @@ class JobRequest:
     queue: str | None = None
     priority: int | None = None
     key: str | None = None
+    unique_for: DurationLike | None = None
+    """Instead of the task's: how long the key keeps deduplicating after success."""
 
 
 def prepare(request: JobRequest, task: Task[Any, Any], max_payload_bytes: int) -> NewJob:
@@ -40,7 +43,12 @@ def prepare(request: JobRequest, task: Task[Any, Any], max_payload_bytes: int) -
     task.check_arguments(request.args, request.kwargs)
     if request.delay is not None and request.run_at is not None:
         raise InvalidJobError(f"enqueue of {task.name!r}: give either delay= or run_at=, not both")
-    options = task.options  # validated when the task was defined
+    if request.unique_for is not None and request.key is None:
+        raise InvalidJobError(
+            f"enqueue of {task.name!r}: unique_for= says how long a key deduplicates; "
+            "give a key= with it"
+        )
+    options = task.config  # validated when the task was defined
     return NewJob(
         task.name,
         options.queue if request.queue is None else validate_queue(request.queue),
@@ -52,7 +60,9 @@ def prepare(request: JobRequest, task: Task[Any, Any], max_payload_bytes: int) -
         None if request.run_at is None else _validate_run_at(request.run_at, task.name),
         0.0 if request.delay is None else _validate_delay(request.delay, task.name),
         None if request.key is None else validate_key(request.key),
-        options.unique_for,
+        options.unique_for
+        if request.unique_for is None
+        else _validate_unique_for(request.unique_for, task.name),
         options.stuck_after,
     )
 
@@ -103,12 +113,16 @@ def _validate_delay(delay: DurationLike | None, task: str) -> float:
     if delay is None:
         return 0.0
     try:
-        seconds = to_seconds(delay, what=f"enqueue of {task!r}: delay")
+        return to_seconds(delay, what=f"enqueue of {task!r}: delay")
     except ConfigurationError as error:
         raise InvalidJobError(str(error)) from None
-    if seconds < 0:
-        raise InvalidJobError(f"enqueue of {task!r}: delay cannot be negative ({delay!r})")
-    return seconds
+
+
+def _validate_unique_for(unique_for: DurationLike, task: str) -> float:
+    try:
+        return to_seconds(unique_for, what=f"enqueue of {task!r}: unique_for")
+    except ConfigurationError as error:
+        raise InvalidJobError(str(error)) from None
 
 
 def _validate_run_at(run_at: datetime | None, task: str) -> datetime | None:

@@ -51,12 +51,8 @@ class Retry:
             )
         if not callable(self.backoff):
             seconds = to_seconds(self.backoff, what="Retry(backoff=...)")
-            if seconds < 0:
-                raise ConfigurationError("Retry(backoff=...) cannot be negative")
             object.__setattr__(self, "backoff", seconds)
         cap = to_seconds(self.max_delay, what="Retry(max_delay=...)")
-        if cap < 0:
-            raise ConfigurationError("Retry(max_delay=...) cannot be negative")
         object.__setattr__(self, "max_delay", cap)
         if not 0 <= self.jitter <= 1:
             raise ConfigurationError(f"Retry(jitter={self.jitter!r}): must be between 0 and 1")

@@ -30,7 +30,9 @@ MIN_LEASE_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
-class TaskOptions:
+class TaskConfig:
+    """A task's own settings, given to @app.task(...) and validated there."""
+
     queue: str = DEFAULT_QUEUE
     priority: int = 0
     retry: Retry = field(default_factory=Retry)
@@ -55,7 +57,7 @@ class TaskOptions:
         lease: DurationLike | None,
         unique_for: DurationLike | None,
         stuck_after: DurationLike | None = None,
-    ) -> TaskOptions:
+    ) -> TaskConfig:
         try:
             queue = validate_queue(queue)
             priority = validate_priority(priority)
@@ -89,84 +91,83 @@ def _positive(value: DurationLike | None, what: str) -> float | None:
     return seconds
 
 
-class Task(Generic[P, R]):
-    """A registered function. Calling it runs it here and now, like the plain function."""
+ENQUEUE_OPTIONS = ("delay", "run_at", "queue", "priority", "key", "unique_for", "connection")
+"""What `task.options(...)` takes: never confused with the task's own parameters."""
 
-    def __init__(self, app: App, fn: Callable[P, R], name: str, options: TaskOptions) -> None:
+
+class Task(Generic[P, R]):
+    """A registered function. Calling it runs it here and now, like the plain function.
+
+    `enqueue`, `aenqueue` and `request` take exactly the function's arguments
+    (without its `due.Context`) and are typed with them, so a type checker
+    refuses a wrong call. Enqueue options go through `options(...)`:
+
+        send_reset_email.enqueue(42)
+        send_reset_email.options(delay="24h", key="reset:42").enqueue(42)
+    """
+
+    def __init__(self, app: App, fn: Callable[..., Any], name: str, config: TaskConfig) -> None:
         self.app = app
         self.fn = fn
         self.name = name
-        self.options = options
+        self.config = config
+        """What the task was registered with: queue, priority, retry, timeout, lease..."""
         self.is_async = inspect.iscoroutinefunction(fn)
         self.context_parameter = find_context_parameter(fn)
+        _require_context_first(fn, name, self.context_parameter)
         self._signature = _signature_without(fn, self.context_parameter)
         self._positional_range = _plain_positional_range(self._signature)
-        self._context_position = _positional_index(fn, self.context_parameter)
         functools.update_wrapper(self, fn)
 
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        return self.fn(*args, **kwargs)
+    def __call__(self, *args: Any, **kwargs: Any) -> R:
+        result: R = self.fn(*args, **kwargs)
+        return result
 
     def __repr__(self) -> str:
-        return f"<due.Task {self.name} queue={self.options.queue}>"
+        return f"<due.Task {self.name} queue={self.config.queue}>"
 
-    def request(
+    def options(
         self,
-        *args: Any,
+        *,
         delay: DurationLike | None = None,
         run_at: datetime | None = None,
         queue: str | None = None,
         priority: int | None = None,
         key: str | None = None,
-        **kwargs: Any,
-    ) -> JobRequest:
+        unique_for: DurationLike | None = None,
+        connection: Any = None,
+    ) -> TaskWithOptions[P, R]:
+        """This task with enqueue options, for one call (or several):
+
+        `delay` ("90s", "1h30m", seconds, timedelta) or `run_at` (an aware
+        datetime); `queue` and `priority` instead of the task's; `key`, which
+        deduplicates while a job with it is active (and `unique_for` after it
+        succeeds, instead of the task's); `connection`, your own open psycopg or
+        sqlite3 connection, to enqueue inside your transaction.
+        """
+        return TaskWithOptions(
+            self, EnqueueOptions(delay, run_at, queue, priority, key, unique_for), connection
+        )
+
+    def request(self, *args: P.args, **kwargs: P.kwargs) -> JobRequest:
         """A job to enqueue later, e.g. in a batch with `app.enqueue_many`."""
-        return JobRequest(self.name, args, kwargs, delay, run_at, queue, priority, key)
+        return JobRequest(self.name, args, kwargs)
 
-    def enqueue(
-        self,
-        *args: Any,
-        delay: DurationLike | None = None,
-        run_at: datetime | None = None,
-        queue: str | None = None,
-        priority: int | None = None,
-        key: str | None = None,
-        connection: Any = None,
-        **kwargs: Any,
-    ) -> Job:
-        """Store a job for this task; returns once it is committed (or on `connection`)."""
-        request = self.request(
-            *args, delay=delay, run_at=run_at, queue=queue, priority=priority, key=key, **kwargs
-        )
-        return self.app.enqueue_many([request], connection=connection)[0]
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """Store a job for this task; returns once it is committed."""
+        return self.app.enqueue_many([JobRequest(self.name, args, kwargs)])[0]
 
-    async def aenqueue(
-        self,
-        *args: Any,
-        delay: DurationLike | None = None,
-        run_at: datetime | None = None,
-        queue: str | None = None,
-        priority: int | None = None,
-        key: str | None = None,
-        connection: Any = None,
-        **kwargs: Any,
-    ) -> Job:
-        """`enqueue` for async code; `connection` may be a psycopg AsyncConnection."""
-        request = self.request(
-            *args, delay=delay, run_at=run_at, queue=queue, priority=priority, key=key, **kwargs
-        )
-        return (await self.app.aenqueue_many([request], connection=connection))[0]
+    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """`enqueue` for async code."""
+        return (await self.app.aenqueue_many([JobRequest(self.name, args, kwargs)]))[0]
 
     def call_arguments(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], context: Context
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        """The job's arguments with the context put in its parameter's place."""
-        name, position = self.context_parameter, self._context_position
-        if name is None:
+        """The job's arguments with the context put first."""
+        if self.context_parameter is None:
             return args, kwargs
-        if position is not None and len(args) > position:
-            return (*args[:position], context, *args[position:]), kwargs
-        return args, {**kwargs, name: context}
+        return (context, *args), kwargs
 
     def canonical_arguments(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
         """The arguments as one text, however they were spelled: bound to the
@@ -185,7 +186,75 @@ class Task(Generic[P, R]):
         except TypeError as error:
             raise ArgumentsError(
                 f"arguments do not fit task {self.name!r}{self._signature}: {error}"
+                + self._options_hint(kwargs)
             ) from None
+
+    def _options_hint(self, kwargs: Mapping[str, Any]) -> str:
+        misplaced = [
+            n for n in kwargs if n in ENQUEUE_OPTIONS and n not in self._signature.parameters
+        ]
+        if not misplaced:
+            return ""
+        given = ", ".join(f"{name}=..." for name in misplaced)
+        return f"; enqueue options go through task.options({given}).enqueue(...)"
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueOptions:
+    delay: DurationLike | None = None
+    run_at: datetime | None = None
+    queue: str | None = None
+    priority: int | None = None
+    key: str | None = None
+    unique_for: DurationLike | None = None
+
+
+class TaskWithOptions(Generic[P, R]):
+    """A task with enqueue options (`task.options(...)`): enqueue, aenqueue and
+    request take the function's own arguments, typed, exactly as on the task."""
+
+    def __init__(self, task: Task[P, R], options: EnqueueOptions, connection: Any) -> None:
+        self.task = task
+        self.enqueue_options = options
+        self.connection = connection
+
+    def __repr__(self) -> str:
+        return f"<due.TaskWithOptions {self.task.name} {self.enqueue_options}>"
+
+    def request(self, *args: P.args, **kwargs: P.kwargs) -> JobRequest:
+        """A job to enqueue later with `app.enqueue_many` (which takes `connection=`)."""
+        if self.connection is not None:
+            raise ConfigurationError(
+                f"task {self.task.name!r}: a request is enqueued later, by "
+                "app.enqueue_many(requests, connection=...); give the connection there"
+            )
+        return self._request(args, kwargs)
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """Store a job for this task with these options; returns once it is
+        committed (or, on `connection`, once it is written in your transaction)."""
+        app = self.task.app
+        return app.enqueue_many([self._request(args, kwargs)], connection=self.connection)[0]
+
+    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """`enqueue` for async code; `connection` may be a psycopg AsyncConnection."""
+        app = self.task.app
+        requests = [self._request(args, kwargs)]
+        return (await app.aenqueue_many(requests, connection=self.connection))[0]
+
+    def _request(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> JobRequest:
+        o = self.enqueue_options
+        return JobRequest(
+            self.task.name,
+            args,
+            kwargs,
+            o.delay,
+            o.run_at,
+            o.queue,
+            o.priority,
+            o.key,
+            o.unique_for,
+        )
 
 
 def find_context_parameter(fn: Callable[..., Any]) -> str | None:
@@ -209,11 +278,18 @@ def _signature_without(fn: Callable[..., Any], parameter: str | None) -> inspect
     )
 
 
-def _positional_index(fn: Callable[..., Any], parameter: str | None) -> int | None:
-    """Where the context parameter stands among the positional ones (None: keyword only)."""
+def _require_context_first(fn: Callable[..., Any], task: str, parameter: str | None) -> None:
+    """The context comes first, so a type checker sees enqueue(...) without it
+    (`Concatenate[Context, P]`) and the worker knows where to put it."""
+    if parameter is None:
+        return
+    first = next(iter(inspect.signature(fn).parameters.values()))
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    names = [p.name for p in inspect.signature(fn).parameters.values() if p.kind in positional]
-    return names.index(parameter) if parameter in names else None
+    if first.name != parameter or first.kind not in positional:
+        raise ConfigurationError(
+            f"task {task!r}: its due.Context parameter {parameter!r} must come first, "
+            f"as in (ctx: due.Context, ...), so type checkers see enqueue(...) without it"
+        )
 
 
 def _plain_positional_range(signature: inspect.Signature) -> tuple[int, int] | None:
@@ -260,7 +336,7 @@ class Registry:
         return sorted(self._tasks)
 
     def queues(self) -> list[str]:
-        return sorted({task.options.queue for task in self._tasks.values()})
+        return sorted({task.config.queue for task in self._tasks.values()})
 
 
 def _unknown_task_message(name: str, known: list[str]) -> str:

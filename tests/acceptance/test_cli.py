@@ -25,14 +25,15 @@ def test_migrate_then_inspect_and_act(backend_url: str) -> None:
     try:
         failed = report.enqueue(1)
         drain(app)
-        delayed = report.enqueue(2, delay="1h", queue="later")
+        delayed = report.options(delay="1h", queue="later").enqueue(2)
         listing = run_due(backend_url, "jobs")
         assert "report" in listing and "failed" in listing and "queued" in listing
         assert "ValueError: no data for 1" in listing
         assert "later" in run_due(backend_url, "jobs", "--queue", "later")
         assert "failed" not in run_due(backend_url, "jobs", "--state", "queued")
         shown = run_due(backend_url, "show", str(failed.id))
-        assert "attempt 1 (error): ValueError: no data for 1" in shown and "Traceback" in shown
+        assert "attempt 1 (error, " in shown and " UTC): ValueError: no data for 1" in shown
+        assert "Traceback" in shown
         assert f"job {delayed.id} is cancelled" in run_due(backend_url, "cancel", str(delayed.id))
         assert "queued again" in run_due(backend_url, "retry", str(failed.id))
         assert app.get(failed.id).state == due.JobState.QUEUED
@@ -44,7 +45,7 @@ def test_migrate_then_inspect_and_act(backend_url: str) -> None:
 
 def test_an_unmigrated_database_gets_the_fix_not_a_traceback(backend_url: str) -> None:
     out = run_due(backend_url, "jobs", expect=1)
-    assert "run `due migrate`" in out and "Traceback" not in out
+    assert "`due migrate`" in out and "Traceback" not in out
 
 
 def test_app_option_loads_module_attribute(
@@ -68,7 +69,17 @@ def test_app_option_loads_module_attribute(
         timeout=60,
         cwd=tmp_path,
     )
-    assert bad.returncode == 1 and "not a due.App" in bad.stderr
+    assert bad.returncode == 1 and "myapp has no attribute 'nothing'" in bad.stderr
+    (tmp_path / "notapp.py").write_text("app = 42\n")  # type: ignore[operator]
+    wrong = subprocess.run(
+        [sys.executable, "-m", "due", "--app", "notapp:app", "jobs"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert wrong.returncode == 1
+    assert "notapp.app is of type int, not a due.App" in wrong.stderr
 
 
 def test_a_worker_refuses_an_unmigrated_database(tmp_path: Path, sqlite_url: str) -> None:
@@ -83,7 +94,8 @@ def test_a_worker_refuses_an_unmigrated_database(tmp_path: Path, sqlite_url: str
         cwd=tmp_path,
     )
     assert done.returncode == 1, done.stderr
-    assert "no due schema; run `due migrate`" in done.stderr and "Traceback" not in done.stderr
+    assert "does not exist" in done.stderr and "`due migrate`" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_worker_options_are_checked(tmp_path: Path, sqlite_url: str) -> None:

@@ -4,19 +4,37 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.helpers.workers import REPOSITORY
+
+PLAIN_ENVIRONMENT = {"COLUMNS": "200", "PATH": "/usr/bin:/bin"}
 
 
 def run_due(url: str, *args: str, expect: int = 0) -> str:
     """`due --url URL ARGS...`; fails the test unless it exits with `expect`."""
-    done = subprocess.run(
-        [sys.executable, "-m", "due", "--url", url, *args],
+    return run_due_in(None, "--url", url, *args, expect=expect)
+
+
+def run_due_in(
+    folder: Path | None, *args: str, expect: int = 0, env: dict[str, str] | None = None
+) -> str:
+    """`due ARGS...` in `folder` (the repository by default), with a plain
+    environment; fails the test unless it exits with `expect`. Returns what it
+    printed, stdout then stderr."""
+    done = run_command(folder, *args, env=env)
+    assert done.returncode == expect, done.stdout + done.stderr
+    return done.stdout + done.stderr
+
+
+def run_command(
+    folder: Path | None, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "due", *args],
         capture_output=True,
         text=True,
         timeout=60,
-        cwd=REPOSITORY,
-        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
+        cwd=folder or REPOSITORY,
+        env={**PLAIN_ENVIRONMENT, **(env or {})},
     )
-    assert done.returncode == expect, done.stdout + done.stderr
-    return done.stdout + done.stderr

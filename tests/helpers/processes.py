@@ -48,7 +48,7 @@ def enqueue_keys(
     seen = {}
     start.wait()
     for key in order:
-        seen[key] = keyed.enqueue(key, key=key).id
+        seen[key] = keyed.options(key=key).enqueue(key).id
     app.close()
     with open(out_path, "w") as out:
         json.dump(seen, out)

@@ -17,7 +17,7 @@ def test_drain_runs_sync_and_async_tasks_with_their_context(app: due.App) -> Non
     seen = []
 
     @app.task(name="sync_task")
-    def sync_task(n: int, ctx: due.Context) -> int:
+    def sync_task(ctx: due.Context, n: int) -> int:
         seen.append(("sync", n, ctx.job_id, ctx.attempt, ctx.lease_token))
         return n * 2
 
@@ -38,7 +38,7 @@ def test_drain_leaves_jobs_that_are_not_due(app: due.App, clock: FakeClock) -> N
     @app.task(name="later")
     def later() -> None: ...
 
-    job = later.enqueue(delay="1h")
+    job = later.options(delay="1h").enqueue()
     assert drain(app).attempts == 0
     clock.advance("1h")
     assert drain(app).succeeded == [job.id]

@@ -18,7 +18,7 @@ def app(backend_url: str) -> Iterator[due.App]:
     application = due.App(backend_url)
     application.migrate()
     for task in ledger_app.app.tasks:
-        application.tasks.add(due.Task(application, task.fn, task.name, task.options))
+        application.tasks.add(due.Task(application, task.fn, task.name, task.config))
     yield application
     application.close()
 

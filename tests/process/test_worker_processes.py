@@ -181,7 +181,7 @@ def test_the_worker_rides_out_lost_database_connections(postgres_url: str, tmp_p
     app = due.App(postgres_url)
     app.migrate()
     for task in ledger_app.app.tasks:
-        app.tasks.add(due.Task(app, task.fn, task.name, task.options))
+        app.tasks.add(due.Task(app, task.fn, task.name, task.config))
     workers = Workers(postgres_url, tmp_path / "ledger.txt", tmp_path)
     try:
         # libpq names the worker's connections, so only they are cut
@@ -217,3 +217,23 @@ def test_an_enqueue_during_an_outage_fails_with_a_clear_error(clock: due.FakeClo
     with pytest.raises(due.StoreUnavailableError, match=r"app on 127\.0\.0\.1:1"):
         t.enqueue()
     unreachable.close()
+
+
+def test_one_log_line_per_job_end_and_warning_quiets_them(app: due.App, workers: Workers) -> None:
+    chatty = workers.start()
+    workers.wait_ready(chatty)
+    job = app.enqueue("work")
+    wait_until(lambda: "job.succeeded" in chatty.log(), what="the job's log line")
+    (line,) = [line for line in chatty.log().splitlines() if "job.succeeded" in line]
+    assert " INFO " in line
+    for field in (f"job={job.id}", "task=work", "queue=default", "attempt=1", "duration_ms="):
+        assert field in line, line
+    chatty.signal(signal.SIGTERM)
+    assert chatty.wait_exit() == 0
+
+    quiet = workers.start("--log-level", "warning")
+    second = app.enqueue("work")
+    wait_until(lambda: app.get(second.id).state == JobState.SUCCEEDED, what="the second job")
+    quiet.signal(signal.SIGTERM)
+    assert quiet.wait_exit() == 0
+    assert "job.succeeded" not in quiet.log(), quiet.log()

@@ -95,7 +95,7 @@ def test_default_payload_limit_is_one_mebibyte(app: due.App, send: due.Task) -> 
     ],
 )
 def test_bad_queue_names(app: due.App, send: due.Task, queue: str, match: str) -> None:
-    rejected(app, lambda: send.enqueue(1, queue=queue), due.InvalidJobError, match)
+    rejected(app, lambda: send.options(queue=queue).enqueue(1), due.InvalidJobError, match)
 
 
 @pytest.mark.parametrize(
@@ -108,14 +108,14 @@ def test_bad_queue_names(app: due.App, send: due.Task, queue: str, match: str) -
     ],
 )
 def test_bad_keys(app: due.App, send: due.Task, key: Any, match: str) -> None:
-    rejected(app, lambda: send.enqueue(1, key=key), due.InvalidJobError, match)
+    rejected(app, lambda: send.options(key=key).enqueue(1), due.InvalidJobError, match)
 
 
 def test_delay_and_run_at_together(app: due.App, send: due.Task) -> None:
     when = dt.datetime(2031, 1, 1, tzinfo=dt.UTC)
     rejected(
         app,
-        lambda: send.enqueue(1, delay="1h", run_at=when),
+        lambda: send.options(delay="1h", run_at=when).enqueue(1),
         due.InvalidJobError,
         "either delay= or run_at=, not both",
     )
@@ -123,10 +123,19 @@ def test_delay_and_run_at_together(app: due.App, send: due.Task) -> None:
 
 def test_bad_times(app: due.App, send: due.Task) -> None:
     naive = dt.datetime(2031, 1, 1)  # noqa: DTZ001 - the point of the test
-    rejected(app, lambda: send.enqueue(1, run_at=naive), due.InvalidJobError, "has no time zone")
-    rejected(app, lambda: send.enqueue(1, delay="-5s"), due.InvalidJobError, "delay")
-    rejected(app, lambda: send.enqueue(1, delay="soon"), due.InvalidJobError, "cannot read 'soon'")
-    rejected(app, lambda: send.enqueue(1, priority="high"), due.InvalidJobError, "whole number")
+    rejected(
+        app, lambda: send.options(run_at=naive).enqueue(1), due.InvalidJobError, "has no time zone"
+    )
+    rejected(app, lambda: send.options(delay="-5s").enqueue(1), due.InvalidJobError, "delay")
+    rejected(
+        app,
+        lambda: send.options(delay="soon").enqueue(1),
+        due.InvalidJobError,
+        "cannot read 'soon'",
+    )
+    rejected(
+        app, lambda: send.options(priority="high").enqueue(1), due.InvalidJobError, "whole number"
+    )
 
 
 def test_one_bad_request_rejects_the_whole_batch(app: due.App, send: due.Task) -> None:

@@ -22,9 +22,9 @@ def reset(app: due.App) -> due.Task:
 
 
 def test_same_key_returns_the_existing_job(app: due.App, reset: due.Task) -> None:
-    first = reset.enqueue(42, key="reset:42", delay="1h")
-    second = reset.enqueue(42, key="reset:42")
-    other = reset.enqueue(43, key="reset:43")
+    first = reset.options(key="reset:42", delay="1h").enqueue(42)
+    second = reset.options(key="reset:42").enqueue(42)
+    other = reset.options(key="reset:43").enqueue(43)
     assert second.id == first.id and second.deduplicated and not first.deduplicated
     assert second.run_at == first.run_at  # the stored job, not the new request
     assert other.id != first.id and not other.deduplicated
@@ -32,15 +32,15 @@ def test_same_key_returns_the_existing_job(app: due.App, reset: due.Task) -> Non
 
 
 def test_a_running_job_still_holds_its_key(app: due.App, reset: due.Task) -> None:
-    first = reset.enqueue(1, key="k")
+    first = reset.options(key="k").enqueue(1)
     app.store.claim("default", 1, "w", 10)
-    assert reset.enqueue(1, key="k").id == first.id
+    assert reset.options(key="k").enqueue(1).id == first.id
 
 
 def test_success_releases_the_key_without_unique_for(app: due.App, reset: due.Task) -> None:
-    first = reset.enqueue(1, key="k")
+    first = reset.options(key="k").enqueue(1)
     drain(app)
-    second = reset.enqueue(1, key="k")
+    second = reset.options(key="k").enqueue(1)
     assert second.id != first.id and not second.deduplicated
 
 
@@ -48,34 +48,34 @@ def test_unique_for_keeps_deduplicating_after_success(app: due.App, clock: FakeC
     @app.task(name="digest", unique_for="1h")
     def digest() -> None: ...
 
-    first = digest.enqueue(key="digest:today")
+    first = digest.options(key="digest:today").enqueue()
     drain(app)
     clock.advance("59m")
-    assert digest.enqueue(key="digest:today").id == first.id
+    assert digest.options(key="digest:today").enqueue().id == first.id
     clock.advance("2m")
-    later = digest.enqueue(key="digest:today")
+    later = digest.options(key="digest:today").enqueue()
     assert later.id != first.id and later.state == JobState.QUEUED
 
 
 def test_cancel_and_failure_release_the_key(app: due.App, reset: due.Task) -> None:
-    cancelled = reset.enqueue(1, key="k")
+    cancelled = reset.options(key="k").enqueue(1)
     app.cancel(cancelled.id)
-    failing = reset.enqueue(1, key="k")
+    failing = reset.options(key="k").enqueue(1)
     assert failing.id != cancelled.id
     (claimed,) = app.store.claim("default", 1, "w", 10)
     app.store.complete([Completion(failing.id, claimed.lease_token, JobState.FAILED)])
-    assert reset.enqueue(1, key="k").id not in (cancelled.id, failing.id)
+    assert reset.options(key="k").enqueue(1).id not in (cancelled.id, failing.id)
 
 
 def test_keys_in_a_batch_deduplicate_against_the_store_and_each_other(
     app: due.App, reset: due.Task
 ) -> None:
-    existing = reset.enqueue(0, key="a")
+    existing = reset.options(key="a").enqueue(0)
     jobs = app.enqueue_many(
         [
-            reset.request(1, key="a"),
-            reset.request(2, key="b"),
-            reset.request(3, key="b"),
+            reset.options(key="a").request(1),
+            reset.options(key="b").request(2),
+            reset.options(key="b").request(3),
             reset.request(4),
         ]
     )
@@ -87,12 +87,12 @@ def test_keys_in_a_batch_deduplicate_against_the_store_and_each_other(
 
 def test_a_key_is_bound_as_data_never_as_sql(app: due.App, reset: due.Task) -> None:
     hostile = "x'; DROP TABLE due_jobs; --"
-    first = reset.enqueue(1, key=hostile)
-    assert reset.enqueue(1, key=hostile).id == first.id
+    first = reset.options(key=hostile).enqueue(1)
+    assert reset.options(key=hostile).enqueue(1).id == first.id
     assert app.get(first.id).key == hostile
 
 
 def test_the_stored_key_is_shown_on_the_job(app: due.App, reset: due.Task) -> None:
-    job = reset.enqueue(5, key="reset:5")
+    job = reset.options(key="reset:5").enqueue(5)
     assert app.get(job.id).key == "reset:5"
     assert json.loads(json.dumps(app.get(job.id).args)) == [5]

@@ -123,13 +123,13 @@ def test_rescue_fails_a_job_with_no_attempts_left(app: due.App, clock: FakeClock
     @app.task(name="once", retry=due.Retry(max_attempts=1))
     def once() -> None: ...
 
-    job = once.enqueue(key="once-key")
+    job = once.options(key="once-key").enqueue()
     claim_one(app)
     clock.advance(LEASE + 1)
     assert app.store.rescue().failed == (job.id,)
     failed = app.get(job.id)
     assert failed.state == JobState.FAILED and "last attempt" in (failed.last_error or "")
-    assert once.enqueue(key="once-key").id != job.id  # a failed job releases its key
+    assert once.options(key="once-key").enqueue().id != job.id  # a failed job releases its key
 
 
 def test_a_job_that_keeps_killing_its_worker_is_failed_after_n_losses(

@@ -42,7 +42,7 @@ def error(attempt: int, text: str = "boom") -> AttemptError:
 
 
 def test_enqueued_job_is_stored_and_queued(app: due.App, noop: due.Task) -> None:
-    job = noop.enqueue({"user": 42}, priority=3)
+    job = noop.options(priority=3).enqueue({"user": 42})
     assert job.id > 0 and job.state == JobState.QUEUED and not job.deduplicated
     stored = app.get(job.id)
     assert stored.task == "noop" and stored.queue == "default" and stored.priority == 3
@@ -80,7 +80,7 @@ def test_success_records_result_and_ends_the_lease(
 def test_delayed_job_is_not_claimable_before_run_at(
     app: due.App, noop: due.Task, clock: FakeClock
 ) -> None:
-    job = noop.enqueue(delay="10m")
+    job = noop.options(delay="10m").enqueue()
     assert job.run_at == START + timedelta(minutes=10)
     assert claim(app) == []
     clock.advance("9m59s")
@@ -90,7 +90,7 @@ def test_delayed_job_is_not_claimable_before_run_at(
 
 
 def test_run_at_sets_an_absolute_due_time(app: due.App, noop: due.Task, clock: FakeClock) -> None:
-    job = noop.enqueue(run_at=START + timedelta(hours=2))
+    job = noop.options(run_at=START + timedelta(hours=2)).enqueue()
     assert app.get(job.id).run_at == START + timedelta(hours=2)
     clock.advance("1h")
     assert claim(app) == []
@@ -99,8 +99,8 @@ def test_run_at_sets_an_absolute_due_time(app: due.App, noop: due.Task, clock: F
 
 
 def test_higher_priority_is_claimed_first(app: due.App, noop: due.Task) -> None:
-    low = noop.enqueue("low", priority=-5)
-    high = noop.enqueue("high", priority=10)
+    low = noop.options(priority=-5).enqueue("low")
+    high = noop.options(priority=10).enqueue("high")
     middle = noop.enqueue("middle")
     assert [c.id for c in claim(app, limit=1)] == [high.id]
     assert [c.id for c in claim(app, limit=5)] == [middle.id, low.id]
@@ -109,8 +109,8 @@ def test_higher_priority_is_claimed_first(app: due.App, noop: due.Task) -> None:
 def test_within_a_priority_the_earliest_due_runs_first(
     app: due.App, noop: due.Task, clock: FakeClock
 ) -> None:
-    later = noop.enqueue("later", delay="2s")
-    earlier = noop.enqueue("earlier", delay="1s")
+    later = noop.options(delay="2s").enqueue("later")
+    earlier = noop.options(delay="1s").enqueue("earlier")
     first = noop.enqueue("first")
     clock.advance("5s")
     assert [c.id for c in claim(app)] == [first.id, earlier.id, later.id]
@@ -120,7 +120,7 @@ def test_claim_takes_only_its_queue_and_known_tasks(app: due.App, noop: due.Task
     @app.task(name="other")
     def other() -> None: ...
 
-    elsewhere = noop.enqueue(queue="bulk")
+    elsewhere = noop.options(queue="bulk").enqueue()
     unknown_here = other.enqueue()
     known = noop.enqueue()
     assert [c.id for c in claim(app, tasks=["noop"])] == [known.id]
@@ -208,7 +208,7 @@ def test_discard_on_fails_at_once_and_retry_on_limits_retries(app: due.App) -> N
 
 
 def test_cancel_a_queued_or_delayed_job(app: due.App, noop: due.Task, clock: FakeClock) -> None:
-    now_job, later_job = noop.enqueue(), noop.enqueue(delay="1h")
+    now_job, later_job = noop.enqueue(), noop.options(delay="1h").enqueue()
     assert app.cancel(now_job.id).state == JobState.CANCELLED
     assert app.cancel(later_job.id).state == JobState.CANCELLED
     clock.advance("2h")
@@ -263,8 +263,8 @@ def test_retry_a_cancelled_job(app: due.App, noop: due.Task) -> None:
 
 
 def test_jobs_lists_with_filters_newest_first(app: due.App, noop: due.Task) -> None:
-    a = noop.enqueue(queue="emails")
-    b = noop.enqueue(delay="1d")
+    a = noop.options(queue="emails").enqueue()
+    b = noop.options(delay="1d").enqueue()
     c = noop.enqueue()
     app.cancel(c.id)
     assert [j.id for j in app.jobs()] == [c.id, b.id, a.id]
@@ -278,8 +278,8 @@ def test_jobs_lists_with_filters_newest_first(app: due.App, noop: due.Task) -> N
 
 
 def test_enqueue_many_inserts_all_in_order(app: due.App, noop: due.Task, clock: FakeClock) -> None:
-    requests = [noop.request(i, priority=i % 3) for i in range(2500)]
-    requests.append(noop.request("later", delay="1h", queue="bulk"))
+    requests = [noop.options(priority=i % 3).request(i) for i in range(2500)]
+    requests.append(noop.options(delay="1h", queue="bulk").request("later"))
     jobs = app.enqueue_many(requests)
     assert [j.args for j in jobs] == [r.args for r in requests]
     assert len({j.id for j in jobs}) == len(requests)
@@ -293,7 +293,7 @@ def test_queue_and_priority_override_the_task_defaults(app: due.App) -> None:
     def bulk_task() -> None: ...
 
     default = bulk_task.enqueue()
-    moved = bulk_task.enqueue(queue="urgent", priority=9)
+    moved = bulk_task.options(queue="urgent", priority=9).enqueue()
     assert (default.queue, default.priority) == ("bulk", 2)
     assert (app.get(moved.id).queue, app.get(moved.id).priority) == ("urgent", 9)
 

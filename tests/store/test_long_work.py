@@ -252,12 +252,12 @@ def test_a_paused_queue_keeps_its_jobs_until_resumed(
     app.pause_queue("default")
     assert claim(app) == []
     assert app.store.next_due("default", app.tasks.names()) is None
-    (overview,) = app.queues()
+    overview = next(queue for queue in app.queues() if queue.name == "default")
     assert overview.paused and overview.queued == 1 and overview.due == 1
     app.resume_queue("default")
     assert app.store.next_due("default", app.tasks.names()) == START
     assert [c.id for c in claim(app)] == [job.id]
-    assert not app.queues()[0].paused
+    assert not next(queue for queue in app.queues() if queue.name == "default").paused
 
 
 def test_a_paused_group_holds_its_pieces_only(app: due.App, tasks: dict[str, due.Task]) -> None:
@@ -437,9 +437,9 @@ def test_pieces_are_known_by_their_task_and_arguments(
 def test_a_piece_is_refused_a_key_or_a_delay(app: due.App, tasks: dict[str, due.Task]) -> None:
     piece = tasks["piece"]
     with pytest.raises(due.ConfigurationError, match="key"):
-        app.batch(piece, [piece.request(1, key="k")])
+        app.batch(piece, [piece.options(key="k").request(1)])
     with pytest.raises(due.ConfigurationError, match="delay"):
-        app.batch(piece, [piece.request(1, delay="1h")])
+        app.batch(piece, [piece.options(delay="1h").request(1)])
 
 
 def test_a_retried_piece_of_a_paused_group_stays_held(

@@ -21,7 +21,7 @@ def test_an_unmigrated_database_is_refused_with_the_fix(backend_url: str) -> Non
     def t() -> None: ...
 
     try:
-        with pytest.raises(due.NotMigratedError, match="run `due migrate`"):
+        with pytest.raises(due.NotMigratedError, match="`due migrate`"):
             t.enqueue()
         assert app.migrate() == list(range(1, LATEST_VERSION + 1))
         assert t.enqueue().id > 0

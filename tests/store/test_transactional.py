@@ -46,10 +46,10 @@ def test_postgres_job_commits_with_the_business_change(postgres_app: due.App) ->
         conn.commit()
         with conn.transaction():
             conn.execute("INSERT INTO orders VALUES (1)")
-            committed = ship.enqueue(1, connection=conn)
+            committed = ship.options(connection=conn).enqueue(1)
         with pytest.raises(Abort), conn.transaction():
             conn.execute("INSERT INTO orders VALUES (2)")
-            rolled_back = ship.enqueue(2, connection=conn)
+            rolled_back = ship.options(connection=conn).enqueue(2)
             raise Abort
         assert [row[0] for row in conn.execute("SELECT id FROM orders")] == [1]
     assert postgres_app.get(committed.id).args == (1,)
@@ -63,10 +63,10 @@ def test_postgres_notification_is_sent_only_on_commit(postgres_app: due.App) -> 
         listener.execute("LISTEN due_jobs")
         with psycopg.connect(postgres_app.url) as conn:
             with pytest.raises(Abort), conn.transaction():
-                ship.enqueue(1, connection=conn)
+                ship.options(connection=conn).enqueue(1)
                 raise Abort
             assert list(listener.notifies(timeout=0.2)) == []
-            ship.enqueue(2, connection=conn, queue="shipping")
+            ship.options(connection=conn, queue="shipping").enqueue(2)
             conn.commit()
         (note,) = list(listener.notifies(timeout=2, stop_after=1))
         assert note.channel == "due_jobs" and note.payload.startswith("shipping ")
@@ -78,10 +78,10 @@ def test_postgres_async_connection(postgres_app: due.App) -> None:
     async def scenario() -> tuple[due.Job, due.Job]:
         async with await psycopg.AsyncConnection.connect(postgres_app.url) as conn:
             async with conn.transaction():
-                kept = await ship.aenqueue(1, connection=conn)
+                kept = await ship.options(connection=conn).aenqueue(1)
             try:
                 async with conn.transaction():
-                    dropped = await ship.aenqueue(2, connection=conn)
+                    dropped = await ship.options(connection=conn).aenqueue(2)
                     raise Abort
             except Abort:
                 pass
@@ -106,10 +106,10 @@ def test_sqlite_job_commits_with_the_business_change(sqlite_app: due.App) -> Non
         conn.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY)")
         conn.commit()
         conn.execute("INSERT INTO orders VALUES (1)")
-        committed = ship.enqueue(1, connection=conn)
+        committed = ship.options(connection=conn).enqueue(1)
         conn.commit()
         conn.execute("INSERT INTO orders VALUES (2)")
-        rolled_back = ship.enqueue(2, connection=conn)
+        rolled_back = ship.options(connection=conn).enqueue(2)
         conn.rollback()
         assert [row[0] for row in conn.execute("SELECT id FROM orders")] == [1]
     finally:
@@ -125,12 +125,12 @@ def test_a_connection_of_the_wrong_kind_is_refused(
     sqlite_ship, postgres_ship = register(sqlite_app), register(postgres_app)
     conn = sqlite3.connect(":memory:")
     with pytest.raises(due.ConfigurationError, match=r"takes a psycopg\.Connection"):
-        postgres_ship.enqueue(1, connection=conn)
+        postgres_ship.options(connection=conn).enqueue(1)
     with (
         psycopg.connect(postgres_app.url) as pg,
         pytest.raises(due.ConfigurationError, match=r"takes a sqlite3\.Connection"),
     ):
-        sqlite_ship.enqueue(1, connection=pg)
+        sqlite_ship.options(connection=pg).enqueue(1)
     with pytest.raises(due.ConfigurationError, match="no async connections"):
-        asyncio.run(sqlite_ship.aenqueue(1, connection=conn))
+        asyncio.run(sqlite_ship.options(connection=conn).aenqueue(1))
     assert sqlite_app.jobs() == [] and postgres_app.jobs() == []

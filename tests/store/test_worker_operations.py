@@ -50,13 +50,13 @@ def test_next_due_sees_only_tasks_this_worker_knows(
     app: due.App, work: due.Task, clock: FakeClock
 ) -> None:
     assert app.store.next_due("default", ["work"]) is None
-    work.enqueue(delay="5m")
-    work.enqueue(delay="1m", queue="other")
+    work.options(delay="5m").enqueue()
+    work.options(delay="1m", queue="other").enqueue()
 
     @app.task(name="unknown_elsewhere")
     def unknown_elsewhere() -> None: ...
 
-    unknown_elsewhere.enqueue(delay="10s")
+    unknown_elsewhere.options(delay="10s").enqueue()
     assert app.store.next_due("default", ["work"]) == START + timedelta(minutes=5)
     assert app.store.next_due("default", ["work", "unknown_elsewhere"]) == START + timedelta(
         seconds=10
@@ -118,9 +118,9 @@ def test_next_due_is_the_earliest_across_every_priority(
     @app.task(name="other")
     def other() -> None: ...
 
-    work.enqueue(delay="30m", priority=10)
-    work.enqueue(delay="20m", priority=-5)
-    work.enqueue(delay="40m", priority=0)
-    other.enqueue(delay="1m", priority=3)  # earlier, but not a task this worker knows
+    work.options(delay="30m", priority=10).enqueue()
+    work.options(delay="20m", priority=-5).enqueue()
+    work.options(delay="40m", priority=0).enqueue()
+    other.options(delay="1m", priority=3).enqueue()  # earlier, but not a task this worker knows
     assert app.store.next_due("default", ["work"]) == START + timedelta(minutes=20)
     assert app.store.next_due("default", ["other"]) == START + timedelta(minutes=1)

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import pytest
+
 import due
 from due.task import find_context_parameter
 
@@ -10,7 +12,7 @@ def handler_with_string_annotation(ctx: due.Context, n: int) -> None: ...
 def test_context_parameter_found_by_annotation_under_any_name() -> None:
     def sync(job_ctx: due.Context, n: int) -> None: ...
 
-    async def asynchronous(n: int, *, context: due.Context) -> None: ...
+    async def asynchronous(context: due.Context, *, n: int) -> None: ...
 
     def none(n: int) -> None: ...
 
@@ -34,22 +36,39 @@ def test_a_task_stays_callable_and_keeps_its_identity() -> None:
     assert app.tasks.get(add.name) is add
 
 
-def test_the_context_takes_its_own_place_among_the_arguments() -> None:
+def test_the_context_comes_first_and_is_not_a_job_argument() -> None:
     app = due.App("sqlite:///unused.db")
     ctx = due.Context(job_id=1, task="t", queue="q", attempt=1, max_attempts=1, lease_token=1)
 
     @app.task
     def first(context: due.Context, a: int, b: int = 0) -> None: ...
 
-    @app.task
+    assert first.call_arguments((1, 2), {}, ctx) == ((ctx, 1, 2), {})
+    assert first.call_arguments((), {"a": 1}, ctx) == ((ctx,), {"a": 1})
+    first.check_arguments((1, 2), {})  # the context is not one of the job's arguments
+    with pytest.raises(due.ArgumentsError):
+        first.check_arguments((ctx, 1, 2), {})
+
+
+@pytest.mark.parametrize("where", ["middle", "keyword"])
+def test_a_context_elsewhere_is_refused_where_the_task_is_defined(where: str) -> None:
+    """Type checkers see enqueue without a first `Concatenate[Context, ...]`
+    parameter only; a context elsewhere would be typed as an argument to give."""
+    app = due.App("sqlite:///unused.db")
+
     def middle(a: int, context: due.Context, b: int = 0) -> None: ...
 
-    @app.task
     def keyword(a: int, *, context: due.Context) -> None: ...
 
-    assert first.call_arguments((1, 2), {}, ctx) == ((ctx, 1, 2), {})
-    assert first.call_arguments((), {"a": 1}, ctx) == ((), {"a": 1, "context": ctx})
-    assert middle.call_arguments((1, 2), {}, ctx) == ((1, ctx, 2), {})
-    assert middle.call_arguments((1,), {}, ctx) == ((1,), {"context": ctx})
-    assert keyword.call_arguments((1,), {}, ctx) == ((1,), {"context": ctx})
-    first.check_arguments((1, 2), {})  # the context is not one of the job's arguments
+    with pytest.raises(due.ConfigurationError, match="'context' must come first"):
+        app.task({"middle": middle, "keyword": keyword}[where])
+
+
+def test_enqueue_options_given_as_arguments_point_to_task_options() -> None:
+    app = due.App("sqlite:///unused.db")
+
+    @app.task
+    def send(user_id: int) -> None: ...
+
+    with pytest.raises(due.ArgumentsError, match=r"task.options\(delay=...\).enqueue"):
+        send.check_arguments((1,), {"delay": "1h"})

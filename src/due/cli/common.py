@@ -1,4 +1,11 @@
-"""What every `due` command shares: loading the app, printing, reporting errors."""
+"""What every `due` command shares: where the app comes from, and reporting errors.
+
+`--app` and `--url` (or `DUE_APP`, `DUE_DATABASE_URL`) are accepted before the
+command and after it, on every command: `due worker --app myapp:app` and
+`due --app myapp:app worker` are the same. A value given on the command line
+wins over the environment; the same option given twice on the command line
+with two different values is refused rather than guessed.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +14,18 @@ import importlib
 import os
 import sys
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any, TypeVar
 
-from rich.console import Console
+import click
+from rich.text import Text
 
 from due.app import App
+from due.cli.output import errors
 from due.errors import ConfigurationError, DueError
 
 F = TypeVar("F", bound=Callable[..., Any])
-console = Console()
-errors = Console(stderr=True)
+APP_HELP = "Your app, as module:attribute (or $DUE_APP)."
+URL_HELP = "Database URL (or $DUE_DATABASE_URL; default ./due.db)."
 
 
 def load_app(spec: str) -> App:
@@ -33,19 +41,39 @@ def load_app(spec: str) -> App:
         raise ConfigurationError(
             f"--app {spec!r}: cannot import {module_name!r}: {error}"
         ) from None
-    app = getattr(module, attribute, None)
+    if not hasattr(module, attribute):
+        raise ConfigurationError(f"--app {spec!r}: {module_name} has no attribute {attribute!r}")
+    app = getattr(module, attribute)
     if not isinstance(app, App):
         raise ConfigurationError(
-            f"--app {spec!r}: {module_name}.{attribute} is {type(app).__name__}, not a due.App"
+            f"--app {spec!r}: {module_name}.{attribute} is of type {type(app).__name__}, "
+            "not a due.App"
         )
     return app
 
 
 class Settings:
-    def __init__(self, url: str | None, app_spec: str | None) -> None:
-        self.url = url
-        self.app_spec = app_spec
+    """The app and database a command works on, gathered from every place they may be given."""
+
+    def __init__(self) -> None:
+        self.url: str | None = None
+        self.app_spec: str | None = None
+        self._from_command_line: dict[str, str] = {}
         self._app: App | None = None
+
+    def give(self, option: str, value: str | None, *, from_command_line: bool) -> None:
+        """Record `--app`/`--url` (option "app_spec" or "url") from one place."""
+        if value is None:
+            return
+        earlier = self._from_command_line.get(option)
+        if from_command_line and earlier is not None and earlier != value:
+            flag = "--app" if option == "app_spec" else "--url"
+            raise click.UsageError(
+                f"{flag} is given twice, as {earlier!r} and as {value!r}; give it once"
+            )
+        if from_command_line:
+            self._from_command_line[option] = value
+        setattr(self, option, value)
 
     @property
     def app(self) -> App:
@@ -61,6 +89,48 @@ class Settings:
                     )
         return self._app
 
+    def require_app(self, command: str) -> App:
+        """The user's app, for commands that need its tasks (not only its database)."""
+        if not self.app_spec:
+            raise ConfigurationError(
+                f"{command} needs your app: --app module:attribute (or DUE_APP)"
+            )
+        return self.app
+
+    def close(self) -> None:
+        """Close what the command opened (a pool left open delays the exit on 3.13)."""
+        if self._app is not None:
+            self._app.close()
+
+
+def _given_after_the_command(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    if value is not None and param.name is not None:
+        ctx.find_object(Settings).give(param.name, value, from_command_line=True)  # type: ignore[union-attr]
+
+
+def _location_options() -> list[click.Option]:
+    return [
+        click.Option(
+            ["--app", "app_spec"],
+            help=APP_HELP,
+            expose_value=False,
+            callback=_given_after_the_command,
+        ),
+        click.Option(
+            ["--url"], help=URL_HELP, expose_value=False, callback=_given_after_the_command
+        ),
+    ]
+
+
+class DueGroup(click.Group):
+    """A command group whose every command also takes `--app` and `--url`."""
+
+    group_class = type  # subgroups (`due schedule ...`) are DueGroups too
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        cmd.params.extend(_location_options())
+        super().add_command(cmd, name)
+
 
 def reports_errors(command: F) -> F:
     """Print DueErrors as one clear line and exit 1, instead of a traceback."""
@@ -70,11 +140,7 @@ def reports_errors(command: F) -> F:
         try:
             return command(*args, **kwargs)
         except DueError as error:
-            errors.print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
+            errors.print(Text("error:", style="red"), str(error), soft_wrap=True)
             sys.exit(1)
 
     return wrapper  # type: ignore[return-value]
-
-
-def time_text(value: datetime | None) -> str:
-    return value.strftime("%Y-%m-%d %H:%M:%S") if value else ""

@@ -7,10 +7,22 @@ from typing import Any
 import click
 from rich.table import Table
 
-from due.cli.common import Settings, console, reports_errors, time_text
+from due.cli.common import Settings, reports_errors
+from due.cli.documents import job_document
 from due.cli.main import main
-from due.cli.queues import progress_of
+from due.cli.output import (
+    Column,
+    console,
+    fitted_table,
+    json_text,
+    print_json,
+    print_verbatim,
+    time_text,
+)
+from due.cli.progress import progress_of
 from due.job import Job, JobState
+
+JSON_HELP = "Print one JSON document instead of a table (keys: README, Output for scripts)."
 
 
 @main.command()
@@ -25,6 +37,18 @@ def migrate(settings: Settings) -> None:
         console.print("schema is up to date")
 
 
+JOB_COLUMNS = [
+    Column("id", justify="right"),
+    Column("task"),
+    Column("queue", drop_rank=3),
+    Column("state"),
+    Column("attempt", drop_rank=2),
+    Column("run at", drop_rank=1),
+    Column("progress", drop_rank=4),
+    Column("last error", drop_rank=0),
+]
+
+
 @main.command()
 @click.option("-q", "--queue", help="Only this queue.")
 @click.option(
@@ -34,6 +58,7 @@ def migrate(settings: Settings) -> None:
 @click.option("-p", "--parent", type=int, help="Only the pieces of this parent job.")
 @click.option("--stuck", is_flag=True, help="Only running jobs whose progress stopped moving.")
 @click.option("-n", "--limit", default=50, show_default=True, help="At most this many.")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_obj
 @reports_errors
 def jobs(
@@ -44,14 +69,17 @@ def jobs(
     parent: int | None,
     stuck: bool,
     limit: int,
+    as_json: bool,
 ) -> None:
-    """List jobs, newest first (delayed jobs are queued with a future run_at)."""
-    table = Table("id", "task", "queue", "state", "attempt", "run at", "progress", "last error")
+    """List jobs, newest first (delayed jobs are queued with a future run at)."""
     listed = settings.app.jobs(
         queue=queue, state=state, task=task, parent=parent, stuck=stuck, limit=limit
     )
-    for job in listed:
-        table.add_row(
+    if as_json:
+        print_json({"jobs": [job_document(job) for job in listed]})
+        return
+    rows = [
+        [
             str(job.id),
             job.task,
             job.queue,
@@ -59,18 +87,25 @@ def jobs(
             f"{job.attempt}/{job.max_attempts}",
             time_text(job.run_at),
             progress_text(job),
-            (job.last_error or "")[:60],
-        )
-    console.print(table)
+            job.last_error or "",
+        ]
+        for job in listed
+    ]
+    console.print(fitted_table(JOB_COLUMNS, rows))
 
 
 @main.command()
 @click.argument("job_id", type=int)
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_obj
 @reports_errors
-def show(settings: Settings, job_id: int) -> None:
-    """Show one job: its state, times, and the error of every attempt."""
-    _print_job(settings.app.get(job_id))
+def show(settings: Settings, job_id: int, as_json: bool) -> None:
+    """Show one job: its state, times, arguments, result, and every attempt's error."""
+    job = settings.app.get(job_id)
+    if as_json:
+        print_json({"job": job_document(job)})
+    else:
+        _print_job(job)
 
 
 @main.command()
@@ -89,11 +124,17 @@ def cancel(settings: Settings, job_id: int) -> None:
 
 @main.command()
 @click.argument("job_id", type=int)
+@click.option(
+    "--now",
+    "run_now",
+    is_flag=True,
+    help="Due at once, even if it was delayed to a later time (default: keep that time).",
+)
 @click.pass_obj
 @reports_errors
-def retry(settings: Settings, job_id: int) -> None:
-    """Run a failed or cancelled job again."""
-    job = settings.app.retry(job_id)
+def retry(settings: Settings, job_id: int, run_now: bool) -> None:
+    """Put a failed or cancelled job back in its queue, with fresh attempts."""
+    job = settings.app.retry(job_id, now=run_now)
     console.print(f"job {job.id} is {job.state.value} again, due {time_text(job.run_at)}")
 
 
@@ -115,6 +156,8 @@ def pieces_text(job: Job) -> str | None:
 
 def _print_job(job: Job) -> None:
     table = Table(show_header=False, box=None)
+    table.add_column(overflow="fold")
+    table.add_column(overflow="fold")
     fields: list[tuple[str, Any]] = [
         ("id", job.id),
         ("task", job.task),
@@ -122,19 +165,21 @@ def _print_job(job: Job) -> None:
         ("state", job.state.value),
         ("priority", job.priority),
         ("attempt", f"{job.attempt}/{job.max_attempts}"),
-        ("args", job.args),
-        ("kwargs", job.kwargs),
+        ("args", json_text(list(job.args))),
+        ("kwargs", json_text(job.kwargs)),
         ("key", job.key),
         ("run at", time_text(job.run_at)),
         ("created", time_text(job.created_at)),
         ("started", time_text(job.started_at)),
         ("finished", time_text(job.finished_at)),
         ("worker", job.worker),
-        ("result", job.result),
+        ("result", None if job.result is None else json_text(job.result)),
+        ("schedule", job.schedule),
+        ("scheduled for", time_text(job.scheduled_for) or None),
         ("parent", job.parent_id),
         ("pieces", pieces_text(job)),
         ("progress", progress_text(job)),
-        ("checkpoint", job.checkpoint),
+        ("checkpoint", None if job.checkpoint is None else json_text(job.checkpoint)),
         ("stuck", "yes: its progress stopped moving" if job.stuck else None),
         ("held", "yes: its group is paused" if job.held else None),
     ]
@@ -142,6 +187,7 @@ def _print_job(job: Job) -> None:
         table.add_row(name, "" if value is None else str(value))
     console.print(table)
     for error in job.errors:
-        console.print(f"[bold]attempt {error.attempt}[/bold] ({error.kind}): {error.error}")
+        when = time_text(error.at)
+        console.print(f"attempt {error.attempt} ({error.kind}, {when}): {error.error}")
         if error.traceback:
-            console.print(error.traceback, highlight=False, markup=False)
+            print_verbatim(error.traceback)

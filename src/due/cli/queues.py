@@ -7,13 +7,38 @@ from datetime import datetime
 import click
 from rich.progress_bar import ProgressBar
 from rich.table import Table
+from rich.text import Text
 
-from due.cli.common import Settings, console, reports_errors
+from due.cli.common import Settings, reports_errors
+from due.cli.documents import job_document, queue_document
+from due.cli.jobs import JSON_HELP
 from due.cli.main import main
+from due.cli.output import Column, console, fitted_table, print_json, seconds_text
+from due.cli.progress import progress_of
 from due.job import Job, JobState
 from due.store.records import QueueOverview
 
 RUNNING_SHOWN = 20
+QUEUE_COLUMNS = [
+    Column("queue"),
+    Column("queued", justify="right"),
+    Column("due now", justify="right"),
+    Column("running", justify="right"),
+    Column("waiting", justify="right", drop_rank=1),
+    Column("retrying", justify="right"),
+    Column("failed", justify="right"),
+    Column("stuck", justify="right", drop_rank=0),
+    Column("oldest due", justify="right"),
+    Column("", drop_rank=2),
+]
+ACTIVE_COLUMNS = [
+    Column("id", justify="right"),
+    Column("task"),
+    Column("state"),
+    Column("progress", drop_rank=1),
+    Column("", drop_rank=2),
+    Column("message", drop_rank=0),
+]
 
 
 @main.command()
@@ -25,32 +50,46 @@ RUNNING_SHOWN = 20
     show_default=True,
     help="Show at most this many running and waiting jobs.",
 )
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_obj
 @reports_errors
-def status(settings: Settings, running_limit: int) -> None:
-    """Every queue (depth, due now, running, stuck, age of the oldest due job,
-    paused) and the jobs running now with their progress."""
+def status(settings: Settings, running_limit: int, as_json: bool) -> None:
+    """Every queue (depth, due now, running, retrying, failed, stuck, age of the
+    oldest due job, paused) and the jobs running now with their progress."""
     app = settings.app
     now = app.store.now()
-    table = Table("queue", "queued", "due now", "running", "waiting", "stuck", "oldest due", "")
-    for queue in app.queues():
-        table.add_row(
-            queue.name,
-            str(queue.queued),
-            str(queue.due),
-            str(queue.running),
-            str(queue.waiting),
-            f"[red]{queue.stuck}[/red]" if queue.stuck else "0",
-            age_text(queue, now),
-            "[yellow]paused[/yellow]" if queue.paused else "",
-        )
-    console.print(table)
+    queues = app.queues()
     active = [
         *app.jobs(state=JobState.RUNNING, limit=running_limit),
         *app.jobs(state=JobState.WAITING, limit=running_limit),
     ]
+    if as_json:
+        print_json(
+            {
+                "now": now,
+                "queues": [queue_document(queue, now) for queue in queues],
+                "active_jobs": [job_document(job) for job in active],
+            }
+        )
+        return
+    console.print(fitted_table(QUEUE_COLUMNS, [_queue_row(queue, now) for queue in queues]))
     if active:
         console.print(progress_table(active))
+
+
+def _queue_row(queue: QueueOverview, now: datetime) -> list[Text | str]:
+    return [
+        queue.name,
+        str(queue.queued),
+        str(queue.due),
+        str(queue.running),
+        str(queue.waiting),
+        str(queue.retrying),
+        Text(str(queue.failed), style="red") if queue.failed else "0",
+        Text(str(queue.stuck), style="red") if queue.stuck else "0",
+        age_text(queue, now),
+        Text("paused", style="yellow") if queue.paused else "",
+    ]
 
 
 def age_text(queue: QueueOverview, now: datetime) -> str:
@@ -59,71 +98,56 @@ def age_text(queue: QueueOverview, now: datetime) -> str:
     return seconds_text(max(0.0, (now - queue.oldest_due_at).total_seconds()))
 
 
-def seconds_text(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    if seconds < 3600:
-        return f"{seconds // 60:.0f}m{seconds % 60:02.0f}s"
-    return f"{seconds // 3600:.0f}h{seconds % 3600 // 60:02.0f}m"
-
-
 def progress_table(jobs: list[Job]) -> Table:
-    table = Table("id", "task", "state", "progress", "", "message")
+    rows = []
     for job in jobs:
         done, total, message = progress_of(job)
-        table.add_row(
-            str(job.id),
-            job.task,
-            "[red]stuck[/red]" if job.stuck else job.state.value,
-            ProgressBar(total=total, completed=done, width=30) if total else "",
-            f"{done:g}/{total:g}" if total else (f"{done:g}" if done else ""),
-            message,
+        rows.append(
+            [
+                str(job.id),
+                job.task,
+                Text("stuck", style="red") if job.stuck else job.state.value,
+                ProgressBar(total=total, completed=done, width=30) if total else "",
+                f"{done:g}/{total:g}" if total else (f"{done:g}" if done else ""),
+                message,
+            ]
         )
-    return table
+    return fitted_table(ACTIVE_COLUMNS, rows)
 
 
-def progress_of(job: Job) -> tuple[float, float | None, str]:
-    """(done, total, message) from a job's reported progress or its pieces."""
-    if job.pieces is not None:
-        message = f"{job.pieces.failed} failed" if job.pieces.failed else ""
-        return float(job.pieces.ended), float(job.pieces.total), message
-    progress = job.progress or {}
-    total = progress.get("total")
-    return (
-        float(progress.get("done", 0)),
-        float(total) if total is not None else None,
-        str(progress.get("message", "")),
-    )
+FORCE_HELP = "Even a queue that no task, job, worker or schedule uses (a new one)."
 
 
 @main.command()
 @click.argument("queue", required=False)
 @click.option("--group", type=int, help="Instead of a queue: the pieces of this parent job.")
+@click.option("--force", is_flag=True, help=FORCE_HELP)
 @click.pass_obj
 @reports_errors
-def pause(settings: Settings, queue: str | None, group: int | None) -> None:
+def pause(settings: Settings, queue: str | None, group: int | None, force: bool) -> None:
     """Stop starting a queue's jobs (or a parent's pieces); running ones finish.
     Durable until `due resume`."""
     if group is not None:
         settings.app.pause_group(group)
         console.print(f"pieces of job {group} are paused")
     else:
-        settings.app.pause_queue(_queue(queue))
+        settings.app.pause_queue(_queue(queue), force=force)
         console.print(f"queue {queue} is paused")
 
 
 @main.command()
 @click.argument("queue", required=False)
 @click.option("--group", type=int, help="Instead of a queue: the pieces of this parent job.")
+@click.option("--force", is_flag=True, help=FORCE_HELP)
 @click.pass_obj
 @reports_errors
-def resume(settings: Settings, queue: str | None, group: int | None) -> None:
+def resume(settings: Settings, queue: str | None, group: int | None, force: bool) -> None:
     """Start a paused queue's jobs (or a parent's pieces) again."""
     if group is not None:
         settings.app.resume_group(group)
         console.print(f"pieces of job {group} are resumed")
     else:
-        settings.app.resume_queue(_queue(queue))
+        settings.app.resume_queue(_queue(queue), force=force)
         console.print(f"queue {queue} is resumed")
 
 

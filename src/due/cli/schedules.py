@@ -6,47 +6,65 @@ import json
 from typing import Any
 
 import click
-from rich.table import Table
 
-from due.cli.common import Settings, console, reports_errors, time_text
+from due.cli.common import Settings, reports_errors
+from due.cli.documents import schedule_document, schedule_run_document
+from due.cli.jobs import JSON_HELP
 from due.cli.main import main
+from due.cli.output import Column, console, fitted_table, print_json, time_text
 from due.errors import ConfigurationError
 from due.scheduler.definition import DEFAULT_MISFIRE, DEFAULT_OVERLAP, Misfire, Overlap
 
+SCHEDULE_COLUMNS = [
+    Column("name"),
+    Column("when"),
+    Column("task", drop_rank=2),
+    Column("next run"),
+    Column("last run", drop_rank=3),
+    Column("outcome"),
+    Column("last success", drop_rank=4),
+    Column("skipped", justify="right", drop_rank=1),
+    Column("missed", justify="right", drop_rank=0),
+    Column("state"),
+]
+RUN_COLUMNS = [
+    Column("scheduled for"),
+    Column("outcome"),
+    Column("job", justify="right"),
+    Column("job state"),
+    Column("reason", drop_rank=0),
+]
+
 
 @main.command()
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_obj
 @reports_errors
-def schedules(settings: Settings) -> None:
+def schedules(settings: Settings, as_json: bool) -> None:
     """Every schedule: when it runs next, how its last run went, what was skipped or missed."""
-    table = Table(
-        "name",
-        "when",
-        "task",
-        "next run",
-        "last run",
-        "outcome",
-        "last success",
-        "skipped",
-        "missed",
-        "state",
-    )
-    for overview in settings.app.schedules():
+    overviews = settings.app.schedules()
+    if as_json:
+        print_json({"schedules": [schedule_document(overview) for overview in overviews]})
+        return
+    rows = []
+    for overview in overviews:
         stored = overview.stored
         state = "paused" if stored.paused else ("enabled" if stored.enabled else "disabled")
-        table.add_row(
-            stored.name,
-            stored.schedule.timing.describe(),
-            stored.schedule.task,
-            time_text(stored.next_fire_at) if stored.enabled else "",
-            time_text(overview.last_run_at),
-            overview.last_run_state or "",
-            time_text(overview.last_success_at),
-            str(overview.skipped),
-            str(overview.missed),
-            state,
+        rows.append(
+            [
+                stored.name,
+                stored.schedule.timing.describe(),
+                stored.schedule.task,
+                time_text(stored.next_fire_at) if stored.enabled else "",
+                time_text(overview.last_run_at),
+                overview.last_run_state or "",
+                time_text(overview.last_success_at),
+                str(overview.skipped),
+                str(overview.missed),
+                state,
+            ]
         )
-    console.print(table)
+    console.print(fitted_table(SCHEDULE_COLUMNS, rows))
 
 
 @main.group()
@@ -55,10 +73,11 @@ def schedule() -> None:
 
 
 @schedule.command("list")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_context
-def list_schedules(ctx: click.Context) -> None:
+def list_schedules(ctx: click.Context, as_json: bool) -> None:
     """The same table as `due schedules`."""
-    ctx.invoke(schedules)
+    ctx.invoke(schedules, as_json=as_json)
 
 
 @schedule.command("add")
@@ -74,12 +93,14 @@ def list_schedules(ctx: click.Context) -> None:
     type=click.Choice([m.value for m in Misfire]),
     default=DEFAULT_MISFIRE.value,
     show_default=True,
+    help="Times missed while nothing ran: skip them, catch up each, or run the latest once.",
 )
 @click.option(
     "--overlap",
     type=click.Choice([o.value for o in Overlap]),
     default=DEFAULT_OVERLAP.value,
     show_default=True,
+    help="A time that comes while the last run goes on: allow, forbid (skip), queue, replace.",
 )
 @click.pass_obj
 @reports_errors
@@ -126,6 +147,7 @@ def pause(settings: Settings, name: str) -> None:
 @click.pass_obj
 @reports_errors
 def resume(settings: Settings, name: str) -> None:
+    """Start runs again from the next scheduled time."""
     settings.app.resume_schedule(name)
     console.print(f"schedule {name!r} resumed")
 
@@ -152,21 +174,27 @@ def remove(settings: Settings, name: str) -> None:
 
 @schedule.command("runs")
 @click.argument("name")
-@click.option("-n", "--limit", default=30, show_default=True)
+@click.option("-n", "--limit", default=30, show_default=True, help="At most this many times.")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_obj
 @reports_errors
-def runs(settings: Settings, name: str, limit: int) -> None:
+def runs(settings: Settings, name: str, limit: int, as_json: bool) -> None:
     """Each scheduled time, newest first: enqueued (and the job's state), skipped, missed."""
-    table = Table("scheduled for", "outcome", "job", "job state", "reason")
-    for run in settings.app.schedule_runs(name, limit):
-        table.add_row(
+    listed = settings.app.schedule_runs(name, limit)
+    if as_json:
+        print_json({"runs": [schedule_run_document(run) for run in listed]})
+        return
+    rows = [
+        [
             time_text(run.scheduled_for),
             run.outcome,
             str(run.job_id or ""),
             run.job_state or "",
             run.reason or "",
-        )
-    console.print(table)
+        ]
+        for run in listed
+    ]
+    console.print(fitted_table(RUN_COLUMNS, rows))
 
 
 def _json(text: str, kind: type, option: str) -> Any:

@@ -7,50 +7,85 @@ from collections.abc import Callable
 from typing import Any
 
 import click
-from rich.table import Table
 
-from due.cli.common import Settings, console, reports_errors, time_text
+from due.cli.common import Settings, reports_errors
+from due.cli.documents import worker_document
+from due.cli.jobs import JSON_HELP
 from due.cli.main import main
+from due.cli.output import Column, console, fitted_table, print_json, time_text
 from due.errors import ConfigurationError
 from due.worker.settings import DEFAULT_CONCURRENCY, WorkerSettings
 
+LOG_LEVELS = ["debug", "info", "warning", "error", "critical"]
 
-def common_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """The options a worker and a lone scheduler share."""
-    options = [
-        click.option("--lease", default="10s", show_default=True, help="Job lease (>= 2s)."),
-        click.option(
-            "--grace",
-            default="30s",
-            show_default=True,
-            help="At shutdown, how long running jobs may finish before they are released.",
-        ),
-        click.option(
-            "--leader-url",
-            default=None,
-            help="Keep the scheduler's leader lease in Redis (redis://...) instead of the "
-            "database; needs due[redis].",
-        ),
-        click.option(
-            "--leader-ttl",
-            default="10s",
-            show_default=True,
-            help="The scheduler's leader lease: a dead leader is replaced within this.",
-        ),
-        click.option(
-            "--retention",
-            default="14d",
-            show_default=True,
-            help="The leader prunes finished jobs and schedule history older than this.",
-        ),
-        click.option(
-            "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True
-        ),
-        click.option("--log-level", default="info", show_default=True),
-    ]
+
+def _options(command: Callable[..., Any], options: list[Callable[..., Any]]) -> Callable[..., Any]:
     for option in reversed(options):
         command = option(command)
     return command
+
+
+def job_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Options of a process that runs jobs."""
+    return _options(
+        command,
+        [
+            click.option(
+                "--lease",
+                default="10s",
+                show_default=True,
+                help="How long a job is held between heartbeats (>= 2s); a dead worker's "
+                "jobs run elsewhere within it.",
+            ),
+            click.option(
+                "--grace",
+                default="30s",
+                show_default=True,
+                help="At shutdown, how long running jobs may finish before they are released.",
+            ),
+        ],
+    )
+
+
+def scheduler_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Options of every process that runs a scheduler (a worker, or a lone scheduler)."""
+    return _options(
+        command,
+        [
+            click.option(
+                "--leader-url",
+                default=None,
+                help="Keep the scheduler's leader lease in Redis (redis://...) instead of the "
+                "database; needs due[redis].",
+            ),
+            click.option(
+                "--leader-ttl",
+                default="10s",
+                show_default=True,
+                help="The scheduler's leader lease: a dead leader is replaced within this.",
+            ),
+            click.option(
+                "--retention",
+                default="14d",
+                show_default=True,
+                help="The leader prunes finished jobs and schedule history older than this.",
+            ),
+            click.option(
+                "--log-format",
+                type=click.Choice(["text", "json"]),
+                default="text",
+                show_default=True,
+                help="Logs as text lines, or one JSON object per line.",
+            ),
+            click.option(
+                "--log-level",
+                type=click.Choice(LOG_LEVELS, case_sensitive=False),
+                default="info",
+                show_default=True,
+                help="The least severe log lines to print (info: one line per job end).",
+            ),
+        ],
+    )
 
 
 @main.command()
@@ -94,7 +129,8 @@ def common_options(command: Callable[..., Any]) -> Callable[..., Any]:
     show_default=True,
     help="Run the scheduler in this process too (it acts only while it leads).",
 )
-@common_options
+@job_options
+@scheduler_options
 @click.pass_obj
 @reports_errors
 def worker(
@@ -117,11 +153,10 @@ def worker(
     from due.worker.main import configure_logging, run_worker
     from due.worker.supervisor import Supervisor
 
-    _require_app(settings, "due worker")
+    app = settings.require_app("due worker")
     configure_logging(log_format, log_level)
     if processes > 1:
         sys.exit(Supervisor(_child_command(), processes).run())
-    app = settings.app
     worker_settings = WorkerSettings.build(
         parse_queues(queues, concurrency, app.tasks.queues()),
         lease=lease,
@@ -137,13 +172,11 @@ def worker(
 
 
 @main.command()
-@common_options
+@scheduler_options
 @click.pass_obj
 @reports_errors
 def scheduler(
     settings: Settings,
-    lease: str,
-    grace: str,
     leader_url: str | None,
     leader_ttl: str,
     retention: str,
@@ -153,23 +186,16 @@ def scheduler(
     """Run the scheduler alone (no jobs): materialise schedules while leading."""
     from due.worker.main import configure_logging, run_worker
 
-    _require_app(settings, "due scheduler")
+    app = settings.require_app("due scheduler")
     configure_logging(log_format, log_level)
     scheduler_settings = WorkerSettings.build(
         {},
-        lease=lease,
-        grace=grace,
         retention=retention,
         scheduler=True,
         leader_url=leader_url,
         leader_ttl=leader_ttl,
     )
-    sys.exit(run_worker(settings.app, scheduler_settings))
-
-
-def _require_app(settings: Settings, command: str) -> None:
-    if not settings.app_spec:
-        raise ConfigurationError(f"{command} needs your app: --app module:attribute (or DUE_APP)")
+    sys.exit(run_worker(app, scheduler_settings))
 
 
 def _child_command() -> list[str]:
@@ -204,16 +230,39 @@ def parse_queues(
     return queues
 
 
+WORKER_COLUMNS = [
+    Column("id"),
+    Column("state"),
+    Column("host", drop_rank=1),
+    Column("pid", justify="right", drop_rank=0),
+    Column("queues"),
+    Column("started", drop_rank=2),
+    Column("last seen"),
+]
+
+
 @main.command()
-@click.option("-n", "--limit", default=50, show_default=True)
+@click.option("-n", "--limit", default=50, show_default=True, help="At most this many.")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_obj
 @reports_errors
-def workers(settings: Settings, limit: int) -> None:
-    """List worker processes: where, what they serve, and when they last reported."""
-    table = Table("id", "state", "queues", "started", "last seen")
-    for info in settings.app.store.list_workers(limit):
-        queues = ", ".join(f"{q}={n}" for q, n in sorted(info.queues.items()))
-        table.add_row(
-            info.id, info.state, queues, time_text(info.started_at), time_text(info.last_seen_at)
-        )
-    console.print(table)
+def workers(settings: Settings, limit: int, as_json: bool) -> None:
+    """List worker processes, newest first: where, what they serve, when they last
+    reported (one silent for 3 leases is gone)."""
+    listed = settings.app.store.list_workers(limit)
+    if as_json:
+        print_json({"workers": [worker_document(info) for info in listed]})
+        return
+    rows = [
+        [
+            info.id,
+            info.state,
+            info.host,
+            str(info.pid),
+            ", ".join(f"{q}={n}" for q, n in sorted(info.queues.items())),
+            time_text(info.started_at),
+            time_text(info.last_seen_at),
+        ]
+        for info in listed
+    ]
+    console.print(fitted_table(WORKER_COLUMNS, rows))

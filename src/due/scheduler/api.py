@@ -126,8 +126,12 @@ class ScheduleMethods:
         return self.store.schedule_overview()
 
     def schedule_runs(self, name: str, limit: int = 50) -> list[ScheduleRun]:
-        """A schedule's scheduled times, newest first, and what became of each."""
-        return self.store.schedule_runs(name, limit)
+        """A schedule's scheduled times, newest first, and what became of each
+        (a removed schedule's history stays; a name never seen is refused)."""
+        runs = self.store.schedule_runs(name, limit)
+        if not runs and name not in {s.name for s in self.store.list_schedules()}:
+            raise ScheduleNotFoundError(f"no schedule named {name!r}")
+        return runs
 
     def pause_schedule(self, name: str) -> None:
         """Stop starting runs; their times are recorded as skipped until resumed."""

@@ -130,8 +130,6 @@ def define_schedule(
     if not isinstance(catch_up_limit, int) or catch_up_limit < 1:
         raise ConfigurationError(f"schedule {name!r}: catch_up_limit must be a whole number >= 1")
     grace = to_seconds(misfire_grace, what=f"schedule {name!r}: misfire_grace")
-    if grace < 0:
-        raise ConfigurationError(f"schedule {name!r}: misfire_grace cannot be negative")
     arguments = tuple(args)
     keywords = dict(kwargs or {})
     return Schedule(

@@ -36,8 +36,8 @@ def define_for_app(
     resolved = app.tasks.get(task.name if isinstance(task, Task) else task)
     resolved.check_arguments(tuple(args), dict(kwargs or {}))
     try:
-        queue_name = validate_queue(queue) if queue is not None else resolved.options.queue
-        level = validate_priority(priority) if priority is not None else resolved.options.priority
+        queue_name = validate_queue(queue) if queue is not None else resolved.config.queue
+        level = validate_priority(priority) if priority is not None else resolved.config.priority
     except InvalidJobError as error:
         raise ConfigurationError(f"schedule {name!r}: {error}") from None
     return define_schedule(
@@ -54,6 +54,6 @@ def define_for_app(
         misfire_grace=misfire_grace,
         queue=queue_name,
         priority=level,
-        max_attempts=resolved.options.retry.max_attempts,
+        max_attempts=resolved.config.retry.max_attempts,
         enabled=enabled,
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 from due.job import Job
 from due.scheduler.definition import Schedule, ScheduleOverview, ScheduleRun, StoredSchedule
@@ -32,6 +32,16 @@ from due.store.schedules import Decide, LeaseFence, Materialised, SyncReport
 DEFAULT_MAX_LOST_LEASES = 3
 """A job that lost its lease this many times in a row is failed, not retried:
 its worker keeps dying while running it (out of memory, a segfault)."""
+
+
+class ChangeFeed(Protocol):
+    """Tells a waiting thread that something it waits for may have happened."""
+
+    def wait(self, timeout: float) -> bool:
+        """Whether something may have changed, waiting up to `timeout` seconds to
+        hear of it. The first call says True at once (nothing was watched before it)."""
+
+    def close(self) -> None: ...
 
 
 class Store(Protocol):
@@ -147,7 +157,11 @@ class Store(Protocol):
     def hold_group(self, parent: int, held: bool) -> None:
         """Pause or resume a parent's queued pieces (and those it adds later)."""
 
-    def queue_overview(self) -> list[QueueOverview]: ...
+    def queue_overview(self) -> list[QueueOverview]:
+        """Every queue with jobs (active or failed), paused, served or scheduled."""
+
+    def queue_in_use(self, queue: str) -> bool:
+        """Whether any job, pause, worker or schedule names this queue."""
 
     # --- schedules (see due.scheduler) ----------------------------------------
 
@@ -218,14 +232,22 @@ class Store(Protocol):
     def get(self, job_id: int) -> Job:
         """The job, or JobNotFoundError."""
 
+    def ended_jobs(self, job_ids: Sequence[int]) -> list[Job]:
+        """Those of these jobs that have ended (succeeded, failed or cancelled)."""
+
+    def watch_endings(self) -> ChangeFeed:
+        """A feed that wakes when a job may have ended (PostgreSQL: a notification
+        sent by the ending transaction; SQLite: any commit)."""
+
     def list_jobs(self, where: JobFilter) -> list[Job]:
         """Jobs matching the filter, newest first."""
 
     def cancel(self, job_id: int) -> Job:
         """Cancel a queued job."""
 
-    def retry(self, job_id: int) -> Job:
-        """Queue a failed or cancelled job again, with a fresh set of attempts."""
+    def retry(self, job_id: int, run_now: bool = False) -> Job:
+        """Queue a failed or cancelled job again, with a fresh set of attempts: due
+        now, or at its own run_at while that is still to come (unless run_now)."""
 
     def due_queues(self) -> list[str]:
         """Names of the queues that hold jobs due now."""
@@ -238,4 +260,8 @@ class Store(Protocol):
         """The current instant on the store's clock."""
 
     def close(self) -> None:
-        """Release connections."""
+        """Release connections (also at the end of a `with store:` block)."""
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(self, *exc_info: object) -> None: ...

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -238,7 +238,7 @@ class WorkerInfo:
 
 @dataclass(frozen=True, slots=True)
 class QueueOverview:
-    """A queue now: how deep, how late, whether paused."""
+    """A queue now: how deep, how late, how it fails, whether paused."""
 
     name: str
     queued: int
@@ -248,3 +248,34 @@ class QueueOverview:
     stuck: int
     oldest_due_at: datetime | None
     paused: bool
+    retrying: int = 0
+    """Queued again after a failed or lost attempt (waiting out its backoff, or due)."""
+    failed: int = 0
+    """Failed for good and kept (until pruned), retryable by hand."""
+
+
+def queue_overviews(
+    rows: list[dict[str, Any]], paused: Mapping[str, bool], known: Iterable[str]
+) -> list[QueueOverview]:
+    """Every queue, from the per-queue counts of a backend's `queue_overview`
+    (rows in Python types), the paused states, and the names known without jobs."""
+    by_name = {row["queue"]: row for row in rows}
+    names = sorted(set(by_name) | set(paused) | set(known))
+    return [_overview(name, by_name.get(name), paused.get(name, False)) for name in names]
+
+
+def _overview(name: str, row: dict[str, Any] | None, paused: bool) -> QueueOverview:
+    if row is None:
+        return QueueOverview(name, 0, 0, 0, 0, 0, None, paused)
+    return QueueOverview(
+        name,
+        row["queued"],
+        row["due"],
+        row["running"],
+        row["waiting"],
+        row["stuck"],
+        row["oldest_due"],
+        paused,
+        row["retrying"],
+        row["failed"],
+    )

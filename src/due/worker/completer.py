@@ -89,33 +89,22 @@ class Completer:
                 reason="the lease was lost before the result was written",
             )
             return
+        fields = {
+            "job": job.id,
+            "task": job.task,
+            "queue": job.queue,
+            "attempt": job.attempt,
+            "duration_ms": None if running.seconds is None else round(running.seconds * 1000, 1),
+        }
+        error = completion.error.error if completion.error else None
         if completion.state == JobState.SUCCEEDED:
-            event(
-                log, "job.succeeded", logging.DEBUG, job=job.id, task=job.task, attempt=job.attempt
-            )
+            event(log, "job.succeeded", logging.INFO, **fields)
         elif completion.state == JobState.QUEUED:
-            event(
-                log,
-                "job.retrying",
-                logging.WARNING,
-                job=job.id,
-                task=job.task,
-                attempt=job.attempt,
-                retry_in=round(completion.retry_in or 0, 3),
-                error=completion.error.error if completion.error else None,
-            )
+            retry_in = round(completion.retry_in or 0, 3)
+            event(log, "job.retrying", logging.WARNING, **fields, retry_in=retry_in, error=error)
         elif completion.state == JobState.WAITING:
-            event(log, "job.waiting", logging.INFO, job=job.id, task=job.task)
+            event(log, "job.waiting", logging.INFO, **fields)
         elif completion.state == JobState.CANCELLED:
-            event(log, "job.cancelled", logging.WARNING, job=job.id, task=job.task)
+            event(log, "job.cancelled", logging.INFO, **fields)
         else:
-            event(
-                log,
-                "job.failed",
-                logging.ERROR,
-                job=job.id,
-                task=job.task,
-                attempt=job.attempt,
-                state=completion.state.value,
-                error=completion.error.error if completion.error else None,
-            )
+            event(log, "job.failed", logging.ERROR, **fields, error=error)

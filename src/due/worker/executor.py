@@ -146,7 +146,7 @@ class Executor:
             self._threads, functools.partial(self._in_thread, task.fn, args, kwargs)
         )
         # The thread cannot be stopped: on timeout we stop waiting and hand it back.
-        done, _ = await asyncio.wait({future}, timeout=task.options.timeout)
+        done, _ = await asyncio.wait({future}, timeout=task.config.timeout)
         if not done:
             return _TimedOut(future)
         error = future.exception()
@@ -190,7 +190,7 @@ class Executor:
     def _timed_out(self, task: Task[Any, Any], job: ClaimedJob) -> Completion:
         record = AttemptError(
             attempt=job.attempt,
-            error=f"timed out after {task.options.timeout:g}s",
+            error=f"timed out after {task.config.timeout:g}s",
             traceback=None,
             at=self._clock.now() or self._clock.wall(),
             kind="timeout",
@@ -200,7 +200,7 @@ class Executor:
     def _after_failure(
         self, task: Task[Any, Any], job: ClaimedJob, record: AttemptError, error: Exception
     ) -> Completion:
-        policy = task.options.retry
+        policy = task.config.retry
         if policy.should_retry(error, job.attempt, job.max_attempts):
             delay = policy.delay(job.attempt, self._rng)
             return Completion(
@@ -237,7 +237,7 @@ _Outcome = _Returned | _Raised | _TimedOut | _Stopped
 async def _run_async(
     task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> _Outcome:
-    if task.options.timeout is None:  # the common case, without a timer per job
+    if task.config.timeout is None:  # the common case, without a timer per job
         try:
             return _Returned(await task.fn(*args, **kwargs))
         except Exception as error:
@@ -245,7 +245,7 @@ async def _run_async(
         except (JobCancelled, LeaseLost) as signal:
             return _Stopped(signal)
     try:
-        async with asyncio.timeout(task.options.timeout) as deadline:
+        async with asyncio.timeout(task.config.timeout) as deadline:
             return _Returned(await task.fn(*args, **kwargs))
     except TimeoutError as error:
         # Our deadline, or a TimeoutError the handler itself raised?

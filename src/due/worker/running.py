@@ -35,6 +35,8 @@ class RunningJob:
     context: Context | None = None
     """The handler's context, when it declares one (progress, cancellation flags)."""
     cancel_requested: bool = False
+    seconds: float | None = None
+    """How long its handler ran, once it has ended (for the log line of its end)."""
 
     @property
     def lost(self) -> bool:

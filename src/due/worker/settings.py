@@ -80,8 +80,6 @@ class WorkerSettings:
                 f"the minimum is {MIN_LEASE_SECONDS:g}s"
             )
         grace_seconds = to_seconds(grace, what="worker grace")
-        if grace_seconds < 0:
-            raise ConfigurationError("worker grace cannot be negative")
         if not isinstance(max_lost_leases, int) or max_lost_leases < 1:
             raise ConfigurationError("max_lost_leases must be a whole number >= 1")
         return cls(

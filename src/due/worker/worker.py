@@ -63,7 +63,7 @@ class Worker:
         self.clock = clock or app.clock
         self.store = app.store  # refuses an unknown or missing schema
         self.task_names = app.tasks.names()
-        self.task_leases = {t.name: t.options.lease for t in app.tasks if t.options.lease}
+        self.task_leases = {t.name: t.config.lease for t in app.tasks if t.config.lease}
         self.running: dict[int, RunningJob] = {}
         self.producers = {q: QueueProducer(self, q, n) for q, n in settings.queues.items()}
         self.completer = Completer(self)
@@ -153,7 +153,7 @@ class Worker:
     def start(self, job: ClaimedJob, producer: QueueProducer, claimed_at: float) -> None:
         """Hold a job just claimed; its producer runs it now or when a slot frees."""
         task = self.app.tasks.get(job.task)
-        lease = task.options.lease or self.settings.lease
+        lease = task.config.lease or self.settings.lease
         running = RunningJob(job, task, producer.queue, lease, trusted_until(claimed_at, lease))
         running.context = self.executor.context_for(job)
         self.running[job.id] = running
@@ -181,6 +181,7 @@ class Worker:
             self._handler_ended(running, producer)
             return
         running.finished = True
+        running.seconds = attempt.seconds
         # The outcome is queued before the slot frees: it keeps the slot until written.
         self._queue_outcome(running, attempt)
         if attempt.straggler is None:
@@ -194,7 +195,7 @@ class Worker:
                 logging.WARNING,
                 job=running.job.id,
                 task=running.job.task,
-                timeout=running.task.options.timeout,
+                timeout=running.task.config.timeout,
             )
             attempt.straggler.add_done_callback(lambda _: self._handler_ended(running, producer))
 
@@ -213,7 +214,18 @@ class Worker:
             return
         if attempt.completion is None:  # its own transaction recorded its success
             self.forget(running)
-            event(log, "job.succeeded", logging.DEBUG, job=running.job.id, task=running.job.task)
+            job = running.job
+            duration_ms = round(attempt.seconds * 1000, 1)
+            event(
+                log,
+                "job.succeeded",
+                logging.INFO,
+                job=job.id,
+                task=job.task,
+                queue=job.queue,
+                attempt=job.attempt,
+                duration_ms=duration_ms,
+            )
             return
         self.completer.add(running, attempt.completion)
 

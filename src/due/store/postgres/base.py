@@ -7,14 +7,16 @@ concern each: jobs (`store.py`), workers (`workers.py`), schedules and leases
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import random
 import threading
 import time
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import psycopg
 import psycopg_pool
@@ -29,12 +31,14 @@ from due.errors import (
 )
 from due.store import pieces
 from due.store.postgres.own_connection import OwnConnection
+from due.store.protocol import ChangeFeed
 from due.store.sql import load_migrations, load_queries, require_current_schema
 
 QUERIES = load_queries("due.store.postgres")
 MIGRATIONS = load_migrations("due.store.postgres")
 LATEST_VERSION = MIGRATIONS[-1].version
 NOTIFY_CHANNEL = "due_jobs"
+ENDED_CHANNEL = "due_ended"
 
 
 class PostgresBase:
@@ -66,6 +70,7 @@ class PostgresBase:
         )
         self._pool.open(wait=False)
         self._own = OwnConnection(self._connect_own, clock.monotonic)
+        _close_at_exit(self)
 
     # --- plumbing -----------------------------------------------------------
 
@@ -113,6 +118,12 @@ class PostgresBase:
         row = cur.fetchone()
         assert row is not None
         return utc(row["now"])
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def close(self) -> None:
         self._own.close()
@@ -188,12 +199,67 @@ class PostgresBase:
 
     # --- for the worker (wake-ups) --------------------------------------------------
 
-    def listen_connection(self) -> psycopg.Connection[Any]:
+    def listen_connection(self, channel: str = NOTIFY_CHANNEL) -> psycopg.Connection[Any]:
         """A dedicated autocommit connection (outside the pool) for LISTEN."""
         with translate_errors(self.url):
             conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5)
-            conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            conn.execute(f"LISTEN {channel}")
             return conn
+
+    def watch_endings(self) -> ChangeFeed:
+        return NotificationFeed(self, ENDED_CHANNEL)
+
+
+class NotificationFeed:
+    """Waits for a notification on one channel, on a connection of its own.
+
+    A connection that is new (or renewed after a failure) counts as a change:
+    what happened before it listened was not heard, so the caller looks again.
+    """
+
+    def __init__(self, store: PostgresBase, channel: str) -> None:
+        self._store = store
+        self._channel = channel
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def wait(self, timeout: float) -> bool:
+        if self._conn is None:
+            self._conn = self._store.listen_connection(self._channel)
+            return True
+        try:
+            heard = any(True for _ in self._conn.notifies(timeout=timeout, stop_after=1))
+            if heard:
+                for _ in self._conn.notifies(timeout=0):
+                    pass  # those that came together are one change
+            return heard
+        except psycopg.Error as error:
+            self.close()
+            raise StoreUnavailableError(f"{redact(self._store.url)}: {error}") from error
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+_OPEN_STORES: weakref.WeakSet[PostgresBase] = weakref.WeakSet()
+
+
+def _close_at_exit(store: PostgresBase) -> None:
+    """Close the pools when the interpreter exits, if nobody did.
+
+    A pool left open is otherwise closed by its finalizer during interpreter
+    shutdown, when its threads can no longer run: on Python 3.13 each one then
+    waits 5 s ("couldn't stop thread ... within 5.0 seconds"), so a script that
+    forgot `app.close()` took 20 s to exit. (A weak set: this keeps no store alive.)
+    """
+    _OPEN_STORES.add(store)
+
+
+@atexit.register
+def _close_open_stores() -> None:
+    for store in list(_OPEN_STORES):
+        store.close()
 
 
 IDLE_IN_TRANSACTION_LIMIT = "10s"

@@ -3,7 +3,10 @@
 -- ten times cheaper to encode than text arrays. `%(now)s` is the injected clock's
 -- instant, or NULL to use the database's clock: coalesce(%(now)s, now()).
 -- Wake-ups: every statement that makes a job claimable notifies channel
--- `due_jobs` with the payload '<queue> <run_at as epoch seconds>'.
+-- `due_jobs` with the payload '<queue> <run_at as epoch seconds>'; every
+-- statement that ends a job (succeeded, failed, cancelled) notifies `due_ended`
+-- with an empty payload (one notification per transaction, however many end),
+-- which wakes `app.wait()`.
 
 -- name: create_migrations_table
 CREATE TABLE IF NOT EXISTS due_schema_migrations (
@@ -206,6 +209,8 @@ WHERE j.id IN (SELECT id FROM locked)
 RETURNING j.id, j.state, j.parent_id, j.completes, j.pieces_total, j.cancel_requested,
           CASE WHEN j.state = 'queued' THEN  -- wake workers for the job due again
               pg_notify('due_jobs', j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text
+          WHEN j.state IN ('succeeded', 'failed', 'cancelled') THEN  -- wake app.wait()
+              pg_notify('due_ended', '')::text
           END AS notified
 
 -- name: select_expired
@@ -246,6 +251,8 @@ WHERE j.id IN (SELECT id FROM locked) AND j.id = r.id AND j.lease_token = r.toke
 RETURNING j.id, j.state, j.parent_id, j.completes, j.pieces_total,
           CASE WHEN j.state = 'queued' THEN  -- wake workers for the job due again
               pg_notify('due_jobs', j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text
+          WHEN j.state IN ('succeeded', 'failed', 'cancelled') THEN  -- wake app.wait()
+              pg_notify('due_ended', '')::text
           END AS notified
 
 -- name: get_job
@@ -279,7 +286,7 @@ SET state = 'cancelled',
     finished_at = coalesce(%(now)s::timestamptz, now()),
     dedupe_key = NULL
 WHERE id = %(id)s AND state = 'queued'
-RETURNING *
+RETURNING *, pg_notify('due_ended', '')::text AS ended
 
 -- name: lock_parents
 -- The parents of these jobs, locked before the jobs themselves by every
@@ -300,9 +307,11 @@ WHERE id = %(parent)s AND pieces_failed > 0
 RETURNING id
 
 -- name: retry_job
+-- Due now; a job cancelled while delayed keeps its time if it is still to come.
 UPDATE due_jobs
 SET state = 'queued',
-    run_at = coalesce(%(now)s::timestamptz, now()),
+    run_at = CASE WHEN %(run_now)s OR run_at < coalesce(%(now)s::timestamptz, now())
+                  THEN coalesce(%(now)s::timestamptz, now()) ELSE run_at END,
     attempt = 0,
     lost_leases = 0,
     cancel_requested = false,
@@ -351,6 +360,8 @@ WHERE j.id IN (SELECT id FROM locked)
 RETURNING j.id, j.state, j.parent_id, j.completes, j.pieces_total,
           CASE WHEN j.state = 'queued' THEN  -- wake workers for the job due again
               pg_notify('due_jobs', j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text
+          WHEN j.state IN ('succeeded', 'failed', 'cancelled') THEN  -- wake app.wait()
+              pg_notify('due_ended', '')::text
           END AS notified
 
 -- name: next_due
@@ -394,7 +405,8 @@ WHERE state = 'queued' AND NOT held
   AND queue = ANY(%(queues)b::text[])
   AND NOT (task = ANY(%(tasks)b::text[]))
   AND run_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(grace)s)
-RETURNING id, task, queue, state, parent_id, completes, pieces_total
+RETURNING id, task, queue, state, parent_id, completes, pieces_total,
+          pg_notify('due_ended', '')::text AS ended
 
 -- name: register_worker
 INSERT INTO due_workers (id, host, pid, queues, started_at, last_seen_at, state)
@@ -534,7 +546,8 @@ SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
     cancel_requested = true,
     dedupe_key = CASE WHEN state = 'queued' THEN NULL ELSE dedupe_key END
 WHERE schedule = %(name)s AND state IN ('queued', 'running', 'waiting')
-RETURNING id, state, parent_id, completes, pieces_total, cancel_requested
+RETURNING id, state, parent_id, completes, pieces_total, cancel_requested,
+          CASE WHEN state = 'cancelled' THEN pg_notify('due_ended', '')::text END AS ended
 
 -- name: schedules_with_pending
 SELECT DISTINCT schedule AS name FROM due_schedule_runs WHERE outcome = 'pending'
@@ -668,7 +681,7 @@ SET state = 'succeeded', lease_token = lease_token + 1, result = 'null'::jsonb,
     progress = coalesce(%(progress)s::jsonb, progress),
     dedupe_key = CASE WHEN coalesce(unique_for, 0) <= 0 THEN NULL ELSE dedupe_key END
 WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running' AND pieces_total = 0
-RETURNING id, state, parent_id, completes
+RETURNING id, state, parent_id, completes, pg_notify('due_ended', '')::text AS ended
 
 -- name: add_pieces
 -- A running parent announces pieces (fenced by its token). A later call keeps
@@ -732,7 +745,7 @@ SET state = %(state)s, lease_token = lease_token + 1,
     last_error = coalesce(%(error)s, last_error),
     dedupe_key = NULL
 WHERE id = %(id)s AND state = 'waiting'
-RETURNING id, state, parent_id, completes
+RETURNING id, state, parent_id, completes, pg_notify('due_ended', '')::text AS ended
 
 -- name: insert_completion_job
 -- Once per parent, whatever races: the key is the parent's.
@@ -763,7 +776,8 @@ SET state = CASE WHEN state IN ('queued', 'waiting') THEN 'cancelled' ELSE state
     dedupe_key = CASE WHEN state IN ('queued', 'waiting') THEN NULL ELSE dedupe_key END
 WHERE (parent_id = %(parent)s OR completes = %(parent)s)
   AND state IN ('queued', 'running', 'waiting')
-RETURNING id, state, pg_notify('due_jobs', '!cancel ' || id)::text AS notified
+RETURNING id, state, pg_notify('due_jobs', '!cancel ' || id)::text AS notified,
+          CASE WHEN state = 'cancelled' THEN pg_notify('due_ended', '')::text END AS ended
 
 -- name: hold_group
 -- Pause (held) or resume a group: the parent and all its pieces (so a piece
@@ -787,7 +801,9 @@ RETURNING name, pg_notify('due_jobs', name || ' 0')::text AS notified
 SELECT name, paused, updated_at FROM due_queues ORDER BY name
 
 -- name: queue_overview
--- Per queue: depth, due now, running, waiting, and the age of the oldest due job.
+-- Per queue: depth, due now, running, waiting, retrying (queued again after a
+-- failed or lost attempt), failed (kept until pruned), and when its oldest due
+-- job became due.
 SELECT queue,
        count(*) FILTER (WHERE state = 'queued') AS queued,
        count(*) FILTER (WHERE state = 'queued'
@@ -799,8 +815,30 @@ SELECT queue,
                               < coalesce(%(now)s::timestamptz, now())
                                 - make_interval(secs => stuck_after)) AS stuck,
        min(run_at) FILTER (WHERE state = 'queued' AND NOT held
-                             AND run_at <= coalesce(%(now)s::timestamptz, now())) AS oldest_due
+                             AND run_at <= coalesce(%(now)s::timestamptz, now())) AS oldest_due,
+       count(*) FILTER (WHERE state = 'queued' AND attempt > 0) AS retrying,
+       count(*) FILTER (WHERE state = 'failed') AS failed
 FROM due_jobs
-WHERE state IN ('queued', 'running', 'waiting')
+WHERE state IN ('queued', 'running', 'waiting', 'failed')
 GROUP BY queue
 ORDER BY queue
+
+-- name: known_queue_names
+-- Queues known without a job in them: paused or resumed ones, those workers
+-- serve (or served), those schedules start jobs in.
+SELECT name FROM due_queues
+UNION SELECT jsonb_object_keys(queues) FROM due_workers
+UNION SELECT queue FROM due_schedules
+
+-- name: queue_in_use
+-- Whether due knows a queue: a job was put in it (and not pruned since), or
+-- it is known by name (see known_queue_names).
+SELECT EXISTS (SELECT 1 FROM due_jobs WHERE queue = %(queue)s)
+       OR EXISTS (SELECT 1 FROM due_queues WHERE name = %(queue)s)
+       OR EXISTS (SELECT 1 FROM due_schedules WHERE queue = %(queue)s)
+       OR EXISTS (SELECT 1 FROM due_workers WHERE queues ? %(queue)s) AS found
+
+-- name: ended_jobs
+-- The jobs among these that have ended (what app.wait() waits for).
+SELECT * FROM due_jobs
+WHERE id = ANY(%(ids)b::bigint[]) AND state IN ('succeeded', 'failed', 'cancelled')

@@ -335,6 +335,10 @@ class PostgresStore(PostgresWork, PostgresSchedules, PostgresWorkers):
             raise JobNotFoundError(f"no job with id {job_id}")
         return job_from_row(normalise(rows[0]))
 
+    def ended_jobs(self, job_ids: Sequence[int]) -> list[Job]:
+        rows = self._all("ended_jobs", {"ids": list(job_ids)})
+        return [job_from_row(normalise(row)) for row in rows]
+
     def list_jobs(self, where: JobFilter) -> list[Job]:
         rows = self._all(
             "list_jobs",
@@ -375,12 +379,13 @@ class PostgresStore(PostgresWork, PostgresSchedules, PostgresWorkers):
         raise refusal(job, "cancel", "a job that has ended cannot be cancelled")
 
     @retried_on_conflict
-    def retry(self, job_id: int) -> Job:
+    def retry(self, job_id: int, run_now: bool = False) -> Job:
+        params = {"id": job_id, "run_now": run_now, "now": self._now()}
         with self._cursor(transaction=True) as cur:
             # Its parent first (one lock order), and so the parent cannot settle
             # or be cancelled between the check below and the recount.
             cur.execute(QUERIES["lock_parents"], {"ids": [job_id]})
-            cur.execute(QUERIES["retry_job"], {"id": job_id, "now": self._now()})
+            cur.execute(QUERIES["retry_job"], params)
             rows = cur.fetchall()
             if rows and rows[0]["parent_id"] is not None:
                 # A retried piece is no longer an ended one on its parent.

@@ -23,7 +23,7 @@ from due.store.postgres.base import (
     retried_on_conflict,
     translate_errors,
 )
-from due.store.records import NewJob, QueueOverview
+from due.store.records import NewJob, QueueOverview, queue_overviews
 
 
 class PostgresWork(PostgresBase):
@@ -132,15 +132,13 @@ class PostgresWork(PostgresBase):
             raise JobNotFoundError(f"no job with id {parent}")
 
     def queue_overview(self) -> list[QueueOverview]:
-        paused = {row["name"]: row["paused"] for row in self._all("queue_states", {})}
-        rows = {
-            row["queue"]: normalise(row)
-            for row in self._all("queue_overview", {"now": self._now()})
-        }
-        return [
-            _overview(name, rows.get(name), paused.get(name, False))
-            for name in sorted(set(rows) | set(paused))
-        ]
+        paused = {row["name"]: bool(row["paused"]) for row in self._all("queue_states", {})}
+        rows = [normalise(row) for row in self._all("queue_overview", {"now": self._now()})]
+        known = [row["name"] for row in self._all("known_queue_names", {})]
+        return queue_overviews(rows, paused, known)
+
+    def queue_in_use(self, queue: str) -> bool:
+        return bool(self._all("queue_in_use", {"queue": queue})[0]["found"])
 
 
 def _insert_pieces(
@@ -164,18 +162,3 @@ def _insert_pieces(
         },
     )
     return len(cur.fetchall())
-
-
-def _overview(name: str, row: dict[str, Any] | None, paused: bool) -> QueueOverview:
-    if row is None:
-        return QueueOverview(name, 0, 0, 0, 0, 0, None, paused)
-    return QueueOverview(
-        name,
-        row["queued"],
-        row["due"],
-        row["running"],
-        row["waiting"],
-        row["stuck"],
-        row["oldest_due"],
-        paused,
-    )

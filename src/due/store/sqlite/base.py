@@ -20,19 +20,22 @@ import json
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Self
 
-from due.clock import Clock
-from due.errors import ConfigurationError, StoreError, StoreUnavailableError
+from due.clock import Clock, SystemClock
+from due.errors import ConfigurationError, NotMigratedError, StoreError, StoreUnavailableError
 from due.store import pieces
+from due.store.protocol import ChangeFeed
 from due.store.sql import load_migrations, load_queries, require_current_schema
 
 QUERIES = load_queries("due.store.sqlite")
 MIGRATIONS = load_migrations("due.store.sqlite")
 LATEST_VERSION = MIGRATIONS[-1].version
 DEFAULT_BUSY_TIMEOUT = 30.0
+_REAL_CLOCK = SystemClock()
 TIME_COLUMNS = (
     "run_at",
     "lease_expires_at",
@@ -128,6 +131,12 @@ class SQLiteBase:
         with translate_errors(self.path):
             return [dict(row) for row in self._connection().execute(QUERIES[name], params)]
 
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def close(self) -> None:
         with self._lock:
             for conn in self._connections:
@@ -162,6 +171,12 @@ class SQLiteBase:
         return int(version) if version is not None else None
 
     def check_schema(self) -> None:
+        if not os.path.exists(self.path):
+            # Checked before any connection opens one: looking creates nothing.
+            raise NotMigratedError(
+                f"SQLite database {os.path.abspath(self.path)} does not exist; check --url "
+                "(or DUE_DATABASE_URL), or create it with `due migrate` (or app.migrate())"
+            )
         require_current_schema(self.schema_version(), LATEST_VERSION, self._where())
 
     def _where(self) -> str:
@@ -176,6 +191,36 @@ class SQLiteBase:
         """Changes whenever another connection commits: a cheap wake-up check."""
         with translate_errors(self.path):
             return int(self._connection().execute("PRAGMA data_version").fetchone()[0])
+
+    def watch_endings(self) -> ChangeFeed:
+        return CommitFeed(self)
+
+
+class CommitFeed:
+    """Waits for a commit by another connection (`PRAGMA data_version`, read every
+    few milliseconds on this thread's connection: microseconds each)."""
+
+    POLL_SECONDS = 0.005
+
+    def __init__(self, store: SQLiteBase) -> None:
+        self._store = store
+        self._version: int | None = None
+
+    def wait(self, timeout: float) -> bool:
+        if self._version is None:
+            self._version = self._store.data_version()
+            return True
+        deadline = _REAL_CLOCK.monotonic() + timeout  # real time, whatever the store's clock
+        while _REAL_CLOCK.monotonic() < deadline:
+            version = self._store.data_version()
+            if version != self._version:
+                self._version = version
+                return True
+            time.sleep(self.POLL_SECONDS)
+        return False
+
+    def close(self) -> None:
+        self._version = None
 
 
 def _statements(script: str) -> list[str]:

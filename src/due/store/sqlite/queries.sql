@@ -176,9 +176,10 @@ WHERE id = :parent AND pieces_failed > 0
 RETURNING id
 
 -- name: retry_job
+-- Due now; a job cancelled while delayed keeps its time if it is still to come.
 UPDATE due_jobs
 SET state = 'queued',
-    run_at = :now,
+    run_at = CASE WHEN :run_now OR run_at < :now THEN :now ELSE run_at END,
     attempt = 0,
     lost_leases = 0,
     cancel_requested = 0,
@@ -591,7 +592,9 @@ RETURNING name
 SELECT name, paused, updated_at FROM due_queues ORDER BY name
 
 -- name: queue_overview
--- Per queue: depth, due now, running, waiting, and the age of the oldest due job.
+-- Per queue: depth, due now, running, waiting, retrying (queued again after a
+-- failed or lost attempt), failed (kept until pruned), and when its oldest due
+-- job became due.
 SELECT queue,
        count(*) FILTER (WHERE state = 'queued') AS queued,
        count(*) FILTER (WHERE state = 'queued' AND run_at <= :now) AS due,
@@ -599,8 +602,31 @@ SELECT queue,
        count(*) FILTER (WHERE state = 'waiting') AS waiting,
        count(*) FILTER (WHERE state = 'running' AND stuck_after IS NOT NULL
                           AND coalesce(progress_at, started_at) < :now - stuck_after) AS stuck,
-       min(run_at) FILTER (WHERE state = 'queued' AND NOT held AND run_at <= :now) AS oldest_due
+       min(run_at) FILTER (WHERE state = 'queued' AND NOT held AND run_at <= :now) AS oldest_due,
+       count(*) FILTER (WHERE state = 'queued' AND attempt > 0) AS retrying,
+       count(*) FILTER (WHERE state = 'failed') AS failed
 FROM due_jobs
-WHERE state IN ('queued', 'running', 'waiting')
+WHERE state IN ('queued', 'running', 'waiting', 'failed')
 GROUP BY queue
 ORDER BY queue
+
+-- name: known_queue_names
+-- Queues known without a job in them: paused or resumed ones, those workers
+-- serve (or served), those schedules start jobs in.
+SELECT name FROM due_queues
+UNION SELECT q.key FROM due_workers, json_each(due_workers.queues) AS q
+UNION SELECT queue FROM due_schedules
+
+-- name: queue_in_use
+-- Whether due knows a queue: a job was put in it (and not pruned since), or
+-- it is known by name (see known_queue_names).
+SELECT EXISTS (SELECT 1 FROM due_jobs WHERE queue = :queue)
+       OR EXISTS (SELECT 1 FROM due_queues WHERE name = :queue)
+       OR EXISTS (SELECT 1 FROM due_schedules WHERE queue = :queue)
+       OR EXISTS (SELECT 1 FROM due_workers, json_each(due_workers.queues) AS q
+                  WHERE q.key = :queue) AS found
+
+-- name: ended_jobs
+-- The jobs among these that have ended (what app.wait() waits for).
+SELECT * FROM due_jobs
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('succeeded', 'failed', 'cancelled')

@@ -311,6 +311,10 @@ class SQLiteStore(SQLiteWork, SQLiteSchedules, SQLiteWorkers):
             raise JobNotFoundError(f"no job with id {job_id}")
         return job_from_row(python_row(rows[0]))
 
+    def ended_jobs(self, job_ids: Sequence[int]) -> list[Job]:
+        rows = self._read("ended_jobs", {"ids": json.dumps(list(job_ids))})
+        return [job_from_row(python_row(row)) for row in rows]
+
     def list_jobs(self, where: JobFilter) -> list[Job]:
         rows = self._read(
             "list_jobs",
@@ -346,9 +350,10 @@ class SQLiteStore(SQLiteWork, SQLiteSchedules, SQLiteWorkers):
             return job
         raise refusal(job, "cancel", "a job that has ended cannot be cancelled")
 
-    def retry(self, job_id: int) -> Job:
+    def retry(self, job_id: int, run_now: bool = False) -> Job:
+        params = {"id": job_id, "run_now": run_now, "now": self._now()}
         with self._write() as conn:
-            row = conn.execute(QUERIES["retry_job"], {"id": job_id, "now": self._now()}).fetchone()
+            row = conn.execute(QUERIES["retry_job"], params).fetchone()
             if row is not None and row["parent_id"] is not None:
                 # A retried piece is no longer an ended one on its parent.
                 conn.execute(QUERIES["uncount_piece"], {"parent": row["parent_id"]}).fetchall()

@@ -10,7 +10,7 @@ from typing import Any
 
 from due.errors import ConfigurationError, JobNotFoundError, LeaseLost
 from due.store import pieces
-from due.store.records import NewJob, QueueOverview
+from due.store.records import NewJob, QueueOverview, queue_overviews
 from due.store.sqlite.base import (
     QUERIES,
     SQLiteBase,
@@ -117,14 +117,12 @@ class SQLiteWork(SQLiteBase):
 
     def queue_overview(self) -> list[QueueOverview]:
         paused = {row["name"]: bool(row["paused"]) for row in self._read("queue_states", {})}
-        rows = {
-            row["queue"]: python_row(row)
-            for row in self._read("queue_overview", {"now": self._now()})
-        }
-        return [
-            _overview(name, rows.get(name), paused.get(name, False))
-            for name in sorted(set(rows) | set(paused))
-        ]
+        rows = [python_row(row) for row in self._read("queue_overview", {"now": self._now()})]
+        known = [row["name"] for row in self._read("known_queue_names", {})]
+        return queue_overviews(rows, paused, known)
+
+    def queue_in_use(self, queue: str) -> bool:
+        return bool(self._read("queue_in_use", {"queue": queue})[0]["found"])
 
 
 def _insert_pieces(
@@ -150,18 +148,3 @@ def _insert_pieces(
         ],
     )
     return conn.total_changes - before
-
-
-def _overview(name: str, row: dict[str, Any] | None, paused: bool) -> QueueOverview:
-    if row is None:
-        return QueueOverview(name, 0, 0, 0, 0, 0, None, paused)
-    return QueueOverview(
-        name,
-        row["queued"],
-        row["due"],
-        row["running"],
-        row["waiting"],
-        row["stuck"],
-        row.get("oldest_due"),
-        paused,
-    )

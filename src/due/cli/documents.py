@@ -1,0 +1,131 @@
+"""The JSON documents of `--json`: one per command, with stable keys (README,
+"Output for scripts"). Keys are only ever added, never renamed or removed;
+times are ISO 8601 in UTC, durations are seconds, absent values are null."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from due.cli.output import iso
+from due.job import AttemptError, Job
+from due.scheduler.definition import ScheduleOverview, ScheduleRun
+from due.store.records import QueueOverview, WorkerInfo
+
+
+def job_document(job: Job) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "task": job.task,
+        "queue": job.queue,
+        "state": job.state.value,
+        "priority": job.priority,
+        "attempt": job.attempt,
+        "max_attempts": job.max_attempts,
+        "args": list(job.args),
+        "kwargs": job.kwargs,
+        "key": job.key,
+        "run_at": iso(job.run_at),
+        "created_at": iso(job.created_at),
+        "started_at": iso(job.started_at),
+        "finished_at": iso(job.finished_at),
+        "lease_expires_at": iso(job.lease_expires_at),
+        "worker": job.worker,
+        "result": job.result,
+        "last_error": job.last_error,
+        "errors": [_attempt_document(error) for error in job.errors],
+        "schedule": job.schedule,
+        "scheduled_for": iso(job.scheduled_for),
+        "cancel_requested": job.cancel_requested,
+        "checkpoint": job.checkpoint,
+        "progress": job.progress,
+        "stuck": job.stuck,
+        "held": job.held,
+        "parent_id": job.parent_id,
+        "pieces": None
+        if job.pieces is None
+        else {
+            "total": job.pieces.total,
+            "succeeded": job.pieces.succeeded,
+            "failed": job.pieces.failed,
+        },
+    }
+
+
+def _attempt_document(error: AttemptError) -> dict[str, Any]:
+    return {
+        "attempt": error.attempt,
+        "kind": error.kind,
+        "error": error.error,
+        "traceback": error.traceback,
+        "at": iso(error.at),
+    }
+
+
+def queue_document(queue: QueueOverview, now: datetime) -> dict[str, Any]:
+    age = None
+    if queue.oldest_due_at is not None:
+        age = max(0.0, (now - queue.oldest_due_at).total_seconds())
+    return {
+        "name": queue.name,
+        "queued": queue.queued,
+        "due": queue.due,
+        "running": queue.running,
+        "waiting": queue.waiting,
+        "retrying": queue.retrying,
+        "failed": queue.failed,
+        "stuck": queue.stuck,
+        "oldest_due_at": iso(queue.oldest_due_at),
+        "oldest_due_age_seconds": age,
+        "paused": queue.paused,
+    }
+
+
+def schedule_document(overview: ScheduleOverview) -> dict[str, Any]:
+    stored = overview.stored
+    definition = stored.schedule
+    timing = definition.timing
+    return {
+        "name": stored.name,
+        "task": definition.task,
+        "cron": timing.cron,
+        "every_seconds": timing.every,
+        "tz": timing.tz,
+        "description": timing.describe(),
+        "queue": definition.queue,
+        "misfire": definition.misfire.value,
+        "overlap": definition.overlap.value,
+        "source": stored.source,
+        "enabled": stored.enabled,
+        "paused": stored.paused,
+        "next_run_at": iso(stored.next_fire_at) if stored.enabled else None,
+        "last_run_at": iso(overview.last_run_at),
+        "last_run_state": overview.last_run_state,
+        "last_success_at": iso(overview.last_success_at),
+        "skipped": overview.skipped,
+        "missed": overview.missed,
+    }
+
+
+def schedule_run_document(run: ScheduleRun) -> dict[str, Any]:
+    return {
+        "schedule": run.schedule,
+        "scheduled_for": iso(run.scheduled_for),
+        "outcome": run.outcome,
+        "reason": run.reason,
+        "job_id": run.job_id,
+        "job_state": run.job_state,
+    }
+
+
+def worker_document(info: WorkerInfo) -> dict[str, Any]:
+    return {
+        "id": info.id,
+        "host": info.host,
+        "pid": info.pid,
+        "state": info.state,
+        "queues": info.queues,
+        "started_at": iso(info.started_at),
+        "last_seen_at": iso(info.last_seen_at),
+        "stopped_at": iso(info.stopped_at),
+    }
