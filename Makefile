@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test test-sqlite check bench postgres clean
+.PHONY: help demo test test-newest-python test-sqlite check bench postgres clean
 
 help: ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -28,6 +28,9 @@ demo: $(STAMP) ## run the example app on the embedded SQLite default
 test: $(STAMP) postgres ## run the whole test suite on SQLite and PostgreSQL
 	$(PY) -m pytest
 
+test-newest-python: postgres ## the CLI and process tests on the newest CPython pyenv has
+	scripts/test-newest-python
+
 test-sqlite: $(STAMP) ## run the suite on SQLite only (no PostgreSQL needed)
 	$(PY) -m pytest -k 'not postgres'
 
@@ -35,6 +38,7 @@ check: $(STAMP) ## lint, type-check, and forbid wall-clock reads outside clock.p
 	$(PY) -m ruff check src tests bench examples
 	$(PY) -m ruff format --check src tests bench examples
 	$(PY) -m mypy
+	$(PY) -m mypy --strict tests/typing
 	@scripts/check-clock
 
 bench: $(STAMP) postgres ## run the benchmark (due and its peers, side by side)
@@ -42,4 +46,4 @@ bench: $(STAMP) postgres ## run the benchmark (due and its peers, side by side)
 	$(PY) bench/schedule_bench.py
 
 clean: ## remove the environment and scratch files
-	rm -rf $(VENV) bench/.venv* bench/results bench/work .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) .venv-newest bench/.venv* bench/results bench/work .pytest_cache .ruff_cache .mypy_cache
