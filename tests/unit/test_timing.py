@@ -60,32 +60,60 @@ def test_spring_forward_a_missing_hour_fires_once_after_the_gap(
     ("tz", "date"),
     [("Europe/Paris", (2026, 10, 25)), ("America/New_York", (2026, 11, 1))],
 )
-def test_fall_back_a_repeated_time_fires_once_at_its_first_occurrence(
+def test_fall_back_a_wildcard_fires_at_each_real_occurrence(
+    tz: str, date: tuple[int, int, int]
+) -> None:
+    """cron(8): `*` in minute or hour runs on the wall clock as it is, so an
+    every-15-minutes job has no one-hour hole every autumn."""
+    start, end = day(tz, *date)
+    hourly = firings("0 * * * *", tz, start, end)
+    assert len(hourly) == 25 == len(set(hourly))  # a 25-hour day, every hour of it
+    quarter = firings("*/15 * * * *", tz, start, end)
+    assert len(quarter) == 100 and quarter == sorted(set(quarter))
+    gaps = {b - a for a, b in zip(quarter, quarter[1:], strict=False)}
+    assert gaps == {timedelta(minutes=15)}
+
+
+@pytest.mark.parametrize(
+    ("tz", "date"),
+    [("Europe/Paris", (2026, 10, 25)), ("America/New_York", (2026, 11, 1))],
+)
+def test_fall_back_a_particular_time_fires_once_at_its_first_occurrence(
     tz: str, date: tuple[int, int, int]
 ) -> None:
     start, end = day(tz, *date)
-    hourly = firings("0 * * * *", tz, start, end)
-    assert len(hourly) == 24 == len(set(hourly))  # a 25-hour day: each wall time once
-    repeated = "02:00" if tz == "Europe/Paris" else "01:00"
-    (once,) = firings(f"30 {repeated[:2]} * * *", tz, start, end)
+    repeated = "02" if tz == "Europe/Paris" else "01"
+    (once,) = firings(f"30 {repeated} * * *", tz, start, end)
     first_offset = "+0200" if tz == "Europe/Paris" else "-0400"
-    assert local([once], tz) == [f"{repeated[:2]}:30{first_offset}"]
+    assert local([once], tz) == [f"{repeated}:30{first_offset}"]
+
+
+@pytest.mark.parametrize("tz", ["Europe/Paris", "America/New_York"])
+def test_spring_forward_a_wildcard_skips_the_hour_that_never_happens(tz: str) -> None:
+    start, end = day(tz, *((2026, 3, 29) if tz == "Europe/Paris" else (2026, 3, 8)))
+    quarter = firings("*/15 * * * *", tz, start, end)
+    assert len(quarter) == 92  # a 23-hour day
+    assert not [wall for wall in local(quarter, tz) if wall.startswith("02:")]
+    assert firings("*/10 2 * * *", tz, start, end) == []  # every time of it is in the gap
 
 
 def test_lord_howe_thirty_minute_shifts() -> None:
     tz = "Australia/Lord_Howe"
     spring_start, spring_end = day(tz, 2026, 10, 4)  # 02:00 -> 02:30
     quarter = firings("*/15 * * * *", tz, spring_start, spring_end)
-    assert len(quarter) == 96 - 2  # 02:00 and 02:15 fall in the gap and fire at 02:30
-    assert len(set(quarter)) == len(quarter)
+    assert len(quarter) == 96 - 2  # 02:00 and 02:15 never happen
     walls = local(quarter, tz)
     assert "02:00+1030" not in walls and "02:15+1030" not in walls
     assert walls.count("02:30+1100") == 1
+    (inside,) = firings("15 2 * * *", tz, spring_start, spring_end)  # a particular time
+    assert local([inside], tz) == ["02:30+1100"]
     autumn_start, autumn_end = day(tz, 2026, 4, 5)  # 02:00 -> 01:30
     quarter = firings("*/15 * * * *", tz, autumn_start, autumn_end)
-    assert len(quarter) == 96 == len(set(quarter))  # the repeated 01:30-02:00 fires once
+    assert len(quarter) == 98 == len(set(quarter))  # the repeated 01:30-02:00 fires twice
     assert local(quarter, tz).count("01:45+1100") == 1
-    assert "01:45+1030" not in local(quarter, tz)
+    assert local(quarter, tz).count("01:45+1030") == 1
+    (once,) = firings("45 1 * * *", tz, autumn_start, autumn_end)
+    assert local([once], tz) == ["01:45+1100"]
 
 
 def test_intervals_fall_on_a_grid_shared_by_every_process() -> None:

@@ -2,13 +2,21 @@
 
 Cron expressions are read in the schedule's time zone, on the wall clock:
 "0 2 * * *" in Europe/Paris is 02:00 Paris time, winter and summer. Daylight
-saving time has two awkward days a year, with a defined answer for each:
+saving time has two awkward days a year; the answer follows cron(8), and
+depends on whether the expression names particular times of day:
 
-- A wall-clock time that does not exist (spring forward: 02:30 when clocks
-  jump from 02:00 to 03:00) fires once, at the first instant after the gap
-  (03:00 new time). Several such times collapse into that one firing.
-- A wall-clock time that happens twice (fall back: 01:30 when clocks go from
-  02:00 back to 01:00) fires once, at its first occurrence.
+- An expression with `*` in its minute or hour field (`*/15 * * * *`,
+  `0 * * * *`, `@hourly`, `*/10 2 * * *`) runs on the wall clock as it is:
+  in a repeated hour (fall back) it fires at each real occurrence, so an
+  every-15-minutes job keeps firing every 15 minutes; in a skipped hour
+  (spring forward) it does not fire, as that hour's times never happen.
+- An expression for particular times (no `*` in minute or hour: `30 2 * * *`,
+  `0,30 1-3 * * *`, `@daily`) runs each of its times once a day. A time that
+  does not exist (spring forward: 02:30 when clocks jump from 02:00 to 03:00)
+  fires once, at the first instant after the gap (03:00 new time); several
+  such times collapse into that one firing. A time that happens twice (fall
+  back: 01:30 when clocks go from 02:00 back to 01:00) fires once, at its
+  first occurrence.
 
 Intervals (`every="90s"`) are durations, unaffected by time zones: firings
 fall on multiples of the period since the Unix epoch, so every process and
@@ -17,6 +25,7 @@ every restart computes the same grid.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -134,18 +143,49 @@ def _interval_firings(period: float, instant: datetime) -> Iterator[datetime]:
 
 
 def _cron_firings(text: str, tz: ZoneInfo, instant: datetime) -> Iterator[datetime]:
-    # Walk wall-clock times in the zone; map each to one instant (DST rules above).
+    # Walk wall-clock times in the zone; map each to its instants (DST rules above).
     local = instant.astimezone(tz).replace(tzinfo=None)
-    # Start an hour back: a time in a gap maps forward, possibly past `instant`.
+    # Start three hours back: a time in a gap maps forward, possibly past `instant`.
     walker = _iterator(text, local - timedelta(hours=3))
+    instants = _wall_clock_instants if on_the_wall_clock(text) else _particular_time_instants
     last: datetime | None = None
+    later: list[datetime] = []  # second occurrences, due after earlier walls' first ones
     while True:
         wall = walker.get_next(datetime)
-        fired = wall_to_instant(wall, tz)
-        if fired <= instant or fired == last:
-            continue
-        last = fired
-        yield fired
+        first, *second = instants(wall, tz)
+        if first is not None:
+            heapq.heappush(later, first)
+        for moment in second:
+            heapq.heappush(later, moment)
+        # Every wall time still to come maps at or after `first` (fold 0 is monotonic).
+        while later and (first is None or later[0] <= first):
+            fired = heapq.heappop(later)
+            if fired > instant and fired != last:
+                last = fired
+                yield fired
+
+
+def on_the_wall_clock(text: str) -> bool:
+    """Whether the expression runs on the wall clock as it is (a `*` in its minute
+    or hour field), rather than at particular times of day (see the module doc)."""
+    if text.startswith("@"):
+        return text == "@hourly"
+    fields = text.split(" ")
+    minute, hour = (fields[0], fields[1]) if len(fields) == 5 else (fields[1], fields[2])
+    return "*" in minute or "*" in hour
+
+
+def _wall_clock_instants(wall: datetime, tz: ZoneInfo) -> list[datetime | None]:
+    """Every instant the wall clock shows `wall`: none (a gap), one, or two (a fold)."""
+    first = wall.replace(tzinfo=tz, fold=0).astimezone(UTC)
+    if first.astimezone(tz).replace(tzinfo=None) != wall:
+        return [None]
+    second = wall.replace(tzinfo=tz, fold=1).astimezone(UTC)
+    return [first] if second == first else [first, second]
+
+
+def _particular_time_instants(wall: datetime, tz: ZoneInfo) -> list[datetime | None]:
+    return [wall_to_instant(wall, tz)]
 
 
 def wall_to_instant(wall: datetime, tz: ZoneInfo) -> datetime:
