@@ -21,7 +21,6 @@ function they block until done.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Awaitable, Iterable, Iterator
 from contextlib import contextmanager
@@ -29,7 +28,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from due.errors import ConfigurationError, JobCancelled, LeaseLost
-from due.payload import encode_value
+from due.payload import encode_value, finite_number, storable_text
 
 if TYPE_CHECKING:
     from due.app import App
@@ -38,6 +37,7 @@ if TYPE_CHECKING:
     from due.task import Task
 
 PIECE_POLICIES = ("continue", "fail")
+MAX_PROGRESS_MESSAGE = 1000
 
 
 class Context:
@@ -125,19 +125,27 @@ class Context:
     # --- progress ------------------------------------------------------------
 
     def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
-        """Record progress (in memory; the next heartbeat writes it). A safe point."""
-        report: dict[str, Any] = {"done": done}
+        """Record progress (in memory; the next heartbeat writes it). A safe point.
+
+        `done` and `total` are numbers (a Decimal or a numpy number is converted);
+        NaN, infinity or anything else raises `due.PayloadError` here, for this job
+        alone, rather than fail a heartbeat that renews other jobs' leases too.
+        """
+        what = f"progress of job {self.job_id}"
+        report: dict[str, Any] = {"done": finite_number(done, f"{what}: done")}
         if total is not None:
-            report["total"] = total
+            report["total"] = finite_number(total, f"{what}: total")
         if message is not None:
-            report["message"] = str(message)
+            report["message"] = storable_text(str(message), MAX_PROGRESS_MESSAGE)
         if report != self.last_progress:
             self.last_progress = report
             self.progress_dirty = True
         self.raise_if_cancelled()
 
     def progress_json(self) -> str | None:
-        return None if self.last_progress is None else json.dumps(self.last_progress)
+        if self.last_progress is None:
+            return None
+        return encode_value(self.last_progress, f"progress of job {self.job_id}")
 
     # --- checkpoints -----------------------------------------------------------
 

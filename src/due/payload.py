@@ -1,16 +1,31 @@
-"""Job arguments as JSON: encoded once at enqueue, with errors that name the culprit."""
+"""Values stored as JSON — arguments, results, checkpoints, progress, errors — with
+errors that name the culprit.
+
+What is stored must read back the same on both stores: no NaN or infinity
+(not JSON), and no NUL character (PostgreSQL's jsonb cannot hold \\u0000; on
+SQLite it would cut C strings short). A value that breaks these rules is
+refused where it is produced, for its own job only, never discovered later
+in a batch statement that other jobs share.
+"""
 
 from __future__ import annotations
 
 import json
+import math
+import numbers
+import re
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 from due.errors import PayloadError
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+MAX_ERROR_CHARACTERS = 10_000
 
 _encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+# \u0000 in encoded JSON, unless its backslash is itself escaped ("\\u0000" is text).
+_ENCODED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 def encode_arguments(
@@ -21,6 +36,11 @@ def encode_arguments(
         text = _encoder.encode({"args": args, "kwargs": kwargs})
     except (TypeError, ValueError) as error:
         raise _explain_unserialisable(task, args, kwargs) from error
+    if _ENCODED_NUL.search(text):
+        raise PayloadError(
+            f"arguments of task {task!r} hold a NUL character (\\x00), which the job "
+            "store cannot keep; remove it (or encode binary data, e.g. as base64)"
+        )
     size = len(text) if text.isascii() else len(text.encode("utf-8"))
     if size > max_bytes:
         raise PayloadError(
@@ -39,11 +59,32 @@ def decode_arguments(
 
 
 def encode_value(value: Any, what: str) -> str:
-    """JSON text of a result or checkpoint; raises PayloadError naming `what`."""
+    """JSON text of a result, checkpoint or progress; raises PayloadError naming `what`."""
     try:
-        return _encoder.encode(value)
+        text = _encoder.encode(value)
     except (TypeError, ValueError) as error:
         raise PayloadError(f"{what} is not JSON-serialisable: {error}") from error
+    if _ENCODED_NUL.search(text):
+        raise PayloadError(f"{what} holds a NUL character (\\x00), which cannot be stored")
+    return text
+
+
+def finite_number(value: Any, what: str) -> int | float:
+    """`value` as a plain int or float (a Decimal, a Fraction or a numpy number is
+    converted); PayloadError naming `what` when it is not a finite number."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real | Decimal):
+        raise PayloadError(f"{what} must be a number, got {type(value).__name__} {value!r:.40}")
+    number: int | float = int(value) if isinstance(value, numbers.Integral) else float(value)
+    if not math.isfinite(number):
+        raise PayloadError(f"{what} must be a finite number, got {value!r}")
+    return number
+
+
+def storable_text(text: str, limit: int = MAX_ERROR_CHARACTERS) -> str:
+    """Text for the job's record (an error message, a traceback): NUL characters
+    shown as \\x00, and at most `limit` characters (the end, where it matters, is kept)."""
+    text = text.replace("\x00", "\\x00")
+    return text if len(text) <= limit else "…" + text[-(limit - 1) :]
 
 
 def decode_value(text: str | bytes | None) -> Any:

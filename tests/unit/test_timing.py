@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from itertools import islice, takewhile
+from itertools import islice, pairwise, takewhile
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -70,7 +70,7 @@ def test_fall_back_a_wildcard_fires_at_each_real_occurrence(
     assert len(hourly) == 25 == len(set(hourly))  # a 25-hour day, every hour of it
     quarter = firings("*/15 * * * *", tz, start, end)
     assert len(quarter) == 100 and quarter == sorted(set(quarter))
-    gaps = {b - a for a, b in zip(quarter, quarter[1:], strict=False)}
+    gaps = {b - a for a, b in pairwise(quarter)}
     assert gaps == {timedelta(minutes=15)}
 
 

@@ -152,13 +152,12 @@ def _cron_firings(text: str, tz: ZoneInfo, instant: datetime) -> Iterator[dateti
     later: list[datetime] = []  # second occurrences, due after earlier walls' first ones
     while True:
         wall = walker.get_next(datetime)
-        first, *second = instants(wall, tz)
-        if first is not None:
-            heapq.heappush(later, first)
-        for moment in second:
-            heapq.heappush(later, moment)
+        first, second = instants(wall, tz)
+        for moment in (first, second):
+            if moment is not None:
+                heapq.heappush(later, moment)
         # Every wall time still to come maps at or after `first` (fold 0 is monotonic).
-        while later and (first is None or later[0] <= first):
+        while later and first is not None and later[0] <= first:
             fired = heapq.heappop(later)
             if fired > instant and fired != last:
                 last = fired
@@ -175,17 +174,21 @@ def on_the_wall_clock(text: str) -> bool:
     return "*" in minute or "*" in hour
 
 
-def _wall_clock_instants(wall: datetime, tz: ZoneInfo) -> list[datetime | None]:
+Instants = tuple[datetime | None, datetime | None]
+"""When a wall-clock time fires: (first, second), either of them None."""
+
+
+def _wall_clock_instants(wall: datetime, tz: ZoneInfo) -> Instants:
     """Every instant the wall clock shows `wall`: none (a gap), one, or two (a fold)."""
     first = wall.replace(tzinfo=tz, fold=0).astimezone(UTC)
     if first.astimezone(tz).replace(tzinfo=None) != wall:
-        return [None]
+        return None, None
     second = wall.replace(tzinfo=tz, fold=1).astimezone(UTC)
-    return [first] if second == first else [first, second]
+    return first, (None if second == first else second)
 
 
-def _particular_time_instants(wall: datetime, tz: ZoneInfo) -> list[datetime | None]:
-    return [wall_to_instant(wall, tz)]
+def _particular_time_instants(wall: datetime, tz: ZoneInfo) -> Instants:
+    return wall_to_instant(wall, tz), None
 
 
 def wall_to_instant(wall: datetime, tz: ZoneInfo) -> datetime:

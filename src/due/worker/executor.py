@@ -29,7 +29,7 @@ from due.context import Context
 from due.errors import JobCancelled, LeaseLost, PayloadError
 from due.job import AttemptError, JobState
 from due.logs import event
-from due.payload import encode_value
+from due.payload import encode_value, storable_text
 from due.store.records import ClaimedJob, Completion
 from due.task import Registry, Task
 
@@ -87,6 +87,20 @@ class Executor:
         call = _run_async if task.is_async else self._run_sync
         outcome = await call(task, args, kwargs)
         seconds = time.perf_counter() - started
+        try:
+            return self._attempt(task, job, context, outcome, seconds)
+        except Exception as error:
+            # Nothing may leave a job without an outcome: not even a step of ours.
+            return Attempt(self.crashed(job, error), seconds)
+
+    def _attempt(
+        self,
+        task: Task[Any, Any],
+        job: ClaimedJob,
+        context: Context | None,
+        outcome: _Outcome,
+        seconds: float,
+    ) -> Attempt:
         if isinstance(outcome, _Stopped):
             return self._stopped(task, job, outcome.signal, context, seconds)
         if isinstance(outcome, _TimedOut):
@@ -105,6 +119,19 @@ class Executor:
         completion.settles = self._settles(job, context)
         straggler = outcome.straggler if isinstance(outcome, _TimedOut) else None
         return Attempt(completion, seconds, straggler)
+
+    def crashed(self, job: ClaimedJob, error: Exception) -> Completion:
+        """The end of an attempt that due itself could not carry through (a bug, a
+        value it could not handle): failed with the reason, retried per the policy."""
+        task = self._tasks.get(job.task)
+        record = AttemptError(
+            attempt=job.attempt,
+            error=storable_text(f"due could not record this attempt's outcome: {_text(error)}"),
+            traceback=storable_text("".join(traceback.format_exception(error))),
+            at=self._clock.now() or self._clock.wall(),
+            kind="error",
+        )
+        return self._after_failure(task, job, record, error)
 
     def _stopped(
         self,
@@ -181,8 +208,10 @@ class Executor:
     def _failed(self, task: Task[Any, Any], job: ClaimedJob, error: Exception) -> Completion:
         record = AttemptError(
             attempt=job.attempt,
-            error=f"{type(error).__name__}: {error}",
-            traceback="".join(traceback.format_exception(error))[-MAX_TRACEBACK_CHARACTERS:],
+            error=storable_text(_text(error)),
+            traceback=storable_text(
+                "".join(traceback.format_exception(error)), MAX_TRACEBACK_CHARACTERS
+            ),
             at=self._clock.now() or self._clock.wall(),
         )
         return self._after_failure(task, job, record, error)
@@ -207,6 +236,15 @@ class Executor:
                 job.id, job.lease_token, JobState.QUEUED, error=record, retry_in=delay
             )
         return Completion(job.id, job.lease_token, JobState.FAILED, error=record)
+
+
+def _text(error: BaseException) -> str:
+    """`Type: message`, even when the exception's own __str__ fails."""
+    try:
+        message = str(error)
+    except Exception:
+        message = f"<{type(error).__name__} whose str() failed>"
+    return f"{type(error).__name__}: {message}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -176,8 +176,13 @@ class Worker:
                 self.completer.add(running, self.executor.cancelled(running.job, running.context))
             self._handler_ended(running, producer)
             return  # otherwise the lease was lost or released: write nothing
-        except Exception:
+        except Exception as error:
+            # The executor turns every end into an outcome; should it fail, the job
+            # still gets one (failed with the reason), never stays running.
             log.exception("job.executor_crashed job=%s", running.job.id)
+            running.finished = True
+            if not running.lost:
+                self.completer.add(running, self.executor.crashed(running.job, error))
             self._handler_ended(running, producer)
             return
         running.finished = True

@@ -23,7 +23,7 @@ from psycopg.types.json import Jsonb
 from due.errors import JobNotFoundError, StoreUnavailableError
 from due.job import AttemptError, Job, JobState
 from due.retry import judge_lost_lease
-from due.store import pieces, steps
+from due.store import batches, pieces, steps
 from due.store.postgres.base import (
     QUERIES,
     atranslate_errors,
@@ -153,12 +153,15 @@ class PostgresStore(PostgresWork, PostgresSchedules, PostgresWorkers):
         }
 
     def heartbeat(self, leases: Sequence[Lease]) -> HeartbeatReply:
+        if not leases:
+            return HeartbeatReply(frozenset(), frozenset())
+        return batches.heartbeat_each(self._heartbeat_batch, leases)
+
+    def _heartbeat_batch(self, leases: Sequence[Lease]) -> HeartbeatReply:
         """Renew every lease in one statement that skips rows another transaction
         holds, then those rows in a second one that waits for them briefly. A row
         still held after that (a handler's own open transaction on its job) is
         neither renewed nor lost this time."""
-        if not leases:
-            return HeartbeatReply(frozenset(), frozenset())
         rows = self._all("heartbeat", self._heartbeat_params(leases))
         answered = {row["id"] for row in rows}
         busy = [lease for lease in leases if lease.job_id not in answered]
@@ -194,10 +197,13 @@ class PostgresStore(PostgresWork, PostgresSchedules, PostgresWorkers):
             "now": self._now(),
         }
 
-    @retried_on_conflict
     def complete(self, completions: Sequence[Completion]) -> set[int]:
         if not completions:
             return set()
+        return batches.complete_each(self._complete_batch, completions)
+
+    @retried_on_conflict
+    def _complete_batch(self, completions: Sequence[Completion]) -> set[int]:
         if not any(c.settles for c in completions):
             # The common case: one autocommitted statement.
             rows = self._all("complete_jobs", self._completion_params(completions))

@@ -28,7 +28,7 @@ from due.errors import (
 )
 from due.job import AttemptError, Job, JobState
 from due.retry import judge_lost_lease
-from due.store import pieces, steps
+from due.store import batches, pieces, steps
 from due.store.protocol import DEFAULT_MAX_LOST_LEASES
 from due.store.records import (
     RETRY_RULE,
@@ -166,16 +166,27 @@ class SQLiteStore(SQLiteWork, SQLiteSchedules, SQLiteWorkers):
         tasks: Sequence[str] | None = None,
         task_leases: Mapping[str, float] | None = None,
     ) -> tuple[set[int], list[ClaimedJob]]:
-        """Both in one write transaction: one commit (one fsync) instead of two."""
+        """Both in one write transaction: one commit (one fsync) instead of two; if the
+        database refuses an acknowledgement, they are written apart (one bad row
+        must not stop the claims, nor the other acknowledgements)."""
         params = self._claim_params(queue, limit, worker, lease_seconds, tasks, task_leases)
-        with self._write() as conn:
-            applied = self._complete_in(conn, completions, params["now"])
-            rows = conn.execute(QUERIES["claim_jobs"], params).fetchall()
+        try:
+            with self._write() as conn:
+                applied = self._complete_in(conn, completions, params["now"])
+                rows = conn.execute(QUERIES["claim_jobs"], params).fetchall()
+        except StoreError as error:
+            if not completions or not batches.refused(error):
+                raise
+            applied = self.complete(completions)
+            return applied, self.claim(queue, limit, worker, lease_seconds, tasks, task_leases)
         return applied, _claimed(rows)
 
     def heartbeat(self, leases: Sequence[Lease]) -> HeartbeatReply:
         if not leases:
             return HeartbeatReply(frozenset(), frozenset())
+        return batches.heartbeat_each(self._heartbeat_batch, leases)
+
+    def _heartbeat_batch(self, leases: Sequence[Lease]) -> HeartbeatReply:
         now = self._now()
         extended, cancel = set(), set()
         with self._write() as conn:
@@ -198,6 +209,9 @@ class SQLiteStore(SQLiteWork, SQLiteSchedules, SQLiteWorkers):
     def complete(self, completions: Sequence[Completion]) -> set[int]:
         if not completions:
             return set()
+        return batches.complete_each(self._complete_batch, completions)
+
+    def _complete_batch(self, completions: Sequence[Completion]) -> set[int]:
         with self._write() as conn:
             return self._complete_in(conn, completions, self._now())
 
