@@ -96,3 +96,54 @@ def test_the_stored_key_is_shown_on_the_job(app: due.App, reset: due.Task) -> No
     job = reset.options(key="reset:5").enqueue(5)
     assert app.get(job.id).key == "reset:5"
     assert json.loads(json.dumps(app.get(job.id).args)) == [5]
+
+
+def fail(app: due.App, job_id: int) -> None:
+    (claimed,) = app.store.claim("default", 1, "w", 10)
+    assert claimed.id == job_id
+    app.store.complete([Completion(job_id, claimed.lease_token, JobState.FAILED)])
+
+
+def test_a_retried_job_takes_its_key_back(app: due.App, reset: due.Task) -> None:
+    """Invariant 10: after retry, the same key deduplicates again (it did not)."""
+    first = reset.options(key="k").enqueue(1)
+    fail(app, first.id)
+    assert app.retry(first.id).key == "k"
+    again = reset.options(key="k").enqueue(1)
+    assert again.id == first.id and again.deduplicated
+    assert len(app.jobs()) == 1
+
+
+def test_a_retry_is_refused_while_another_live_job_holds_its_key(
+    app: due.App, reset: due.Task
+) -> None:
+    first = reset.options(key="k").enqueue(1)
+    fail(app, first.id)
+    second = reset.options(key="k").enqueue(1)  # the key was free: a new job took it
+    assert second.id != first.id
+    with pytest.raises(due.InvalidStateError, match=rf"key 'k' is held by job {second.id}"):
+        app.retry(first.id)
+    assert app.get(first.id).state == JobState.FAILED
+    app.cancel(second.id)  # the holder ends: the key is free again
+    assert app.retry(first.id).state == JobState.QUEUED
+    assert reset.options(key="k").enqueue(1).id == first.id
+
+
+def test_pruning_keeps_a_key_whose_unique_for_window_is_open(
+    app: due.App, clock: FakeClock
+) -> None:
+    @app.task(name="monthly", unique_for="30d")
+    def monthly() -> None: ...
+
+    first = monthly.options(key="invoice:2030-01").enqueue()
+    drain(app)
+    monthly.enqueue()  # a newer job, so the first is not the newest (never pruned)
+    clock.advance("15d")
+    app.store.prune(14 * 86400.0)
+    assert app.get(first.id).state == JobState.SUCCEEDED  # its window is still open
+    assert monthly.options(key="invoice:2030-01").enqueue().id == first.id
+    clock.advance("16d")  # 31 days after: the window has closed
+    app.store.prune(14 * 86400.0)
+    with pytest.raises(due.JobNotFoundError):
+        app.get(first.id)
+    assert monthly.options(key="invoice:2030-01").enqueue().id != first.id

@@ -6,12 +6,13 @@ import json
 import threading
 from datetime import timedelta
 
+import psycopg
 import pytest
 
 import due
 from due import JobState
 from due.clock import FakeClock
-from due.store.records import Completion, Lease
+from due.store.records import Completion, Lease, RescueResult
 from tests.conftest import START
 
 LEASE = 10.0
@@ -56,7 +57,7 @@ def test_expired_lease_is_rescued_with_the_reason(
     result = app.store.rescue()
     assert result.requeued == (job.id,) and result.failed == ()
     rescued = app.get(job.id)
-    assert rescued.state == JobState.QUEUED and rescued.run_at == clock.now()
+    assert rescued.state == JobState.QUEUED and rescued.run_at == job.run_at  # its place
     assert rescued.lease_expires_at is None
     assert rescued.errors[-1].kind == "lease_lost"
     assert "host-a:123" in (rescued.last_error or "")
@@ -213,3 +214,61 @@ def test_concurrent_batches_on_the_same_jobs_never_deadlock(app: due.App) -> Non
         thread.join(timeout=60)
     assert errors == []
     assert {job.state for job in app.jobs(limit=500)} == {JobState.SUCCEEDED}
+
+
+def test_a_rescued_or_released_job_keeps_its_place(app: due.App, clock: FakeClock) -> None:
+    """Invariant 10: back in the queue with its own run_at, ahead of newer jobs."""
+
+    @app.task(name="line")
+    def line(n: int) -> None: ...
+
+    first = line.enqueue(0)
+    claimed = claim_one(app)
+    clock.advance("30s")
+    later = [line.enqueue(n) for n in range(1, 4)]
+    clock.advance(LEASE)
+    assert app.store.rescue().requeued == (first.id,)
+    assert app.get(first.id).run_at == first.run_at
+    again = claim_one(app)
+    assert again.id == first.id and again.lease_token > claimed.lease_token
+    app.store.release([Lease(again.id, again.lease_token, LEASE)], "shutdown")
+    assert app.get(first.id).run_at == first.run_at
+    assert [job.id for job in app.store.claim("default", 4, "w", LEASE)] == [
+        first.id,
+        *(job.id for job in later),
+    ]
+
+
+def test_one_locked_row_does_not_stall_the_rescue_of_others(
+    postgres_url: str, clock: FakeClock
+) -> None:
+    """A handler's open transaction on its own job row (ctx.checkpoint(connection=))
+    must not hold back the rescue of every other dead worker's job. (PostgreSQL
+    only: on SQLite one held write lock stalls every writer alike, documented.)"""
+    with due.App(postgres_url, clock=clock) as app:
+        app.migrate()
+        held, free = _two_dead_jobs(app, clock)
+        with psycopg.connect(postgres_url) as handler:  # its transaction, left open
+            handler.execute("UPDATE due_jobs SET checkpoint = '1' WHERE id = %s", (held.id,))
+            done = threading.Event()
+            result: list[RescueResult] = []
+
+            def rescue() -> None:
+                result.append(app.store.rescue())
+                done.set()
+
+            threading.Thread(target=rescue, daemon=True).start()
+            assert done.wait(10), "the rescue waited for the locked row"
+            handler.rollback()
+        assert result[0].requeued == (free.id,)
+        assert app.store.rescue().requeued == (held.id,)  # once the row is free again
+
+
+def _two_dead_jobs(app: due.App, clock: FakeClock) -> tuple[due.Job, due.Job]:
+    @app.task(name="dead")
+    def dead(n: int) -> None: ...
+
+    held, free = dead.enqueue(1), dead.enqueue(2)
+    app.store.claim("default", 2, "gone", LEASE)
+    clock.advance(LEASE + 1)
+    return held, free

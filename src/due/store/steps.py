@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
-from due.errors import StoreError
+from due.errors import InvalidStateError, StoreError
 from due.job import Job, JobState
 from due.store.records import NewJob, job_from_row
 
@@ -38,6 +38,7 @@ class Step:
 
 
 Plan = Generator[Step, Rows, list[Job]]
+T = TypeVar("T")
 
 
 def _identity(value: datetime | None) -> Any:
@@ -187,6 +188,34 @@ def new_job(job: NewJob, job_id: int, run_at: datetime, created_at: datetime) ->
         created_at=created_at,
         key=job.key,
     )
+
+
+def retry_steps(job_id: int, run_now: bool, now: Any) -> Generator[Step, Rows, Job | None]:
+    """Queue a failed or cancelled job again (None when its state does not allow it).
+
+    A retried job takes its key back, so enqueueing that key deduplicates again;
+    if another live job holds the key now (enqueued after this one failed), the
+    retry is refused with its name rather than leave two live jobs with one key.
+    """
+    rows = yield Step("job_key", {"id": job_id})
+    key = rows[0]["key"] if rows else None
+    if key is not None:
+        holders = yield Step("lock_job_by_key", {"key": key, "now": now})
+        holder = holders[0] if holders else None
+        if holder is not None and holder["id"] != job_id:
+            if holder["holds_key"]:
+                raise InvalidStateError(
+                    f"cannot retry job {job_id}: its key {key!r} is held by job "
+                    f"{holder['id']} ({holder['state']}); retry that one, or cancel it first"
+                )
+            yield Step("release_key", {"id": holder["id"]})
+    rows = yield Step("retry_job", {"id": job_id, "run_now": run_now, "now": now})
+    if not rows:
+        return None
+    if rows[0]["parent_id"] is not None:
+        # A retried piece is no longer an ended one on its parent.
+        yield Step("uncount_piece", {"parent": rows[0]["parent_id"]})
+    return job_from_row(rows[0])
 
 
 def earliest_by_queue(pairs: Iterable[tuple[str, datetime]]) -> dict[str, datetime]:

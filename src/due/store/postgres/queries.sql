@@ -226,17 +226,19 @@ ORDER BY id
 LIMIT %(limit)s
 
 -- name: rescue_jobs
--- Back to the queue, due now; or failed for good when the verdict gives up; or
--- cancelled, when it was asked to stop (it will not run again).
+-- Back to the queue, keeping its run_at (its place in line: it has been due
+-- since then); or failed for good when the verdict gives up; or cancelled,
+-- when it was asked to stop (it will not run again). A row another transaction
+-- holds (a handler's open transaction on its own job) is skipped, not waited
+-- for: one held row must not stall the rescue of every other dead worker's job.
 WITH locked AS MATERIALIZED (  -- row locks taken in id order: batches never deadlock
-    SELECT id FROM due_jobs WHERE id = ANY(%(ids)b::bigint[]) ORDER BY id FOR NO KEY UPDATE
+    SELECT id FROM due_jobs WHERE id = ANY(%(ids)b::bigint[]) ORDER BY id
+    FOR NO KEY UPDATE SKIP LOCKED
 )
 UPDATE due_jobs AS j
 SET state = CASE WHEN j.cancel_requested THEN 'cancelled'
                  WHEN r.gives_up THEN 'failed' ELSE 'queued' END,
     lease_token = j.lease_token + 1,
-    run_at = CASE WHEN r.gives_up OR j.cancel_requested
-                  THEN j.run_at ELSE coalesce(%(now)s::timestamptz, now()) END,
     finished_at = CASE WHEN r.gives_up OR j.cancel_requested
                        THEN coalesce(%(now)s::timestamptz, now()) END,
     lease_expires_at = NULL,
@@ -298,6 +300,20 @@ WHERE id IN (SELECT coalesce(parent_id, completes) FROM due_jobs
 ORDER BY id
 FOR NO KEY UPDATE
 
+-- name: lock_parents_skip_locked
+-- lock_parents for the rescue, which never waits: a parent another transaction
+-- holds is skipped, and so are its pieces, until a later round.
+SELECT id FROM due_jobs
+WHERE id IN (SELECT coalesce(parent_id, completes) FROM due_jobs
+             WHERE id = ANY(%(ids)b::bigint[]))
+ORDER BY id
+FOR NO KEY UPDATE SKIP LOCKED
+
+-- name: bound_rescue_locks
+-- Should settling a rescued piece reach further rows (a parent's other pieces),
+-- it waits for them only briefly: a held row delays one rescue round, not all.
+SET LOCAL lock_timeout = '2s'
+
 -- name: uncount_piece
 -- A piece retried by hand no longer counts as ended on its parent.
 UPDATE due_jobs
@@ -306,10 +322,16 @@ SET pieces_failed = pieces_failed - 1,
 WHERE id = %(parent)s AND pieces_failed > 0
 RETURNING id
 
+-- name: job_key
+SELECT id, key FROM due_jobs WHERE id = %(id)s
+FOR UPDATE
+
 -- name: retry_job
 -- Due now; a job cancelled while delayed keeps its time if it is still to come.
+-- It takes its key back (steps.retry_steps made sure no other job holds it).
 UPDATE due_jobs
 SET state = 'queued',
+    dedupe_key = key,
     run_at = CASE WHEN %(run_now)s OR run_at < coalesce(%(now)s::timestamptz, now())
                   THEN coalesce(%(now)s::timestamptz, now()) ELSE run_at END,
     attempt = 0,
@@ -337,8 +359,8 @@ WHERE state = 'queued' AND NOT held AND run_at <= coalesce(%(now)s::timestamptz,
 ORDER BY queue
 
 -- name: release_jobs
--- A stopping worker hands back jobs it will not finish: due again at once,
--- and the interrupted attempt is not counted against the job.
+-- A stopping worker hands back jobs it will not finish: due again at once (its
+-- run_at kept: its place in line), and the interrupted attempt is not counted.
 WITH locked AS MATERIALIZED (  -- row locks taken in id order: batches never deadlock
     SELECT id FROM due_jobs WHERE id = ANY(%(ids)b::bigint[]) ORDER BY id FOR NO KEY UPDATE
 )
@@ -346,7 +368,6 @@ WITH locked AS MATERIALIZED (  -- row locks taken in id order: batches never dea
 UPDATE due_jobs AS j
 SET state = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'queued' END,
     lease_token = j.lease_token + 1,
-    run_at = coalesce(%(now)s::timestamptz, now()),
     attempt = j.attempt - 1,
     lease_expires_at = NULL,
     finished_at = CASE WHEN j.cancel_requested THEN coalesce(%(now)s::timestamptz, now()) END,
@@ -642,6 +663,10 @@ WHERE id = ANY(ARRAY(
     SELECT id FROM due_jobs
     WHERE state IN ('succeeded', 'failed', 'cancelled')
       AND finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(retention)s)
+      -- A job whose key still deduplicates (its unique_for window is open) stays.
+      AND (dedupe_key IS NULL
+           OR finished_at + make_interval(secs => coalesce(unique_for, 0))
+              <= coalesce(%(now)s::timestamptz, now()))
       AND id < (SELECT max(id) FROM due_jobs)
     ORDER BY id
     LIMIT %(limit)s

@@ -12,15 +12,15 @@ same transaction, so it is delivered exactly when the job becomes visible.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from due.errors import JobNotFoundError, StoreUnavailableError
+from due.errors import JobNotFoundError, StoreError, StoreUnavailableError
 from due.job import AttemptError, Job, JobState
 from due.retry import judge_lost_lease
 from due.store import batches, pieces, steps
@@ -57,6 +57,7 @@ from due.store.records import (
 )
 from due.store.sql import describe_seconds
 
+T = TypeVar("T")
 BULK_CHUNK = 5000
 # The columns of copy_jobs, in order.
 COPY_TYPES = [
@@ -256,11 +257,8 @@ class PostgresStore(PostgresWork, PostgresSchedules, PostgresWorkers):
             if not expired:
                 return RescueResult()
             at = now or self._fetch_now(cur)
-            pieces_or_completions = [
-                row["id"] for row in expired if row["parent_id"] or row["completes"]
-            ]
-            if pieces_or_completions:
-                cur.execute(QUERIES["lock_parents"], {"ids": pieces_or_completions})
+            cur.execute(QUERIES["bound_rescue_locks"])
+            expired = self._with_parents_locked(cur, expired)
             verdicts = [
                 judge_lost_lease(
                     attempt=row["attempt"],
@@ -293,6 +291,24 @@ class PostgresStore(PostgresWork, PostgresSchedules, PostgresWorkers):
             failed=tuple(row["id"] for row in rows if row["state"] == JobState.FAILED),
             cancelled=tuple(row["id"] for row in rows if row["state"] == JobState.CANCELLED),
         )
+
+    @staticmethod
+    def _with_parents_locked(
+        cur: psycopg.Cursor[dict[str, Any]], expired: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """The expired jobs whose parents this transaction could lock at once
+        (parents first: the one lock order); the others wait for a later round."""
+        children = [row["id"] for row in expired if row["parent_id"] or row["completes"]]
+        if not children:
+            return expired
+        cur.execute(QUERIES["lock_parents_skip_locked"], {"ids": children})
+        locked = {row["id"] for row in cur.fetchall()}
+        return [
+            row
+            for row in expired
+            if not (row["parent_id"] or row["completes"])
+            or (row["parent_id"] or row["completes"]) in locked
+        ]
 
     @retried_on_conflict
     def release(self, leases: Sequence[Lease], reason: str) -> set[int]:
@@ -386,18 +402,19 @@ class PostgresStore(PostgresWork, PostgresSchedules, PostgresWorkers):
 
     @retried_on_conflict
     def retry(self, job_id: int, run_now: bool = False) -> Job:
-        params = {"id": job_id, "run_now": run_now, "now": self._now()}
-        with self._cursor(transaction=True) as cur:
-            # Its parent first (one lock order), and so the parent cannot settle
-            # or be cancelled between the check below and the recount.
-            cur.execute(QUERIES["lock_parents"], {"ids": [job_id]})
-            cur.execute(QUERIES["retry_job"], params)
-            rows = cur.fetchall()
-            if rows and rows[0]["parent_id"] is not None:
-                # A retried piece is no longer an ended one on its parent.
-                cur.execute(QUERIES["uncount_piece"], {"parent": rows[0]["parent_id"]})
-        if rows:
-            return job_from_row(normalise(rows[0]))
+        try:
+            with self._cursor(transaction=True) as cur:
+                # Its parent first (one lock order), and so the parent cannot settle
+                # or be cancelled between the check and the recount.
+                cur.execute(QUERIES["lock_parents"], {"ids": [job_id]})
+                job = _run(cur, steps.retry_steps(job_id, run_now, self._now()))
+        except StoreError as error:
+            if isinstance(error.__cause__, psycopg.errors.UniqueViolation):
+                # Its key was taken between the check and the update: refused, as then.
+                return self.retry(job_id, run_now)
+            raise
+        if job is not None:
+            return job
         raise refusal(self.get(job_id), "retry", RETRY_RULE)
 
     def prune(self, retention_seconds: float, limit: int = 10_000) -> tuple[int, int]:
@@ -410,7 +427,8 @@ class PostgresStore(PostgresWork, PostgresSchedules, PostgresWorkers):
         return [row["queue"] for row in self._all("due_queues", {"now": self._now()})]
 
 
-def _run(cur: psycopg.Cursor[dict[str, Any]], plan: steps.Plan) -> list[Job]:
+def _run(cur: psycopg.Cursor[dict[str, Any]], plan: Generator[steps.Step, steps.Rows, T]) -> T:
+    """Carry out a plan (store/steps.py) on a cursor, inside its transaction."""
     step = next(plan)
     while True:
         if step.rows is not None:
@@ -425,7 +443,8 @@ def _run(cur: psycopg.Cursor[dict[str, Any]], plan: steps.Plan) -> list[Job]:
         try:
             step = plan.send(normalise_rows(rows))
         except StopIteration as done:
-            return list(done.value)
+            result: T = done.value
+            return result
 
 
 def _jsonb_text(text: str) -> Jsonb:

@@ -123,13 +123,13 @@ ORDER BY lease_expires_at
 LIMIT :limit
 
 -- name: rescue_jobs
--- Back to the queue, due now; or failed for good when the verdict gives up; or
--- cancelled, when it was asked to stop (it will not run again).
+-- Back to the queue, keeping its run_at (its place in line: it has been due
+-- since then); or failed for good when the verdict gives up; or cancelled,
+-- when it was asked to stop (it will not run again).
 UPDATE due_jobs
 SET state = CASE WHEN cancel_requested THEN 'cancelled'
                  WHEN :gives_up THEN 'failed' ELSE 'queued' END,
     lease_token = lease_token + 1,
-    run_at = CASE WHEN :gives_up OR cancel_requested THEN run_at ELSE :now END,
     finished_at = CASE WHEN :gives_up OR cancel_requested THEN :now END,
     lease_expires_at = NULL,
     lost_leases = lost_leases + 1,
@@ -175,10 +175,15 @@ SET pieces_failed = pieces_failed - 1,
 WHERE id = :parent AND pieces_failed > 0
 RETURNING id
 
+-- name: job_key
+SELECT id, key FROM due_jobs WHERE id = :id
+
 -- name: retry_job
 -- Due now; a job cancelled while delayed keeps its time if it is still to come.
+-- It takes its key back (steps.retry_steps made sure no other job holds it).
 UPDATE due_jobs
 SET state = 'queued',
+    dedupe_key = key,
     run_at = CASE WHEN :run_now OR run_at < :now THEN :now ELSE run_at END,
     attempt = 0,
     lost_leases = 0,
@@ -204,13 +209,12 @@ WHERE state = 'queued' AND NOT held AND run_at <= :now
 ORDER BY queue
 
 -- name: release_jobs
--- A stopping worker hands back a job it will not finish: due again at once,
--- and the interrupted attempt is not counted against the job.
+-- A stopping worker hands back a job it will not finish: due again at once (its
+-- run_at kept: its place in line), and the interrupted attempt is not counted.
 -- A job asked to stop is not handed back: it ends cancelled.
 UPDATE due_jobs
 SET state = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'queued' END,
     lease_token = lease_token + 1,
-    run_at = :now,
     attempt = attempt - 1,
     lease_expires_at = NULL,
     finished_at = CASE WHEN cancel_requested THEN :now END,
@@ -450,12 +454,14 @@ WHERE name = :name AND holder = :holder AND token = :token AND expires_at >= :no
 
 -- name: prune_jobs
 -- Finished jobs older than the retention, oldest ids first. The newest job is
--- never deleted: new ids are max(id) + 1, so ids are never reused.
+-- never deleted: new ids are max(id) + 1, so ids are never reused. A job whose
+-- key still deduplicates (its unique_for window is open) is kept until it ends.
 DELETE FROM due_jobs
 WHERE id IN (
     SELECT id FROM due_jobs
     WHERE state IN ('succeeded', 'failed', 'cancelled')
       AND finished_at < :now - :retention
+      AND (dedupe_key IS NULL OR finished_at + coalesce(unique_for, 0) <= :now)
       AND id < (SELECT max(id) FROM due_jobs)
     ORDER BY id
     LIMIT :limit

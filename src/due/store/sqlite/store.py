@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from due.errors import (
     ConfigurationError,
@@ -57,6 +57,8 @@ from due.store.sqlite.base import (
 from due.store.sqlite.schedules import SQLiteSchedules
 from due.store.sqlite.work import SQLiteWork
 from due.store.sqlite.workers import SQLiteWorkers
+
+T = TypeVar("T")
 
 
 class SQLiteStore(SQLiteWork, SQLiteSchedules, SQLiteWorkers):
@@ -365,14 +367,10 @@ class SQLiteStore(SQLiteWork, SQLiteSchedules, SQLiteWorkers):
         raise refusal(job, "cancel", "a job that has ended cannot be cancelled")
 
     def retry(self, job_id: int, run_now: bool = False) -> Job:
-        params = {"id": job_id, "run_now": run_now, "now": self._now()}
-        with self._write() as conn:
-            row = conn.execute(QUERIES["retry_job"], params).fetchone()
-            if row is not None and row["parent_id"] is not None:
-                # A retried piece is no longer an ended one on its parent.
-                conn.execute(QUERIES["uncount_piece"], {"parent": row["parent_id"]}).fetchall()
-        if row:
-            return job_from_row(python_row(dict(row)))
+        with self._write() as conn:  # BEGIN IMMEDIATE: no key can be taken meanwhile
+            job = _run(conn, steps.retry_steps(job_id, run_now, self._now()))
+        if job is not None:
+            return job
         raise refusal(self.get(job_id), "retry", RETRY_RULE)
 
     def prune(self, retention_seconds: float, limit: int = 10_000) -> tuple[int, int]:
@@ -386,7 +384,8 @@ class SQLiteStore(SQLiteWork, SQLiteSchedules, SQLiteWorkers):
         return [row["queue"] for row in self._read("due_queues", {"now": self._now()})]
 
 
-def _run(conn: sqlite3.Connection, plan: steps.Plan) -> list[Job]:
+def _run(conn: sqlite3.Connection, plan: Generator[steps.Step, steps.Rows, T]) -> T:
+    """Carry out a plan (store/steps.py) on a connection, inside its transaction."""
     cursor = conn.cursor()
     cursor.row_factory = sqlite3.Row  # a caller's connection may have any row factory
     step = next(plan)
@@ -396,7 +395,8 @@ def _run(conn: sqlite3.Connection, plan: steps.Plan) -> list[Job]:
         try:
             step = plan.send(rows)
         except StopIteration as done:
-            return list(done.value)
+            result: T = done.value
+            return result
 
 
 def _claimed(rows: list[sqlite3.Row]) -> list[ClaimedJob]:
