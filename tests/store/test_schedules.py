@@ -124,7 +124,8 @@ def test_paris_hourly_across_both_transitions(app: due.App) -> None:
         job.scheduled_for.astimezone(ZoneInfo("Europe/Paris")).date()
         for job in scheduled_jobs(app, "paris")
     )
-    assert autumn[datetime(2030, 10, 27, tzinfo=UTC).date()] == 24  # 25 hours, each wall time once
+    # A 25-hour day; `*` in the hour field runs on the wall clock as it is (cron(8)).
+    assert autumn[datetime(2030, 10, 27, tzinfo=UTC).date()] == 25
 
 
 def _from(stored, now, active, pending, reset=False):  # type: ignore[no-untyped-def]
@@ -182,6 +183,64 @@ def test_catch_up_after_an_outage_runs_the_oldest_within_the_limit(app: due.App)
     assert len(runs) == 5 and all(run.reason for run in runs if run.outcome == "missed")
     overview = {o.stored.name: o for o in app.schedules()}["hourly"]
     assert overview.missed == 3 and overview.stored.next_fire_at == MONDAY + timedelta(hours=6)
+
+
+@pytest.mark.parametrize("overlap", ["forbid", "queue"])
+def test_a_new_leader_catches_up_every_missed_time_in_line(app: due.App, overlap: str) -> None:
+    """Catch-up with forbid enqueued the first missed time and skipped the rest as
+    "the previous run was still active": the catch-up run just enqueued."""
+    app.schedule(
+        "nightly",
+        "0 * * * *",
+        task="report",
+        misfire="catch_up",
+        catch_up_limit=3,
+        overlap=overlap,
+        misfire_grace="10m",
+    )
+    app.sync_schedules()
+    clock_of(app).advance("3h30m")  # every scheduler was down (a leader killed)
+    recorded = tick(app)
+    assert [(f.scheduled_for.hour, f.outcome.value) for f, _ in recorded] == [
+        (1, "enqueued"),
+        (2, "pending"),
+        (3, "pending"),
+    ]
+    ran = []
+    for _ in range(3):
+        (job,) = [j for j in scheduled_jobs(app, "nightly") if j.state == JobState.QUEUED]
+        ran.append(job.scheduled_for.hour)
+        assert len(drain(app).succeeded) == 1  # one at a time: the next waits for it
+        tick(app)
+    assert ran == [1, 2, 3]
+    assert [r.outcome for r in app.schedule_runs("nightly")] == ["enqueued"] * 3
+
+
+@pytest.mark.parametrize("stop", ["pause", "disable", "remove"])
+def test_a_waiting_run_does_not_start_once_its_schedule_stopped(app: due.App, stop: str) -> None:
+    if stop == "remove":  # only a schedule added at run time can be removed
+        app.add_schedule("queued", "*/10 * * * *", task="report", overlap="queue")
+    else:
+        app.schedule("queued", "*/10 * * * *", task="report", overlap="queue")
+        app.sync_schedules()
+    clock = clock_of(app)
+    clock.advance("10m")
+    tick(app)
+    (running,) = app.store.claim("default", 1, "w", 3600)
+    clock.advance("10m")
+    tick(app)  # the next run waits for the one running
+    assert app.schedule_runs("queued")[0].outcome == "pending"
+    if stop == "pause":
+        app.pause_schedule("queued")
+    elif stop == "disable":
+        assert app.store.sync_schedules([]).disabled == ["queued"]  # gone from the code
+    else:
+        app.remove_schedule("queued")
+    app.store.complete([_done(running)])
+    tick(app)
+    assert len(scheduled_jobs(app, "queued")) == 1  # no second run started
+    latest = app.schedule_runs("queued")[0]
+    assert latest.outcome == "skipped" and "the schedule" in (latest.reason or "")
 
 
 def test_forbid_skips_a_time_while_the_previous_run_is_going(app: due.App) -> None:

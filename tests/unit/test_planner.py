@@ -122,3 +122,27 @@ def test_a_long_cron_outage_is_counted_up_to_a_bound() -> None:
     assert f"at least {MAX_COUNTED_TIMES} more scheduled times" in (summary.reason or "")
     short = plan(every_minute, T0, T0 + timedelta(minutes=MAX_RECORDED_TIMES + 9))
     assert "10 more scheduled times" in (short.firings[-1].reason or "")
+
+
+@pytest.mark.parametrize("overlap", [Overlap.FORBID, Overlap.QUEUE, Overlap.REPLACE])
+def test_catch_up_runs_every_missed_time_one_after_another(overlap: Overlap) -> None:
+    """A leader taking over after an outage enqueued the first missed time and
+    skipped the rest ("the previous run was still active": its own catch-up run)."""
+    schedule = hourly(misfire="catch_up", catch_up_limit=3, overlap=overlap)
+    result = plan(schedule, T0, T0 + timedelta(hours=3, minutes=30))
+    assert outcomes(result) == [(0, "enqueued"), (1, "pending"), (2, "pending"), (3, "missed")]
+    assert not result.cancel_active
+    busy = plan(schedule, T0, T0 + timedelta(hours=1, minutes=30), active=True)
+    assert outcomes(busy) == [(0, "pending"), (1, "pending")]  # in line behind the active run
+
+
+def test_catch_up_with_overlaps_allowed_runs_them_together() -> None:
+    schedule = hourly(misfire="catch_up", overlap="allow")
+    result = plan(schedule, T0, T0 + timedelta(hours=2, minutes=30), active=True)
+    assert outcomes(result) == [(0, "enqueued"), (1, "enqueued"), (2, "enqueued")]
+
+
+def test_an_on_time_run_after_a_catch_up_follows_the_overlap_policy() -> None:
+    schedule = hourly(misfire="catch_up", overlap="forbid", misfire_grace="10m")
+    result = plan(schedule, T0, T0 + timedelta(hours=2, minutes=5))
+    assert outcomes(result) == [(0, "enqueued"), (1, "pending"), (2, "skipped")]

@@ -9,10 +9,15 @@ scheduled time is accounted for once, whoever computes it.
 
 Misfires: a time is late when it is materialised more than `misfire_grace`
 after it. Late times follow the misfire policy; on-time ones always run.
+`catch_up` runs every late time (up to `catch_up_limit`), oldest first; unless
+the overlap policy is `allow`, one after another: the first starts (or waits
+for a run still active), the others wait in line, each started when the one
+before it ends. The overlap policy is not asked whether a catch-up run may
+wait: skipping it would not be catching up.
 Overlap: within one plan, and against an active run, the overlap policy
-decides; `forbid` and `replace` keep at most one run going, `queue` keeps at
-most one waiting (more would pile up without end when runs outlast the
-period).
+decides for on-time times; `forbid` and `replace` keep at most one run going,
+`queue` keeps at most one waiting (more would pile up without end when runs
+outlast the period).
 """
 
 from __future__ import annotations
@@ -70,8 +75,12 @@ def plan(
     if paused:
         result.firings = [Firing(t, Outcome.SKIPPED, "the schedule is paused") for t in times]
     else:
-        chosen, missed = _apply_misfire(schedule, times, now)
+        catching_up, chosen, missed = _apply_misfire(schedule, times, now)
         result.firings = [Firing(t, Outcome.MISSED, reason) for t, reason in missed]
+        catch_ups = _catch_up(schedule, catching_up, active)
+        result.firings += catch_ups
+        active = active or any(f.outcome == Outcome.ENQUEUED for f in catch_ups)
+        pending = pending or any(f.outcome == Outcome.PENDING for f in catch_ups)
         result.firings += _apply_overlap(schedule, chosen, active, pending, result)
     if more:
         result.firings.append(
@@ -121,22 +130,37 @@ def _count_text(schedule: Schedule, first: datetime, now: datetime) -> str:
 
 def _apply_misfire(
     schedule: Schedule, times: list[datetime], now: datetime
-) -> tuple[list[datetime], list[tuple[datetime, str]]]:
-    """(times to run, times missed with the reason) under the misfire policy."""
+) -> tuple[list[datetime], list[datetime], list[tuple[datetime, str]]]:
+    """(late times to catch up, times to run as usual, times missed with the
+    reason) under the misfire policy."""
     grace = timedelta(seconds=schedule.misfire_grace)
     late = [t for t in times if now - t > grace]
     on_time = [t for t in times if now - t <= grace]
     if not late:
-        return on_time, []
+        return [], on_time, []
     why = f"missed: due {{ago}} earlier, past the misfire grace; policy {schedule.misfire.value}"
-    if schedule.misfire == Misfire.SKIP:
-        run: list[datetime] = []
-    elif schedule.misfire == Misfire.LATEST:
-        run = [] if on_time else late[-1:]
-    else:  # catch up, oldest first, within the limit
-        run = late[: schedule.catch_up_limit]
+    catching_up: list[datetime] = []
+    if schedule.misfire == Misfire.LATEST and not on_time:
+        on_time = late[-1:]
+    elif schedule.misfire == Misfire.CATCH_UP:  # oldest first, within the limit
+        catching_up = late[: schedule.catch_up_limit]
+    run = set(catching_up) | set(on_time)
     missed = [(t, why.format(ago=_ago(now - t))) for t in late if t not in run]
-    return run + on_time, missed
+    return catching_up, on_time, missed
+
+
+def _catch_up(schedule: Schedule, times: list[datetime], active: bool) -> list[Firing]:
+    """Every late time runs: together when overlaps are allowed, else in line."""
+    if schedule.overlap == Overlap.ALLOW:
+        return [Firing(t, Outcome.ENQUEUED, "catching up") for t in times]
+    firings = []
+    for moment in times:
+        if not active:
+            firings.append(Firing(moment, Outcome.ENQUEUED, "catching up"))
+            active = True
+        else:
+            firings.append(Firing(moment, Outcome.PENDING, "catching up: after the run before"))
+    return firings
 
 
 def _apply_overlap(

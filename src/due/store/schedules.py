@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -47,6 +47,17 @@ class SyncReport:
     @property
     def changed(self) -> list[str]:
         return [schedule.name for schedule in self.to_change]
+
+
+def not_running_reason(row: Mapping[str, Any] | None) -> str | None:
+    """Why a schedule's waiting runs must not start (its row, locked), or None."""
+    if row is None:
+        return "the schedule was removed"
+    if not row["enabled"]:
+        return "the schedule is disabled"
+    if row["paused"]:
+        return "the schedule is paused"
+    return None
 
 
 def plan_sync(schedules: Sequence[Schedule], stored: Sequence[StoredSchedule]) -> SyncReport:

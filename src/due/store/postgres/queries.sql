@@ -570,6 +570,12 @@ WHERE schedule = %(name)s AND state IN ('queued', 'running', 'waiting')
 RETURNING id, state, parent_id, completes, pieces_total, cancel_requested,
           CASE WHEN state = 'cancelled' THEN pg_notify('due_ended', '')::text END AS ended
 
+-- name: skip_pending_runs
+-- Runs waiting for their previous one, of a schedule paused, disabled or removed
+-- meanwhile: they will not start.
+UPDATE due_schedule_runs SET outcome = 'skipped', reason = %(reason)s
+WHERE schedule = %(name)s AND outcome = 'pending'
+
 -- name: schedules_with_pending
 SELECT DISTINCT schedule AS name FROM due_schedule_runs WHERE outcome = 'pending'
 

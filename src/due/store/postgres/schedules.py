@@ -31,6 +31,7 @@ from due.store.schedules import (
     Materialised,
     SyncReport,
     definition_params,
+    not_running_reason,
     plan_sync,
 )
 
@@ -157,11 +158,13 @@ class PostgresSchedules(PostgresBase):
                 return None
             cur.execute(QUERIES["lock_schedule"], {"name": name})
             row = cur.fetchone()
-            if row is None:
+            stopped = not_running_reason(row)
+            if stopped is not None:  # its waiting runs will not start: say why
+                cur.execute(QUERIES["skip_pending_runs"], {"name": name, "reason": stopped})
                 return None
             cur.execute(QUERIES["schedule_activity"], {"name": name})
             activity = cur.fetchone()
-            assert activity is not None
+            assert activity is not None and row is not None
             if activity["active"]:
                 return None
             cur.execute(QUERIES["oldest_pending_run"], {"name": name})

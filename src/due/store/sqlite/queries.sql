@@ -385,6 +385,12 @@ SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
 WHERE schedule = :name AND state IN ('queued', 'running', 'waiting')
 RETURNING id, state, parent_id, completes, pieces_total, cancel_requested
 
+-- name: skip_pending_runs
+-- Runs waiting for their previous one, of a schedule paused, disabled or removed
+-- meanwhile: they will not start.
+UPDATE due_schedule_runs SET outcome = 'skipped', reason = :reason
+WHERE schedule = :name AND outcome = 'pending'
+
 -- name: schedules_with_pending
 SELECT DISTINCT schedule AS name FROM due_schedule_runs WHERE outcome = 'pending'
 

@@ -30,6 +30,7 @@ from due.store.schedules import (
     Materialised,
     SyncReport,
     definition_params,
+    not_running_reason,
     plan_sync,
 )
 from due.store.sqlite.base import (
@@ -160,7 +161,9 @@ class SQLiteSchedules(SQLiteBase):
             if fence is not None and not _holds(conn, fence, now):
                 return None
             row = conn.execute(QUERIES["lock_schedule"], {"name": name}).fetchone()
-            if row is None:
+            stopped = not_running_reason(row)
+            if stopped is not None:  # its waiting runs will not start: say why
+                conn.execute(QUERIES["skip_pending_runs"], {"name": name, "reason": stopped})
                 return None
             activity = conn.execute(QUERIES["schedule_activity"], {"name": name}).fetchone()
             if activity["active"]:
