@@ -123,6 +123,7 @@ def test_schedules_and_workers_json(backend_url: str) -> None:
         "pid": 42,
         "state": "running",
         "queues": {"emails": 16},
+        "tasks": [],
         "started_at": worker["started_at"],
         "last_seen_at": worker["last_seen_at"],
         "stopped_at": None,

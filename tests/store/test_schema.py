@@ -61,6 +61,8 @@ def test_both_backends_name_the_same_queries() -> None:
         "copy_jobs",
         "notify_queues",
         "lock_parents",
+        "lock_parents_skip_locked",
+        "bound_rescue_locks",
         "bound_leader_transaction",
         "bound_lock_wait",
         "unbounded_transaction",
@@ -123,6 +125,7 @@ def test_sqlite_maintenance_queries_use_the_claim_index(sqlite_url: str, query: 
         "tasks": '["t"]',
         "grace": 60.0,
         "grace_text": "1m",
+        "alive": 30.0,
         "now": 0.0,
         "now_iso": "",
     }
@@ -144,6 +147,7 @@ def test_postgres_maintenance_queries_can_use_the_claim_index(
         "tasks": ["t"],
         "grace": 60.0,
         "grace_text": "1m",
+        "alive": 30.0,
         "now": None,
     }
     with psycopg.connect(postgres_url) as conn:

@@ -29,7 +29,7 @@ def test_release_hands_a_job_back_without_counting_the_attempt(
     assert app.store.release([claimed_lease(claimed)], "worker leaving") == {job.id}
     released = app.get(job.id)
     assert released.state == JobState.QUEUED and released.attempt == 0
-    assert released.run_at == START + timedelta(seconds=3)
+    assert released.run_at == job.run_at == START  # its place in line
     assert released.errors[-1].kind == "released" and released.errors[-1].error == "worker leaving"
     assert released.last_error is None  # a release is not an error
     (again,) = app.store.claim("default", 1, "staying", 10)
@@ -80,11 +80,33 @@ def test_unknown_tasks_fail_only_after_the_grace(app: due.App, clock: FakeClock)
     failed = app.get(future_job.id)
     assert failed.state == JobState.FAILED and failed.attempt == 0
     assert failed.last_error == (
-        "unknown task from_the_future: no worker of queue emails knew it within 1h of its due time"
+        "unknown task from_the_future: no live worker of queue emails knew it within 1h of its "
+        "due time"
     )
     assert failed.errors[-1].kind == "unknown_task"
     assert app.get(known_job.id).state == JobState.QUEUED
     assert app.retry(future_job.id).state == JobState.QUEUED  # after the deploy
+
+
+def test_a_job_another_live_worker_knows_is_left_for_it(app: due.App, clock: FakeClock) -> None:
+    """The reaper compared a job's task with the calling worker's own registry only,
+    and failed jobs that another live worker of the queue knew."""
+
+    @app.task(name="new_task", queue="emails")
+    def new_task() -> None: ...
+
+    job = new_task.enqueue()
+    app.store.register_worker("new:1:aa", "new", 1, {"emails": 4}, ["new_task", "known"])
+    app.store.register_worker("old:2:bb", "old", 2, {"emails": 4}, ["known"])
+    app.store.register_worker("bulk:3:cc", "bulk", 3, {"bulk": 4}, ["new_task"])
+    clock.advance("2h")
+    app.store.touch_worker("new:1:aa")
+    app.store.touch_worker("old:2:bb")
+    assert app.store.fail_unknown_tasks(["emails"], ["known"], 3600, 30) == []
+    assert {w.id: w.tasks for w in app.store.list_workers()}["new:1:aa"] == ("known", "new_task")
+    clock.advance("31s")  # the worker that knows it went silent
+    app.store.touch_worker("old:2:bb")
+    assert app.store.fail_unknown_tasks(["emails"], ["known"], 3600, 30) == [job.id]
 
 
 def test_workers_register_report_in_and_go(app: due.App, clock: FakeClock) -> None:

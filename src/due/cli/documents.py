@@ -125,6 +125,7 @@ def worker_document(info: WorkerInfo) -> dict[str, Any]:
         "pid": info.pid,
         "state": info.state,
         "queues": info.queues,
+        "tasks": list(info.tasks),
         "started_at": iso(info.started_at),
         "last_seen_at": iso(info.last_seen_at),
         "stopped_at": iso(info.stopped_at),

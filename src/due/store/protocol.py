@@ -34,6 +34,10 @@ DEFAULT_MAX_LOST_LEASES = 3
 its worker keeps dying while running it (out of memory, a segfault)."""
 
 
+DEFAULT_ALIVE_SECONDS = 30.0
+"""A worker seen within this long counts as live (3 leases of the default 10 s)."""
+
+
 class ChangeFeed(Protocol):
     """Tells a waiting thread that something it waits for may have happened."""
 
@@ -111,9 +115,15 @@ class Store(Protocol):
         """When the next queued job of `tasks` in `queue` is due."""
 
     def fail_unknown_tasks(
-        self, queues: Sequence[str], tasks: Sequence[str], grace_seconds: float
+        self,
+        queues: Sequence[str],
+        tasks: Sequence[str],
+        grace_seconds: float,
+        alive_seconds: float = DEFAULT_ALIVE_SECONDS,
     ) -> list[int]:
-        """Fail queued jobs of tasks outside `tasks` that stayed due past the grace."""
+        """Fail queued jobs of `queues` that stayed due past the grace while neither
+        the caller (which knows `tasks`) nor any live worker of their queue knew
+        their task (live: running or stopping, seen within `alive_seconds`)."""
 
     # --- long work ------------------------------------------------------------
 
@@ -213,8 +223,16 @@ class Store(Protocol):
 
     # --- worker registry ----------------------------------------------------
 
-    def register_worker(self, worker: str, host: str, pid: int, queues: Mapping[str, int]) -> None:
-        """Record a worker process as running."""
+    def register_worker(
+        self,
+        worker: str,
+        host: str,
+        pid: int,
+        queues: Mapping[str, int],
+        tasks: Sequence[str] = (),
+    ) -> None:
+        """Record a worker process as running, with the queues it serves and the
+        tasks it knows."""
 
     def touch_worker(self, worker: str) -> None:
         """Record that a worker is alive."""

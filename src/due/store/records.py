@@ -234,6 +234,8 @@ class WorkerInfo:
     last_seen_at: datetime
     state: str
     stopped_at: datetime | None = None
+    tasks: tuple[str, ...] = ()
+    """The tasks it knows (what the unknown-task reaper asks of live workers)."""
 
 
 @dataclass(frozen=True, slots=True)

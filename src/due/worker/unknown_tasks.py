@@ -3,8 +3,10 @@
 During a rolling deploy a newer version may enqueue a task that older
 workers lack. Claims only take the tasks a worker knows, so such a job waits,
 attempts untouched, for a worker that knows it. Only when it has stayed due
-past the grace (default 1 hour) with no worker of its queue taking it is it
-failed, with the reason "unknown task", kept, and retryable after the deploy.
+past the grace (default 1 hour) and no live worker of its queue knows its task
+(each worker registers the tasks it knows) is it failed, with the reason
+"unknown task", kept, and retryable after the deploy. A job that one live
+worker knows is that worker's to run, however busy it is.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class UnknownTaskReaper:
             list(settings.queues),
             self.worker.task_names,
             settings.unknown_task_grace,
+            settings.gone_after,
         )
         for job_id in failed:
             event(

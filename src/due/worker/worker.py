@@ -405,6 +405,7 @@ class Worker:
                     socket.gethostname(),
                     os.getpid(),
                     self.settings.queues,
+                    self.task_names,
                 )
                 database_now = await self.call(self.store.now)
                 self._database_offset = database_now - self.clock.wall()

@@ -408,31 +408,39 @@ WHERE priority IS NOT NULL
   AND NOT EXISTS (SELECT 1 FROM due_queues WHERE name = %(queue)s AND paused)
 
 -- name: fail_unknown_tasks
--- Jobs that no worker of their queue has known for the whole grace period
+-- Jobs that no live worker of their queue knows, due for the whole grace period
 -- (a deploy that never finished, a typo): failed with the reason, kept, and
--- retryable once a worker knows the task.
+-- retryable once a worker knows the task. "Live": registered as running or
+-- stopping and seen within `alive` seconds; the caller, which does not know the
+-- task (it knows `tasks`), is one of them.
 UPDATE due_jobs
 SET state = 'failed',
     finished_at = coalesce(%(now)s::timestamptz, now()),
     dedupe_key = NULL,
-    last_error = 'unknown task ' || task || ': no worker of queue ' || queue
+    last_error = 'unknown task ' || task || ': no live worker of queue ' || queue
         || ' knew it within ' || %(grace_text)s::text || ' of its due time',
     errors = errors || jsonb_build_array(jsonb_build_object(
         'attempt', attempt, 'kind', 'unknown_task',
-        'error', 'unknown task ' || task || ': no worker of queue ' || queue
+        'error', 'unknown task ' || task || ': no live worker of queue ' || queue
             || ' knew it within ' || %(grace_text)s::text || ' of its due time',
         'traceback', NULL, 'at', coalesce(%(now)s::timestamptz, now())))
 WHERE state = 'queued' AND NOT held
   AND queue = ANY(%(queues)b::text[])
   AND NOT (task = ANY(%(tasks)b::text[]))
   AND run_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(grace)s)
+  AND NOT EXISTS (
+      SELECT 1 FROM due_workers w
+      WHERE w.state IN ('running', 'stopping')
+        AND w.last_seen_at > coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(alive)s)
+        AND w.queues ? due_jobs.queue
+        AND w.tasks ? due_jobs.task)
 RETURNING id, task, queue, state, parent_id, completes, pieces_total,
           pg_notify('due_ended', '')::text AS ended
 
 -- name: register_worker
-INSERT INTO due_workers (id, host, pid, queues, started_at, last_seen_at, state)
-VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s::jsonb, coalesce(%(now)s::timestamptz, now()),
-        coalesce(%(now)s::timestamptz, now()), 'running')
+INSERT INTO due_workers (id, host, pid, queues, tasks, started_at, last_seen_at, state)
+VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(tasks)s::jsonb,
+        coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()), 'running')
 
 -- name: touch_worker
 -- A worker marked gone that reports in again (it was paused) is running again.

@@ -40,7 +40,7 @@ from due.store.postgres.base import (
 from due.store.postgres.schedules import PostgresSchedules
 from due.store.postgres.work import PostgresWork
 from due.store.postgres.workers import PostgresWorkers
-from due.store.protocol import DEFAULT_MAX_LOST_LEASES
+from due.store.protocol import DEFAULT_ALIVE_SECONDS, DEFAULT_MAX_LOST_LEASES
 from due.store.records import (
     RETRY_RULE,
     ClaimedJob,
@@ -334,13 +334,18 @@ class PostgresStore(PostgresWork, PostgresSchedules, PostgresWorkers):
 
     @retried_on_conflict
     def fail_unknown_tasks(
-        self, queues: Sequence[str], tasks: Sequence[str], grace_seconds: float
+        self,
+        queues: Sequence[str],
+        tasks: Sequence[str],
+        grace_seconds: float,
+        alive_seconds: float = DEFAULT_ALIVE_SECONDS,
     ) -> list[int]:
         params = {
             "queues": list(queues),
             "tasks": list(tasks),
             "grace": float(grace_seconds),
             "grace_text": describe_seconds(grace_seconds),
+            "alive": float(alive_seconds),
             "now": self._now(),
         }
         with self._cursor(transaction=True) as cur:

@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from due.store.postgres.base import PostgresBase, normalise
 from due.store.records import WorkerInfo
 
 
 class PostgresWorkers(PostgresBase):
-    def register_worker(self, worker: str, host: str, pid: int, queues: Mapping[str, int]) -> None:
+    def register_worker(
+        self,
+        worker: str,
+        host: str,
+        pid: int,
+        queues: Mapping[str, int],
+        tasks: Sequence[str] = (),
+    ) -> None:
         params = {
             "id": worker,
             "host": host,
             "pid": pid,
             "queues": json.dumps(dict(queues)),
+            "tasks": json.dumps(sorted(tasks)),
             "now": self._now(),
         }
         self._all("register_worker", params)
@@ -31,4 +39,5 @@ class PostgresWorkers(PostgresBase):
         return [row["id"] for row in rows]
 
     def list_workers(self, limit: int = 100) -> list[WorkerInfo]:
-        return [WorkerInfo(**normalise(row)) for row in self._all("list_workers", {"limit": limit})]
+        rows = self._all("list_workers", {"limit": limit})
+        return [WorkerInfo(**{**normalise(row), "tasks": tuple(row["tasks"])}) for row in rows]

@@ -249,29 +249,35 @@ WHERE priority IS NOT NULL
   AND NOT EXISTS (SELECT 1 FROM due_queues WHERE name = :queue AND paused)
 
 -- name: fail_unknown_tasks
--- Jobs that no worker of their queue has known for the whole grace period
+-- Jobs that no live worker of their queue knows, due for the whole grace period
 -- (a deploy that never finished, a typo): failed with the reason, kept, and
--- retryable once a worker knows the task.
+-- retryable once a worker knows the task. "Live": registered as running or
+-- stopping and seen within `alive` seconds; the caller, which does not know the
+-- task (it knows `tasks`), is one of them.
 UPDATE due_jobs
 SET state = 'failed',
     finished_at = :now,
     dedupe_key = NULL,
-    last_error = 'unknown task ' || task || ': no worker of queue ' || queue
+    last_error = 'unknown task ' || task || ': no live worker of queue ' || queue
         || ' knew it within ' || :grace_text || ' of its due time',
     errors = json_insert(errors, '$[#]', json_object(
         'attempt', attempt, 'kind', 'unknown_task',
-        'error', 'unknown task ' || task || ': no worker of queue ' || queue
+        'error', 'unknown task ' || task || ': no live worker of queue ' || queue
             || ' knew it within ' || :grace_text || ' of its due time',
         'traceback', NULL, 'at', :now_iso))
 WHERE state = 'queued' AND NOT held
   AND queue IN (SELECT value FROM json_each(:queues))
   AND task NOT IN (SELECT value FROM json_each(:tasks))
   AND run_at < :now - :grace
+  AND NOT EXISTS (
+      SELECT 1 FROM due_workers w, json_each(w.queues) AS q, json_each(w.tasks) AS t
+      WHERE w.state IN ('running', 'stopping') AND w.last_seen_at > :now - :alive
+        AND q.key = due_jobs.queue AND t.value = due_jobs.task)
 RETURNING id, task, queue, state, parent_id, completes, pieces_total
 
 -- name: register_worker
-INSERT INTO due_workers (id, host, pid, queues, started_at, last_seen_at, state)
-VALUES (:id, :host, :pid, :queues, :now, :now, 'running')
+INSERT INTO due_workers (id, host, pid, queues, tasks, started_at, last_seen_at, state)
+VALUES (:id, :host, :pid, :queues, :tasks, :now, :now, 'running')
 
 -- name: touch_worker
 -- A worker marked gone that reports in again (it was paused) is running again.

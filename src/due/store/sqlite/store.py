@@ -29,7 +29,7 @@ from due.errors import (
 from due.job import AttemptError, Job, JobState
 from due.retry import judge_lost_lease
 from due.store import batches, pieces, steps
-from due.store.protocol import DEFAULT_MAX_LOST_LEASES
+from due.store.protocol import DEFAULT_ALIVE_SECONDS, DEFAULT_MAX_LOST_LEASES
 from due.store.records import (
     RETRY_RULE,
     ClaimedJob,
@@ -303,7 +303,11 @@ class SQLiteStore(SQLiteWork, SQLiteSchedules, SQLiteWorkers):
         return to_datetime(value) if value is not None else None
 
     def fail_unknown_tasks(
-        self, queues: Sequence[str], tasks: Sequence[str], grace_seconds: float
+        self,
+        queues: Sequence[str],
+        tasks: Sequence[str],
+        grace_seconds: float,
+        alive_seconds: float = DEFAULT_ALIVE_SECONDS,
     ) -> list[int]:
         now = self._now()
         params = {
@@ -311,6 +315,7 @@ class SQLiteStore(SQLiteWork, SQLiteSchedules, SQLiteWorkers):
             "tasks": json.dumps(list(tasks)),
             "grace": float(grace_seconds),
             "grace_text": describe_seconds(grace_seconds),
+            "alive": float(alive_seconds),
             "now": now,
             "now_iso": to_datetime(now).isoformat(),
         }

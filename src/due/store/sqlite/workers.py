@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from due.store.records import WorkerInfo
 from due.store.sqlite.base import QUERIES, SQLiteBase, to_datetime
 
 
 class SQLiteWorkers(SQLiteBase):
-    def register_worker(self, worker: str, host: str, pid: int, queues: Mapping[str, int]) -> None:
+    def register_worker(
+        self,
+        worker: str,
+        host: str,
+        pid: int,
+        queues: Mapping[str, int],
+        tasks: Sequence[str] = (),
+    ) -> None:
         params = {
             "id": worker,
             "host": host,
             "pid": pid,
             "queues": json.dumps(dict(queues)),
+            "tasks": json.dumps(sorted(tasks)),
             "now": self._now(),
         }
         with self._write() as conn:
@@ -40,6 +48,7 @@ class SQLiteWorkers(SQLiteBase):
         workers = []
         for row in self._read("list_workers", {"limit": limit}):
             row["queues"] = json.loads(row["queues"])
+            row["tasks"] = tuple(json.loads(row["tasks"]))
             for name in ("started_at", "last_seen_at", "stopped_at"):
                 if row[name] is not None:
                     row[name] = to_datetime(row[name])
