@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -63,6 +63,7 @@ class Context:
         max_attempts: int,
         lease_token: int,
         scheduled_for: datetime | None = None,
+        run_at: datetime | None = None,
         checkpoint_value: Any = None,
         has_pieces: bool = False,
         logger: logging.Logger | None = None,
@@ -76,6 +77,8 @@ class Context:
         self.lease_token = lease_token
         self.scheduled_for = scheduled_for
         """For a run of a schedule: the time it runs for (key its work on this)."""
+        self.run_at = run_at
+        """When this attempt became due (a retry's backoff included)."""
         self.checkpoint_value = checkpoint_value
         """The last value saved with `checkpoint` (by this or an earlier attempt)."""
         self.has_pieces = has_pieces
@@ -84,6 +87,12 @@ class Context:
         self._app = app
         self.cancel_requested = False
         self.lease_lost = False
+        self.stop_reason = "lost its lease"
+        """Why a stopped attempt stops (it may write nothing more either way)."""
+        self.trusted: Callable[[], bool] | None = None
+        """Whether its worker still trusts its lease (set by the worker): safe points
+        ask it themselves, so a paused process that wakes up past the deadline
+        stops at once, before the worker's loop has had a turn to say so."""
         self.last_progress: dict[str, Any] | None = None
         self.progress_dirty = False
         self.pieces_spawned = 0
@@ -99,6 +108,7 @@ class Context:
             max_attempts=job.max_attempts,
             lease_token=job.lease_token,
             scheduled_for=job.scheduled_for,
+            run_at=job.run_at,
             checkpoint_value=job.checkpoint,
             has_pieces=job.has_pieces,
             app=app,
@@ -110,6 +120,13 @@ class Context:
 
     # --- cancellation --------------------------------------------------------
 
+    def stop_writing(self, reason: str) -> None:
+        """This attempt is over (its lease lost, or it ran past its timeout): it
+        stops at its next safe point, and its checkpoints and transactions are
+        refused from now on, before they write."""
+        self.stop_reason = reason
+        self.lease_lost = True
+
     @property
     def cancelled(self) -> bool:
         """Whether someone asked this job to stop (it should, at its next safe point)."""
@@ -117,8 +134,10 @@ class Context:
 
     def raise_if_cancelled(self) -> None:
         """A safe point: raise JobCancelled (or LeaseLost) if the job must stop here."""
+        if not self.lease_lost and self.trusted is not None and not self.trusted():
+            self.stop_writing("could not renew its lease in time")
         if self.lease_lost:
-            raise LeaseLost(f"job {self.job_id} lost its lease: stop without writing")
+            raise LeaseLost(f"job {self.job_id} {self.stop_reason}: stop without writing")
         if self.cancel_requested:
             raise JobCancelled(f"job {self.job_id} was cancelled")
 
@@ -175,7 +194,7 @@ class Context:
 
     def _checkpoint_on(self, value: Any, text: str, connection: Any) -> Awaitable[None] | None:
         if self.lease_lost:  # (a cancel request waits for the next safe point)
-            raise LeaseLost(f"job {self.job_id} lost its lease: roll back and stop")
+            raise LeaseLost(f"job {self.job_id} {self.stop_reason}: roll back and stop")
         store = self._store()
         if _on_event_loop():
             return self._checkpoint_on_async(value, text, connection)

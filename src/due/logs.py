@@ -28,11 +28,13 @@ def _short(value: Any) -> str:
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, event, and the event's fields."""
+    """One JSON object per line: time (and `ts`, Unix seconds), level, event, and the
+    event's fields."""
 
     def format(self, record: logging.LogRecord) -> str:
         data: dict[str, Any] = {
             "time": self.formatTime(record),
+            "ts": round(record.created, 6),
             "level": record.levelname.lower(),
             "logger": record.name,
             "event": getattr(record, "event", None),

@@ -178,3 +178,19 @@ def post_entry(ctx: due.Context, hold: float) -> None:
 
 if os.environ.get("DUE_TEST_SCHEDULE"):
     app.schedule("tick", every="1s", task="stamp", overlap="allow")
+
+
+@app.task(name="ticking")
+def ticking(ctx: due.Context, seconds: float) -> int:
+    """Works in small steps with a safe point after each; the ledger gets a `step`
+    line per step, the witness of when this attempt was still running."""
+    record("start", ctx)
+    try:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            record("step", ctx)
+            time.sleep(0.05)
+            ctx.progress(1)
+    finally:
+        record("end", ctx)
+    return os.getpid()

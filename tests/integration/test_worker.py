@@ -245,16 +245,18 @@ def test_a_sync_handler_past_its_timeout_keeps_its_slot_until_it_returns(app: du
         assert await producer.run_once() == 1
         await asyncio.sleep(0.3)  # the timeout passes; the thread does not stop
         await worker.completer.run_once()
-        timed_out = app.get(job.id)
-        assert timed_out.state == JobState.QUEUED and timed_out.errors[0].kind == "timeout"
+        assert app.get(job.id).state == JobState.RUNNING  # its lease kept: no retry yet
         assert producer.free_slots == 0 and worker.executor.threads_busy == 1
         release.set()
         for _ in range(100):
             if producer.free_slots == 1:
                 break
             await asyncio.sleep(0.02)
+        await worker.completer.run_once()
         assert producer.free_slots == 1 and worker.executor.threads_busy == 0
-        assert app.get(job.id).result is None  # the late result is discarded
+        timed_out = app.get(job.id)
+        assert timed_out.state == JobState.QUEUED and timed_out.errors[0].kind == "timeout"
+        assert timed_out.result is None  # the late result is discarded
 
     run(scenario)
 

@@ -6,9 +6,11 @@ or an exception the task discards). The completer persists them in batches.
 
 Async handlers run on the event loop; sync handlers in a thread pool. A sync
 handler cannot be interrupted inside its thread, so on timeout the attempt is
-ended as failed and the still-running thread is returned as a straggler: the
-caller keeps counting it against its concurrency until it returns, and its
-late result is discarded (the completion is already written).
+ended as failed and the still-running thread is returned as a straggler: it
+is told to stop at its next safe point (and may write nothing more), and the
+caller keeps its slot and its lease until it returns, writing the timeout only
+then, so the retry cannot start while the old attempt still runs. Its late
+result is discarded.
 """
 
 from __future__ import annotations
@@ -105,6 +107,8 @@ class Executor:
             return self._stopped(task, job, outcome.signal, context, seconds)
         if isinstance(outcome, _TimedOut):
             completion = self._timed_out(task, job)
+            if context is not None and outcome.straggler is not None:
+                context.stop_writing("ran past its timeout")
         elif isinstance(outcome, _Raised):
             completion = self._failed(task, job, outcome.error)
         elif context is not None and context.completed_in_transaction:

@@ -9,7 +9,12 @@ beat, and the reply carries cancellation requests (`Worker.request_job_cancel`).
 Independently, each lease is trusted only until its last successful renewal +
 lease * 0.8 on the monotonic clock: past that (the database was unreachable, or
 this process was paused), the job is treated as lost without waiting for the
-store to say so — another worker may already hold it.
+store to say so — another worker may already hold it. That deadline is kept by
+a watch of its own (`TrustWatch`), so it fires on time whatever the heartbeat
+call is doing: a call on a frozen connection (a partition, a hung proxy) can
+block for as long as TCP takes to give up, and the job must have been told to
+stop long before another worker's rescue starts it again. The heartbeat call
+itself is abandoned when no lease it carries can still be saved by it.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from due.errors import StoreError
 from due.logs import event
-from due.worker.running import trusted_until
+from due.worker.running import RunningJob, trusted_until
 
 if TYPE_CHECKING:
     from due.worker.worker import Worker
@@ -51,8 +56,8 @@ class Heartbeater:
         failed = False
         leases = [running.lease_with_progress() for running in held]
         try:
-            reply = await self.worker.heartbeat(leases)
-            await self.worker.touch()
+            reply = await self.worker.heartbeat(leases, self._deadline(held, sent_at))
+            await self.worker.touch(self.interval())
         except StoreError as error:
             failed = True
             for running, lease in zip(held, leases, strict=True):
@@ -77,11 +82,42 @@ class Heartbeater:
         untrusted = self._expire_untrusted()
         return HeartbeatRound(renewed, lost, untrusted, failed)
 
+    def _deadline(self, held: list[RunningJob], sent_at: float) -> float:
+        """How long to wait for the renewal: until the last lease it could save is
+        past trusting anyway (and at least one beat)."""
+        latest = max((running.trusted_until for running in held), default=sent_at)
+        return max(latest - sent_at, self.interval())
+
     def _expire_untrusted(self) -> int:
-        now = self.worker.clock.monotonic()
-        expired = [r for r in self.worker.held() if not r.lost and now > r.trusted_until]
-        for running in expired:
-            self.worker.lease_lost(
-                running, "the lease could not be renewed in time (trust deadline passed)"
-            )
-        return len(expired)
+        return expire_untrusted(self.worker)
+
+
+def expire_untrusted(worker: Worker) -> int:
+    """Give up every lease past its trust deadline; returns how many."""
+    now = worker.clock.monotonic()
+    expired = [r for r in worker.held() if not r.lost and now > r.trusted_until]
+    for running in expired:
+        worker.lease_lost(running, "the lease could not be renewed in time (trust deadline passed)")
+    return len(expired)
+
+
+MIN_WATCH_SECONDS = 0.02
+MAX_WATCH_SECONDS = 1.0
+
+
+class TrustWatch:
+    """Ends trust in each lease at its deadline, on the monotonic clock, on its own:
+    nothing it does can block on the database."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    def interval(self) -> float:
+        deadlines = [r.trusted_until for r in self.worker.held() if not r.lost]
+        if not deadlines:
+            return MAX_WATCH_SECONDS
+        until = min(deadlines) - self.worker.clock.monotonic()
+        return min(max(until, MIN_WATCH_SECONDS), MAX_WATCH_SECONDS)
+
+    async def run_once(self) -> int:
+        return expire_untrusted(self.worker)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from due.context import Context
@@ -31,7 +31,9 @@ class RunningJob:
     finished: bool = False
     """The handler has ended; its completion waits to be written."""
     lost_reason: str | None = None
-    straggler: bool = field(default=False)
+    straggler: asyncio.Future[Any] | None = None
+    """A sync handler's thread still running past its timeout: the job keeps its
+    slot and lease until it returns."""
     context: Context | None = None
     """The handler's context, when it declares one (progress, cancellation flags)."""
     cancel_requested: bool = False

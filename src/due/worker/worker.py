@@ -46,7 +46,7 @@ from due.store.records import ClaimedJob, Completion, HeartbeatReply, Lease
 from due.worker.calls import StoreCalls
 from due.worker.completer import Completer
 from due.worker.executor import Attempt, Executor
-from due.worker.heartbeat import Heartbeater
+from due.worker.heartbeat import Heartbeater, TrustWatch
 from due.worker.producer import QueueProducer
 from due.worker.running import RunningJob, trusted_until
 from due.worker.settings import MAX_CLAIM_BATCH, WorkerSettings
@@ -68,6 +68,7 @@ class Worker:
         self.producers = {q: QueueProducer(self, q, n) for q, n in settings.queues.items()}
         self.completer = Completer(self)
         self.heartbeater = Heartbeater(self)
+        self.trust_watch = TrustWatch(self)
         self.rescuer = Rescuer(self)
         self.unknown_tasks = UnknownTaskReaper(self)
         self.scheduler = self._scheduler() if settings.scheduler else None
@@ -134,11 +135,13 @@ class Worker:
     async def complete(self, completions: Sequence[Completion]) -> set[int]:
         return await self.call(self.store.complete, completions)
 
-    async def heartbeat(self, leases: Sequence[Lease]) -> HeartbeatReply:
-        return await self._heartbeat_call(self.store.heartbeat, leases)
+    async def heartbeat(self, leases: Sequence[Lease], deadline: float) -> HeartbeatReply:
+        return await self._heartbeat_call.within(deadline, self.store.heartbeat, leases)
 
-    async def touch(self) -> None:
-        await self._heartbeat_call(self.store.touch_worker, self.settings.worker_id)
+    async def touch(self, deadline: float) -> None:
+        await self._heartbeat_call.within(
+            deadline, self.store.touch_worker, self.settings.worker_id
+        )
 
     def database_now(self) -> datetime:
         """The database's clock, estimated from this host's (offset measured at start)."""
@@ -156,6 +159,8 @@ class Worker:
         lease = task.config.lease or self.settings.lease
         running = RunningJob(job, task, producer.queue, lease, trusted_until(claimed_at, lease))
         running.context = self.executor.context_for(job)
+        if running.context is not None:
+            running.context.trusted = lambda: self.clock.monotonic() <= running.trusted_until
         self.running[job.id] = running
         producer.add(running)
 
@@ -185,24 +190,35 @@ class Worker:
                 self.completer.add(running, self.executor.crashed(running.job, error))
             self._handler_ended(running, producer)
             return
-        running.finished = True
         running.seconds = attempt.seconds
-        # The outcome is queued before the slot frees: it keeps the slot until written.
-        self._queue_outcome(running, attempt)
         if attempt.straggler is None:
+            running.finished = True
+            # The outcome is queued before the slot frees: it keeps the slot until written.
+            self._queue_outcome(running, attempt)
             self._handler_ended(running, producer, attempt.seconds)
-        else:
-            # A sync handler past its timeout keeps its thread: its slot stays taken.
-            running.straggler = True
-            event(
-                log,
-                "job.thread_still_running",
-                logging.WARNING,
-                job=running.job.id,
-                task=running.job.task,
-                timeout=running.task.config.timeout,
-            )
-            attempt.straggler.add_done_callback(lambda _: self._handler_ended(running, producer))
+            return
+        # A sync handler past its timeout keeps its thread, its slot and its lease
+        # (heartbeats go on): the timeout is written when the thread returns, so the
+        # retry cannot start while this attempt still runs.
+        running.straggler = attempt.straggler
+        event(
+            log,
+            "job.thread_still_running",
+            logging.WARNING,
+            job=running.job.id,
+            task=running.job.task,
+            timeout=running.task.config.timeout,
+        )
+        attempt.straggler.add_done_callback(
+            lambda _: self._straggler_returned(running, producer, attempt)
+        )
+
+    def _straggler_returned(
+        self, running: RunningJob, producer: QueueProducer, attempt: Attempt
+    ) -> None:
+        running.finished = True
+        self._queue_outcome(running, attempt)
+        self._handler_ended(running, producer)
 
     def _queue_outcome(self, running: RunningJob, attempt: Attempt) -> None:
         if attempt.lease_lost:
@@ -362,6 +378,7 @@ class Worker:
             for name, service, wake in (
                 ("completer", self.completer, self.completer.wake),
                 ("heartbeat", self.heartbeater, None),
+                ("trust", self.trust_watch, None),
                 ("rescuer", self.rescuer, None),
                 ("unknown_tasks", self.unknown_tasks, None),
                 *((("scheduler", self.scheduler, None),) if self.scheduler else ()),
@@ -438,7 +455,7 @@ class Worker:
         unfinished = self._unfinished()
         if unfinished:
             event(log, "worker.draining", jobs=len(unfinished), grace=self.settings.grace)
-            handles = [r.handle for r in unfinished if r.handle is not None]
+            handles = [r.straggler or r.handle for r in unfinished if r.handle is not None]
             waiter = asyncio.ensure_future(asyncio.wait(handles))
             await wait_for_any(self._hard_stop, _event_when_done(waiter), self.settings.grace)
             waiter.cancel()

@@ -62,7 +62,7 @@ class PostgresBase:
             url,
             min_size=1,
             max_size=pool_size,
-            kwargs={"autocommit": True},
+            kwargs={"autocommit": True, **keepalive_options(url)},
             configure=_configure_pooled_connection,
             timeout=connect_timeout,
             open=False,
@@ -89,7 +89,7 @@ class PostgresBase:
             yield conn
 
     def _connect_own(self) -> psycopg.Connection[Any]:
-        options: dict[str, Any] = {"autocommit": True}
+        options: dict[str, Any] = {"autocommit": True, **keepalive_options(self.url)}
         if "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(self.url):
             # libpq counts whole seconds, 2 at least
             options["connect_timeout"] = max(2, round(self._connect_timeout))
@@ -142,6 +142,7 @@ class PostgresBase:
                     self.url,
                     min_size=0,
                     max_size=self._pool_size,
+                    kwargs=keepalive_options(self.url),
                     configure=_configure_handler_connection,
                     timeout=self._connect_timeout,
                     open=False,
@@ -161,6 +162,7 @@ class PostgresBase:
     def migrate(self) -> list[int]:
         applied_now = []
         with self._cursor(transaction=True) as cur:
+            cur.execute(QUERIES["unbounded_transaction"])  # a migration may take long
             cur.execute(QUERIES["lock_migrations"])
             cur.execute(QUERIES["create_migrations_table"])
             cur.execute(QUERIES["schema_version"])
@@ -202,7 +204,9 @@ class PostgresBase:
     def listen_connection(self, channel: str = NOTIFY_CHANNEL) -> psycopg.Connection[Any]:
         """A dedicated autocommit connection (outside the pool) for LISTEN."""
         with translate_errors(self.url):
-            conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5)
+            conn = psycopg.connect(
+                self.url, autocommit=True, connect_timeout=5, **keepalive_options(self.url)
+            )
             conn.execute(f"LISTEN {channel}")
             return conn
 
@@ -262,6 +266,35 @@ def _close_open_stores() -> None:
         store.close()
 
 
+KEEPALIVES = {
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 10_000,
+}
+"""TCP settings of every connection due opens. A connection whose path froze (a
+partition, a peer gone without a word) blocks its caller in a read that never
+returns; with these the kernel gives up within about ten seconds (keepalive
+probes unanswered: 5 + 3 x 2 s; data sent and never acknowledged: 10 s), the
+call fails, and the connection is replaced. A worker's trust in its leases
+does not wait for that: it ends on the monotonic clock (worker/heartbeat.py)."""
+
+
+def keepalive_options(url: str) -> dict[str, Any]:
+    """KEEPALIVES, except those the URL sets itself."""
+    given = psycopg.conninfo.conninfo_to_dict(url)
+    return {name: value for name, value in KEEPALIVES.items() if name not in given}
+
+
+STATEMENT_TIMEOUT = "60s"
+LOCK_TIMEOUT = "30s"
+"""Server-side bounds on due's own statements, which take milliseconds: a
+statement still running after a minute, or waiting on a lock for half of one,
+is stuck (a lock held by a paused process, say), and ends with an error that
+the caller retries, rather than hold a worker's thread for ever. Lifted for
+migrations and for bulk work the user asked for (`unbounded_transaction`)."""
+
 IDLE_IN_TRANSACTION_LIMIT = "10s"
 """due's own transactions last milliseconds. One left open longer belongs to a
 process that was paused (SIGSTOP, a frozen VM) in the middle of it, and holds
@@ -291,6 +324,8 @@ def returns_rows(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
 def _configure_pooled_connection(conn: psycopg.Connection[Any]) -> None:
     _configure_connection(conn)
     conn.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_LIMIT}'")
+    conn.execute(f"SET statement_timeout = '{STATEMENT_TIMEOUT}'")
+    conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'")
 
 
 def piece_queries(cur: psycopg.Cursor[dict[str, Any]]) -> pieces.Execute:

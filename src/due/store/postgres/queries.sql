@@ -650,8 +650,11 @@ WHERE name = %(name)s AND holder = %(holder)s AND token = %(token)s
 
 -- name: unbounded_transaction
 -- A transaction that builds large parameters between its statements (many
--- pieces, a bulk enqueue) is busy, not stalled: no idle limit for it.
-SET LOCAL idle_in_transaction_session_timeout = 0
+-- pieces, a bulk enqueue) or rewrites a big table (a migration) is busy, not
+-- stalled: no idle, statement or lock limit for it.
+SET LOCAL idle_in_transaction_session_timeout = 0;
+SET LOCAL statement_timeout = 0;
+SET LOCAL lock_timeout = 0
 
 -- name: bound_leader_transaction
 -- A leader's transaction holds the lease row (FOR SHARE, below) until it ends:
