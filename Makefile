@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test test-newest-python test-sqlite check bench postgres clean
+.PHONY: help demo test test-newest-python test-sqlite chaos check bench postgres clean
 
 help: ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -18,9 +18,10 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[postgres-binary,redis]' --group dev
 	@touch $(STAMP)
 
-postgres: ## start PostgreSQL (and Redis, for the optional Redis lease) if down
+postgres: ## start PostgreSQL (and Redis, for the optional Redis lease) if down; faketime
 	@scripts/ensure-postgres
 	@scripts/ensure-redis
+	@scripts/ensure-faketime
 
 demo: $(STAMP) ## run the example app on the embedded SQLite default
 	cd examples && ../$(PY) demo.py
@@ -34,6 +35,11 @@ test-newest-python: postgres ## the CLI and process tests on the newest CPython 
 test-sqlite: $(STAMP) ## run the suite on SQLite only (no PostgreSQL needed)
 	$(PY) -m pytest -k 'not postgres'
 
+CHAOS_SECONDS ?= 300
+CHAOS_RATE ?= 0.5
+chaos: $(STAMP) postgres ## attack a real deployment on both stores (CHAOS_SECONDS, CHAOS_RATE)
+	$(PY) -m tests.chaos.run --backend both --seconds $(CHAOS_SECONDS) --rate $(CHAOS_RATE)
+
 check: $(STAMP) ## lint, type-check, and forbid wall-clock reads outside clock.py
 	$(PY) -m ruff check src tests bench examples
 	$(PY) -m ruff format --check src tests bench examples
@@ -46,4 +52,4 @@ bench: $(STAMP) postgres ## run the benchmark (due and its peers, side by side)
 	$(PY) bench/schedule_bench.py
 
 clean: ## remove the environment and scratch files
-	rm -rf $(VENV) .venv-newest bench/.venv* bench/results bench/work .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) .venv-newest chaos-results bench/.venv* bench/results bench/work .pytest_cache .ruff_cache .mypy_cache

@@ -51,13 +51,6 @@ def encode_arguments(
     return text
 
 
-def decode_arguments(
-    text: str | bytes | Mapping[str, Any],
-) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    data = json.loads(text) if isinstance(text, str | bytes) else text
-    return tuple(data.get("args", ())), dict(data.get("kwargs", {}))
-
-
 def encode_value(value: Any, what: str) -> str:
     """JSON text of a result, checkpoint or progress; raises PayloadError naming `what`."""
     try:
@@ -85,10 +78,6 @@ def storable_text(text: str, limit: int = MAX_ERROR_CHARACTERS) -> str:
     shown as \\x00, and at most `limit` characters (the end, where it matters, is kept)."""
     text = text.replace("\x00", "\\x00")
     return text if len(text) <= limit else "…" + text[-(limit - 1) :]
-
-
-def decode_value(text: str | bytes | None) -> Any:
-    return None if text is None else json.loads(text)
 
 
 def _explain_unserialisable(

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from due.errors import InvalidStateError
 from due.job import AttemptError, Job, JobState, Pieces
-from due.payload import decode_arguments
 
 
 @dataclass(slots=True)  # not frozen: built per job on hot paths, and frozen is slow
@@ -150,9 +149,11 @@ def job_from_row(row: Mapping[str, Any], *, deduplicated: bool = False) -> Job:
     """Build a Job from a row already in Python types.
 
     Each backend converts its own column types first: times to aware datetimes
-    and JSON columns (`payload`, `errors`, `result`) to Python values.
+    and JSON columns (`payload`, `errors`, `result`) to Python values. A value
+    that cannot be read (a row changed outside due) is shown as it is, never
+    a reason to refuse to show the job.
     """
-    args, kwargs = decode_arguments(row["payload"])
+    args, kwargs = _readable_arguments(row["payload"])
     return Job(
         id=row["id"],
         task=row["task"],
@@ -171,14 +172,14 @@ def job_from_row(row: Mapping[str, Any], *, deduplicated: bool = False) -> Job:
         worker=row["worker"],
         key=row["key"],
         last_error=row["last_error"],
-        errors=tuple(AttemptError.from_dict(item) for item in row["errors"] or ()),
+        errors=_readable_errors(row["errors"]),
         result=row["result"],
         deduplicated=deduplicated,
         schedule=row.get("schedule"),
         scheduled_for=row.get("scheduled_for"),
         cancel_requested=bool(row.get("cancel_requested")),
         checkpoint=row.get("checkpoint"),
-        progress=row.get("progress"),
+        progress=row.get("progress") if isinstance(row.get("progress"), dict) else None,
         stuck=bool(row.get("stuck")),
         parent_id=row.get("parent_id"),
         pieces=Pieces(row["pieces_total"], row["pieces_done"], row["pieces_failed"])
@@ -188,16 +189,46 @@ def job_from_row(row: Mapping[str, Any], *, deduplicated: bool = False) -> Job:
     )
 
 
+UNREADABLE = "(unreadable)"
+
+
+def _readable_arguments(payload: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    try:
+        return _arguments(payload)
+    except (ValueError, TypeError):
+        return (), {UNREADABLE: str(payload)[:500]}
+
+
+def _arguments(payload: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A payload's arguments, or ValueError when it is not {"args": [..], "kwargs": {..}}."""
+    if isinstance(payload, str | bytes):
+        payload = json.loads(payload)
+    args = payload.get("args", []) if isinstance(payload, dict) else None
+    kwargs = payload.get("kwargs", {}) if isinstance(payload, dict) else None
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        raise ValueError(f"not an object of args (a list) and kwargs (an object): {payload!r:.200}")
+    return tuple(args), kwargs
+
+
+def _readable_errors(errors: Any) -> tuple[AttemptError, ...]:
+    if isinstance(errors, list) and all(isinstance(item, dict) for item in errors):
+        return tuple(AttemptError.from_dict(item) for item in errors)
+    if not errors:
+        return ()
+    return (AttemptError(0, f"unreadable error history: {str(errors)[:500]}", None, None),)
+
+
 def claimed_job_from_row(row: Mapping[str, Any]) -> ClaimedJob:
-    """Build a ClaimedJob from a claim row already in Python types."""
-    payload = row["payload"]
+    """Build a ClaimedJob from a claim row already in Python types (ValueError,
+    TypeError or KeyError when its stored values cannot be read)."""
+    args, kwargs = _arguments(row["payload"])
     return ClaimedJob(
         id=row["id"],
         task=row["task"],
         queue=row["queue"],
         priority=row["priority"],
-        args=tuple(payload.get("args", ())),
-        kwargs=dict(payload.get("kwargs", {})),
+        args=args,
+        kwargs=kwargs,
         attempt=row["attempt"],
         max_attempts=row["max_attempts"],
         lease_token=row["lease_token"],
@@ -210,6 +241,30 @@ def claimed_job_from_row(row: Mapping[str, Any]) -> ClaimedJob:
         completes=row.get("completes"),
         has_pieces=bool(row.get("pieces_total")),
     )
+
+
+def read_claimed(
+    rows: Iterable[Mapping[str, Any]],
+    convert: Callable[[dict[str, Any]], dict[str, Any]] = dict,
+) -> tuple[list[ClaimedJob], list[Completion]]:
+    """Claimed rows as jobs to run, in claim order. A row whose stored values
+    cannot be read (changed outside due, or by a bug) must not stop the claim of
+    the others: it becomes the failure of its own job, with the reason."""
+    claimed: list[ClaimedJob] = []
+    unreadable: list[Completion] = []
+    for row in rows:
+        try:
+            claimed.append(claimed_job_from_row(convert(dict(row))))
+        except (ValueError, TypeError, KeyError, AttributeError) as error:
+            reason = (
+                f"its stored arguments could not be read ({type(error).__name__}: {error}); "
+                "was the row changed outside due? Correct it, then retry the job"
+            )
+            record = AttemptError(row["attempt"], reason[:2000], None, None)
+            failure = Completion(row["id"], row["lease_token"], JobState.FAILED, error=record)
+            unreadable.append(failure)
+    claimed.sort(key=lambda job: (-job.priority, job.run_at, job.id))
+    return claimed, unreadable
 
 
 RETRY_RULE = (

@@ -23,6 +23,7 @@ import random
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -79,15 +80,25 @@ class Executor:
             return None
         return Context.for_job(job, self._app)
 
-    async def run(self, job: ClaimedJob, context: Context | None = None) -> Attempt:
+    async def run(
+        self,
+        job: ClaimedJob,
+        context: Context | None = None,
+        trusted: Callable[[], bool] | None = None,
+    ) -> Attempt:
+        """Run one attempt. `trusted` says whether its lease is still trusted: asked
+        once more right before the handler starts (a paused process may wake up
+        past its deadline), so a handler never starts on a lease already gone."""
         task = self._tasks.get(job.task)
         args, kwargs = job.args, job.kwargs
         if task.context_parameter:
             context = context or Context.for_job(job, self._app)
             args, kwargs = task.call_arguments(args, kwargs, context)
         started = time.perf_counter()
-        call = _run_async if task.is_async else self._run_sync
-        outcome = await call(task, args, kwargs)
+        if task.is_async:
+            outcome = await _run_async(task, args, kwargs, trusted)
+        else:
+            outcome = await self._run_sync(task, args, kwargs, trusted)
         seconds = time.perf_counter() - started
         try:
             return self._attempt(task, job, context, outcome, seconds)
@@ -170,11 +181,15 @@ class Executor:
         return job.settles_a_parent or job.has_pieces or spawned
 
     async def _run_sync(
-        self, task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        task: Task[Any, Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        trusted: Callable[[], bool] | None,
     ) -> _Outcome:
         loop = asyncio.get_running_loop()
         future = loop.run_in_executor(
-            self._threads, functools.partial(self._in_thread, task.fn, args, kwargs)
+            self._threads, functools.partial(self._in_thread, task.fn, args, kwargs, trusted)
         )
         # The thread cannot be stopped: on timeout we stop waiting and hand it back.
         done, _ = await asyncio.wait({future}, timeout=task.config.timeout)
@@ -189,10 +204,17 @@ class Executor:
             return _Stopped(error)
         raise error
 
-    def _in_thread(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _in_thread(
+        self,
+        fn: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        trusted: Callable[[], bool] | None,
+    ) -> Any:
         with self._busy_lock:
             self.threads_busy += 1
         try:
+            _require_trust(trusted)
             return fn(*args, **kwargs)
         finally:
             with self._busy_lock:
@@ -276,9 +298,21 @@ class _Stopped:
 _Outcome = _Returned | _Raised | _TimedOut | _Stopped
 
 
+def _require_trust(trusted: Callable[[], bool] | None) -> None:
+    if trusted is not None and not trusted():
+        raise LeaseLost("not started: its lease is no longer trusted")
+
+
 async def _run_async(
-    task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    task: Task[Any, Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    trusted: Callable[[], bool] | None,
 ) -> _Outcome:
+    try:
+        _require_trust(trusted)
+    except LeaseLost as signal:
+        return _Stopped(signal)
     if task.config.timeout is None:  # the common case, without a timer per job
         try:
             return _Returned(await task.fn(*args, **kwargs))

@@ -160,9 +160,12 @@ class Worker:
         running = RunningJob(job, task, producer.queue, lease, trusted_until(claimed_at, lease))
         running.context = self.executor.context_for(job)
         if running.context is not None:
-            running.context.trusted = lambda: self.clock.monotonic() <= running.trusted_until
+            running.context.trusted = lambda: self._trusts(running)
         self.running[job.id] = running
         producer.add(running)
+
+    def _trusts(self, running: RunningJob) -> bool:
+        return self.clock.monotonic() <= running.trusted_until
 
     def launch(self, running: RunningJob, producer: QueueProducer) -> None:
         job = running.job
@@ -171,7 +174,9 @@ class Worker:
 
     async def _execute(self, running: RunningJob, producer: QueueProducer) -> None:
         try:
-            attempt = await self.executor.run(running.job, running.context)
+            attempt = await self.executor.run(
+                running.job, running.context, lambda: self._trusts(running)
+            )
         except asyncio.CancelledError:
             # The outcome is queued before the slot frees: it keeps the slot until written.
             if _completed_in_transaction(running):
@@ -216,6 +221,9 @@ class Worker:
     def _straggler_returned(
         self, running: RunningJob, producer: QueueProducer, attempt: Attempt
     ) -> None:
+        straggler = attempt.straggler
+        if straggler is not None and not straggler.cancelled():
+            straggler.exception()  # its late end, success or error, is discarded
         running.finished = True
         self._queue_outcome(running, attempt)
         self._handler_ended(running, producer)

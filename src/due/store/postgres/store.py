@@ -51,8 +51,8 @@ from due.store.records import (
     NewJob,
     RescueResult,
     attempt_error_json,
-    claimed_job_from_row,
     job_from_row,
+    read_claimed,
     refusal,
 )
 from due.store.sql import describe_seconds
@@ -132,7 +132,10 @@ class PostgresStore(PostgresWork, PostgresSchedules, PostgresWorkers):
         task_leases: Mapping[str, float] | None = None,
     ) -> list[ClaimedJob]:
         params = self._claim_params(queue, limit, worker, lease_seconds, tasks, task_leases)
-        return _claimed(self._all("claim_jobs", params))
+        claimed, unreadable = read_claimed(self._all("claim_jobs", params))
+        if unreadable:  # stored values that cannot be read fail their own job only
+            self.complete(unreadable)
+        return claimed
 
     def _claim_params(
         self,
@@ -459,10 +462,3 @@ def _jsonb_text(text: str) -> Jsonb:
 
 def _unchanged(text: str) -> str:
     return text
-
-
-def _claimed(rows: list[dict[str, Any]]) -> list[ClaimedJob]:
-    # Times stay as the connection returns them (aware, UTC): these never leave the worker.
-    claimed = [claimed_job_from_row(row) for row in rows]
-    claimed.sort(key=lambda job: (-job.priority, job.run_at, job.id))
-    return claimed

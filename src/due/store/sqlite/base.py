@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import sqlite3
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -171,6 +172,8 @@ class SQLiteBase:
         return int(version) if version is not None else None
 
     def check_schema(self) -> None:
+        if self._clock.now() is None:  # the host's clock, not one injected by a test
+            check_host_clock(os.path.dirname(os.path.abspath(self.path)))
         if not os.path.exists(self.path):
             # Checked before any connection opens one: looking creates nothing.
             raise NotMigratedError(
@@ -223,6 +226,29 @@ class CommitFeed:
         self._version = None
 
 
+MAX_CLOCK_SKEW_SECONDS = 2.0
+
+
+def check_host_clock(directory: str) -> None:
+    """Refuse to work with a clock that disagrees with the system's.
+
+    SQLite has no clock of its own: due times, leases and rescues are this
+    host's clock, read by each process. A process whose clock is off (libfaketime,
+    a container with a time namespace of its own) would run delayed jobs early
+    or take leases over too soon. The kernel stamps a new file with the real
+    time, whatever the process's clock says: compare the two.
+    """
+    with tempfile.NamedTemporaryFile(dir=directory, prefix=".due-clock-") as probe:
+        kernel = os.fstat(probe.fileno()).st_mtime
+    skew = _REAL_CLOCK.wall().timestamp() - kernel
+    if abs(skew) > MAX_CLOCK_SKEW_SECONDS:
+        raise ConfigurationError(
+            f"this process's clock is {abs(skew):.0f}s {'ahead of' if skew > 0 else 'behind'} "
+            "the system's: on SQLite, due times and leases are the host's clock, so every "
+            "process must read the same one (is it run under faketime, or in a time namespace?)"
+        )
+
+
 def _statements(script: str) -> list[str]:
     """Split a migration into statements, as SQLite's own tokenizer sees them."""
     statements, pending = [], ""
@@ -252,7 +278,10 @@ def python_row(row: dict[str, Any]) -> dict[str, Any]:
             row[name] = to_datetime(row[name])
     for name in JSON_COLUMNS:
         if row.get(name) is not None:
-            row[name] = json.loads(row[name])
+            try:
+                row[name] = json.loads(row[name])
+            except json.JSONDecodeError:
+                pass  # kept as text: shown as it is; a claim fails that job alone
     return row
 
 

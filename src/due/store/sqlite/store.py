@@ -40,8 +40,8 @@ from due.store.records import (
     NewJob,
     RescueResult,
     attempt_error_json,
-    claimed_job_from_row,
     job_from_row,
+    read_claimed,
     refusal,
 )
 from due.store.sql import describe_seconds
@@ -137,7 +137,7 @@ class SQLiteStore(SQLiteWork, SQLiteSchedules, SQLiteWorkers):
         params = self._claim_params(queue, limit, worker, lease_seconds, tasks, task_leases)
         with self._write() as conn:
             rows = conn.execute(QUERIES["claim_jobs"], params).fetchall()
-        return _claimed(rows)
+        return self._readable(rows)
 
     def _claim_params(
         self,
@@ -181,7 +181,14 @@ class SQLiteStore(SQLiteWork, SQLiteSchedules, SQLiteWorkers):
                 raise
             applied = self.complete(completions)
             return applied, self.claim(queue, limit, worker, lease_seconds, tasks, task_leases)
-        return applied, _claimed(rows)
+        return applied, self._readable(rows)
+
+    def _readable(self, rows: list[sqlite3.Row]) -> list[ClaimedJob]:
+        """The claimed jobs; those whose stored values cannot be read are failed."""
+        claimed, unreadable = read_claimed([dict(row) for row in rows], python_row)
+        if unreadable:
+            self.complete(unreadable)
+        return claimed
 
     def heartbeat(self, leases: Sequence[Lease]) -> HeartbeatReply:
         if not leases:
@@ -402,9 +409,3 @@ def _run(conn: sqlite3.Connection, plan: Generator[steps.Step, steps.Rows, T]) -
         except StopIteration as done:
             result: T = done.value
             return result
-
-
-def _claimed(rows: list[sqlite3.Row]) -> list[ClaimedJob]:
-    claimed = [claimed_job_from_row(python_row(dict(row))) for row in rows]
-    claimed.sort(key=lambda job: (-job.priority, job.run_at, job.id))
-    return claimed

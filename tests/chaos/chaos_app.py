@@ -1,0 +1,156 @@
+"""The chaos suite's workload: every kind of job due runs, each leaving a witness.
+
+Every execution is written twice:
+
+- to an append-only file (`DUE_CHAOS_LEDGER`, one `os.write` per line, O_APPEND):
+  every attempt, whatever becomes of it — a killed attempt's last line is the
+  last thing it did;
+- to the `chaos_ledger` table, inside the job's own transaction
+  (`ctx.transaction()`): only the attempt whose success committed, so the
+  database itself says how often each job succeeded.
+
+File lines: `kind job attempt token pid time run_at [detail...]`. Kinds: `start`,
+`step` (a unit of work done, after a safe point), `end` (with how it ended),
+`complete` (a parent's completion job, with the parent), `stamp` (a schedule's
+run, with the schedule and the time it ran for).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+from typing import Any
+
+import due
+
+app = due.App()  # DUE_DATABASE_URL
+LEDGER = os.environ.get("DUE_CHAOS_LEDGER", "/dev/null")
+FAIL_RATE = float(os.environ.get("DUE_CHAOS_FAIL_RATE", "0.1"))
+# The ledger's clock: this host's monotonic clock (the same for every process),
+# shifted to Unix time by an offset the driver computes for each worker (for the
+# one under faketime, whose clocks are an hour ahead, the skew taken back), so
+# every line holds true time.
+CLOCK_OFFSET = float(os.environ.get("DUE_CHAOS_CLOCK_OFFSET", "0"))
+STEP_SECONDS = 0.05
+RETRY = due.Retry(max_attempts=25, backoff="100ms", max_delay="1s")
+
+
+def note(kind: str, ctx: due.Context, *detail: object) -> None:
+    run_at = ctx.run_at.timestamp() if ctx.run_at else 0.0
+    now = time.monotonic() + CLOCK_OFFSET
+    fields = [kind, ctx.job_id, ctx.attempt, ctx.lease_token, os.getpid(), f"{now:.6f}"]
+    line = " ".join(map(str, [*fields, f"{run_at:.6f}", *detail])) + "\n"
+    fd = os.open(LEDGER, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def commit(ctx: due.Context, detail: str = "") -> None:
+    """The job's success and its row in chaos_ledger, in one transaction."""
+    with ctx.transaction() as conn:
+        marker = "?" if app.url.startswith("sqlite") else "%s"
+        conn.execute(
+            f"INSERT INTO chaos_ledger (job_id, token, pid, detail) "
+            f"VALUES ({marker}, {marker}, {marker}, {marker})",
+            (ctx.job_id, ctx.lease_token, os.getpid(), detail),
+        )
+
+
+def maybe_fail(ctx: due.Context) -> None:
+    if random.random() < FAIL_RATE:
+        raise RuntimeError(f"chaos: attempt {ctx.attempt} of job {ctx.job_id} fails on purpose")
+
+
+def attempt(ctx: due.Context, work: Any, detail: str = "") -> None:
+    """start, the work, the commit, then `end ok` (or `end` with what stopped it)."""
+    note("start", ctx)
+    outcome = "error"
+    try:
+        work()
+        commit(ctx, detail)
+        outcome = "ok"
+    except due.LeaseLost:
+        outcome = "lease_lost"
+        raise
+    finally:
+        note("end", ctx, outcome)
+
+
+def steps(ctx: due.Context, count: int, first: int = 0, checkpoint: bool = False) -> None:
+    for step in range(first, count):
+        ctx.progress(step, count)  # a safe point: a lost lease stops the work here
+        note("step", ctx, step)
+        time.sleep(STEP_SECONDS)
+        if checkpoint:
+            ctx.checkpoint(step + 1)
+
+
+@app.task(name="chaos.quick", retry=RETRY)
+def quick(ctx: due.Context, n: int) -> None:
+    attempt(ctx, lambda: maybe_fail(ctx))
+
+
+@app.task(name="chaos.async_quick", retry=RETRY)
+async def async_quick(ctx: due.Context, n: int) -> None:
+    note("start", ctx)
+    outcome = "error"
+    try:
+        await asyncio.sleep(0.01)
+        maybe_fail(ctx)
+        outcome = "ok"
+    finally:
+        note("end", ctx, outcome)
+
+
+@app.task(name="chaos.slow", retry=RETRY)
+def slow(ctx: due.Context, n: int, count: int) -> None:
+    def work() -> None:
+        steps(ctx, count)
+        maybe_fail(ctx)
+
+    attempt(ctx, work)
+
+
+@app.task(name="chaos.checkpointed", retry=RETRY, lease="2s")
+def checkpointed(ctx: due.Context, n: int, count: int) -> None:
+    first = int(ctx.checkpoint_value or 0)
+    attempt(ctx, lambda: steps(ctx, count, first, checkpoint=True), f"resumed {first}")
+
+
+@app.task(name="chaos.piece", queue="pieces", retry=RETRY)
+def piece(ctx: due.Context, n: int) -> None:
+    attempt(ctx, lambda: maybe_fail(ctx))
+
+
+@app.task(name="chaos.pieces_done", queue="pieces", retry=RETRY)
+def pieces_done(ctx: due.Context, summary: dict[str, int]) -> None:
+    note("complete", ctx, summary["parent"])
+    commit(ctx, f"complete {summary['parent']}")
+
+
+@app.task(name="chaos.stamp", retry=RETRY)
+def stamp(ctx: due.Context) -> None:
+    assert ctx.scheduled_for is not None
+    detail = f"stamp {ctx.scheduled_for.timestamp():.3f}"
+    note("stamp", ctx, f"{ctx.scheduled_for.timestamp():.3f}")
+    commit(ctx, detail)
+
+
+@app.task(name="chaos.burst", queue="burst")
+async def burst(n: int) -> None:
+    """One of a burst of jobs enqueued at once (`run.py --burst`): no ledger line;
+    the verdict counts them from the database."""
+
+
+SCHEDULES = {
+    "every-allow": {"overlap": "allow"},
+    "every-forbid": {"overlap": "forbid"},
+    "every-queue": {"overlap": "queue", "misfire": "catch_up", "catch_up_limit": 5},
+    "every-replace": {"overlap": "replace"},
+}
+for _name, _policy in SCHEDULES.items():
+    app.schedule(_name, every="1s", task=stamp, misfire_grace="30s", **_policy)  # type: ignore[arg-type]

@@ -1,0 +1,171 @@
+"""A real deployment on this machine: worker processes (each with its scheduler)
+started with the `due` command, restarted when killed, watched through their logs."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.helpers.workers import REPOSITORY
+
+CHAOS_APP = "tests.chaos.chaos_app:app"
+SKEW = "+1h"
+SKEW_SECONDS = 3600.0
+CLOCK_OFFSET = time.time() - time.monotonic()
+"""Unix time minus this host's monotonic clock, read here, where the clock is true."""
+LEASE = "2s"
+WORKER_OPTIONS = [
+    *("--lease", LEASE, "--grace", "2s", "--leader-ttl", LEASE),
+    *("--log-format", "json", "-q", "default=8", "-q", "pieces=4", "-q", "burst=50"),
+]
+
+
+@dataclass
+class Slot:
+    """One worker's place: the process now in it, and every process it had."""
+
+    number: int
+    url: str
+    skewed: bool = False
+    """Its processes run with their wall clock an hour ahead (faketime)."""
+    process: subprocess.Popen[bytes] | None = None
+    pids: list[int] = field(default_factory=list)
+    paused: bool = False
+
+
+class Deployment:
+    def __init__(self, url: str, folder: Path, workers: int, ledger: Path) -> None:
+        self.url = url
+        self.folder = folder
+        self.ledger = ledger
+        self.slots = [Slot(number, url) for number in range(workers)]
+
+    def skew(self, slot: int) -> None:
+        """Run this slot's processes with their clocks an hour ahead (libfaketime
+        moves the wall clock and the monotonic one alike)."""
+        self.slots[slot].skewed = True
+
+    def route(self, slot: int, url: str) -> None:
+        """Start this slot's processes with another database URL (through a proxy)."""
+        self.slots[slot].url = url
+
+    def start_all(self) -> None:
+        for slot in self.slots:
+            self.start(slot)
+
+    def start(self, slot: Slot) -> None:
+        environment = {
+            **os.environ,
+            "DUE_DATABASE_URL": slot.url,
+            "DUE_CHAOS_LEDGER": str(self.ledger),
+            # faketime moves the monotonic clock by the skew too: the ledger takes it back.
+            "DUE_CHAOS_CLOCK_OFFSET": str(CLOCK_OFFSET - (SKEW_SECONDS if slot.skewed else 0)),
+            "PYTHONPATH": str(REPOSITORY),
+        }
+        command = [sys.executable, "-m", "due", "worker", "--app", CHAOS_APP, *WORKER_OPTIONS]
+        if slot.skewed:
+            command = ["faketime", "-f", SKEW, *command]
+        log = open(self.log_path(slot, len(slot.pids)), "wb")  # noqa: SIM115 - the child's
+        with log:
+            slot.process = subprocess.Popen(
+                command,
+                env=environment,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=REPOSITORY,
+                start_new_session=True,
+            )
+        slot.pids.append(slot.process.pid)
+        slot.paused = False
+
+    def skewed_pids(self) -> set[int]:
+        return {
+            self.worker_pid(slot, n)
+            for slot in self.slots
+            if slot.skewed
+            for n in range(len(slot.pids))
+        }
+
+    def worker_pid(self, slot: Slot, generation: int | None = None) -> int:
+        """The pid of the worker itself (under faketime, the process it started),
+        read from its `worker.started` line; the process's own pid until then."""
+        generation = len(slot.pids) - 1 if generation is None else generation
+        path = self.log_path(slot, generation)
+        text = path.read_text(errors="replace") if path.exists() else ""
+        for line in text.splitlines():
+            if '"worker.started"' in line:
+                with contextlib.suppress(json.JSONDecodeError, ValueError, IndexError):
+                    return int(str(json.loads(line)["worker"]).split(":")[-2])
+        return slot.pids[generation]
+
+    def log_path(self, slot: Slot, generation: int) -> Path:
+        return self.folder / f"worker-{slot.number}-{generation}.log"
+
+    def signal(self, slot: Slot, signum: int) -> int | None:
+        """Signal the slot's process group; returns the worker's pid."""
+        process = slot.process
+        if process is None or process.poll() is not None:
+            return None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signum)
+        return self.worker_pid(slot)
+
+    def restart_dead(self) -> None:
+        """Start again every slot whose process exited (killed, or stopped by SIGTERM)."""
+        for slot in self.slots:
+            if slot.process is not None and slot.process.poll() is not None:
+                self.start(slot)
+
+    def alive(self) -> list[Slot]:
+        return [s for s in self.slots if s.process is not None and s.process.poll() is None]
+
+    def slot_of(self, pid: int) -> Slot | None:
+        return next((s for s in self.alive() if self.worker_pid(s) == pid), None)
+
+    def stop_all(self, timeout: float = 30.0) -> dict[int, int | None]:
+        """SIGTERM every worker (after a SIGCONT); their exit codes by pid."""
+        codes: dict[int, int | None] = {}
+        for slot in self.alive():
+            self.signal(slot, signal.SIGCONT)
+            self.signal(slot, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for slot in self.slots:
+            if slot.process is None:
+                continue
+            try:
+                codes[slot.process.pid] = slot.process.wait(max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                self.signal(slot, signal.SIGKILL)
+                codes[slot.process.pid] = None
+        return codes
+
+    def kill_all(self) -> None:
+        for slot in self.slots:
+            self.signal(slot, signal.SIGCONT)
+            self.signal(slot, signal.SIGKILL)
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        """Every log event of that name, from every worker process that ran, its
+        `ts` in true time (a skewed worker's own clock is an hour ahead)."""
+        found = []
+        for slot in self.slots:
+            shift = SKEW_SECONDS if slot.skewed else 0.0
+            for generation in range(len(slot.pids)):
+                path = self.log_path(slot, generation)
+                text = path.read_text(errors="replace") if path.exists() else ""
+                for line in text.splitlines():
+                    if f'"{name}"' not in line:
+                        continue
+                    with contextlib.suppress(json.JSONDecodeError):
+                        record = json.loads(line)
+                        if record.get("event") == name:
+                            found.append({**record, "ts": record["ts"] - shift})
+        return found

@@ -1,0 +1,199 @@
+"""Faults at random moments, each one logged with its time and its target.
+
+Process faults: SIGKILL (restarted at once), SIGSTOP then SIGCONT a few seconds
+later (longer than a lease, often), SIGTERM (a graceful restart), SIGKILL of
+the scheduler's leader. Database faults: on PostgreSQL, a restart of the
+server and `pg_terminate_backend` of every worker connection, and a frozen
+TCP path between one worker and the database (a proxy that stops passing
+bytes); on SQLite, another process holding the write lock for seconds.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import sqlite3
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+
+from due.store.sqlite.base import path_from_url
+from tests.chaos.deployment import Deployment, Slot
+from tests.helpers.proxy import FreezableProxy
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    at: float
+    pid: int | None = None
+    seconds: float = 0.0
+    """How long it lasted (a pause, a freeze, a lock held)."""
+
+
+class Injector:
+    """Applies a fault every so often (exponential gaps, `rate` a second)."""
+
+    def __init__(
+        self,
+        deployment: Deployment,
+        url: str,
+        rate: float,
+        kinds: list[str],
+        proxy: FreezableProxy | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.deployment = deployment
+        self.url = url
+        self.rate = rate
+        self.kinds = kinds
+        self.proxy = proxy
+        self.random = random.Random(seed)
+        self.log: list[Fault] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="chaos-faults", daemon=True)
+        self._timers: list[threading.Thread] = []
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """No more faults; undo the ones still going (a pause, a freeze)."""
+        self._stop.set()
+        self._thread.join(30)
+        for timer in self._timers:
+            timer.join(30)
+
+    def _run(self) -> None:
+        """Rounds of every kind in a shuffled order, so a short run sees each one."""
+        round_: list[str] = []
+        while not self._stop.wait(self.random.expovariate(self.rate)):
+            if not round_:
+                round_ = self.random.sample(self.kinds, len(self.kinds))
+            kind = round_.pop()
+            try:
+                getattr(self, f"_{kind}")()
+            except Exception as error:  # a fault that could not land is noted, not fatal
+                self._record(f"{kind} (failed: {type(error).__name__})", None)
+            self.deployment.restart_dead()
+
+    def _later(self, seconds: float, action: Callable[[], None]) -> None:
+        def run() -> None:
+            self._stop.wait(seconds)
+            action()
+
+        timer = threading.Thread(target=run, daemon=True)
+        self._timers.append(timer)
+        timer.start()
+
+    def _victim(self) -> Slot | None:
+        alive = [slot for slot in self.deployment.alive() if not slot.paused]
+        return self.random.choice(alive) if alive else None
+
+    def _record(self, kind: str, pid: int | None, seconds: float = 0.0) -> None:
+        self.log.append(Fault(kind, time.time(), pid, seconds))
+
+    # --- process faults -----------------------------------------------------------
+
+    def _kill(self) -> None:
+        slot = self._victim()
+        if slot is not None:
+            self._record("kill", self.deployment.signal(slot, signal.SIGKILL))
+
+    def _pause(self) -> None:
+        slot = self._victim()
+        if slot is None:
+            return
+        seconds = self.random.uniform(1.0, 4.0)
+        slot.paused = True
+        self._record("pause", self.deployment.signal(slot, signal.SIGSTOP), seconds)
+
+        def resume() -> None:
+            self.deployment.signal(slot, signal.SIGCONT)
+            slot.paused = False
+
+        self._later(seconds, resume)
+
+    def _term(self) -> None:
+        slot = self._victim()
+        if slot is not None:
+            self._record("term", self.deployment.signal(slot, signal.SIGTERM))
+
+    def _kill_leader(self) -> None:
+        pid = leader_pid(self.url)
+        slot = self.deployment.slot_of(pid) if pid else None
+        if slot is not None and not slot.paused:
+            self._record("kill_leader", self.deployment.signal(slot, signal.SIGKILL))
+
+    # --- database faults -------------------------------------------------------------
+
+    def _restart_postgres(self) -> None:
+        started = time.time()
+        version = sorted(path.name for path in Path("/etc/postgresql").iterdir())[-1]
+        subprocess.run(
+            ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        self._record("restart_postgres", None, time.time() - started)
+
+    def _terminate_connections(self) -> None:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            ended = conn.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchone()
+        self._record("terminate_connections", None, float(ended[0] if ended else 0))
+
+    def _freeze(self) -> None:
+        if self.proxy is None:
+            return
+        seconds = self.random.uniform(2.0, 5.0)
+        self.proxy.freeze()
+        self._record("freeze", self.deployment.worker_pid(self.deployment.slots[0]), seconds)
+        self._later(seconds, self.proxy.thaw)
+
+    def _hold_write_lock(self) -> None:
+        """Another process's long write transaction (here a thread of ours, on its
+        own connection: to SQLite it is just another writer)."""
+        seconds = self.random.uniform(1.0, 3.0)
+        self._record("hold_write_lock", None, seconds)
+
+        def hold() -> None:
+            conn = sqlite3.connect(path_from_url(self.url), timeout=30, isolation_level=None)
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                self._stop.wait(seconds)
+                conn.execute("ROLLBACK")
+            finally:
+                conn.close()
+
+        holder = threading.Thread(target=hold, daemon=True)
+        self._timers.append(holder)
+        holder.start()
+
+
+def leader_pid(url: str) -> int | None:
+    """The pid in the holder of the scheduler's leader lease (`host:pid:random`)."""
+    query = "SELECT holder FROM due_leases WHERE name = 'scheduler'"
+    if url.startswith("sqlite"):
+        with sqlite3.connect(path_from_url(url)) as conn:
+            row = conn.execute(query).fetchone()
+    else:
+        with psycopg.connect(url) as pg:
+            row = pg.execute(query).fetchone()
+    if row is None:
+        return None
+    parts = str(row[0]).split(":")
+    return int(parts[-2]) if len(parts) >= 3 and parts[-2].isdigit() else None
+
+
+PROCESS_FAULTS = ["kill", "pause", "term", "kill_leader"]
+POSTGRES_FAULTS = [*PROCESS_FAULTS, "terminate_connections", "freeze", "restart_postgres"]
+SQLITE_FAULTS = [*PROCESS_FAULTS, "hold_write_lock"]

@@ -1,0 +1,302 @@
+"""A chaos run: a real deployment on this machine, attacked while it works.
+
+    .venv/bin/python -m tests.chaos.run --backend postgres --seconds 300 --rate 0.5
+
+Starts worker processes (each with its scheduler) on one database, enqueues a
+steady mix of work for `--seconds` — immediate, delayed, failing at random,
+long with safe points, checkpointed, pieces under a parent, and four
+every-second schedules, one per overlap policy — while faults land at random
+(faults.py), then lets the deployment drain and prints the verdict
+(verdict.py): the rows that must be zero, and how fast it recovered. The
+verdict is also written as JSON (`--out`). `make chaos` runs it on both stores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import random
+import sqlite3
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import psycopg
+
+import due
+from tests.chaos import chaos_app
+from tests.chaos.deployment import Deployment
+from tests.chaos.faults import POSTGRES_FAULTS, SQLITE_FAULTS, Injector
+from tests.chaos.verdict import Verdict, judge, read_ledger
+from tests.helpers.proxy import FreezableProxy, freezable_proxy
+from tests.helpers.waiting import wait_until
+
+POSTGRES_BASE_URL = "postgresql://127.0.0.1:5432/due_test"
+LEDGER_TABLE = (
+    "CREATE TABLE chaos_ledger (job_id bigint NOT NULL, token bigint NOT NULL, "
+    "pid integer NOT NULL, detail text NOT NULL)"
+)
+DRAIN_SECONDS = 90.0
+
+
+def run(
+    backend: str,
+    url: str,
+    folder: Path,
+    *,
+    seconds: float,
+    rate: float,
+    workers: int = 3,
+    kinds: list[str] | None = None,
+    seed: int = 1,
+    burst: int = 0,
+) -> Verdict:
+    folder.mkdir(parents=True, exist_ok=True)
+    with due.App(url) as app:
+        app.migrate()
+        _create_ledger_table(url)
+    ledger = folder / "ledger.txt"
+    deployment = Deployment(url, folder, workers + 1, ledger)
+    deployment.skew(workers)  # one more worker, its wall clock an hour ahead
+    with contextlib.ExitStack() as stack:
+        proxy: FreezableProxy | None = None
+        if backend == "postgres":
+            proxy = stack.enter_context(freezable_proxy())
+            deployment.route(0, proxy.url_through(url))
+        chosen = kinds or (POSTGRES_FAULTS if backend == "postgres" else SQLITE_FAULTS)
+        injector = Injector(deployment, url, rate, chosen, proxy, seed)
+        deployment.start_all()
+        stack.callback(deployment.kill_all)
+        wait_until(  # (on SQLite the skewed worker refuses to start: checked below)
+            lambda: len(deployment.events("worker.started")) >= workers,
+            timeout=60,
+            what="the workers to start",
+        )
+        started = time.time()
+        injector.start()
+        _load(url, seconds, random.Random(seed), burst)
+        load_ended = time.time()
+        injector.stop()
+        deployment.restart_dead()
+        _drain(url, load_ended, DRAIN_SECONDS + burst / 5000)
+        codes = deployment.stop_all()
+        facts = _facts(url, load_ended)
+    verdict = judge(
+        backend=backend,
+        seconds=load_ended - started,
+        load_ended=load_ended,
+        ledger=read_ledger(ledger),
+        faults=injector.log,
+        leadership=[
+            (e["ts"], int(str(e["holder"]).split(":")[-2]))
+            for e in deployment.events("scheduler.leading")
+        ],
+        **facts,
+    )
+    verdict.worker_exit_codes = list(codes.values())
+    skewed = deployment.skewed_pids()
+    verdict.skewed_executions = sum(
+        1 for line in read_ledger(ledger) if line.pid in skewed and line.kind == "start"
+    )
+    verdict.skewed_refusals = sum(
+        "clock is 3600s ahead" in deployment.log_path(slot, n).read_text(errors="replace")
+        for slot in deployment.slots
+        if slot.skewed
+        for n in range(len(slot.pids))
+        if deployment.log_path(slot, n).exists()
+    )
+    verdict.write(folder / f"verdict-{backend}.json")
+    return verdict
+
+
+def _create_ledger_table(url: str) -> None:
+    if url.startswith("sqlite"):
+        with contextlib.closing(sqlite3.connect(_sqlite_path(url))) as conn, conn:
+            conn.execute(LEDGER_TABLE.replace("bigint", "integer"))
+    else:
+        with psycopg.connect(url, autocommit=True) as pg:
+            pg.execute(LEDGER_TABLE)
+
+
+def _sqlite_path(url: str) -> str:
+    from due.store.sqlite.base import path_from_url
+
+    return path_from_url(url)
+
+
+def _load(url: str, seconds: float, rng: random.Random, burst: int = 0) -> None:
+    """Enqueue a steady mix (about 40 jobs a second) until `seconds` have passed,
+    and `burst` jobs at once a third of the way in. Each request of the mix
+    carries a key, so one repeated after an outage is not doubled."""
+    with due.App(url) as app:
+        for task in chaos_app.app.tasks:
+            app.tasks.add(due.Task(app, task.fn, task.name, task.config))
+        tasks = {task.name.removeprefix("chaos."): task for task in app.tasks}
+        deadline = time.monotonic() + seconds
+        burst_at = time.monotonic() + seconds / 3 if burst else float("inf")
+        number = 0
+        while time.monotonic() < deadline:
+            if time.monotonic() >= burst_at:
+                _burst(app, tasks["burst"], burst)
+                burst_at = float("inf")
+            number += 1
+            with contextlib.suppress(due.StoreUnavailableError):
+                _enqueue_one(app, tasks, number, rng)
+            time.sleep(0.025)
+
+
+def _burst(app: due.App, task: Any, count: int) -> None:
+    """`count` jobs in transactions of 10,000, while the workers run."""
+    for start in range(0, count, 10_000):
+        requests = [task.request(n) for n in range(start, min(start + 10_000, count))]
+        for _ in range(20):  # an outage meanwhile (a fault): that chunk again
+            try:
+                app.enqueue_many(requests)
+                break
+            except due.StoreUnavailableError:
+                time.sleep(0.5)
+
+
+def _enqueue_one(app: due.App, tasks: dict[str, Any], number: int, rng: random.Random) -> None:
+    roll = rng.random()
+    key = f"chaos:{number}"
+    if roll < 0.35:
+        tasks["quick"].options(key=key).enqueue(number)
+    elif roll < 0.55:
+        tasks["async_quick"].options(key=key).enqueue(number)
+    elif roll < 0.70:
+        tasks["quick"].options(key=key, delay=rng.uniform(0.2, 3.0)).enqueue(number)
+    elif roll < 0.82:
+        tasks["slow"].options(key=key).enqueue(number, rng.randint(5, 30))
+    elif roll < 0.90:
+        tasks["checkpointed"].options(key=key).enqueue(number, rng.randint(20, 50))
+    elif roll < 0.95:
+        items = [(number * 100 + i,) for i in range(rng.randint(3, 12))]
+        app.batch(tasks["piece"], items, on_complete=tasks["pieces_done"])
+
+
+def _drain(url: str, load_ended: float, seconds: float) -> None:
+    """Wait (at most `seconds`) until no job due before the load ended is unfinished."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            if _unfinished(url, load_ended) == 0:
+                return
+        time.sleep(0.5)
+
+
+def _query(url: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    if url.startswith("sqlite"):
+        with contextlib.closing(sqlite3.connect(_sqlite_path(url))) as conn:
+            return conn.execute(sql.replace("%s", "?"), params).fetchall()
+    with psycopg.connect(url) as pg:
+        return [tuple(row) for row in pg.execute(sql, params).fetchall()]
+
+
+def _epoch(url: str, column: str) -> str:
+    return column if url.startswith("sqlite") else f"extract(epoch FROM {column})"
+
+
+def _unfinished(url: str, load_ended: float) -> int:
+    (row,) = _query(
+        url,
+        f"SELECT count(*) FROM due_jobs WHERE state IN ('queued', 'running', 'waiting') "
+        f"AND {_epoch(url, 'run_at')} <= %s",
+        (load_ended,),
+    )
+    return int(row[0])
+
+
+def _facts(url: str, load_ended: float) -> dict[str, Any]:
+    rows = _query(
+        url,
+        f"SELECT id, state, {_epoch(url, 'run_at')}, errors, {_epoch(url, 'created_at')} "
+        "FROM due_jobs",
+    )
+    jobs = {
+        int(job_id): {
+            "state": state,
+            "errors": _count(errors),
+            "run_at": float(run_at),
+            "created_at": float(created_at),
+        }
+        for job_id, state, run_at, errors, created_at in rows
+    }
+    runs = _query(
+        url,
+        f"SELECT schedule, {_epoch(url, 'scheduled_for')}, outcome, job_id FROM due_schedule_runs",
+    )
+    return {
+        "enqueued": {
+            job_id: job["run_at"] for job_id, job in jobs.items() if job["created_at"] <= load_ended
+        },
+        "jobs": jobs,
+        "successes": [
+            (int(j), int(t), str(d))
+            for j, t, d in _query(url, "SELECT job_id, token, detail FROM chaos_ledger")
+        ],
+        "schedule_runs": [(s, float(f), o, j) for s, f, o, j in runs],
+    }
+
+
+def _count(errors: Any) -> int:
+    import json
+
+    return len(json.loads(errors) if isinstance(errors, str) else errors or [])
+
+
+@contextlib.contextmanager
+def postgres_schema() -> Iterator[str]:
+    """A URL whose tables live in a schema made for this run (dropped after)."""
+    schema = f"chaos_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(POSTGRES_BASE_URL, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield f"{POSTGRES_BASE_URL}?options={quote(f'-csearch_path={schema}')}"
+    finally:
+        with psycopg.connect(POSTGRES_BASE_URL, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="both")
+    parser.add_argument("--seconds", type=float, default=300.0, help="How long the load lasts.")
+    parser.add_argument("--rate", type=float, default=0.5, help="Faults a second, on average.")
+    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--burst", type=int, default=0, help="Jobs enqueued at once mid-load.")
+    parser.add_argument("--out", type=Path, default=Path("chaos-results"))
+    args = parser.parse_args(argv)
+    backends = ["sqlite", "postgres"] if args.backend == "both" else [args.backend]
+    ok = True
+    for backend in backends:
+        folder = args.out / f"{backend}-{time.strftime('%Y%m%d-%H%M%S')}"
+        with contextlib.ExitStack() as stack:
+            if backend == "postgres":
+                url = stack.enter_context(postgres_schema())
+            else:
+                folder.mkdir(parents=True, exist_ok=True)
+                url = f"sqlite:///{folder / 'chaos.db'}"
+            verdict = run(
+                backend,
+                url,
+                folder,
+                seconds=args.seconds,
+                rate=args.rate,
+                workers=args.workers,
+                seed=args.seed,
+                burst=args.burst,
+            )
+        print(verdict.table(), flush=True)
+        print(f"(written to {folder})\n", flush=True)
+        ok = ok and verdict.ok()
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

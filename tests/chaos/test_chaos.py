@@ -1,0 +1,40 @@
+"""The short chaos run of `make test`: both stores, about half a minute each.
+
+`make chaos` runs the full one (`tests/chaos/run.py`: longer, more faults);
+docs/guarantees.md carries its figures.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.faults import POSTGRES_FAULTS, SQLITE_FAULTS
+from tests.chaos.run import run
+
+pytestmark = pytest.mark.slow
+SECONDS = 20.0
+RATE = 0.6
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_deployment_under_faults_loses_nothing_and_runs_nothing_twice(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = (
+        f"sqlite:///{tmp_path / 'chaos.db'}"
+        if backend == "sqlite"
+        else str(request.getfixturevalue("postgres_url"))
+    )
+    verdict = run(backend, url, tmp_path, seconds=SECONDS, rate=RATE, seed=7)
+    print(verdict.table())
+    assert verdict.ok(), verdict.table()
+    assert verdict.completed > 300 and sum(verdict.faults.values()) >= 5, verdict.table()
+    assert verdict.due > 0 and verdict.executions >= verdict.completed
+    assert set(verdict.faults) >= set(POSTGRES_FAULTS if backend == "postgres" else SQLITE_FAULTS)
+    if backend == "postgres":  # the database's clock decides: an hour off changes nothing
+        assert verdict.skewed_executions > 0
+    else:  # the host's clock decides: a process whose clock is off refuses to start
+        assert verdict.skewed_refusals > 0 and verdict.skewed_executions == 0

@@ -1,0 +1,265 @@
+"""What the chaos run proves: counts read from the database, the file ledger and
+the fault log, and the rows that must be zero.
+
+- **lost**: a job due before the load ended that is not in a final state once
+  the deployment drained (succeeded, failed for good, or cancelled).
+- **run twice without a lost lease**: a job started more often than its
+  record explains: every attempt but the last must have left an entry in the
+  job's history (its error, a lost or released lease).
+- **succeeded twice**: the job's own transaction committed twice (chaos_ledger).
+- **two attempts alive at once**: the work of two attempts of one job overlaps
+  in time (an attempt is alive from its start to its last step of work).
+- **runs before run_at**: an attempt started before the time it was due.
+- **scheduled times with zero or two runs**: a scheduled second of an
+  every-second schedule with no record at all, or whose run succeeded twice.
+- **parents completed twice**: a parent's completion job ran to success twice.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.chaos.faults import Fault
+
+MUST_BE_ZERO = (
+    "lost",
+    "run twice without a lost lease",
+    "succeeded twice",
+    "two attempts alive at once",
+    "runs before run_at",
+    "scheduled times with zero or two runs",
+    "parents completed twice",
+)
+CLOCK_TOLERANCE = 0.002
+"""Seconds: `run_at` and the ledger's times are both this host's clock."""
+
+
+@dataclass
+class Line:
+    kind: str
+    job: int
+    attempt: int
+    token: int
+    pid: int
+    at: float
+    run_at: float
+    detail: list[str]
+
+
+def read_ledger(path: Path) -> list[Line]:
+    lines = []
+    for raw in path.read_text().splitlines() if path.exists() else []:
+        kind, job, attempt, token, pid, at, run_at, *detail = raw.split()
+        lines.append(
+            Line(
+                kind, int(job), int(attempt), int(token), int(pid), float(at), float(run_at), detail
+            )
+        )
+    return lines
+
+
+@dataclass
+class Verdict:
+    backend: str
+    seconds: float
+    faults: Counter[str]
+    enqueued: int
+    due: int
+    completed: int
+    counts: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, list[Any]] = field(default_factory=dict)
+    rescue_to_rerun: list[float] = field(default_factory=list)
+    failovers: list[float] = field(default_factory=list)
+    executions: int = 0
+    worker_exit_codes: list[int | None] = field(default_factory=list)
+    skewed_executions: int = 0
+    """Attempts started by the worker whose wall clock was an hour ahead."""
+    skewed_refusals: int = 0
+    """Times that worker refused to start (SQLite: the host's clock decides)."""
+
+    def ok(self) -> bool:
+        return all(self.counts.get(name, 0) == 0 for name in MUST_BE_ZERO)
+
+    def rows(self) -> list[tuple[str, str]]:
+        faults = ", ".join(f"{kind} {n}" for kind, n in sorted(self.faults.items())) or "none"
+        table = [
+            ("backend", self.backend),
+            ("load, seconds", f"{self.seconds:.0f}"),
+            ("faults", faults),
+            ("jobs enqueued", str(self.enqueued)),
+            ("jobs due", str(self.due)),
+            ("jobs completed", str(self.completed)),
+            ("executions (attempts started)", str(self.executions)),
+            (
+                "worker an hour ahead (faketime)",
+                f"{self.skewed_executions} attempts run, refused to start {self.skewed_refusals}x",
+            ),
+        ]
+        table += [(f"{name} (must be 0)", str(self.counts.get(name, 0))) for name in MUST_BE_ZERO]
+        table += [
+            ("rescue to rerun, p50 / p99 s", _percentiles(self.rescue_to_rerun)),
+            ("leader failover after a kill, p50 / max s", _percentiles(self.failovers, 100)),
+            ("throughput under faults, jobs/s", f"{self.completed / max(self.seconds, 1):.1f}"),
+        ]
+        return table
+
+    def table(self) -> str:
+        width = max(len(name) for name, _ in self.rows())
+        lines = [f"{name:<{width}}  {value}" for name, value in self.rows()]
+        for name, found in self.examples.items():
+            if found:
+                lines.append(f"  e.g. {name}: {found[:3]}")
+        return "\n".join(lines)
+
+    def write(self, path: Path) -> None:
+        data = asdict(self)
+        data["faults"] = dict(self.faults)
+        path.write_text(json.dumps(data, indent=2, default=str))
+
+
+def _percentiles(values: list[float], high: int = 99) -> str:
+    if not values:
+        return "n/a"
+    ordered = sorted(values)
+    top = ordered[-1] if high == 100 else ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    return f"{statistics.median(ordered):.2f} / {top:.2f} (n={len(ordered)})"
+
+
+EXECUTION_KINDS = ("start", "complete", "stamp")
+
+
+def judge(
+    *,
+    backend: str,
+    seconds: float,
+    load_ended: float,
+    enqueued: dict[int, float],
+    jobs: dict[int, dict[str, Any]],
+    successes: list[tuple[int, int, str]],
+    schedule_runs: list[tuple[str, float, str, int | None]],
+    ledger: list[Line],
+    faults: list[Fault],
+    leadership: list[tuple[float, int]],
+) -> Verdict:
+    """`jobs`: id -> {state, run_at, errors (count)}; `successes`: chaos_ledger rows
+    (job, token, detail); `schedule_runs`: (schedule, scheduled_for, outcome, job);
+    `leadership`: (time, pid) of each `scheduler.leading` event."""
+    due_ids = [job_id for job_id, run_at in enqueued.items() if run_at <= load_ended]
+    final = {"succeeded", "failed", "cancelled"}
+    verdict = Verdict(
+        backend,
+        seconds,
+        Counter(fault.kind for fault in faults),
+        len(enqueued),
+        len(due_ids),
+        sum(1 for job_id in enqueued if jobs.get(job_id, {}).get("state") in final),
+    )
+    by_job: dict[int, list[Line]] = defaultdict(list)
+    for line in ledger:
+        by_job[line.job].append(line)
+    starts = {
+        job: [line for line in lines if line.kind in EXECUTION_KINDS]
+        for job, lines in by_job.items()
+    }
+    verdict.executions = sum(len(s) for s in starts.values())
+    found: dict[str, list[Any]] = defaultdict(list)
+
+    for job_id in due_ids:
+        if jobs.get(job_id, {}).get("state") not in final:
+            found["lost"].append((job_id, jobs.get(job_id, {}).get("state")))
+    for job_id, lines in starts.items():
+        tokens = {line.token for line in lines}
+        explained = jobs.get(job_id, {}).get("errors", 0)
+        if len(tokens) - 1 > explained:
+            found["run twice without a lost lease"].append((job_id, len(tokens), explained))
+        for line in lines:
+            if line.at < line.run_at - CLOCK_TOLERANCE:
+                found["runs before run_at"].append((job_id, line.token, line.run_at - line.at))
+        if _overlapping(by_job[job_id]):
+            found["two attempts alive at once"].append(job_id)
+    for job_id, count in Counter(job for job, _, _ in successes).items():
+        if count > 1:
+            found["succeeded twice"].append(job_id)
+    completions = Counter(d.split()[1] for _, _, d in successes if d.startswith("complete "))
+    found["parents completed twice"] = [p for p, n in completions.items() if n > 1]
+    found["scheduled times with zero or two runs"] = _schedule_holes(
+        schedule_runs, successes, load_ended
+    )
+    verdict.counts = {name: len(found.get(name, [])) for name in MUST_BE_ZERO}
+    verdict.examples = {name: found[name] for name in MUST_BE_ZERO if found.get(name)}
+    verdict.rescue_to_rerun = _rescue_delays(faults, by_job)
+    verdict.failovers = _failovers(faults, leadership)
+    return verdict
+
+
+def _overlapping(lines: list[Line]) -> bool:
+    """Whether the work of two attempts overlaps: from its start to its last step."""
+    spans: dict[int, list[float]] = {}
+    for line in lines:
+        if line.kind in (*EXECUTION_KINDS, "step"):
+            span = spans.setdefault(line.token, [line.at, line.at])
+            span[0], span[1] = min(span[0], line.at), max(span[1], line.at)
+    ordered = sorted(spans.values())
+    return any(later[0] < earlier[1] for earlier, later in itertools.pairwise(ordered))
+
+
+def _schedule_holes(
+    runs: list[tuple[str, float, str, int | None]],
+    successes: list[tuple[int, int, str]],
+    load_ended: float,
+) -> list[Any]:
+    """Every second from each schedule's first time to the end of the load must be
+    accounted for once, and no run may have succeeded twice."""
+    holes: list[Any] = []
+    stamped = Counter((job, d.split()[1]) for job, _, d in successes if d.startswith("stamp "))
+    for (job, _), count in stamped.items():
+        if count > 1:
+            holes.append(("succeeded twice", job))
+    times: dict[str, set[int]] = defaultdict(set)
+    for schedule, scheduled_for, _, _ in runs:
+        times[schedule].add(round(scheduled_for))
+    for schedule, seen in times.items():
+        expected = set(range(min(seen), int(load_ended) - 5))
+        holes += [(schedule, second) for second in sorted(expected - seen)]
+    return holes
+
+
+def _rescue_delays(faults: list[Fault], by_job: dict[int, list[Line]]) -> list[float]:
+    """For each attempt cut off by a kill or a pause: from the fault to the job's
+    next start by another attempt."""
+    delays = []
+    for fault in faults:
+        if fault.kind not in ("kill", "kill_leader", "pause") or fault.pid is None:
+            continue
+        for lines in by_job.values():
+            cut = [line for line in lines if line.pid == fault.pid and line.at <= fault.at]
+            if not cut:
+                continue
+            token = cut[-1].token
+            if any(line.kind == "end" and line.token == token for line in cut):
+                continue  # that attempt had ended before the fault
+            later = [
+                line.at
+                for line in lines
+                if line.kind in EXECUTION_KINDS and line.token != token and line.at > fault.at
+            ]
+            if later:
+                delays.append(min(later) - fault.at)
+    return delays
+
+
+def _failovers(faults: list[Fault], leadership: list[tuple[float, int]]) -> list[float]:
+    spans = []
+    for fault in faults:
+        if fault.kind != "kill_leader":
+            continue
+        after = [at for at, pid in leadership if at > fault.at and pid != fault.pid]
+        if after:
+            spans.append(min(after) - fault.at)
+    return spans
