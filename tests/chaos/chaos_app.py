@@ -20,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import tempfile
+import threading
 import time
 from typing import Any
 
@@ -28,18 +30,24 @@ import due
 app = due.App()  # DUE_DATABASE_URL
 LEDGER = os.environ.get("DUE_CHAOS_LEDGER", "/dev/null")
 FAIL_RATE = float(os.environ.get("DUE_CHAOS_FAIL_RATE", "0.1"))
-# The ledger's clock: this host's monotonic clock (the same for every process),
-# shifted to Unix time by an offset the driver computes for each worker (for the
-# one under faketime, whose clocks are an hour ahead, the skew taken back), so
-# every line holds true time.
-CLOCK_OFFSET = float(os.environ.get("DUE_CHAOS_CLOCK_OFFSET", "0"))
+
+
+def _skew() -> float:
+    """How far this process's wall clock is from the kernel's, in whole seconds: the
+    one worker under faketime (an hour ahead) takes it back, so every ledger line
+    holds true time."""
+    with tempfile.NamedTemporaryFile() as probe:
+        return float(round(time.time() - os.fstat(probe.fileno()).st_mtime))
+
+
+SKEW = _skew()
 STEP_SECONDS = 0.05
 RETRY = due.Retry(max_attempts=25, backoff="100ms", max_delay="1s")
 
 
 def note(kind: str, ctx: due.Context, *detail: object) -> None:
     run_at = ctx.run_at.timestamp() if ctx.run_at else 0.0
-    now = time.monotonic() + CLOCK_OFFSET
+    now = time.time() - SKEW
     fields = [kind, ctx.job_id, ctx.attempt, ctx.lease_token, os.getpid(), f"{now:.6f}"]
     line = " ".join(map(str, [*fields, f"{run_at:.6f}", *detail])) + "\n"
     fd = os.open(LEDGER, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -80,11 +88,16 @@ def attempt(ctx: due.Context, work: Any, detail: str = "") -> None:
         note("end", ctx, outcome)
 
 
+def pause(seconds: float) -> None:
+    """time.sleep, except under libfaketime, whose clock_nanosleep fails (EINVAL)."""
+    threading.Event().wait(seconds)
+
+
 def steps(ctx: due.Context, count: int, first: int = 0, checkpoint: bool = False) -> None:
     for step in range(first, count):
         ctx.progress(step, count)  # a safe point: a lost lease stops the work here
         note("step", ctx, step)
-        time.sleep(STEP_SECONDS)
+        pause(STEP_SECONDS)
         if checkpoint:
             ctx.checkpoint(step + 1)
 

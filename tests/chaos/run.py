@@ -40,7 +40,9 @@ LEDGER_TABLE = (
     "CREATE TABLE chaos_ledger (job_id bigint NOT NULL, token bigint NOT NULL, "
     "pid integer NOT NULL, detail text NOT NULL)"
 )
-DRAIN_SECONDS = 90.0
+STALLED_AFTER = 60.0
+"""Seconds the drain waits without any unfinished job finishing before it stops."""
+DRAIN_LIMIT = 1800.0
 
 
 def run(
@@ -82,7 +84,8 @@ def run(
         load_ended = time.time()
         injector.stop()
         deployment.restart_dead()
-        _drain(url, load_ended, DRAIN_SECONDS + burst / 5000)
+        _drain(url, load_ended, STALLED_AFTER)
+        unfinished = _unfinished_rows(url, load_ended)
         codes = deployment.stop_all()
         facts = _facts(url, load_ended)
     verdict = judge(
@@ -98,6 +101,7 @@ def run(
         **facts,
     )
     verdict.worker_exit_codes = list(codes.values())
+    verdict.unfinished = unfinished
     skewed = deployment.skewed_pids()
     verdict.skewed_executions = sum(
         1 for line in read_ledger(ledger) if line.pid in skewed and line.kind == "start"
@@ -179,13 +183,19 @@ def _enqueue_one(app: due.App, tasks: dict[str, Any], number: int, rng: random.R
         app.batch(tasks["piece"], items, on_complete=tasks["pieces_done"])
 
 
-def _drain(url: str, load_ended: float, seconds: float) -> None:
-    """Wait (at most `seconds`) until no job due before the load ended is unfinished."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+def _drain(url: str, load_ended: float, stalled_after: float) -> None:
+    """Wait until no job due before the load ended is unfinished, as long as that
+    number keeps falling: a job still unfinished after `stalled_after` seconds
+    without progress is lost (at most DRAIN_LIMIT seconds in all)."""
+    deadline = time.monotonic() + DRAIN_LIMIT
+    best, moved = float("inf"), time.monotonic()
+    while time.monotonic() < deadline and time.monotonic() - moved < stalled_after:
         with contextlib.suppress(Exception):
-            if _unfinished(url, load_ended) == 0:
+            left = _unfinished(url, load_ended)
+            if left == 0:
                 return
+            if left < best:
+                best, moved = left, time.monotonic()
         time.sleep(0.5)
 
 
@@ -209,6 +219,19 @@ def _unfinished(url: str, load_ended: float) -> int:
         (load_ended,),
     )
     return int(row[0])
+
+
+def _unfinished_rows(url: str, load_ended: float) -> list[dict[str, Any]]:
+    columns = ["id", "task", "state", "attempt", "lease_token", "worker"]
+    times = ["run_at", "lease_expires_at", "started_at"]
+    selected = ", ".join(columns + [_epoch(url, t) for t in times])
+    rows = _query(
+        url,
+        f"SELECT {selected} FROM due_jobs WHERE state IN ('queued', 'running', 'waiting') "
+        f"AND {_epoch(url, 'run_at')} <= %s",
+        (load_ended,),
+    )
+    return [dict(zip(columns + times, row, strict=True)) for row in rows]
 
 
 def _facts(url: str, load_ended: float) -> dict[str, Any]:

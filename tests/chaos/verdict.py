@@ -82,6 +82,9 @@ class Verdict:
     """Attempts started by the worker whose wall clock was an hour ahead."""
     skewed_refusals: int = 0
     """Times that worker refused to start (SQLite: the host's clock decides)."""
+    fault_log: list[Fault] = field(default_factory=list)
+    unfinished: list[dict[str, Any]] = field(default_factory=list)
+    """Jobs still unfinished after the drain, as the database had them (for a diagnosis)."""
 
     def ok(self) -> bool:
         return all(self.counts.get(name, 0) == 0 for name in MUST_BE_ZERO)
@@ -195,6 +198,7 @@ def judge(
     verdict.examples = {name: found[name] for name in MUST_BE_ZERO if found.get(name)}
     verdict.rescue_to_rerun = _rescue_delays(faults, by_job)
     verdict.failovers = _failovers(faults, leadership)
+    verdict.fault_log = list(faults)
     return verdict
 
 

@@ -59,7 +59,11 @@ class FreezableProxy:
     async def _connected(
         self, client_in: asyncio.StreamReader, client_out: asyncio.StreamWriter
     ) -> None:
-        server_in, server_out = await asyncio.open_connection(*self.target)
+        try:
+            server_in, server_out = await asyncio.open_connection(*self.target)
+        except OSError:  # the database is down (restarting): the client sees it closed
+            client_out.close()
+            return
         await asyncio.gather(self._pump(client_in, server_out), self._pump(server_in, client_out))
 
     async def _pump(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
