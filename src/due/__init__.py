@@ -16,6 +16,9 @@ from due._version import __version__
 from due.app import App
 from due.clock import Clock, FakeClock, SystemClock
 from due.context import Context
+from due.core.jobs import AttemptError, Job, JobState, Pieces
+from due.core.records import QueueOverview
+from due.core.schedules import Misfire, Overlap, Schedule
 from due.errors import (
     ArgumentsError,
     ConfigurationError,
@@ -35,11 +38,8 @@ from due.errors import (
     StoreUnavailableError,
     UnknownTaskError,
 )
-from due.job import AttemptError, Job, JobState, Pieces
 from due.request import JobRequest
 from due.retry import Retry
-from due.scheduler.definition import Misfire, Overlap, Schedule
-from due.store.records import QueueOverview
 from due.task import Task, TaskWithOptions
 
 __all__ = [

@@ -16,17 +16,17 @@ from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, overload
 
 from due.clock import Clock, SystemClock
 from due.context import Context
+from due.core.jobs import Job, JobState
+from due.core.records import JobFilter, NewJob, QueueOverview
+from due.core.schedules import Schedule
 from due.durations import DurationLike, to_seconds
 from due.errors import ConfigurationError
-from due.job import Job, JobState
 from due.payload import DEFAULT_MAX_PAYLOAD_BYTES
 from due.request import JobRequest, prepare, validate_queue
 from due.retry import Retry
 from due.scheduler.api import ScheduleMethods
-from due.scheduler.definition import Schedule
 from due.store import Store, open_store
 from due.store.pieces import completion_spec
-from due.store.records import JobFilter, NewJob, QueueOverview
 from due.task import DEFAULT_QUEUE, Registry, Task, TaskConfig
 from due.waiter import JobWaiter
 

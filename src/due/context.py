@@ -32,8 +32,8 @@ from due.payload import encode_value, finite_number, storable_text
 
 if TYPE_CHECKING:
     from due.app import App
+    from due.core.records import ClaimedJob
     from due.request import JobRequest
-    from due.store.records import ClaimedJob
     from due.task import Task
 
 PIECE_POLICIES = ("continue", "fail")

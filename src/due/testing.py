@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 from due.app import App
 from due.clock import FakeClock
-from due.job import JobState
-from due.store.records import ClaimedJob
+from due.core.jobs import JobState
+from due.core.records import ClaimedJob
 from due.worker.executor import Executor
 
 __all__ = ["DrainResult", "FakeClock", "adrain", "drain"]

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from due.clock import SystemClock
+from due.core.jobs import Job
 from due.errors import StoreError
-from due.job import Job
 from due.logs import event
 
 if TYPE_CHECKING:

@@ -9,8 +9,8 @@ from typing import Any
 
 import due
 from due.clock import FakeClock
-from due.job import JobState
-from due.store.records import Completion
+from due.core.jobs import JobState
+from due.core.records import Completion
 
 
 def child_app(url: str, now_iso: str) -> due.App:

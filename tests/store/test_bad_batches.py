@@ -10,8 +10,8 @@ from __future__ import annotations
 import datetime as dt
 
 import due
-from due.job import AttemptError, JobState
-from due.store.records import Completion, Lease
+from due.core.jobs import AttemptError, JobState
+from due.core.records import Completion, Lease
 
 
 def test_a_refused_row_is_written_alone_and_stripped(app: due.App) -> None:

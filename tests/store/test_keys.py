@@ -9,7 +9,7 @@ import pytest
 import due
 from due import JobState
 from due.clock import FakeClock
-from due.store.records import Completion
+from due.core.records import Completion
 from due.testing import drain
 
 

@@ -12,7 +12,7 @@ import pytest
 import due
 from due import JobState
 from due.clock import FakeClock
-from due.store.records import Completion, Lease, RescueResult
+from due.core.records import Completion, Lease, RescueResult
 from tests.conftest import START
 
 LEASE = 10.0

@@ -10,8 +10,8 @@ import pytest
 import due
 from due import JobState
 from due.clock import FakeClock
-from due.job import AttemptError
-from due.store.records import Completion
+from due.core.jobs import AttemptError
+from due.core.records import Completion
 from due.testing import drain
 from tests.conftest import START
 

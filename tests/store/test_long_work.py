@@ -13,8 +13,8 @@ import pytest
 import due
 from due import JobState
 from due.clock import FakeClock
-from due.job import AttemptError
-from due.store.records import Completion, Lease
+from due.core.jobs import AttemptError
+from due.core.records import Completion, Lease
 from tests.conftest import START
 from tests.helpers.database import table_rows
 

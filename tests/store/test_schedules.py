@@ -12,8 +12,8 @@ import pytest
 import due
 from due import JobState
 from due.clock import FakeClock
+from due.core.schedules import LeaseFence
 from due.scheduler.service import decide
-from due.store.schedules import LeaseFence
 from due.testing import drain
 
 MONDAY = datetime(2030, 1, 7, 0, 0, tzinfo=UTC)
@@ -130,7 +130,7 @@ def test_paris_hourly_across_both_transitions(app: due.App) -> None:
 
 def _from(stored, now, active, pending, reset=False):  # type: ignore[no-untyped-def]
     """A plan that only moves the schedule to now (skipping the months in between)."""
-    from due.scheduler.planner import Plan
+    from due.core.schedules import Plan
 
     return Plan(next_fire_at=stored.schedule.timing.after(now))
 
@@ -366,7 +366,7 @@ def test_pruning_keeps_recent_work_and_the_newest_job(app: due.App) -> None:
 
 
 def _done(claimed):  # type: ignore[no-untyped-def]
-    from due.store.records import Completion
+    from due.core.records import Completion
 
     return Completion(claimed.id, claimed.lease_token, JobState.SUCCEEDED, result="null")
 

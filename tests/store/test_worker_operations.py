@@ -129,7 +129,7 @@ def test_workers_register_report_in_and_go(app: due.App, clock: FakeClock) -> No
 
 
 def claimed_lease(claimed):  # type: ignore[no-untyped-def]
-    from due.store.records import Lease
+    from due.core.records import Lease
 
     return Lease(claimed.id, claimed.lease_token, 10)
 

@@ -14,8 +14,8 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from due.core.records import RescueResult
 from due.logs import event
-from due.store.records import RescueResult
 
 if TYPE_CHECKING:
     from due.worker.worker import Worker

@@ -5,10 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from due.durations import DurationLike
-from due.errors import ConfigurationError, ScheduleNotFoundError
-from due.job import Job
-from due.scheduler.definition import (
+from due.core.jobs import Job
+from due.core.schedules import (
     DEFAULT_CATCH_UP_LIMIT,
     DEFAULT_MISFIRE,
     DEFAULT_MISFIRE_GRACE_SECONDS,
@@ -18,9 +16,11 @@ from due.scheduler.definition import (
     Schedule,
     ScheduleOverview,
     ScheduleRun,
+    SyncReport,
 )
+from due.durations import DurationLike
+from due.errors import ConfigurationError, ScheduleNotFoundError
 from due.scheduler.registration import define_for_app
-from due.store.schedules import SyncReport
 
 if TYPE_CHECKING:
     from due.store import Store

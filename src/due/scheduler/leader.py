@@ -28,9 +28,9 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from due.clock import Clock
+from due.core.schedules import LeaseFence
 from due.errors import ConfigurationError, StoreError, StoreUnavailableError
 from due.logs import event
-from due.store.schedules import LeaseFence
 
 log = logging.getLogger("due.scheduler")
 LEADER_LEASE = "scheduler"

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from due.core.schedules import Misfire, Overlap, Schedule
 from due.durations import DurationLike
 from due.errors import ConfigurationError, InvalidJobError
 from due.request import validate_priority, validate_queue
-from due.scheduler.definition import Misfire, Overlap, Schedule, define_schedule
+from due.scheduler.definition import define_schedule
 from due.task import Task
 
 if TYPE_CHECKING:

@@ -16,11 +16,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from due.core.schedules import Materialised, Plan, StoredSchedule
 from due.logs import event
-from due.scheduler.definition import StoredSchedule
 from due.scheduler.leader import Leadership
-from due.scheduler.planner import Plan, plan
-from due.store.schedules import Materialised
+from due.scheduler.planner import plan
 
 if TYPE_CHECKING:
     from due.worker.worker import Worker

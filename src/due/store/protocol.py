@@ -14,9 +14,8 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol, Self
 
-from due.job import Job
-from due.scheduler.definition import Schedule, ScheduleOverview, ScheduleRun, StoredSchedule
-from due.store.records import (
+from due.core.jobs import Job
+from due.core.records import (
     ClaimedJob,
     Completion,
     HeartbeatReply,
@@ -27,7 +26,16 @@ from due.store.records import (
     RescueResult,
     WorkerInfo,
 )
-from due.store.schedules import Decide, LeaseFence, Materialised, SyncReport
+from due.core.schedules import (
+    Decide,
+    LeaseFence,
+    Materialised,
+    Schedule,
+    ScheduleOverview,
+    ScheduleRun,
+    StoredSchedule,
+    SyncReport,
+)
 
 DEFAULT_MAX_LOST_LEASES = 3
 """A job that lost its lease this many times in a row is failed, not retried:

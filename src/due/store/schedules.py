@@ -3,50 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from due.scheduler.definition import Schedule, StoredSchedule
-from due.scheduler.planner import Firing, Plan
-
-Decide = Callable[[StoredSchedule, datetime, bool, bool], Plan]
-"""(schedule, the database's now, a run is active, a run waits) -> the plan."""
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseFence:
-    """The leader lease a write depends on: the write happens only while it holds."""
-
-    name: str
-    holder: str
-    token: int
-
-
-@dataclass
-class Materialised:
-    """What one materialisation recorded: each new firing, with its job if it started."""
-
-    schedule: str
-    recorded: list[tuple[Firing, int | None]]
-    next_fire_at: datetime | None
-
-
-@dataclass
-class SyncReport:
-    """Code-defined schedules compared with the database."""
-
-    to_add: list[Schedule] = field(default_factory=list)
-    to_change: list[Schedule] = field(default_factory=list)
-    disabled: list[str] = field(default_factory=list)
-
-    @property
-    def added(self) -> list[str]:
-        return [schedule.name for schedule in self.to_add]
-
-    @property
-    def changed(self) -> list[str]:
-        return [schedule.name for schedule in self.to_change]
+from due.core.schedules import Schedule, StoredSchedule, SyncReport
 
 
 def not_running_reason(row: Mapping[str, Any] | None) -> str | None:

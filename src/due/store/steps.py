@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from due.core.jobs import Job, JobState
+from due.core.records import NewJob, job_from_row
 from due.errors import InvalidStateError, StoreError
-from due.job import Job, JobState
-from due.store.records import NewJob, job_from_row
 
 MAX_KEY_ROUNDS = 20
 

@@ -17,9 +17,9 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from due.job import JobState
+from due.core.jobs import JobState
+from due.core.records import Completion
 from due.logs import event
-from due.store.records import Completion
 from due.worker.running import RunningJob
 
 if TYPE_CHECKING:

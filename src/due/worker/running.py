@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from due.context import Context
-from due.store.records import ClaimedJob, Lease
+from due.core.records import ClaimedJob, Lease
 from due.task import Task
 
 TRUST_MARGIN_FRACTION = 0.2

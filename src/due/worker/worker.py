@@ -35,6 +35,7 @@ from typing import Any
 
 from due.app import App
 from due.clock import Clock
+from due.core.records import ClaimedJob, Completion, HeartbeatReply, Lease
 from due.errors import StoreError, StoreUnavailableError
 from due.logs import event
 from due.maintenance.pruner import Pruner
@@ -42,7 +43,6 @@ from due.maintenance.rescuer import Rescuer
 from due.scheduler.leader import DatabaseLeases, Leadership, RedisLeases
 from due.scheduler.service import Scheduler
 from due.service import run_forever, wait_for_any
-from due.store.records import ClaimedJob, Completion, HeartbeatReply, Lease
 from due.worker.calls import StoreCalls
 from due.worker.completer import Completer
 from due.worker.executor import Attempt, Executor

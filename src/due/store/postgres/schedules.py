@@ -15,25 +15,21 @@ from typing import Any
 
 import psycopg
 
-from due.errors import ConfigurationError
-from due.scheduler.definition import (
+from due.core.schedules import (
+    Decide,
+    LeaseFence,
+    Materialised,
+    Outcome,
     Overlap,
     ScheduleOverview,
     ScheduleRun,
     StoredSchedule,
+    SyncReport,
     stored_schedule,
 )
-from due.scheduler.planner import Outcome
+from due.errors import ConfigurationError
 from due.store.postgres.base import QUERIES, PostgresBase, normalise
-from due.store.schedules import (
-    Decide,
-    LeaseFence,
-    Materialised,
-    SyncReport,
-    definition_params,
-    not_running_reason,
-    plan_sync,
-)
+from due.store.schedules import definition_params, not_running_reason, plan_sync
 
 
 class PostgresSchedules(PostgresBase):

@@ -20,8 +20,22 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from due.core.jobs import AttemptError, Job, JobState
+from due.core.records import (
+    RETRY_RULE,
+    ClaimedJob,
+    Completion,
+    HeartbeatReply,
+    JobFilter,
+    Lease,
+    NewJob,
+    RescueResult,
+    attempt_error_json,
+    job_from_row,
+    read_claimed,
+    refusal,
+)
 from due.errors import JobNotFoundError, StoreError, StoreUnavailableError
-from due.job import AttemptError, Job, JobState
 from due.retry import judge_lost_lease
 from due.store import batches, pieces, steps
 from due.store.postgres.base import (
@@ -41,20 +55,6 @@ from due.store.postgres.schedules import PostgresSchedules
 from due.store.postgres.work import PostgresWork
 from due.store.postgres.workers import PostgresWorkers
 from due.store.protocol import DEFAULT_ALIVE_SECONDS, DEFAULT_MAX_LOST_LEASES
-from due.store.records import (
-    RETRY_RULE,
-    ClaimedJob,
-    Completion,
-    HeartbeatReply,
-    JobFilter,
-    Lease,
-    NewJob,
-    RescueResult,
-    attempt_error_json,
-    job_from_row,
-    read_claimed,
-    refusal,
-)
 from due.store.sql import describe_seconds
 
 T = TypeVar("T")

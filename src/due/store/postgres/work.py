@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from due.core.records import NewJob, QueueOverview, queue_overviews
 from due.errors import JobNotFoundError, LeaseLost
 from due.store import pieces
 from due.store.postgres.base import (
@@ -23,7 +24,6 @@ from due.store.postgres.base import (
     retried_on_conflict,
     translate_errors,
 )
-from due.store.records import NewJob, QueueOverview, queue_overviews
 
 
 class PostgresWork(PostgresBase):

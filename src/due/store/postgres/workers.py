@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
+from due.core.records import WorkerInfo
 from due.store.postgres.base import PostgresBase, normalise
-from due.store.records import WorkerInfo
 
 
 class PostgresWorkers(PostgresBase):

@@ -278,10 +278,8 @@ def python_row(row: dict[str, Any]) -> dict[str, Any]:
             row[name] = to_datetime(row[name])
     for name in JSON_COLUMNS:
         if row.get(name) is not None:
-            try:
-                row[name] = json.loads(row[name])
-            except json.JSONDecodeError:
-                pass  # kept as text: shown as it is; a claim fails that job alone
+            with contextlib.suppress(json.JSONDecodeError):  # else kept as text, shown
+                row[name] = json.loads(row[name])  # as it is; a claim fails that job alone
     return row
 
 

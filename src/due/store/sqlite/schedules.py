@@ -14,25 +14,21 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from due.errors import ConfigurationError
-from due.scheduler.definition import (
+from due.core.schedules import (
+    Decide,
+    LeaseFence,
+    Materialised,
+    Outcome,
     Overlap,
     Schedule,
     ScheduleOverview,
     ScheduleRun,
     StoredSchedule,
+    SyncReport,
     stored_schedule,
 )
-from due.scheduler.planner import Outcome
-from due.store.schedules import (
-    Decide,
-    LeaseFence,
-    Materialised,
-    SyncReport,
-    definition_params,
-    not_running_reason,
-    plan_sync,
-)
+from due.errors import ConfigurationError
+from due.store.schedules import definition_params, not_running_reason, plan_sync
 from due.store.sqlite.base import (
     QUERIES,
     SQLiteBase,

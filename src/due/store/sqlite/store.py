@@ -21,16 +21,8 @@ from collections.abc import Generator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from due.errors import (
-    ConfigurationError,
-    JobNotFoundError,
-    StoreError,
-)
-from due.job import AttemptError, Job, JobState
-from due.retry import judge_lost_lease
-from due.store import batches, pieces, steps
-from due.store.protocol import DEFAULT_ALIVE_SECONDS, DEFAULT_MAX_LOST_LEASES
-from due.store.records import (
+from due.core.jobs import AttemptError, Job, JobState
+from due.core.records import (
     RETRY_RULE,
     ClaimedJob,
     Completion,
@@ -44,6 +36,14 @@ from due.store.records import (
     read_claimed,
     refusal,
 )
+from due.errors import (
+    ConfigurationError,
+    JobNotFoundError,
+    StoreError,
+)
+from due.retry import judge_lost_lease
+from due.store import batches, pieces, steps
+from due.store.protocol import DEFAULT_ALIVE_SECONDS, DEFAULT_MAX_LOST_LEASES
 from due.store.sql import describe_seconds
 from due.store.sqlite.base import (
     QUERIES,

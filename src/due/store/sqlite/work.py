@@ -8,9 +8,9 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from due.core.records import NewJob, QueueOverview, queue_overviews
 from due.errors import ConfigurationError, JobNotFoundError, LeaseLost
 from due.store import pieces
-from due.store.records import NewJob, QueueOverview, queue_overviews
 from due.store.sqlite.base import (
     QUERIES,
     SQLiteBase,

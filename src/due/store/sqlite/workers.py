@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-from due.store.records import WorkerInfo
+from due.core.records import WorkerInfo
 from due.store.sqlite.base import QUERIES, SQLiteBase, to_datetime
 
 

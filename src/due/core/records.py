@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from due.core.jobs import AttemptError, Job, JobState, Pieces
 from due.errors import InvalidStateError
-from due.job import AttemptError, Job, JobState, Pieces
 
 
 @dataclass(slots=True)  # not frozen: built per job on hot paths, and frozen is slow
