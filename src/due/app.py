@@ -17,7 +17,7 @@ from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, overload
 from due.clock import Clock, SystemClock
 from due.context import Context
 from due.core.jobs import Job, JobState
-from due.core.records import JobFilter, NewJob, QueueOverview
+from due.core.records import BatchRequest, JobFilter, NewJob, QueueOverview
 from due.core.schedules import Schedule
 from due.durations import DurationLike, to_seconds
 from due.errors import ConfigurationError
@@ -97,7 +97,7 @@ class App(ScheduleMethods):
         if self.url.startswith(POSTGRES_PREFIXES):
             require_postgres_driver()
         if self.url.startswith(SQLITE_PREFIX):
-            from due.store.sqlite.base import path_from_url
+            from due.store.sqlite.backend import path_from_url
 
             path_from_url(self.url)
 
@@ -231,7 +231,7 @@ class App(ScheduleMethods):
     def enqueue_many(self, requests: Iterable[JobRequest], *, connection: Any = None) -> list[Job]:
         """Enqueue many jobs in one transaction (multi-row inserts); all or none."""
         jobs = self._prepare(requests)
-        return self.store.enqueue(jobs, connection=connection)
+        return self.store.job_enqueue(jobs, connection=connection)
 
     async def aenqueue_many(
         self, requests: Iterable[JobRequest], *, connection: Any = None
@@ -240,8 +240,8 @@ class App(ScheduleMethods):
         jobs = self._prepare(requests)
         store = self.store
         if connection is not None:
-            return await store.enqueue_async(jobs, connection)
-        return await asyncio.to_thread(store.enqueue, jobs)
+            return await store.job_enqueue_async(jobs, connection)
+        return await asyncio.to_thread(store.job_enqueue, jobs)
 
     def _prepare(self, requests: Iterable[JobRequest]) -> list[NewJob]:
         prepared = []
@@ -260,7 +260,7 @@ class App(ScheduleMethods):
 
     def get(self, job_id: int) -> Job:
         """The job as stored now: state, attempts, times, errors, result."""
-        return self.store.get(int(job_id))
+        return self.store.job_get(int(job_id))
 
     def jobs(
         self,
@@ -285,7 +285,7 @@ class App(ScheduleMethods):
             parent=parent,
             stuck_only=stuck,
         )
-        return self.store.list_jobs(where)
+        return self.store.job_list(where)
 
     def wait(self, job_id: int, *, timeout: DurationLike | None = None) -> Job:
         """Block until the job has ended (succeeded, failed or cancelled); returns it.
@@ -306,7 +306,7 @@ class App(ScheduleMethods):
         """Cancel a job. Queued or delayed: it will not run. Running: it is asked to
         stop and ends `cancelled` at its next safe point (not retried). A waiting
         parent: it ends, and so do its unfinished pieces."""
-        return self.store.cancel(int(job_id))
+        return self.store.job_cancel(int(job_id))
 
     def retry(self, job_id: int, *, now: bool = False) -> Job:
         """Put a failed or cancelled job back in its queue, with a fresh set of attempts.
@@ -314,7 +314,7 @@ class App(ScheduleMethods):
         It is due at once, unless it was cancelled while delayed to a time still
         to come: then it keeps that time (it is put back as it was), unless `now`.
         """
-        return self.store.retry(int(job_id), run_now=bool(now))
+        return self.store.job_retry(int(job_id), run_now=bool(now))
 
     # --- pieces and pauses ----------------------------------------------------------
 
@@ -336,7 +336,7 @@ class App(ScheduleMethods):
             )
         pieces = self.piece_jobs(task, items)
         spec = self.completion_spec(on_complete) if on_complete is not None else None
-        parent = self.store.batch(name, pieces, spec, on_piece_failure)
+        parent = self.store.batch_create(BatchRequest(name, pieces, spec, on_piece_failure))
         return self.get(parent)
 
     def piece_jobs(
@@ -378,11 +378,11 @@ class App(ScheduleMethods):
         A queue that no task of this app, no job, worker or schedule uses is
         refused as a likely typo, unless `force` (to pause a queue before its
         first job)."""
-        self.store.pause_queue(self._known_queue(queue, force, "pause"), True)
+        self.store.queue_pause(self._known_queue(queue, force, "pause"), True)
 
     def resume_queue(self, queue: str, *, force: bool = False) -> None:
         """Claim the queue's jobs again (see pause_queue for `force`)."""
-        self.store.pause_queue(self._known_queue(queue, force, "resume"), False)
+        self.store.queue_pause(self._known_queue(queue, force, "resume"), False)
 
     def _known_queue(self, queue: str, force: bool, action: str) -> str:
         name = validate_queue(queue)
@@ -398,10 +398,10 @@ class App(ScheduleMethods):
 
     def pause_group(self, parent_id: int) -> None:
         """Hold a parent's queued pieces (and those it spawns later) until resumed."""
-        self.store.hold_group(int(parent_id), True)
+        self.store.group_hold(int(parent_id), True)
 
     def resume_group(self, parent_id: int) -> None:
-        self.store.hold_group(int(parent_id), False)
+        self.store.group_hold(int(parent_id), False)
 
     def queues(self) -> list[QueueOverview]:
         """Per queue: depth, due now, running, waiting, retrying, failed, stuck, when

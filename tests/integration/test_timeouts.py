@@ -14,6 +14,7 @@ import time
 
 import due
 from due import JobState
+from due.core.records import ClaimRequest
 from due.worker.settings import WorkerSettings
 from due.worker.worker import Worker
 
@@ -49,7 +50,7 @@ def test_the_retry_waits_for_the_timed_out_thread(app: due.App) -> None:
             await worker.completer.run_once()
             held = app.get(job.id)
             assert held.state == JobState.RUNNING  # no retry while the thread lives
-            assert app.store.claim("default", 1, "another", 10.0) == []
+            assert app.store.job_claim(ClaimRequest("default", 1, "another", 10.0)) == []
             assert (await worker.heartbeater.run_once()).renewed == 1  # the lease is kept
             assert worker.producers["default"].free_slots == 1  # and the slot
         for _ in range(100):

@@ -12,7 +12,8 @@ import pytest
 import due
 from due import JobState
 from due.clock import FakeClock
-from due.store.postgres.store import PostgresStore
+from due.core.records import ClaimRequest
+from due.store import open_store
 from due.worker.settings import WorkerSettings
 from due.worker.worker import Worker
 
@@ -104,8 +105,8 @@ def test_a_lost_lease_cancels_the_async_handler_and_writes_nothing(
         await worker.producers["default"].run_once()
         await settle()
         clock.advance("11s")  # the lease expires; another worker takes the job over
-        app.store.rescue()
-        (taken,) = app.store.claim("default", 1, "thief", 10)
+        app.store.job_rescue()
+        (taken,) = app.store.job_claim(ClaimRequest("default", 1, "thief", 10))
         beat = await worker.heartbeater.run_once()
         assert beat.lost == 1
         await settle()
@@ -131,7 +132,7 @@ def test_a_lease_that_cannot_be_renewed_in_time_is_given_up(app: due.App, clock:
         await settle()
         # The database becomes unreachable: a real connection refused, not a stub.
         healthy = worker.store
-        worker.store = PostgresStore("postgresql://127.0.0.1:1/none", clock, connect_timeout=0.5)
+        worker.store = open_store("postgresql://127.0.0.1:1/none", clock, connect_timeout=0.5)
         try:
             clock.advance("7s")  # within the trust window (10s * 0.8)
             beat = await worker.heartbeater.run_once()
@@ -163,7 +164,7 @@ def test_heartbeats_renew_every_lease_the_worker_holds(app: due.App, clock: Fake
         beat = await worker.heartbeater.run_once()
         assert beat.renewed == 3
         clock.advance("3s")  # past the first lease, within the renewed one
-        assert app.store.rescue().count == 0
+        assert app.store.job_rescue().count == 0
         assert {app.get(job.id).state for job in jobs} == {JobState.RUNNING}
         for running in worker.held():
             assert running.handle is not None
@@ -224,7 +225,7 @@ def test_shutdown_drains_releases_and_writes_every_ack(app: due.App) -> None:
         released = app.get(stuck.id)
         assert released.state == JobState.QUEUED and released.attempt == 0
         assert released.errors[-1].kind == "released"
-        (info,) = app.store.list_workers()
+        (info,) = app.store.worker_list()
         assert info.state == "stopped" and info.id == worker.settings.worker_id
 
     run(scenario)

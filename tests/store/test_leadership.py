@@ -58,7 +58,7 @@ def test_a_leader_paused_inside_its_transaction_does_not_block_failover(
 
     def lead() -> None:
         try:
-            app.store.materialize("every-second", paused_decision, a.fence)
+            app.store.schedule_materialize("every-second", paused_decision, a.fence)
         except BaseException as error:
             outcome.append(error)
 

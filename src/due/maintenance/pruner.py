@@ -33,7 +33,7 @@ class Pruner:
         if scheduler is None or not scheduler.leadership.is_leader:
             return 0, 0
         retention = self.worker.settings.retention
-        jobs, runs = await self.worker.call(self.worker.store.prune, retention, BATCH)
+        jobs, runs = await self.worker.call(self.worker.store.job_prune, retention, BATCH)
         if jobs or runs:
             event(log, "maintenance.pruned", jobs=jobs, schedule_runs=runs, retention=retention)
         return jobs, runs

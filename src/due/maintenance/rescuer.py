@@ -39,7 +39,7 @@ class Rescuer:
     async def run_once(self) -> RescueRound:
         store = self.worker.store
         settings = self.worker.settings
-        result = await self.worker.call(store.rescue, 1000, settings.max_lost_leases)
+        result = await self.worker.call(store.job_rescue, 1000, settings.max_lost_leases)
         for job_id in result.requeued:
             event(log, "job.rescued", logging.WARNING, job=job_id, outcome="requeued")
         for job_id in result.failed:
@@ -48,7 +48,7 @@ class Rescuer:
             event(log, "job.rescued", logging.WARNING, job=job_id, outcome="cancelled")
         if result.requeued:
             self.worker.wake_all()
-        gone = await self.worker.call(store.mark_gone_workers, settings.gone_after)
+        gone = await self.worker.call(store.worker_mark_gone, settings.gone_after)
         for worker_id in gone:
             event(log, "worker.gone", logging.WARNING, worker=worker_id)
         return RescueRound(result, tuple(gone))

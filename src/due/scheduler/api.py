@@ -114,12 +114,12 @@ class ScheduleMethods:
             priority,
             True,
         )
-        self.store.add_schedule(schedule)
+        self.store.schedule_add(schedule)
         return schedule
 
     def sync_schedules(self) -> SyncReport:
         """Make the database's code-defined schedules match this app's (workers do it)."""
-        return self.store.sync_schedules(list(self.defined_schedules.values()))
+        return self.store.schedule_sync(list(self.defined_schedules.values()))
 
     def schedules(self) -> list[ScheduleOverview]:
         """Every stored schedule: next run, last run and outcome, skipped and missed runs."""
@@ -129,22 +129,22 @@ class ScheduleMethods:
         """A schedule's scheduled times, newest first, and what became of each
         (a removed schedule's history stays; a name never seen is refused)."""
         runs = self.store.schedule_runs(name, limit)
-        if not runs and name not in {s.name for s in self.store.list_schedules()}:
+        if not runs and name not in {s.name for s in self.store.schedule_list()}:
             raise ScheduleNotFoundError(f"no schedule named {name!r}")
         return runs
 
     def pause_schedule(self, name: str) -> None:
         """Stop starting runs; their times are recorded as skipped until resumed."""
-        if not self.store.pause_schedule(name, True):
+        if not self.store.schedule_pause(name, True):
             raise ScheduleNotFoundError(f"no schedule named {name!r}")
 
     def resume_schedule(self, name: str) -> None:
-        if not self.store.pause_schedule(name, False):
+        if not self.store.schedule_pause(name, False):
             raise ScheduleNotFoundError(f"no schedule named {name!r}")
 
     def trigger_schedule(self, name: str) -> Job:
         """Start a run of the schedule now, by hand."""
-        return self.get(self.store.trigger_schedule(name))
+        return self.get(self.store.schedule_trigger(name))
 
     def remove_schedule(self, name: str) -> None:
         """Delete a schedule added at run time (its history stays)."""
@@ -153,5 +153,5 @@ class ScheduleMethods:
                 f"schedule {name!r} is defined in code: delete it there (workers then "
                 "disable it when they start), or pause it"
             )
-        if not self.store.remove_schedule(name):
+        if not self.store.schedule_remove(name):
             raise ScheduleNotFoundError(f"no schedule named {name!r}")

@@ -60,14 +60,14 @@ class Scheduler:
             return SchedulerRound(False)
         fence = self.leadership.fence
         done = SchedulerRound(True)
-        for name in await call(store.due_schedule_names):
-            result = await call(store.materialize, name, decide, fence)
+        for name in await call(store.schedule_due_names):
+            result = await call(store.schedule_materialize, name, decide, fence)
             if result is None:
                 continue  # no longer ours to act on, or gone
             done.materialised.append(result)
             self._report(result)
-        for name in await call(store.schedules_with_pending_runs):
-            job_id = await call(store.start_pending_run, name, fence)
+        for name in await call(store.schedule_names_with_pending_runs):
+            job_id = await call(store.schedule_start_pending_run, name, fence)
             if job_id is not None:
                 done.started_pending.append(job_id)
                 event(
@@ -77,7 +77,7 @@ class Scheduler:
                     job=job_id,
                     reason="the previous run ended",
                 )
-        self._next_fire = await call(store.next_schedule_fire)
+        self._next_fire = await call(store.schedule_next_fire)
         return done
 
     def interval(self) -> float:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from due.core.records import UnknownTaskSweep
 from due.logs import event
 
 if TYPE_CHECKING:
@@ -31,13 +32,13 @@ class UnknownTaskReaper:
 
     async def run_once(self) -> list[int]:
         settings = self.worker.settings
-        failed = await self.worker.call(
-            self.worker.store.fail_unknown_tasks,
+        sweep = UnknownTaskSweep(
             list(settings.queues),
             self.worker.task_names,
             settings.unknown_task_grace,
             settings.gone_after,
         )
+        failed = await self.worker.call(self.worker.store.job_fail_unknown_tasks, sweep)
         for job_id in failed:
             event(
                 log,

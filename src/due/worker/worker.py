@@ -35,7 +35,14 @@ from typing import Any
 
 from due.app import App
 from due.clock import Clock
-from due.core.records import ClaimedJob, Completion, HeartbeatReply, Lease
+from due.core.records import (
+    ClaimedJob,
+    ClaimRequest,
+    Completion,
+    HeartbeatReply,
+    Lease,
+    WorkerRegistration,
+)
 from due.errors import StoreError, StoreUnavailableError
 from due.logs import event
 from due.maintenance.pruner import Pruner
@@ -96,32 +103,29 @@ class Worker:
 
     # --- the store, from the loop --------------------------------------------
 
+    def _claim_request(self, queue: str, limit: int) -> ClaimRequest:
+        return ClaimRequest(
+            queue,
+            limit,
+            self.settings.worker_id,
+            self.settings.lease,
+            self.task_names,
+            self.task_leases,
+        )
+
     async def claim(self, queue: str, limit: int) -> list[ClaimedJob]:
         """Claim jobs; with a single-writer store, the pending acks ride along."""
         if not self.store.single_writer:
-            return await self.call(
-                self.store.claim,
-                queue,
-                limit,
-                self.settings.worker_id,
-                self.settings.lease,
-                self.task_names,
-                self.task_leases,
-            )
+            return await self.call(self.store.job_claim, self._claim_request(queue, limit))
         acks = self.completer.take()
         # Slots the carried acks free are free once the claim commits with them.
         producer = self.producers[queue]
         freed = producer.slots_freed_by_writing(sum(1 for r, _ in acks if r.queue == queue))
         try:
             applied, jobs = await self.call(
-                self.store.complete_and_claim,
+                self.store.job_complete_and_claim,
                 [completion for _, completion in acks],
-                queue,
-                min(limit + freed, MAX_CLAIM_BATCH),
-                self.settings.worker_id,
-                self.settings.lease,
-                self.task_names,
-                self.task_leases,
+                self._claim_request(queue, min(limit + freed, MAX_CLAIM_BATCH)),
             )
         except BaseException:
             self.completer.give_back(acks)
@@ -130,17 +134,17 @@ class Worker:
         return jobs
 
     async def next_due(self, queue: str) -> datetime | None:
-        return await self.call(self.store.next_due, queue, self.task_names)
+        return await self.call(self.store.job_next_due, queue, self.task_names)
 
     async def complete(self, completions: Sequence[Completion]) -> set[int]:
-        return await self.call(self.store.complete, completions)
+        return await self.call(self.store.job_complete, completions)
 
     async def heartbeat(self, leases: Sequence[Lease], deadline: float) -> HeartbeatReply:
-        return await self._heartbeat_call.within(deadline, self.store.heartbeat, leases)
+        return await self._heartbeat_call.within(deadline, self.store.job_heartbeat, leases)
 
     async def touch(self, deadline: float) -> None:
         await self._heartbeat_call.within(
-            deadline, self.store.touch_worker, self.settings.worker_id
+            deadline, self.store.worker_touch, self.settings.worker_id
         )
 
     def database_now(self) -> datetime:
@@ -424,14 +428,14 @@ class Worker:
         backoff = 0.2
         while True:
             try:
-                await self.call(
-                    self.store.register_worker,
+                registration = WorkerRegistration(
                     self.settings.worker_id,
                     socket.gethostname(),
                     os.getpid(),
                     self.settings.queues,
                     self.task_names,
                 )
+                await self.call(self.store.worker_register, registration)
                 database_now = await self.call(self.store.now)
                 self._database_offset = database_now - self.clock.wall()
                 return
@@ -478,7 +482,7 @@ class Worker:
             return
         reason = f"released by worker {self.settings.worker_id} at shutdown"
         try:
-            await self.call(self.store.release, [r.lease for r in unfinished], reason)
+            await self.call(self.store.job_release, [r.lease for r in unfinished], reason)
         except StoreError as error:
             event(
                 log,
@@ -502,7 +506,7 @@ class Worker:
 
     async def _set_state(self, state: str) -> None:
         try:
-            await self.call(self.store.set_worker_state, self.settings.worker_id, state)
+            await self.call(self.store.worker_set_state, self.settings.worker_id, state)
         except StoreError as error:
             event(log, "worker.state_not_recorded", logging.WARNING, state=state, error=str(error))
 

@@ -1,4 +1,4 @@
-"""SQLite plumbing shared by the store's parts: connections, transactions, schema.
+"""SQLite under the store: the embedded default, one host, any number of processes.
 
 Durability first: WAL with `synchronous=FULL`, because an acknowledged
 enqueue is a promise (a power cut must not take it back). Every writing
@@ -7,10 +7,10 @@ lock (bounded by `busy_timeout`) instead of failing halfway; claims are
 therefore serialised and no row is ever claimed twice.
 
 Each thread gets its own connection (sqlite3 connections are not shared
-across threads); times are stored as REAL Unix seconds and "now" is this
-host's clock unless a clock is injected. The store is one class
-(`store.SQLiteStore`) assembled from mixins: jobs (`store.py`), workers
-(`workers.py`), schedules and leases (`schedules.py`).
+across threads). Times are stored as REAL Unix seconds and "now" is this
+host's clock unless a clock is injected; a process whose clock disagrees
+with the kernel's refuses to start (`check_host_clock`). Lists go in as JSON
+text (read with `json_each`), and a batch statement runs once per row.
 """
 
 from __future__ import annotations
@@ -22,37 +22,44 @@ import sqlite3
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Self
+from typing import Any
 
 from due.clock import Clock, SystemClock
 from due.errors import ConfigurationError, NotMigratedError, StoreError, StoreUnavailableError
-from due.store import pieces
-from due.store.protocol import ChangeFeed
+from due.store.backend import ChangeFeed, DuplicateError, Rows, Transaction
 from due.store.sql import load_migrations, load_queries, require_current_schema
 
 QUERIES = load_queries("due.store.sqlite")
 MIGRATIONS = load_migrations("due.store.sqlite")
 LATEST_VERSION = MIGRATIONS[-1].version
 DEFAULT_BUSY_TIMEOUT = 30.0
+MAX_CLOCK_SKEW_SECONDS = 2.0
 _REAL_CLOCK = SystemClock()
-TIME_COLUMNS = (
-    "run_at",
-    "lease_expires_at",
-    "created_at",
-    "started_at",
-    "finished_at",
-    "scheduled_for",
-    "next_fire_at",
-    "updated_at",
-    "recorded_at",
-    "last_run_at",
-    "last_success_at",
-    "oldest_due",
-    "progress_at",
+TIME_COLUMNS = frozenset(
+    {
+        "run_at",
+        "lease_expires_at",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "scheduled_for",
+        "next_fire_at",
+        "updated_at",
+        "recorded_at",
+        "last_run_at",
+        "last_success_at",
+        "oldest_due",
+        "progress_at",
+        "last_seen_at",
+        "stopped_at",
+        "now",
+    }
 )
-JSON_COLUMNS = ("payload", "errors", "result", "checkpoint", "progress")
+JSON_COLUMNS = frozenset(
+    {"payload", "errors", "result", "checkpoint", "progress", "queues", "tasks", "ids"}
+)
 
 
 def path_from_url(url: str) -> str:
@@ -74,8 +81,9 @@ def path_from_url(url: str) -> str:
     return path
 
 
-class SQLiteBase:
+class SQLiteBackend:
     single_writer = True
+    locks_rows = False
 
     def __init__(
         self, url: str, clock: Clock, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT
@@ -88,10 +96,59 @@ class SQLiteBase:
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
 
-    # --- plumbing -----------------------------------------------------------
+    # --- transactions -------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def transaction(
+        self,
+        *,
+        read: bool = False,
+        single: bool = False,
+        unbounded: bool = False,
+        leader: bool = False,
+    ) -> Iterator[Transaction]:
+        conn = self._connection()
+        with translate_errors(self.path):
+            if read:
+                yield SQLiteTransaction(conn, self._now())
+                return
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield SQLiteTransaction(conn, self._now())
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def on_connection(self, connection: Any, call: str) -> Iterator[Transaction]:
+        if not isinstance(connection, sqlite3.Connection):
+            raise ConfigurationError(
+                f"{call} takes a sqlite3.Connection for a SQLite app, "
+                f"got {type(connection).__name__}"
+            )
+        with translate_errors(self.path):
+            yield SQLiteTransaction(connection, self._now())
+
+    def on_async_connection(self, connection: Any, call: str) -> Any:
+        raise ConfigurationError(
+            f"a SQLite app has no async connections; call the sync form of {call} with a "
+            "sqlite3.Connection"
+        )
+
+    @contextlib.contextmanager
+    def handler_transaction(self) -> Iterator[tuple[Any, Transaction]]:
+        with self.transaction() as tx:
+            assert isinstance(tx, SQLiteTransaction)
+            yield tx.connection, tx
+
+    def now(self) -> datetime:
+        return to_datetime(self._now())
 
     def _now(self) -> float:
         return (self._clock.now() or self._clock.wall()).timestamp()
+
+    # --- connections --------------------------------------------------------------
 
     def _connection(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -116,28 +173,6 @@ class SQLiteBase:
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
         return conn
 
-    @contextlib.contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        conn = self._connection()
-        with translate_errors(self.path):
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-
-    def _read(self, name: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
-        with translate_errors(self.path):
-            return [dict(row) for row in self._connection().execute(QUERIES[name], params)]
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
     def close(self) -> None:
         with self._lock:
             for conn in self._connections:
@@ -145,31 +180,31 @@ class SQLiteBase:
             self._connections.clear()
         self._local = threading.local()
 
-    # --- schema ---------------------------------------------------------------
+    # --- schema ---------------------------------------------------------------------
 
     def migrate(self) -> list[int]:
         applied_now = []
-        with self._write() as conn:
-            conn.execute(QUERIES["create_migrations_table"])
-            current = conn.execute(QUERIES["schema_version"]).fetchone()["version"] or 0
+        with self.transaction() as tx:
+            assert isinstance(tx, SQLiteTransaction)
+            tx.run("create_migrations_table")
+            current = tx.run("schema_version")[0]["version"] or 0
             if current > LATEST_VERSION:
                 require_current_schema(current, LATEST_VERSION, self._where())
             for migration in MIGRATIONS:
                 if migration.version > current:
                     for statement in _statements(migration.sql):
-                        conn.execute(statement)
-                    conn.execute(
-                        QUERIES["record_migration"],
-                        {"version": migration.version, "name": migration.name, "now": self._now()},
-                    )
+                        tx.connection.execute(statement)
+                    params = {"version": migration.version, "name": migration.name}
+                    tx.run("record_migration", {**params, "now": tx.now})
                     applied_now.append(migration.version)
         return applied_now
 
     def schema_version(self) -> int | None:
-        if not self._read("migrations_table_exists", {})[0]["present"]:
-            return None
-        version = self._read("schema_version", {})[0]["version"]
-        return int(version) if version is not None else None
+        with self.transaction(read=True) as tx:
+            if not tx.run("migrations_table_exists")[0]["present"]:
+                return None
+            version = tx.run("schema_version")[0]["version"]
+            return int(version) if version is not None else None
 
     def check_schema(self) -> None:
         if self._clock.now() is None:  # the host's clock, not one injected by a test
@@ -185,10 +220,7 @@ class SQLiteBase:
     def _where(self) -> str:
         return f"SQLite database {self.path}"
 
-    def now(self) -> datetime:
-        return to_datetime(self._now())
-
-    # --- for the worker (wake-ups) --------------------------------------------------
+    # --- wake-ups ---------------------------------------------------------------------
 
     def data_version(self) -> int:
         """Changes whenever another connection commits: a cheap wake-up check."""
@@ -198,6 +230,44 @@ class SQLiteBase:
     def watch_endings(self) -> ChangeFeed:
         return CommitFeed(self)
 
+    def watch_jobs(self) -> ChangeFeed:
+        return CommitFeed(self)
+
+
+class SQLiteTransaction:
+    locks_rows = False
+
+    def __init__(self, connection: sqlite3.Connection, now: float) -> None:
+        self.connection = connection
+        self._now = now
+        self._cursor = connection.cursor()
+        self._cursor.row_factory = sqlite3.Row  # a caller's connection may have any
+
+    @property
+    def now(self) -> datetime:
+        return to_datetime(self._now)
+
+    def instant(self) -> datetime:
+        return to_datetime(self._now)
+
+    def run(self, query: str, params: Mapping[str, Any] | None = None) -> Rows:
+        self._cursor.execute(QUERIES[query], _encoded(params or {}))
+        if not self._cursor.description:
+            return []
+        return [python_row(dict(row)) for row in self._cursor.fetchall()]
+
+    def run_each(
+        self, query: str, rows: Sequence[Mapping[str, Any]], params: Mapping[str, Any] | None = None
+    ) -> Rows:
+        shared = params or {}
+        found: Rows = []
+        for row in rows:
+            found += self.run(query, {**shared, **row})
+        return found
+
+    def copy(self, query: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        self._cursor.executemany(QUERIES[query], [_encoded_row(row) for row in rows])
+
 
 class CommitFeed:
     """Waits for a commit by another connection (`PRAGMA data_version`, read every
@@ -205,28 +275,29 @@ class CommitFeed:
 
     POLL_SECONDS = 0.005
 
-    def __init__(self, store: SQLiteBase) -> None:
-        self._store = store
+    def __init__(self, backend: SQLiteBackend) -> None:
+        self._backend = backend
         self._version: int | None = None
+
+    def messages(self, timeout: float) -> list[str]:
+        return [""] if self.wait(timeout) else []
 
     def wait(self, timeout: float) -> bool:
         if self._version is None:
-            self._version = self._store.data_version()
+            self._version = self._backend.data_version()
             return True
         deadline = _REAL_CLOCK.monotonic() + timeout  # real time, whatever the store's clock
-        while _REAL_CLOCK.monotonic() < deadline:
-            version = self._store.data_version()
+        while True:
+            version = self._backend.data_version()
             if version != self._version:
                 self._version = version
                 return True
+            if _REAL_CLOCK.monotonic() >= deadline:
+                return False
             time.sleep(self.POLL_SECONDS)
-        return False
 
     def close(self) -> None:
         self._version = None
-
-
-MAX_CLOCK_SKEW_SECONDS = 2.0
 
 
 def check_host_clock(directory: str) -> None:
@@ -264,8 +335,22 @@ def _statements(script: str) -> list[str]:
     return statements
 
 
-def epoch(value: datetime | None) -> float | None:
-    return None if value is None else value.timestamp()
+def _encoded(params: Mapping[str, Any]) -> dict[str, Any]:
+    return {name: _value(value) for name, value in params.items()}
+
+
+def _encoded_row(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(_value(value) for value in row)
+
+
+def _value(value: Any) -> Any:
+    """A Python value as SQLite stores it: times as Unix seconds, lists and
+    mappings as JSON text (read with json_each)."""
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if isinstance(value, list | tuple | dict):
+        return json.dumps(value)
+    return value
 
 
 def to_datetime(value: float) -> datetime:
@@ -273,13 +358,17 @@ def to_datetime(value: float) -> datetime:
 
 
 def python_row(row: dict[str, Any]) -> dict[str, Any]:
-    for name in TIME_COLUMNS:
-        if row.get(name) is not None:
-            row[name] = to_datetime(row[name])
-    for name in JSON_COLUMNS:
-        if row.get(name) is not None:
-            with contextlib.suppress(json.JSONDecodeError):  # else kept as text, shown
-                row[name] = json.loads(row[name])  # as it is; a claim fails that job alone
+    """A row in Python types: times as aware datetimes, JSON columns decoded (a
+    value that is not JSON is kept as text: shown as it is; a claim fails that
+    job alone)."""
+    for name, value in row.items():
+        if value is None:
+            continue
+        if name in TIME_COLUMNS and isinstance(value, int | float):
+            row[name] = to_datetime(value)
+        elif name in JSON_COLUMNS and isinstance(value, str):
+            with contextlib.suppress(json.JSONDecodeError):
+                row[name] = json.loads(value)
     return row
 
 
@@ -288,6 +377,10 @@ def translate_errors(path: str) -> Iterator[None]:
     """Driver errors become StoreErrors, with the original as the cause."""
     try:
         yield
+    except sqlite3.IntegrityError as error:
+        if "UNIQUE" in str(error):
+            raise DuplicateError(f"SQLite database {path}: {error}") from error
+        raise StoreError(f"SQLite database {path}: {error}") from error
     except sqlite3.OperationalError as error:
         if "locked" in str(error) or "busy" in str(error):
             raise StoreUnavailableError(
@@ -296,20 +389,3 @@ def translate_errors(path: str) -> Iterator[None]:
         raise StoreError(f"SQLite database {path}: {error}") from error
     except sqlite3.Error as error:
         raise StoreError(f"SQLite database {path}: {error}") from error
-
-
-def piece_queries(conn: sqlite3.Connection) -> pieces.Execute:
-    """Named queries run in the connection's transaction, for due.store.pieces."""
-
-    def execute(name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        cursor = conn.execute(QUERIES[name], params)
-        return [dict(row) for row in cursor.fetchall()] if cursor.description else []
-
-    return execute
-
-
-def settle(conn: sqlite3.Connection, ended: list[dict[str, Any]], now: float) -> None:
-    """Count jobs that ended on their parents (and settle those), in the caller's
-    transaction; nothing to do for jobs without parent or pieces."""
-    if any(pieces.concerns_a_parent(row) for row in ended):
-        pieces.settle(piece_queries(conn), ended, now)
