@@ -70,13 +70,13 @@ def test_acknowledgements_are_written_in_one_batch(app: due.App) -> None:
         jobs = app.enqueue_many([quick.request(n) for n in range(50)])
         worker = make_worker(app, default=50)
         calls = []
-        complete = worker.complete
+        write = worker.completer.write
 
         async def counting(completions: Any) -> set[int]:
             calls.append(len(completions))
-            return await complete(completions)
+            return await write(completions)
 
-        worker.complete = counting  # type: ignore[method-assign]
+        worker.completer.write = counting
         assert await worker.producers["default"].run_once() == 50
         await settle()
         assert await worker.completer.run_once() == 50
@@ -347,11 +347,11 @@ def test_claims_stop_while_too_many_ended_jobs_await_their_acknowledgement(
         for _ in range(30):  # claim and run, never writing an acknowledgement
             await producer.run_once()
             await settle()
-        assert (producer.active, producer.unwritten, producer.free_slots) == (0, 10, 0)
+        assert (producer.jobs.active, producer.jobs.unwritten, producer.free_slots) == (0, 10, 0)
         assert await producer.run_once() == 0
         # What writing some of them would free (SQLite sizes its claims, which carry
         # the acknowledgements, by it): only those beyond the allowance held slots.
-        assert [producer.slots_freed_by_writing(n) for n in (3, 5, 10)] == [3, 5, 5]
+        assert [producer.jobs.slots_freed_by_writing(n) for n in (3, 5, 10)] == [3, 5, 5]
         leased = app.jobs(state=JobState.RUNNING, limit=1000)
         assert len(leased) == 10 + len(producer.ready)  # the ended ones and those claimed ahead
         assert await worker.completer.run_once() == 10

@@ -12,17 +12,16 @@ by the run's own notification.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from due.core.schedules import Materialised, Plan, StoredSchedule
 from due.logs import event
 from due.scheduler.leader import Leadership
 from due.scheduler.planner import plan
-
-if TYPE_CHECKING:
-    from due.worker.worker import Worker
+from due.service import Calls
+from due.store import Store
 
 log = logging.getLogger("due.scheduler")
 TICK_SECONDS = 1.0
@@ -47,14 +46,23 @@ def decide(stored: StoredSchedule, now: datetime, active: bool, pending: bool) -
 
 
 class Scheduler:
-    def __init__(self, worker: Worker, leadership: Leadership) -> None:
-        self.worker = worker
+    def __init__(
+        self,
+        *,
+        store: Store,
+        call: Calls,
+        leadership: Leadership,
+        database_now: Callable[[], datetime],
+    ) -> None:
+        self._store = store
+        self._call = call
         self.leadership = leadership
+        self._database_now = database_now
         self._next_fire: datetime | None = None
 
     async def run_once(self) -> SchedulerRound:
-        call = self.worker.call
-        store = self.worker.store
+        call = self._call
+        store = self._store
         leading = await call(self.leadership.ensure)
         if not leading:
             return SchedulerRound(False)
@@ -83,7 +91,7 @@ class Scheduler:
     def interval(self) -> float:
         if not self.leadership.is_leader or self._next_fire is None:
             return TICK_SECONDS
-        until = (self._next_fire - self.worker.database_now()).total_seconds()
+        until = (self._next_fire - self._database_now()).total_seconds()
         return max(0.0, min(until, TICK_SECONDS))
 
     def _report(self, result: Materialised) -> None:
