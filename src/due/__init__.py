@@ -15,7 +15,6 @@ Never lose a due job, never run one twice by accident, never fail quietly.
 from due._version import __version__
 from due.app import App
 from due.clock import Clock, FakeClock, SystemClock
-from due.context import Context
 from due.core.jobs import AttemptError, Job, JobState, Pieces
 from due.core.records import QueueOverview
 from due.core.schedules import Misfire, Overlap, Schedule
@@ -38,6 +37,7 @@ from due.errors import (
     StoreUnavailableError,
     UnknownTaskError,
 )
+from due.long_work.context import Context
 from due.request import JobRequest
 from due.retry import Retry
 from due.task import Task, TaskWithOptions

@@ -6,8 +6,8 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from due.context import Context
 from due.core.records import ClaimedJob, Lease
+from due.long_work.context import Context
 from due.task import Task
 
 if TYPE_CHECKING:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from due.core.records import PieceSpawn
 from due.errors import ConfigurationError, JobCancelled, LeaseLost
+from due.long_work.pieces import check_policy
 from due.payload import encode_value, finite_number, storable_text
 
 if TYPE_CHECKING:
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
     from due.request import JobRequest
     from due.task import Task
 
-PIECE_POLICIES = ("continue", "fail")
 MAX_PROGRESS_MESSAGE = 1000
 
 
@@ -258,10 +258,7 @@ class Context:
         app = self._require_app()
         pieces = app.piece_jobs(task, items)
         spec = app.completion_spec(on_complete) if on_complete is not None else None
-        if on_piece_failure is not None and on_piece_failure not in PIECE_POLICIES:
-            raise ConfigurationError(
-                f"on_piece_failure={on_piece_failure!r}: choose 'continue' or 'fail'"
-            )
+        check_policy(on_piece_failure)
         self.pieces_spawned += len(pieces)
         request = PieceSpawn(self.job_id, self.lease_token, pieces, spec, on_piece_failure)
         if _on_event_loop():
