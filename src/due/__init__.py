@@ -10,6 +10,10 @@ Never lose a due job, never run one twice by accident, never fail quietly.
     def send_reset_email(user_id: int) -> None: ...
 
     send_reset_email.options(delay="10m", key="reset:42").enqueue(42)
+
+The public API is this module's `__all__`, `due.testing`, and the `due`
+command. Every other module is internal: its names may change in any release
+(docs/architecture.md shows how they fit together).
 """
 
 from due._version import __version__

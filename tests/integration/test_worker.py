@@ -16,6 +16,7 @@ from due.core.records import ClaimRequest
 from due.store import open_store
 from due.worker.settings import WorkerSettings
 from due.worker.worker import Worker
+from tests.helpers.waiting import async_wait_until
 
 
 def run(scenario: Callable[[], Awaitable[Any]]) -> Any:
@@ -244,15 +245,13 @@ def test_a_sync_handler_past_its_timeout_keeps_its_slot_until_it_returns(app: du
         worker = make_worker(app, default=1)
         producer = worker.producers["default"]
         assert await producer.run_once() == 1
-        await asyncio.sleep(0.3)  # the timeout passes; the thread does not stop
+        # The timeout passes; the thread does not stop.
+        await async_wait_until(lambda: producer.jobs.held[job.id].straggler, what="timeout")
         await worker.completer.run_once()
         assert app.get(job.id).state == JobState.RUNNING  # its lease kept: no retry yet
         assert producer.free_slots == 0 and worker.executor.threads_busy == 1
         release.set()
-        for _ in range(100):
-            if producer.free_slots == 1:
-                break
-            await asyncio.sleep(0.02)
+        await async_wait_until(lambda: producer.jobs.outcomes, what="the thread's end")
         await worker.completer.run_once()
         assert producer.free_slots == 1 and worker.executor.threads_busy == 0
         timed_out = app.get(job.id)
