@@ -128,7 +128,7 @@ class PostgresBackend:
                 f"got {type(connection).__name__}"
             )
         with translate_errors(self.url), connection.cursor(row_factory=dict_row) as cur:
-            yield PostgresTransaction(cur, self._clock.now())
+            yield PostgresTransaction(cur, self._clock.now(), to_utc=True)
 
     @contextlib.asynccontextmanager
     async def on_async_connection(
@@ -258,10 +258,15 @@ class PostgresBackend:
 class PostgresTransaction:
     locks_rows = True
 
-    def __init__(self, cursor: psycopg.Cursor[dict[str, Any]], now: datetime | None) -> None:
+    def __init__(
+        self, cursor: psycopg.Cursor[dict[str, Any]], now: datetime | None, to_utc: bool = False
+    ) -> None:
         self.cursor = cursor
         self._now = now
         self._instant: datetime | None = now
+        self._to_utc = to_utc
+        """Put times in UTC: on a caller's connection, whose session may be in any
+        time zone (due's own sessions are in UTC: psycopg gives UTC times)."""
 
     @property
     def now(self) -> datetime | None:
@@ -275,7 +280,7 @@ class PostgresTransaction:
     def run(self, query: str, params: Mapping[str, Any] | None = None) -> Rows:
         self.cursor.execute(QUERIES[query], _encoded(params or {}))
         rows = self.cursor.fetchall() if returns_rows(self.cursor) else []
-        return [_utc(row) for row in rows]
+        return [_utc(row) for row in rows] if self._to_utc else rows
 
     def run_each(
         self, query: str, rows: Sequence[Mapping[str, Any]], params: Mapping[str, Any] | None = None
@@ -346,8 +351,6 @@ def _unchanged(text: str) -> str:
 
 
 def _utc(row: dict[str, Any]) -> dict[str, Any]:
-    """Times in UTC, whatever the session's time zone (a caller's connection may
-    have any)."""
     for name, value in row.items():
         if isinstance(value, datetime):
             row[name] = value.astimezone(UTC)

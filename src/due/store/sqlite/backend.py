@@ -16,13 +16,14 @@ text (read with `json_each`), and a batch statement runs once per row.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import sqlite3
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -241,20 +242,31 @@ class SQLiteTransaction:
         self.connection = connection
         self._now = now
         self._cursor = connection.cursor()
-        self._cursor.row_factory = sqlite3.Row  # a caller's connection may have any
+        self._cursor.row_factory = None  # tuples, whatever the caller's connection has
 
     @property
-    def now(self) -> datetime:
-        return to_datetime(self._now)
+    def now(self) -> float:
+        """Unix seconds, as the statements take it (no encoding on every statement)."""
+        return self._now
 
     def instant(self) -> datetime:
         return to_datetime(self._now)
 
     def run(self, query: str, params: Mapping[str, Any] | None = None) -> Rows:
-        self._cursor.execute(QUERIES[query], _encoded(params or {}))
-        if not self._cursor.description:
+        cursor = self._cursor
+        cursor.execute(QUERIES[query], _encoded(params) if params else {})
+        description = cursor.description
+        if description is None:
             return []
-        return [python_row(dict(row)) for row in self._cursor.fetchall()]
+        names, conversions = _row_plan(description)
+        rows = [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
+        if conversions:
+            for row in rows:
+                for name, convert in conversions:
+                    value = row[name]
+                    if value is not None:
+                        row[name] = convert(value)
+        return rows
 
     def run_each(
         self, query: str, rows: Sequence[Mapping[str, Any]], params: Mapping[str, Any] | None = None
@@ -266,7 +278,12 @@ class SQLiteTransaction:
         return found
 
     def copy(self, query: str, rows: Sequence[tuple[Any, ...]]) -> None:
-        self._cursor.executemany(QUERIES[query], [_encoded_row(row) for row in rows])
+        """Rows of one shape: the first says which columns need encoding."""
+        if not rows:
+            return
+        positions = [i for i, value in enumerate(rows[0]) if isinstance(value, _ENCODED)]
+        encoded = [_encoded_row(row, positions) for row in rows] if positions else rows
+        self._cursor.executemany(QUERIES[query], encoded)
 
 
 class CommitFeed:
@@ -335,12 +352,21 @@ def _statements(script: str) -> list[str]:
     return statements
 
 
-def _encoded(params: Mapping[str, Any]) -> dict[str, Any]:
-    return {name: _value(value) for name, value in params.items()}
+_ENCODED = (datetime, list, tuple, dict)
 
 
-def _encoded_row(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    return tuple(_value(value) for value in row)
+def _encoded(params: Mapping[str, Any]) -> Mapping[str, Any]:
+    for value in params.values():
+        if isinstance(value, _ENCODED):
+            return {name: _value(value) for name, value in params.items()}
+    return params  # the common case, untouched
+
+
+def _encoded_row(row: tuple[Any, ...], positions: list[int]) -> list[Any]:
+    encoded = list(row)
+    for i in positions:
+        encoded[i] = _value(encoded[i])
+    return encoded
 
 
 def _value(value: Any) -> Any:
@@ -357,19 +383,34 @@ def to_datetime(value: float) -> datetime:
     return datetime.fromtimestamp(value, UTC)
 
 
-def python_row(row: dict[str, Any]) -> dict[str, Any]:
-    """A row in Python types: times as aware datetimes, JSON columns decoded (a
-    value that is not JSON is kept as text: shown as it is; a claim fails that
-    job alone)."""
-    for name, value in row.items():
-        if value is None:
-            continue
-        if name in TIME_COLUMNS and isinstance(value, int | float):
-            row[name] = to_datetime(value)
-        elif name in JSON_COLUMNS and isinstance(value, str):
-            with contextlib.suppress(json.JSONDecodeError):
-                row[name] = json.loads(value)
-    return row
+@functools.lru_cache(maxsize=512)
+def _row_plan(
+    description: tuple[tuple[Any, ...], ...],
+) -> tuple[tuple[str, ...], tuple[tuple[str, Callable[[Any], Any]], ...]]:
+    """A statement's column names, and how to bring each column that needs it
+    into Python types (computed once per shape of result)."""
+    names = tuple(column[0] for column in description)
+    conversions = tuple(
+        (name, _time if name in TIME_COLUMNS else _json)
+        for name in names
+        if name in TIME_COLUMNS or name in JSON_COLUMNS
+    )
+    return names, conversions
+
+
+def _time(value: Any) -> Any:
+    return to_datetime(value) if isinstance(value, int | float) else value
+
+
+def _json(value: Any) -> Any:
+    """Decoded; a value that is not JSON is kept as text (shown as it is; a claim
+    fails that job alone)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
 
 
 @contextlib.contextmanager
