@@ -291,8 +291,8 @@ class PostgresTransaction:
         types = COPY_TYPES[query]
         with self.cursor.copy(QUERIES[query]) as copy:
             copy.set_types(types)
-            for row in rows:
-                copy.write_row(_copy_row(row, types))
+            for row in _copy_rows(rows, types):
+                copy.write_row(row)
 
 
 class AsyncPostgresTransaction:
@@ -320,8 +320,8 @@ class AsyncPostgresTransaction:
         types = COPY_TYPES[query]
         async with self.cursor.copy(QUERIES[query]) as copy:
             copy.set_types(types)
-            for row in rows:
-                await copy.write_row(_copy_row(row, types))
+            for row in _copy_rows(rows, types):
+                await copy.write_row(row)
 
 
 def _columns(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
@@ -339,11 +339,15 @@ def _encoded(params: Mapping[str, Any]) -> Mapping[str, Any]:
     }
 
 
-def _copy_row(row: tuple[Any, ...], types: list[str]) -> tuple[Any, ...]:
-    return tuple(
-        Jsonb(value, dumps=_unchanged) if kind == "jsonb" and isinstance(value, str) else value
-        for value, kind in zip(row, types, strict=True)
-    )
+def _copy_rows(rows: Sequence[tuple[Any, ...]], types: list[str]) -> Iterator[Sequence[Any]]:
+    """The rows, their JSON text sent as jsonb as it is (not encoded again)."""
+    positions = [i for i, kind in enumerate(types) if kind == "jsonb"]
+    for row in rows:
+        sent = list(row)
+        for i in positions:
+            if isinstance(sent[i], str):
+                sent[i] = Jsonb(sent[i], dumps=_unchanged)
+        yield sent
 
 
 def _unchanged(text: str) -> str:
