@@ -40,12 +40,13 @@ CHAOS_RATE ?= 0.5
 chaos: $(STAMP) postgres ## attack a real deployment on both stores (CHAOS_SECONDS, CHAOS_RATE)
 	$(PY) -m tests.chaos.run --backend both --seconds $(CHAOS_SECONDS) --rate $(CHAOS_RATE)
 
-check: $(STAMP) ## lint, type-check, and forbid wall-clock reads outside clock.py
+check: $(STAMP) ## lint, type-check, forbid wall-clock reads outside clock.py and imports across layers
 	$(PY) -m ruff check src tests bench examples
 	$(PY) -m ruff format --check src tests bench examples
 	$(PY) -m mypy
 	$(PY) -m mypy --strict tests/typing
 	@scripts/check-clock
+	@$(PY) scripts/check-boundaries
 
 bench: $(STAMP) postgres ## run the benchmark (due and its peers, side by side)
 	$(PY) bench/run.py

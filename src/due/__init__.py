@@ -10,12 +10,18 @@ Never lose a due job, never run one twice by accident, never fail quietly.
     def send_reset_email(user_id: int) -> None: ...
 
     send_reset_email.options(delay="10m", key="reset:42").enqueue(42)
+
+The public API is this module's `__all__`, `due.testing`, and the `due`
+command. Every other module is internal: its names may change in any release
+(docs/architecture.md shows how they fit together).
 """
 
 from due._version import __version__
 from due.app import App
 from due.clock import Clock, FakeClock, SystemClock
-from due.context import Context
+from due.core.jobs import AttemptError, Job, JobState, Pieces
+from due.core.records import QueueOverview
+from due.core.schedules import Misfire, Overlap, Schedule
 from due.errors import (
     ArgumentsError,
     ConfigurationError,
@@ -35,11 +41,9 @@ from due.errors import (
     StoreUnavailableError,
     UnknownTaskError,
 )
-from due.job import AttemptError, Job, JobState, Pieces
+from due.long_work.context import Context
 from due.request import JobRequest
 from due.retry import Retry
-from due.scheduler.definition import Misfire, Overlap, Schedule
-from due.store.records import QueueOverview
 from due.task import Task, TaskWithOptions
 
 __all__ = [

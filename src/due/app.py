@@ -15,18 +15,30 @@ from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, overload
 
 from due.clock import Clock, SystemClock
-from due.context import Context
+from due.core.jobs import Job, JobState
+from due.core.records import BatchRequest, JobFilter, NewJob, QueueOverview
+from due.core.schedules import (
+    DEFAULT_CATCH_UP_LIMIT,
+    DEFAULT_MISFIRE,
+    DEFAULT_MISFIRE_GRACE_SECONDS,
+    DEFAULT_OVERLAP,
+    Misfire,
+    Overlap,
+    Schedule,
+    ScheduleOverview,
+    ScheduleRun,
+    SyncReport,
+)
 from due.durations import DurationLike, to_seconds
 from due.errors import ConfigurationError
-from due.job import Job, JobState
+from due.long_work.context import Context
+from due.long_work.pieces import Item, check_policy, completion_spec, piece_jobs
 from due.payload import DEFAULT_MAX_PAYLOAD_BYTES
 from due.request import JobRequest, prepare, validate_queue
 from due.retry import Retry
-from due.scheduler.api import ScheduleMethods
-from due.scheduler.definition import Schedule
+from due.scheduler.catalog import ScheduleCatalog
+from due.scheduler.registration import ScheduleTiming, define_for_app
 from due.store import Store, open_store
-from due.store.pieces import completion_spec
-from due.store.records import JobFilter, NewJob, QueueOverview
 from due.task import DEFAULT_QUEUE, Registry, Task, TaskConfig
 from due.waiter import JobWaiter
 
@@ -57,7 +69,7 @@ def resolve_url(url: str | None) -> str:
     return resolved
 
 
-class App(ScheduleMethods):
+class App:
     """One application's tasks and the database its jobs live in.
 
     app = due.App()                          # ./due.db, or $DUE_DATABASE_URL
@@ -80,7 +92,7 @@ class App(ScheduleMethods):
             )
         self.max_payload_bytes = max_payload_bytes
         self.tasks = Registry()
-        self.defined_schedules: dict[str, Schedule] = {}
+        self._schedules = ScheduleCatalog(store=lambda: self.store)
         self._store_options = dict(store_options or {})
         self._store: Store | None = None
         self._schema_checked = False
@@ -97,7 +109,7 @@ class App(ScheduleMethods):
         if self.url.startswith(POSTGRES_PREFIXES):
             require_postgres_driver()
         if self.url.startswith(SQLITE_PREFIX):
-            from due.store.sqlite.base import path_from_url
+            from due.store.sqlite.backend import path_from_url
 
             path_from_url(self.url)
 
@@ -231,7 +243,7 @@ class App(ScheduleMethods):
     def enqueue_many(self, requests: Iterable[JobRequest], *, connection: Any = None) -> list[Job]:
         """Enqueue many jobs in one transaction (multi-row inserts); all or none."""
         jobs = self._prepare(requests)
-        return self.store.enqueue(jobs, connection=connection)
+        return self.store.job_enqueue(jobs, connection=connection)
 
     async def aenqueue_many(
         self, requests: Iterable[JobRequest], *, connection: Any = None
@@ -240,8 +252,8 @@ class App(ScheduleMethods):
         jobs = self._prepare(requests)
         store = self.store
         if connection is not None:
-            return await store.enqueue_async(jobs, connection)
-        return await asyncio.to_thread(store.enqueue, jobs)
+            return await store.job_enqueue_async(jobs, connection)
+        return await asyncio.to_thread(store.job_enqueue, jobs)
 
     def _prepare(self, requests: Iterable[JobRequest]) -> list[NewJob]:
         prepared = []
@@ -260,7 +272,7 @@ class App(ScheduleMethods):
 
     def get(self, job_id: int) -> Job:
         """The job as stored now: state, attempts, times, errors, result."""
-        return self.store.get(int(job_id))
+        return self.store.job_get(int(job_id))
 
     def jobs(
         self,
@@ -285,7 +297,7 @@ class App(ScheduleMethods):
             parent=parent,
             stuck_only=stuck,
         )
-        return self.store.list_jobs(where)
+        return self.store.job_list(where)
 
     def wait(self, job_id: int, *, timeout: DurationLike | None = None) -> Job:
         """Block until the job has ended (succeeded, failed or cancelled); returns it.
@@ -306,7 +318,7 @@ class App(ScheduleMethods):
         """Cancel a job. Queued or delayed: it will not run. Running: it is asked to
         stop and ends `cancelled` at its next safe point (not retried). A waiting
         parent: it ends, and so do its unfinished pieces."""
-        return self.store.cancel(int(job_id))
+        return self.store.job_cancel(int(job_id))
 
     def retry(self, job_id: int, *, now: bool = False) -> Job:
         """Put a failed or cancelled job back in its queue, with a fresh set of attempts.
@@ -314,7 +326,7 @@ class App(ScheduleMethods):
         It is due at once, unless it was cancelled while delayed to a time still
         to come: then it keeps that time (it is put back as it was), unless `now`.
         """
-        return self.store.retry(int(job_id), run_now=bool(now))
+        return self.store.job_retry(int(job_id), run_now=bool(now))
 
     # --- pieces and pauses ----------------------------------------------------------
 
@@ -330,47 +342,19 @@ class App(ScheduleMethods):
         """Pieces under a new parent job that waits for them (ctx.spawn, from outside
         a job): the parent shows `k of n` as its progress, and `on_complete` runs
         once when the last piece ends. Returns the parent."""
-        if on_piece_failure not in ("continue", "fail"):
-            raise ConfigurationError(
-                f"on_piece_failure={on_piece_failure!r}: choose 'continue' or 'fail'"
-            )
+        check_policy(on_piece_failure)
         pieces = self.piece_jobs(task, items)
         spec = self.completion_spec(on_complete) if on_complete is not None else None
-        parent = self.store.batch(name, pieces, spec, on_piece_failure)
+        parent = self.store.batch_create(BatchRequest(name, pieces, spec, on_piece_failure))
         return self.get(parent)
 
-    def piece_jobs(
-        self,
-        task: Task[Any, Any] | str,
-        items: Iterable[tuple[Any, ...] | list[Any] | JobRequest],
-    ) -> list[NewJob]:
-        """Validated pieces (all refused if one is bad). A piece starts when it is
-        spawned and is known by its task and arguments: it takes no key or delay."""
-        name = task.name if isinstance(task, Task) else task
-        requests: list[JobRequest] = [
-            _piece_request(item)
-            if isinstance(item, JobRequest)
-            else JobRequest(name, _arguments(item))
-            for item in items
-        ]
-        jobs = self._prepare(requests)
-        for job, request in zip(jobs, requests, strict=True):
-            job.identity = self.tasks.get(job.task).canonical_arguments(
-                request.args, request.kwargs
-            )
-        return jobs
+    def piece_jobs(self, task: Task[Any, Any] | str, items: Iterable[Item]) -> list[NewJob]:
+        """Validated pieces of `task` (all refused if one is bad)."""
+        return piece_jobs(self.tasks, self._prepare, task, items)
 
     def completion_spec(self, task: Task[Any, Any] | str) -> str:
-        resolved = self.tasks.get(task.name if isinstance(task, Task) else task)
-        resolved.check_arguments(({"parent": 0, "pieces": 0},), {})
-        options = resolved.config
-        return completion_spec(
-            resolved.name,
-            options.queue,
-            options.priority,
-            options.retry.max_attempts,
-            options.stuck_after,
-        )
+        """How a parent stores its completion task (checked against the summary)."""
+        return completion_spec(self.tasks, task)
 
     def pause_queue(self, queue: str, *, force: bool = False) -> None:
         """Stop claiming the queue's jobs (running ones finish); durable until resumed.
@@ -378,11 +362,11 @@ class App(ScheduleMethods):
         A queue that no task of this app, no job, worker or schedule uses is
         refused as a likely typo, unless `force` (to pause a queue before its
         first job)."""
-        self.store.pause_queue(self._known_queue(queue, force, "pause"), True)
+        self.store.queue_pause(self._known_queue(queue, force, "pause"), True)
 
     def resume_queue(self, queue: str, *, force: bool = False) -> None:
         """Claim the queue's jobs again (see pause_queue for `force`)."""
-        self.store.pause_queue(self._known_queue(queue, force, "resume"), False)
+        self.store.queue_pause(self._known_queue(queue, force, "resume"), False)
 
     def _known_queue(self, queue: str, force: bool, action: str) -> str:
         name = validate_queue(queue)
@@ -398,10 +382,94 @@ class App(ScheduleMethods):
 
     def pause_group(self, parent_id: int) -> None:
         """Hold a parent's queued pieces (and those it spawns later) until resumed."""
-        self.store.hold_group(int(parent_id), True)
+        self.store.group_hold(int(parent_id), True)
 
     def resume_group(self, parent_id: int) -> None:
-        self.store.hold_group(int(parent_id), False)
+        self.store.group_hold(int(parent_id), False)
+
+    # --- schedules (scheduler/catalog.py) -------------------------------------------
+
+    def schedule(
+        self,
+        name: str,
+        cron: str | None = None,
+        every: DurationLike | None = None,
+        *,
+        task: Task[Any, Any] | str,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        tz: str = "UTC",
+        misfire: Misfire | str = DEFAULT_MISFIRE,
+        overlap: Overlap | str = DEFAULT_OVERLAP,
+        catch_up_limit: int = DEFAULT_CATCH_UP_LIMIT,
+        misfire_grace: DurationLike = DEFAULT_MISFIRE_GRACE_SECONDS,
+        queue: str | None = None,
+        priority: int | None = None,
+        enabled: bool = True,
+    ) -> Schedule:
+        """Define a recurring schedule in code; workers sync it to the database at start."""
+        timing = ScheduleTiming(cron, every, tz, misfire, overlap, catch_up_limit, misfire_grace)
+        schedule = define_for_app(
+            self.tasks, name, timing, task, args, kwargs, queue, priority, enabled
+        )
+        return self._schedules.define(schedule)
+
+    def add_schedule(
+        self,
+        name: str,
+        cron: str | None = None,
+        every: DurationLike | None = None,
+        *,
+        task: Task[Any, Any] | str,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        tz: str = "UTC",
+        misfire: Misfire | str = DEFAULT_MISFIRE,
+        overlap: Overlap | str = DEFAULT_OVERLAP,
+        catch_up_limit: int = DEFAULT_CATCH_UP_LIMIT,
+        misfire_grace: DurationLike = DEFAULT_MISFIRE_GRACE_SECONDS,
+        queue: str | None = None,
+        priority: int | None = None,
+    ) -> Schedule:
+        """Store a schedule at run time (not in code); it fires from its next time on."""
+        timing = ScheduleTiming(cron, every, tz, misfire, overlap, catch_up_limit, misfire_grace)
+        schedule = define_for_app(self.tasks, name, timing, task, args, kwargs, queue, priority)
+        return self._schedules.add(schedule)
+
+    @property
+    def defined_schedules(self) -> dict[str, Schedule]:
+        """The schedules defined in code, by name."""
+        return self._schedules.defined
+
+    def sync_schedules(self) -> SyncReport:
+        """Make the database's code-defined schedules match this app's (workers do it)."""
+        return self._schedules.sync()
+
+    def schedules(self) -> list[ScheduleOverview]:
+        """Every stored schedule: next run, last run and outcome, skipped and missed runs."""
+        return self._schedules.overview()
+
+    def schedule_runs(self, name: str, limit: int = 50) -> list[ScheduleRun]:
+        """A schedule's scheduled times, newest first, and what became of each
+        (a removed schedule's history stays; a name never seen is refused)."""
+        return self._schedules.runs(name, limit)
+
+    def pause_schedule(self, name: str) -> None:
+        """Stop starting runs; their times are recorded as skipped until resumed."""
+        self._schedules.pause(name, True)
+
+    def resume_schedule(self, name: str) -> None:
+        self._schedules.pause(name, False)
+
+    def trigger_schedule(self, name: str) -> Job:
+        """Start a run of the schedule now, by hand."""
+        return self.get(self._schedules.trigger(name))
+
+    def remove_schedule(self, name: str) -> None:
+        """Delete a schedule added at run time (its history stays)."""
+        self._schedules.remove(name)
+
+    # --- queues ------------------------------------------------------------------------
 
     def queues(self) -> list[QueueOverview]:
         """Per queue: depth, due now, running, waiting, retrying, failed, stuck, when
@@ -411,29 +479,6 @@ class App(ScheduleMethods):
         for name in self.tasks.queues():
             overviews.setdefault(name, QueueOverview(name, 0, 0, 0, 0, 0, None, False))
         return [overviews[name] for name in sorted(overviews)]
-
-
-def _piece_request(request: JobRequest) -> JobRequest:
-    if request.key is not None:
-        raise ConfigurationError(
-            f"a piece of {request.task!r} was given key={request.key!r}: pieces are known by "
-            "their task and arguments, so spawning one again adds nothing; give no key"
-        )
-    if request.delay is not None or request.run_at is not None:
-        raise ConfigurationError(
-            f"a piece of {request.task!r} was given a delay or run_at: pieces start when "
-            "they are spawned; give neither"
-        )
-    return request
-
-
-def _arguments(item: Any) -> tuple[Any, ...]:
-    if isinstance(item, tuple | list):
-        return tuple(item)
-    raise ConfigurationError(
-        f"a piece is given as a tuple of its positional arguments or as task.request(...), "
-        f"got {item!r}"
-    )
 
 
 def _timeout(timeout: DurationLike | None) -> float | None:

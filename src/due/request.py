@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from due.core.records import NewJob
 from due.durations import DurationLike, to_seconds
 from due.errors import ConfigurationError, InvalidJobError
 from due.payload import encode_arguments
-from due.store.records import NewJob
 
 if TYPE_CHECKING:
     from due.task import Task

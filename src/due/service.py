@@ -5,6 +5,10 @@ A service's `run_once()` does one round of work and returns a small result
 waits `interval()` between rounds (or until `wake` is set), and survives
 errors: a database outage is logged and retried with capped exponential
 backoff, so a worker rides out a restart of its database without restarting.
+
+Services take what they use, by keyword, and nothing else: the store, a way
+to call it from the event loop (`Calls`), their settings, a clock. None of
+them knows the worker that runs it.
 """
 
 from __future__ import annotations
@@ -12,13 +16,20 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from due.errors import StoreError
 from due.logs import event
 
 MAX_BACKOFF_SECONDS = 5.0
 FIRST_BACKOFF_SECONDS = 0.1
+T = TypeVar("T")
+
+
+class Calls(Protocol):
+    """Runs a blocking store call off the event loop (worker/calls.py's StoreCalls)."""
+
+    async def __call__(self, fn: Callable[..., T], *args: Any) -> T: ...
 
 
 async def run_forever(

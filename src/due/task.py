@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
-from due.context import Context
+from due.core.jobs import Job
 from due.durations import DurationLike, to_seconds
 from due.errors import ArgumentsError, ConfigurationError, InvalidJobError, UnknownTaskError
-from due.job import Job
+from due.long_work.context import Context
 from due.request import JobRequest, validate_priority, validate_queue
 from due.retry import Retry
 

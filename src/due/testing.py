@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 from due.app import App
 from due.clock import FakeClock
-from due.job import JobState
-from due.store.records import ClaimedJob
+from due.core.jobs import JobState
+from due.core.records import ClaimedJob, ClaimRequest
 from due.worker.executor import Executor
 
 __all__ = ["DrainResult", "FakeClock", "adrain", "drain"]
@@ -84,7 +84,7 @@ async def adrain(
                 if not attempt.lease_lost:
                     result.succeeded.append(job.id)
                 continue
-            store.complete([attempt.completion])
+            store.job_complete([attempt.completion])
             _record(result, job.id, attempt.completion.state)
     finally:
         # A sync handler past its timeout may still be running: do not wait for it.
@@ -94,8 +94,10 @@ async def adrain(
 
 def _claim_next(app: App, queues: list[str] | None) -> ClaimedJob | None:
     store = app.store
-    for queue in queues or store.due_queues():
-        claimed = store.claim(queue, 1, DRAIN_WORKER, DRAIN_LEASE_SECONDS, tasks=app.tasks.names())
+    for queue in queues or store.queue_due_names():
+        claimed = store.job_claim(
+            ClaimRequest(queue, 1, DRAIN_WORKER, DRAIN_LEASE_SECONDS, tasks=app.tasks.names())
+        )
         if claimed:
             return claimed[0]
     return None

@@ -23,13 +23,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from due.clock import SystemClock
+from due.core.jobs import Job
 from due.errors import StoreError
-from due.job import Job
 from due.logs import event
 
 if TYPE_CHECKING:
     from due.store import Store
-    from due.store.protocol import ChangeFeed
+    from due.store.backend import ChangeFeed
 
 log = logging.getLogger("due.wait")
 RECHECK_SECONDS = 2.0
@@ -101,12 +101,12 @@ class JobWaiter:
                 self._waiters.pop(job_id, None)
 
     def _resolve_if_ended(self, job_id: int, future: concurrent.futures.Future[Job]) -> None:
-        job = self._store().get(job_id)  # JobNotFoundError for a job that does not exist
+        job = self._store().job_get(job_id)  # JobNotFoundError for a job that does not exist
         if job.is_final and not future.done():
             future.set_result(job)
 
     def _timed_out(self, job_id: int, timeout: float | None) -> TimeoutError:
-        job = self._store().get(job_id)
+        job = self._store().job_get(job_id)
         return TimeoutError(
             f"job {job_id} ({job.task}) has not ended within {timeout:g}s: it is {job.state}"
         )
@@ -146,7 +146,7 @@ class JobWaiter:
             ids = list(self._waiters)
         if not ids:
             return
-        for job in self._store().ended_jobs(ids):
+        for job in self._store().job_ended(ids):
             with self._lock:
                 futures = list(self._waiters.get(job.id, ()))
             for future in futures:

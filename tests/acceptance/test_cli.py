@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import due
+from due.core.records import WorkerRegistration
 from due.testing import drain
 from tests.helpers.cli import run_due
 
@@ -119,7 +120,9 @@ def test_workers_lists_registered_workers(backend_url: str) -> None:
     run_due(backend_url, "migrate")
     app = due.App(backend_url)
     try:
-        app.store.register_worker("web-1:4242:ab", "web-1", 4242, {"emails": 16, "bulk": 2})
+        app.store.worker_register(
+            WorkerRegistration("web-1:4242:ab", "web-1", 4242, {"emails": 16, "bulk": 2})
+        )
     finally:
         app.close()
     listing = run_due(backend_url, "workers")

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import due
+from due.core.records import WorkerRegistration
 from due.testing import drain
 from tests.helpers.cli import run_command, run_due
 
@@ -111,7 +112,7 @@ def test_schedules_and_workers_json(backend_url: str) -> None:
         def tally() -> None: ...
 
         app.add_schedule("tally", "*/5 * * * *", task=tally, tz="Europe/Paris")
-        app.store.register_worker("web-1:42:ab", "web-1", 42, {"emails": 16})
+        app.store.worker_register(WorkerRegistration("web-1:42:ab", "web-1", 42, {"emails": 16}))
     (schedule,) = due_json(backend_url, "schedules")["schedules"]
     assert schedule["name"] == "tally" and schedule["cron"] == "*/5 * * * *"
     assert schedule["tz"] == "Europe/Paris" and schedule["overlap"] == "forbid"

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psycopg
 
-from due.store.sqlite.base import path_from_url
+from due.store.sqlite.backend import path_from_url
 from tests.chaos.deployment import Deployment, Slot
 from tests.helpers.proxy import FreezableProxy
 

@@ -127,7 +127,7 @@ def _create_ledger_table(url: str) -> None:
 
 
 def _sqlite_path(url: str) -> str:
-    from due.store.sqlite.base import path_from_url
+    from due.store.sqlite.backend import path_from_url
 
     return path_from_url(url)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from due.store.sqlite.base import path_from_url
+from due.store.sqlite.backend import path_from_url
 
 
 @contextlib.contextmanager

@@ -9,8 +9,8 @@ from typing import Any
 
 import due
 from due.clock import FakeClock
-from due.job import JobState
-from due.store.records import Completion
+from due.core.jobs import JobState
+from due.core.records import ClaimRequest, Completion
 
 
 def child_app(url: str, now_iso: str) -> due.App:
@@ -24,9 +24,9 @@ def claim_until_empty(
     app = child_app(url, now_iso)
     claimed: list[int] = []
     start.wait()
-    while jobs := app.store.claim("default", batch, worker, 60.0):
+    while jobs := app.store.job_claim(ClaimRequest("default", batch, worker, 60.0)):
         claimed.extend(job.id for job in jobs)
-        app.store.complete(
+        app.store.job_complete(
             [Completion(job.id, job.lease_token, JobState.SUCCEEDED, result="null") for job in jobs]
         )
     app.close()

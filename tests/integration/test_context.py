@@ -13,6 +13,7 @@ import pytest
 import due
 from due import JobState
 from due.clock import FakeClock
+from due.core.records import ClaimRequest
 from due.testing import drain
 from tests.helpers.database import plain_transaction, rows
 
@@ -285,9 +286,9 @@ def test_a_parent_resumed_after_spawning_everything_still_waits(
     parent = spawner.enqueue()
     drain(app, queues=["default"], max_attempts=1)  # only the parent's first attempt
     clock.advance("2s")
-    (retry,) = app.store.claim("default", 1, "w", 30, tasks=["spawner"])
+    (retry,) = app.store.job_claim(ClaimRequest("default", 1, "w", 30, tasks=["spawner"]))
     attempt = asyncio.run(_run(app, retry))
-    app.store.complete([attempt])
+    app.store.job_complete([attempt])
     assert app.get(parent.id).state == JobState.WAITING  # its piece has not run yet
     drain(app)
     assert app.get(parent.id).state == JobState.SUCCEEDED

@@ -6,20 +6,12 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any
 
 import due
 from due import JobState
 from due.clock import FakeClock
+from tests.helpers.waiting import async_wait_until
 from tests.integration.test_worker import make_worker, run, settle
-
-
-async def until(condition: Any, timeout: float = 10.0) -> None:
-    """Yield to the loop (and to handler threads) until `condition()` holds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.005)
 
 
 def test_cancel_reaches_an_async_handler_at_its_next_safe_point(app: due.App) -> None:
@@ -40,11 +32,11 @@ def test_cancel_reaches_an_async_handler_at_its_next_safe_point(app: due.App) ->
         job = crawl.enqueue()
         worker = make_worker(app)
         await worker.producers["default"].run_once()
-        await until(lambda: len(steps) > 3)
+        await async_wait_until(lambda: len(steps) > 3)
         assert app.cancel(job.id).state == JobState.RUNNING
         await worker.heartbeater.run_once()  # the reply carries the request
-        await until(cleaned_up.is_set)
-        await until(lambda: worker.completer.pending)
+        await async_wait_until(cleaned_up.is_set)
+        await async_wait_until(lambda: worker.completer.pending)
         await worker.completer.run_once()
         cancelled = app.get(job.id)
         assert cancelled.state == JobState.CANCELLED and cancelled.attempt == 1
@@ -102,7 +94,7 @@ def test_an_async_handler_that_ignores_the_request_is_cancelled_after_one_beat(
         await worker.heartbeater.run_once()
         await settle()
         assert cleaned_up == []  # given a heartbeat's interval to stop by itself
-        await until(lambda: cleaned_up, timeout=5)
+        await async_wait_until(lambda: cleaned_up, timeout=5)
         assert time.monotonic() - started >= 0.9
         await worker.completer.run_once()
         assert app.get(job.id).state == JobState.CANCELLED
@@ -128,11 +120,11 @@ def test_a_sync_handler_stops_at_its_next_safe_point(app: due.App) -> None:
         job = copy_rows.enqueue()
         worker = make_worker(app)
         await worker.producers["default"].run_once()
-        await until(lambda: len(rows) > 3)
+        await async_wait_until(lambda: len(rows) > 3)
         app.cancel(job.id)
         await worker.heartbeater.run_once()
-        await until(cleaned_up.is_set)
-        await until(lambda: worker.completer.pending)
+        await async_wait_until(cleaned_up.is_set)
+        await async_wait_until(lambda: worker.completer.pending)
         await worker.completer.run_once()
         assert app.get(job.id).state == JobState.CANCELLED
         assert len(rows) < 100_000
@@ -209,7 +201,7 @@ def test_a_job_committing_its_own_transaction_is_not_acknowledged_again(app: due
         job = post_invoice.enqueue(12)
         worker = make_worker(app)
         await worker.producers["default"].run_once()
-        await until(lambda: not worker.running)
+        await async_wait_until(lambda: not worker.running)
         assert worker.completer.pending == []
         assert app.get(job.id).state == JobState.SUCCEEDED
         beat = await worker.heartbeater.run_once()

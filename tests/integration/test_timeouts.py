@@ -14,8 +14,10 @@ import time
 
 import due
 from due import JobState
+from due.core.records import ClaimRequest
 from due.worker.settings import WorkerSettings
 from due.worker.worker import Worker
+from tests.helpers.waiting import async_wait_until
 
 TIMEOUT = 0.2
 
@@ -43,20 +45,21 @@ def test_the_retry_waits_for_the_timed_out_thread(app: due.App) -> None:
         job = slow.enqueue(safe_points)
         worker = Worker(app, WorkerSettings.build({"default": 2}, lease="10s"))
         assert await worker.producers["default"].run_once() == 1
-        await asyncio.sleep(TIMEOUT + 0.15)  # past the timeout, the thread still runs
+        producer = worker.producers["default"]
+        # Past the timeout, the thread still runs (or, with safe points, has stopped).
+        await async_wait_until(
+            lambda: producer.jobs.outcomes or producer.jobs.held[job.id].straggler,
+            what="the timeout",
+        )
         if not safe_points:
             assert not returned.is_set()
             await worker.completer.run_once()
             held = app.get(job.id)
             assert held.state == JobState.RUNNING  # no retry while the thread lives
-            assert app.store.claim("default", 1, "another", 10.0) == []
+            assert app.store.job_claim(ClaimRequest("default", 1, "another", 10.0)) == []
             assert (await worker.heartbeater.run_once()).renewed == 1  # the lease is kept
             assert worker.producers["default"].free_slots == 1  # and the slot
-        for _ in range(100):
-            if returned.is_set():
-                break
-            await asyncio.sleep(0.02)
-        await asyncio.sleep(0.05)  # the thread's end reaches the loop
+        await async_wait_until(lambda: producer.jobs.outcomes, what="the thread's end")
         await worker.completer.run_once()
         retried = app.get(job.id)
         assert retried.state == JobState.QUEUED and retried.attempt == 1

@@ -12,9 +12,11 @@ import pytest
 import due
 from due import JobState
 from due.clock import FakeClock
-from due.store.postgres.store import PostgresStore
+from due.core.records import ClaimRequest
+from due.store import open_store
 from due.worker.settings import WorkerSettings
 from due.worker.worker import Worker
+from tests.helpers.waiting import async_wait_until
 
 
 def run(scenario: Callable[[], Awaitable[Any]]) -> Any:
@@ -69,13 +71,13 @@ def test_acknowledgements_are_written_in_one_batch(app: due.App) -> None:
         jobs = app.enqueue_many([quick.request(n) for n in range(50)])
         worker = make_worker(app, default=50)
         calls = []
-        complete = worker.complete
+        write = worker.completer.write
 
         async def counting(completions: Any) -> set[int]:
             calls.append(len(completions))
-            return await complete(completions)
+            return await write(completions)
 
-        worker.complete = counting  # type: ignore[method-assign]
+        worker.completer.write = counting
         assert await worker.producers["default"].run_once() == 50
         await settle()
         assert await worker.completer.run_once() == 50
@@ -104,8 +106,8 @@ def test_a_lost_lease_cancels_the_async_handler_and_writes_nothing(
         await worker.producers["default"].run_once()
         await settle()
         clock.advance("11s")  # the lease expires; another worker takes the job over
-        app.store.rescue()
-        (taken,) = app.store.claim("default", 1, "thief", 10)
+        app.store.job_rescue()
+        (taken,) = app.store.job_claim(ClaimRequest("default", 1, "thief", 10))
         beat = await worker.heartbeater.run_once()
         assert beat.lost == 1
         await settle()
@@ -131,7 +133,7 @@ def test_a_lease_that_cannot_be_renewed_in_time_is_given_up(app: due.App, clock:
         await settle()
         # The database becomes unreachable: a real connection refused, not a stub.
         healthy = worker.store
-        worker.store = PostgresStore("postgresql://127.0.0.1:1/none", clock, connect_timeout=0.5)
+        worker.store = open_store("postgresql://127.0.0.1:1/none", clock, connect_timeout=0.5)
         try:
             clock.advance("7s")  # within the trust window (10s * 0.8)
             beat = await worker.heartbeater.run_once()
@@ -163,7 +165,7 @@ def test_heartbeats_renew_every_lease_the_worker_holds(app: due.App, clock: Fake
         beat = await worker.heartbeater.run_once()
         assert beat.renewed == 3
         clock.advance("3s")  # past the first lease, within the renewed one
-        assert app.store.rescue().count == 0
+        assert app.store.job_rescue().count == 0
         assert {app.get(job.id).state for job in jobs} == {JobState.RUNNING}
         for running in worker.held():
             assert running.handle is not None
@@ -224,7 +226,7 @@ def test_shutdown_drains_releases_and_writes_every_ack(app: due.App) -> None:
         released = app.get(stuck.id)
         assert released.state == JobState.QUEUED and released.attempt == 0
         assert released.errors[-1].kind == "released"
-        (info,) = app.store.list_workers()
+        (info,) = app.store.worker_list()
         assert info.state == "stopped" and info.id == worker.settings.worker_id
 
     run(scenario)
@@ -243,15 +245,13 @@ def test_a_sync_handler_past_its_timeout_keeps_its_slot_until_it_returns(app: du
         worker = make_worker(app, default=1)
         producer = worker.producers["default"]
         assert await producer.run_once() == 1
-        await asyncio.sleep(0.3)  # the timeout passes; the thread does not stop
+        # The timeout passes; the thread does not stop.
+        await async_wait_until(lambda: producer.jobs.held[job.id].straggler, what="timeout")
         await worker.completer.run_once()
         assert app.get(job.id).state == JobState.RUNNING  # its lease kept: no retry yet
         assert producer.free_slots == 0 and worker.executor.threads_busy == 1
         release.set()
-        for _ in range(100):
-            if producer.free_slots == 1:
-                break
-            await asyncio.sleep(0.02)
+        await async_wait_until(lambda: producer.jobs.outcomes, what="the thread's end")
         await worker.completer.run_once()
         assert producer.free_slots == 1 and worker.executor.threads_busy == 0
         timed_out = app.get(job.id)
@@ -346,11 +346,11 @@ def test_claims_stop_while_too_many_ended_jobs_await_their_acknowledgement(
         for _ in range(30):  # claim and run, never writing an acknowledgement
             await producer.run_once()
             await settle()
-        assert (producer.active, producer.unwritten, producer.free_slots) == (0, 10, 0)
+        assert (producer.jobs.active, producer.jobs.unwritten, producer.free_slots) == (0, 10, 0)
         assert await producer.run_once() == 0
         # What writing some of them would free (SQLite sizes its claims, which carry
         # the acknowledgements, by it): only those beyond the allowance held slots.
-        assert [producer.slots_freed_by_writing(n) for n in (3, 5, 10)] == [3, 5, 5]
+        assert [producer.jobs.slots_freed_by_writing(n) for n in (3, 5, 10)] == [3, 5, 5]
         leased = app.jobs(state=JobState.RUNNING, limit=1000)
         assert len(leased) == 10 + len(producer.ready)  # the ended ones and those claimed ahead
         assert await worker.completer.run_once() == 10

@@ -14,7 +14,7 @@ import due
 from due import JobState
 from tests.helpers.cli import run_due
 from tests.helpers.database import plain_transaction, rows
-from tests.helpers.waiting import wait_until
+from tests.helpers.waiting import holds_for, wait_until
 from tests.helpers.workers import Workers
 
 pytestmark = pytest.mark.slow
@@ -90,10 +90,12 @@ def test_cancelling_a_running_job_ends_it_within_a_heartbeat(
     assert len(workers.records("end")) == 1  # its cleanup ran
     via = "notification" if backend == "postgres" else "heartbeat"
     assert f"via={via}" in worker.log()
-    time.sleep(0.3)
-    cancelled = app.get(job.id)
-    assert cancelled.state == JobState.CANCELLED and cancelled.attempt == 1  # not retried
-    assert len(workers.records("start")) == 1
+    holds_for(
+        lambda: len(workers.records("start")) == 1 and app.get(job.id).attempt == 1,
+        0.3,
+        what="not retried",
+    )
+    assert app.get(job.id).state == JobState.CANCELLED
 
 
 def test_200_pieces_across_3_workers_complete_once_despite_a_kill(
@@ -115,8 +117,7 @@ def test_200_pieces_across_3_workers_complete_once_despite_a_kill(
     assert len({r[3] for r in workers.records("start")}) == 3  # all three took part
     (complete,) = workers.records("complete")  # exactly once
     assert complete[5:] == [str(parent.id), "200", "0"]
-    time.sleep(0.5)
-    assert len(workers.records("complete")) == 1
+    holds_for(lambda: len(workers.records("complete")) == 1, 0.5, what="completed once")
 
 
 def test_a_paused_queue_stops_starting_pieces_until_resumed(
@@ -127,10 +128,12 @@ def test_a_paused_queue_stops_starting_pieces_until_resumed(
     parent = app.batch("bulk_piece", [(n,) for n in range(60)])
     wait_until(lambda: len(workers.records("start")) >= 10, what="pieces to run")
     assert "queue bulk is paused" in run_due(backend_url, "pause", "bulk")
-    time.sleep(0.5)  # the pieces already running finish
+    # The pieces claimed before the pause (running, or held ready) finish...
+    wait_until(lambda: not app.jobs(queue="bulk", state="running"), what="claimed pieces")
     started = len(workers.records("start"))
-    time.sleep(1.0)
-    assert len(workers.records("start")) == started < 60
+    assert started < 60
+    # ...and no other starts while the queue is paused.
+    holds_for(lambda: len(workers.records("start")) == started, 1.0, what="the pause")
     status = run_due(backend_url, "status")
     assert "bulk" in status and "paused" in status
     assert app.get(parent.id).state == JobState.WAITING

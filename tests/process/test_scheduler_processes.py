@@ -71,7 +71,11 @@ def test_every_scheduled_time_runs_once_through_kill_and_pause(
         )
         assert time.time() - paused_at <= TTL + 2.5
         workers[second].signal(signal.SIGCONT)  # the old leader wakes up, sure it still leads
-        time.sleep(3)  # let it act on its stale belief, if it would
+        wait_until(  # it acts on its stale belief, if it would, before it learns
+            lambda: "scheduler.not_leading" in workers[second].log(),
+            timeout=30,
+            what="the old leader to learn it no longer leads",
+        )
         stop_at = time.time()
         for pid, worker in workers.items():
             if pid != first:

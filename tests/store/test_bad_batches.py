@@ -10,8 +10,8 @@ from __future__ import annotations
 import datetime as dt
 
 import due
-from due.job import AttemptError, JobState
-from due.store.records import Completion, Lease
+from due.core.jobs import AttemptError, JobState
+from due.core.records import ClaimRequest, Completion, Lease
 
 
 def test_a_refused_row_is_written_alone_and_stripped(app: due.App) -> None:
@@ -20,14 +20,14 @@ def test_a_refused_row_is_written_alone_and_stripped(app: due.App) -> None:
 
     for n in range(3):
         t.enqueue(n)
-    good, bad, other = app.store.claim("default", 3, "w", 60.0)
+    good, bad, other = app.store.job_claim(ClaimRequest("default", 3, "w", 60.0))
     poison = AttemptError(
         attempt=float("nan"),  # type: ignore[arg-type]  # NaN: not JSON, refused by both
         error="boom",
         traceback=None,
         at=dt.datetime(2030, 1, 1, tzinfo=dt.UTC),
     )
-    applied = app.store.complete(
+    applied = app.store.job_complete(
         [
             Completion(good.id, good.lease_token, JobState.SUCCEEDED, result='"ok"'),
             Completion(bad.id, bad.lease_token, JobState.FAILED, error=poison),
@@ -47,8 +47,8 @@ def test_a_refused_progress_does_not_cost_other_jobs_their_leases(app: due.App) 
 
     for n in range(3):
         t.enqueue(n)
-    first, second, third = app.store.claim("default", 3, "w", 60.0)
-    reply = app.store.heartbeat(
+    first, second, third = app.store.job_claim(ClaimRequest("default", 3, "w", 60.0))
+    reply = app.store.job_heartbeat(
         [
             Lease(first.id, first.lease_token, 60.0, '{"done": 1}'),
             Lease(second.id, second.lease_token, 60.0, '{"done": NaN}'),

@@ -9,7 +9,8 @@ import psycopg
 import pytest
 
 import due
-from due.store.postgres.base import retried_on_conflict, translate_errors
+from due.store.conflicts import retried_on_conflict
+from due.store.postgres.backend import translate_errors
 
 
 def test_a_real_deadlock_is_a_conflict_safe_to_retry(postgres_url: str) -> None:

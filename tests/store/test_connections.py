@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 import due
+from due.store.postgres.backend import PostgresBackend
 from tests.conftest import POSTGRES_BASE_URL
 from tests.helpers.database import rows
 from tests.helpers.waiting import wait_until
@@ -41,16 +42,17 @@ def test_an_enqueue_neither_joins_nor_waits_for_another_threads_transaction(
     named_url: str,
 ) -> None:
     app, t = make_app(named_url)
-    store = app.store
+    backend = app.store.backend
+    assert isinstance(backend, PostgresBackend)
     try:
         inside, done = threading.Event(), threading.Event()
         committed: list[bool] = []
         holds_own: list[bool] = []
 
         def hold_a_transaction() -> None:
-            with contextlib.suppress(RollBack), store._cursor(transaction=True) as cur:  # type: ignore[attr-defined]
-                cur.execute("SELECT 1")
-                holds_own.append(store._own.in_use())  # type: ignore[attr-defined]
+            with contextlib.suppress(RollBack), backend.transaction() as tx:
+                tx.run("current_time", {"now": None})
+                holds_own.append(backend._own.in_use())
                 inside.set()
                 done.wait(10)
                 committed.append(bool(rows(named_url, "SELECT count(*) FROM due_jobs")[0][0]))
@@ -122,7 +124,7 @@ def test_cut_connections_cost_at_most_one_failed_call(named_url: str) -> None:
 
 
 def pool_requests(app: due.App) -> int:
-    return int(app.store._pool.get_stats().get("requests_num", 0))  # type: ignore[attr-defined]
+    return int(app.store.backend._pool.get_stats().get("requests_num", 0))  # type: ignore[attr-defined]
 
 
 def test_single_enqueues_skip_the_pool(postgres_url: str) -> None:
@@ -142,7 +144,7 @@ def test_a_transaction_left_open_or_failed_does_not_reach_the_next_user(
     postgres_url: str,
 ) -> None:
     app, t = make_app(postgres_url)
-    own = app.store._own  # type: ignore[attr-defined]
+    own = app.store.backend._own  # type: ignore[attr-defined]
     try:
         with own.borrow() as conn:
             conn.execute("BEGIN")
@@ -168,12 +170,12 @@ def test_a_closed_store_refuses_work_and_opens_nothing(named_url: str) -> None:
     store = app.store
     app.close()
     with pytest.raises(due.StoreUnavailableError, match="closed"):
-        store.get(job.id)
+        store.job_get(job.id)
     name = named_url.rsplit("application_name=", 1)[1]
     query = f"SELECT count(*) FROM pg_stat_activity WHERE application_name = '{name}'"
     wait_until(lambda: rows(POSTGRES_BASE_URL, query) == [(0,)], timeout=10, what="no sessions")
     with pytest.raises(due.StoreUnavailableError, match="closed"):
-        store.get(job.id)  # and a second try still opens nothing
+        store.job_get(job.id)  # and a second try still opens nothing
     assert rows(POSTGRES_BASE_URL, query) == [(0,)]
 
 
@@ -181,7 +183,7 @@ def test_the_own_connection_is_renewed_after_an_hour(
     postgres_url: str, clock: due.FakeClock
 ) -> None:
     app, t = make_app(postgres_url, clock)
-    own = app.store._own  # type: ignore[attr-defined]
+    own = app.store.backend._own  # type: ignore[attr-defined]
     try:
         with own.borrow() as conn:
             first = conn.info.backend_pid

@@ -9,7 +9,7 @@ import pytest
 import due
 from due import JobState
 from due.clock import FakeClock
-from due.store.records import Completion
+from due.core.records import ClaimRequest, Completion
 from due.testing import drain
 
 
@@ -33,7 +33,7 @@ def test_same_key_returns_the_existing_job(app: due.App, reset: due.Task) -> Non
 
 def test_a_running_job_still_holds_its_key(app: due.App, reset: due.Task) -> None:
     first = reset.options(key="k").enqueue(1)
-    app.store.claim("default", 1, "w", 10)
+    app.store.job_claim(ClaimRequest("default", 1, "w", 10))
     assert reset.options(key="k").enqueue(1).id == first.id
 
 
@@ -62,8 +62,8 @@ def test_cancel_and_failure_release_the_key(app: due.App, reset: due.Task) -> No
     app.cancel(cancelled.id)
     failing = reset.options(key="k").enqueue(1)
     assert failing.id != cancelled.id
-    (claimed,) = app.store.claim("default", 1, "w", 10)
-    app.store.complete([Completion(failing.id, claimed.lease_token, JobState.FAILED)])
+    (claimed,) = app.store.job_claim(ClaimRequest("default", 1, "w", 10))
+    app.store.job_complete([Completion(failing.id, claimed.lease_token, JobState.FAILED)])
     assert reset.options(key="k").enqueue(1).id not in (cancelled.id, failing.id)
 
 
@@ -99,9 +99,9 @@ def test_the_stored_key_is_shown_on_the_job(app: due.App, reset: due.Task) -> No
 
 
 def fail(app: due.App, job_id: int) -> None:
-    (claimed,) = app.store.claim("default", 1, "w", 10)
+    (claimed,) = app.store.job_claim(ClaimRequest("default", 1, "w", 10))
     assert claimed.id == job_id
-    app.store.complete([Completion(job_id, claimed.lease_token, JobState.FAILED)])
+    app.store.job_complete([Completion(job_id, claimed.lease_token, JobState.FAILED)])
 
 
 def test_a_retried_job_takes_its_key_back(app: due.App, reset: due.Task) -> None:
@@ -139,11 +139,11 @@ def test_pruning_keeps_a_key_whose_unique_for_window_is_open(
     drain(app)
     monthly.enqueue()  # a newer job, so the first is not the newest (never pruned)
     clock.advance("15d")
-    app.store.prune(14 * 86400.0)
+    app.store.job_prune(14 * 86400.0)
     assert app.get(first.id).state == JobState.SUCCEEDED  # its window is still open
     assert monthly.options(key="invoice:2030-01").enqueue().id == first.id
     clock.advance("16d")  # 31 days after: the window has closed
-    app.store.prune(14 * 86400.0)
+    app.store.job_prune(14 * 86400.0)
     with pytest.raises(due.JobNotFoundError):
         app.get(first.id)
     assert monthly.options(key="invoice:2030-01").enqueue().id != first.id

@@ -49,16 +49,16 @@ def test_a_leader_paused_inside_its_transaction_does_not_block_failover(
     b = Leadership(backend, "b", clock, ttl=10)
     assert a.ensure()
     clock.advance("2s")
-    inside, outcome = threading.Event(), []
+    inside, wake_up, outcome = threading.Event(), threading.Event(), []
 
     def paused_decision(*args: object) -> object:
         inside.set()
-        time.sleep(4)  # the leader is paused in the middle of its transaction
+        wake_up.wait(10)  # the leader is paused in the middle of its transaction
         raise TimeoutError("woke up")
 
     def lead() -> None:
         try:
-            app.store.materialize("every-second", paused_decision, a.fence)
+            app.store.schedule_materialize("every-second", paused_decision, a.fence)
         except BaseException as error:
             outcome.append(error)
 
@@ -71,6 +71,7 @@ def test_a_leader_paused_inside_its_transaction_does_not_block_failover(
         assert b.ensure()
         assert time.monotonic() - started < 3.5  # not held until the leader wakes up
     finally:
+        wake_up.set()
         leader.join(10)
         app.close()
     assert outcome  # the paused leader wrote nothing

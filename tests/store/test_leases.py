@@ -12,7 +12,7 @@ import pytest
 import due
 from due import JobState
 from due.clock import FakeClock
-from due.store.records import Completion, Lease, RescueResult
+from due.core.records import ClaimRequest, Completion, Lease, RescueResult
 from tests.conftest import START
 
 LEASE = 10.0
@@ -27,7 +27,7 @@ def job(app: due.App) -> due.Job:
 
 
 def claim_one(app: due.App, worker: str = "w1"):  # type: ignore[no-untyped-def]
-    (claimed,) = app.store.claim("default", 1, worker, LEASE)
+    (claimed,) = app.store.job_claim(ClaimRequest("default", 1, worker, LEASE))
     return claimed
 
 
@@ -38,13 +38,13 @@ def done(job_id: int, token: int) -> Completion:
 def test_heartbeat_extends_the_lease(app: due.App, job: due.Job, clock: FakeClock) -> None:
     claimed = claim_one(app)
     clock.advance("8s")
-    reply = app.store.heartbeat([Lease(job.id, claimed.lease_token, LEASE)])
+    reply = app.store.job_heartbeat([Lease(job.id, claimed.lease_token, LEASE)])
     assert reply.extended == {job.id} and reply.lost == frozenset()
     assert app.get(job.id).lease_expires_at == START + timedelta(seconds=18)
     clock.advance("8s")  # past the first lease, within the renewed one
-    assert app.store.rescue().count == 0
+    assert app.store.job_rescue().count == 0
     clock.advance("3s")
-    assert app.store.rescue().requeued == (job.id,)
+    assert app.store.job_rescue().requeued == (job.id,)
 
 
 def test_expired_lease_is_rescued_with_the_reason(
@@ -52,9 +52,9 @@ def test_expired_lease_is_rescued_with_the_reason(
 ) -> None:
     claim_one(app, worker="host-a:123")
     clock.advance(LEASE)
-    assert app.store.rescue().count == 0  # expires strictly after the lease
+    assert app.store.job_rescue().count == 0  # expires strictly after the lease
     clock.advance("1ms")
-    result = app.store.rescue()
+    result = app.store.job_rescue()
     assert result.requeued == (job.id,) and result.failed == ()
     rescued = app.get(job.id)
     assert rescued.state == JobState.QUEUED and rescued.run_at == job.run_at  # its place
@@ -68,17 +68,17 @@ def test_expired_lease_is_rescued_with_the_reason(
 def test_a_stale_token_changes_nothing(app: due.App, job: due.Job, clock: FakeClock) -> None:
     stale = claim_one(app, worker="paused")
     clock.advance(LEASE + 1)
-    app.store.rescue()
+    app.store.job_rescue()
     current = claim_one(app, worker="rescuer")
     # The paused worker wakes up and reports: every write is refused.
-    assert app.store.heartbeat([Lease(job.id, stale.lease_token, LEASE)]).lost == {job.id}
-    assert app.store.complete([done(job.id, stale.lease_token)]) == set()
+    assert app.store.job_heartbeat([Lease(job.id, stale.lease_token, LEASE)]).lost == {job.id}
+    assert app.store.job_complete([done(job.id, stale.lease_token)]) == set()
     retry = Completion(job.id, stale.lease_token, JobState.QUEUED, retry_in=1)
-    assert app.store.complete([retry]) == set()
+    assert app.store.job_complete([retry]) == set()
     running = app.get(job.id)
     assert running.state == JobState.RUNNING and running.worker == "rescuer"
     assert running.attempt == 2 and running.result is None
-    assert app.store.complete([done(job.id, current.lease_token)]) == {job.id}
+    assert app.store.job_complete([done(job.id, current.lease_token)]) == {job.id}
     assert app.get(job.id).state == JobState.SUCCEEDED
 
 
@@ -87,8 +87,8 @@ def test_a_late_completion_after_rescue_does_not_revive_the_job(
 ) -> None:
     stale = claim_one(app)
     clock.advance(LEASE + 1)
-    app.store.rescue()
-    assert app.store.complete([done(job.id, stale.lease_token)]) == set()
+    app.store.job_rescue()
+    assert app.store.job_complete([done(job.id, stale.lease_token)]) == set()
     assert app.get(job.id).state == JobState.QUEUED
 
 
@@ -99,10 +99,10 @@ def test_a_batch_of_completions_applies_only_the_current_tokens(
     def batch(n: int) -> None: ...
 
     jobs = [batch.enqueue(n) for n in range(3)]
-    claimed = app.store.claim("default", 3, "w1", LEASE)
+    claimed = app.store.job_claim(ClaimRequest("default", 3, "w1", LEASE))
     batch_of = [done(c.id, c.lease_token) for c in claimed]
     batch_of[1] = done(claimed[1].id, claimed[1].lease_token + 7)
-    assert app.store.complete(batch_of) == {jobs[0].id, jobs[2].id}
+    assert app.store.job_complete(batch_of) == {jobs[0].id, jobs[2].id}
     assert app.get(jobs[1].id).state == JobState.RUNNING
 
 
@@ -112,10 +112,10 @@ def test_heartbeat_of_many_jobs_reports_each(app: due.App, clock: FakeClock) -> 
 
     for n in range(4):
         many.enqueue(n)
-    claimed = app.store.claim("default", 4, "w1", LEASE)
+    claimed = app.store.job_claim(ClaimRequest("default", 4, "w1", LEASE))
     leases = [Lease(c.id, c.lease_token, LEASE) for c in claimed]
     leases[2] = Lease(claimed[2].id, 999, LEASE)
-    reply = app.store.heartbeat(leases)
+    reply = app.store.job_heartbeat(leases)
     assert reply.lost == {claimed[2].id}
     assert reply.extended == {c.id for c in claimed} - {claimed[2].id}
 
@@ -127,7 +127,7 @@ def test_rescue_fails_a_job_with_no_attempts_left(app: due.App, clock: FakeClock
     job = once.options(key="once-key").enqueue()
     claim_one(app)
     clock.advance(LEASE + 1)
-    assert app.store.rescue().failed == (job.id,)
+    assert app.store.job_rescue().failed == (job.id,)
     failed = app.get(job.id)
     assert failed.state == JobState.FAILED and "last attempt" in (failed.last_error or "")
     assert once.options(key="once-key").enqueue().id != job.id  # a failed job releases its key
@@ -139,7 +139,7 @@ def test_a_job_that_keeps_killing_its_worker_is_failed_after_n_losses(
     for loss in range(1, 4):
         claim_one(app, worker=f"w{loss}")
         clock.advance(LEASE + 1)
-        result = app.store.rescue(max_lost_leases=3)
+        result = app.store.job_rescue(max_lost_leases=3)
         assert (result.failed if loss == 3 else result.requeued) == (job.id,)
     failed = app.get(job.id)
     assert failed.state == JobState.FAILED
@@ -152,13 +152,13 @@ def test_a_normal_attempt_end_resets_the_lost_lease_count(
 ) -> None:
     claim_one(app)
     clock.advance(LEASE + 1)
-    app.store.rescue(max_lost_leases=2)
+    app.store.job_rescue(max_lost_leases=2)
     again = claim_one(app)
     retry = Completion(job.id, again.lease_token, JobState.QUEUED, retry_in=0)
-    app.store.complete([retry])
+    app.store.job_complete([retry])
     claim_one(app)
     clock.advance(LEASE + 1)
-    assert app.store.rescue(max_lost_leases=2).requeued == (job.id,)
+    assert app.store.job_rescue(max_lost_leases=2).requeued == (job.id,)
 
 
 def test_rescue_does_not_need_to_know_the_task(
@@ -168,7 +168,7 @@ def test_rescue_does_not_need_to_know_the_task(
     clock.advance(LEASE + 1)
     stranger = due.App(backend_url, clock=clock)  # registers no task at all
     try:
-        assert stranger.store.rescue().requeued == (job.id,)
+        assert stranger.store.job_rescue().requeued == (job.id,)
     finally:
         stranger.close()
     assert app.get(job.id).state == JobState.QUEUED
@@ -177,7 +177,7 @@ def test_rescue_does_not_need_to_know_the_task(
 def test_rescue_leaves_live_leases_alone(app: due.App, job: due.Job, clock: FakeClock) -> None:
     claim_one(app)
     clock.advance(LEASE - 1)
-    assert app.store.rescue().count == 0
+    assert app.store.job_rescue().count == 0
     assert app.get(job.id).state == JobState.RUNNING
 
 
@@ -188,7 +188,7 @@ def test_concurrent_batches_on_the_same_jobs_never_deadlock(app: due.App) -> Non
     def many(n: int) -> None: ...
 
     app.enqueue_many([many.request(n) for n in range(400)])
-    claimed = app.store.claim("default", 400, "w1", LEASE)
+    claimed = app.store.job_claim(ClaimRequest("default", 400, "w1", LEASE))
     leases = [Lease(c.id, c.lease_token, LEASE) for c in reversed(claimed)]
     acks = [done(c.id, c.lease_token) for c in claimed]
     errors: list[BaseException] = []
@@ -196,14 +196,14 @@ def test_concurrent_batches_on_the_same_jobs_never_deadlock(app: due.App) -> Non
     def beat() -> None:
         try:
             for _ in range(50):
-                app.store.heartbeat(leases)
+                app.store.job_heartbeat(leases)
         except BaseException as error:
             errors.append(error)
 
     def ack() -> None:
         try:
             for start in range(0, 400, 20):  # batches keep arriving while heartbeats run
-                app.store.complete(acks[start : start + 20])
+                app.store.job_complete(acks[start : start + 20])
         except BaseException as error:
             errors.append(error)
 
@@ -227,13 +227,13 @@ def test_a_rescued_or_released_job_keeps_its_place(app: due.App, clock: FakeCloc
     clock.advance("30s")
     later = [line.enqueue(n) for n in range(1, 4)]
     clock.advance(LEASE)
-    assert app.store.rescue().requeued == (first.id,)
+    assert app.store.job_rescue().requeued == (first.id,)
     assert app.get(first.id).run_at == first.run_at
     again = claim_one(app)
     assert again.id == first.id and again.lease_token > claimed.lease_token
-    app.store.release([Lease(again.id, again.lease_token, LEASE)], "shutdown")
+    app.store.job_release([Lease(again.id, again.lease_token, LEASE)], "shutdown")
     assert app.get(first.id).run_at == first.run_at
-    assert [job.id for job in app.store.claim("default", 4, "w", LEASE)] == [
+    assert [job.id for job in app.store.job_claim(ClaimRequest("default", 4, "w", LEASE))] == [
         first.id,
         *(job.id for job in later),
     ]
@@ -254,14 +254,14 @@ def test_one_locked_row_does_not_stall_the_rescue_of_others(
             result: list[RescueResult] = []
 
             def rescue() -> None:
-                result.append(app.store.rescue())
+                result.append(app.store.job_rescue())
                 done.set()
 
             threading.Thread(target=rescue, daemon=True).start()
             assert done.wait(10), "the rescue waited for the locked row"
             handler.rollback()
         assert result[0].requeued == (free.id,)
-        assert app.store.rescue().requeued == (held.id,)  # once the row is free again
+        assert app.store.job_rescue().requeued == (held.id,)  # once the row is free again
 
 
 def _two_dead_jobs(app: due.App, clock: FakeClock) -> tuple[due.Job, due.Job]:
@@ -269,6 +269,6 @@ def _two_dead_jobs(app: due.App, clock: FakeClock) -> tuple[due.Job, due.Job]:
     def dead(n: int) -> None: ...
 
     held, free = dead.enqueue(1), dead.enqueue(2)
-    app.store.claim("default", 2, "gone", LEASE)
+    app.store.job_claim(ClaimRequest("default", 2, "gone", LEASE))
     clock.advance(LEASE + 1)
     return held, free

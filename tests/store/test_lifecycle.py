@@ -10,8 +10,8 @@ import pytest
 import due
 from due import JobState
 from due.clock import FakeClock
-from due.job import AttemptError
-from due.store.records import Completion
+from due.core.jobs import AttemptError
+from due.core.records import ClaimRequest, Completion
 from due.testing import drain
 from tests.conftest import START
 
@@ -29,12 +29,14 @@ def noop(app: due.App) -> due.Task:
 
 
 def claim(app: due.App, queue: str = "default", limit: int = 10, **options: object) -> list:
-    return app.store.claim(queue, limit, options.pop("worker", WORKER), LEASE, **options)
+    return app.store.job_claim(
+        ClaimRequest(queue, limit, options.pop("worker", WORKER), LEASE, **options)
+    )
 
 
 def succeed(app: due.App, job_id: int, token: int, result: object = None) -> set[int]:
     completion = Completion(job_id, token, JobState.SUCCEEDED, result=json.dumps(result))
-    return app.store.complete([completion])
+    return app.store.job_complete([completion])
 
 
 def error(attempt: int, text: str = "boom") -> AttemptError:
@@ -142,7 +144,7 @@ def test_failed_attempt_with_attempts_left_waits_for_its_backoff(
     job = noop.enqueue()
     (first,) = claim(app)
     retry = Completion(job.id, 1, JobState.QUEUED, error=error(1, "ValueError: x"), retry_in=5)
-    assert app.store.complete([retry]) == {job.id}
+    assert app.store.job_complete([retry]) == {job.id}
     waiting = app.get(job.id)
     assert waiting.state == JobState.QUEUED and waiting.run_at == START + timedelta(seconds=5)
     assert waiting.last_error == "ValueError: x" and len(waiting.errors) == 1

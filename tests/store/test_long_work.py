@@ -13,8 +13,8 @@ import pytest
 import due
 from due import JobState
 from due.clock import FakeClock
-from due.job import AttemptError
-from due.store.records import Completion, Lease
+from due.core.jobs import AttemptError
+from due.core.records import ClaimRequest, Completion, Lease, PieceSpawn, UnknownTaskSweep
 from tests.conftest import START
 from tests.helpers.database import table_rows
 
@@ -36,7 +36,7 @@ def tasks(app: due.App) -> dict[str, due.Task]:
 
 
 def claim(app: due.App, queue: str = "default", limit: int = 1, worker: str = "w1") -> list:
-    return app.store.claim(queue, limit, worker, LEASE)
+    return app.store.job_claim(ClaimRequest(queue, limit, worker, LEASE))
 
 
 def ended(job_id: int, token: int, state: JobState = JobState.SUCCEEDED) -> Completion:
@@ -55,14 +55,14 @@ def test_checkpoint_survives_a_lost_lease_and_is_fenced(
     job = tasks["backfill"].enqueue()
     (first,) = claim(app)
     assert first.checkpoint is None
-    assert app.store.save_checkpoint(job.id, first.lease_token, json.dumps(1000)) is False
+    assert app.store.checkpoint_save(job.id, first.lease_token, json.dumps(1000)) is False
     assert app.get(job.id).checkpoint == 1000
     clock.advance(LEASE + 1)
-    assert app.store.rescue().requeued == (job.id,)
+    assert app.store.job_rescue().requeued == (job.id,)
     (second,) = claim(app, worker="w2")
     assert second.checkpoint == 1000  # the retry resumes here
     # The first attempt wakes up and writes: refused, the cursor stays.
-    assert app.store.save_checkpoint(job.id, first.lease_token, json.dumps(5)) is None
+    assert app.store.checkpoint_save(job.id, first.lease_token, json.dumps(5)) is None
     assert app.get(job.id).checkpoint == 1000
 
 
@@ -75,17 +75,17 @@ def test_progress_rides_on_heartbeats_and_a_job_without_it_is_stuck(
     job = tasks["backfill"].enqueue()
     (claimed,) = claim(app)
     progress = json.dumps({"done": 10, "total": 100})
-    app.store.heartbeat([Lease(job.id, claimed.lease_token, LEASE, progress)])
+    app.store.job_heartbeat([Lease(job.id, claimed.lease_token, LEASE, progress)])
     assert app.get(job.id).progress == {"done": 10, "total": 100}
     for _ in range(7):  # renewed for 70s, but the progress does not move
         clock.advance("10s")
-        app.store.heartbeat([Lease(job.id, claimed.lease_token, LEASE)])
+        app.store.job_heartbeat([Lease(job.id, claimed.lease_token, LEASE)])
     stuck = app.get(job.id)
     assert stuck.stuck and stuck.state == JobState.RUNNING
     assert [j.id for j in app.jobs(stuck=True)] == [job.id]
     assert app.queues()[0].stuck == 1
     moved = json.dumps({"done": 11, "total": 100})
-    app.store.heartbeat([Lease(job.id, claimed.lease_token, LEASE, moved)])
+    app.store.job_heartbeat([Lease(job.id, claimed.lease_token, LEASE, moved)])
     assert not app.get(job.id).stuck and app.jobs(stuck=True) == []
 
 
@@ -109,13 +109,13 @@ def test_cancel_asks_a_running_job_through_heartbeat_and_checkpoint(
 ) -> None:
     job = tasks["backfill"].enqueue()
     (claimed,) = claim(app)
-    reply = app.store.heartbeat([Lease(job.id, claimed.lease_token, LEASE)])
+    reply = app.store.job_heartbeat([Lease(job.id, claimed.lease_token, LEASE)])
     assert reply.cancel_requested == frozenset()
     asked = app.cancel(job.id)
     assert asked.state == JobState.RUNNING and asked.cancel_requested
-    reply = app.store.heartbeat([Lease(job.id, claimed.lease_token, LEASE)])
+    reply = app.store.job_heartbeat([Lease(job.id, claimed.lease_token, LEASE)])
     assert reply.extended == {job.id} and reply.cancel_requested == {job.id}
-    assert app.store.save_checkpoint(job.id, claimed.lease_token, "1") is True
+    assert app.store.checkpoint_save(job.id, claimed.lease_token, "1") is True
 
 
 def test_a_job_asked_to_stop_whose_worker_died_ends_cancelled(
@@ -125,7 +125,7 @@ def test_a_job_asked_to_stop_whose_worker_died_ends_cancelled(
     claim(app)
     app.cancel(job.id)
     clock.advance(LEASE + 1)
-    assert app.store.rescue().cancelled == (job.id,)
+    assert app.store.job_rescue().cancelled == (job.id,)
     assert app.get(job.id).state == JobState.CANCELLED
     assert claim(app) == []
     retried = app.retry(job.id)  # a retry starts afresh, not asked to stop
@@ -142,10 +142,13 @@ def test_spawn_is_fenced_and_adds_each_piece_once(
     (claimed,) = claim(app)
     pieces = app.piece_jobs("piece", [(n,) for n in range(3)])
     store = app.store
-    assert store.spawn(parent.id, claimed.lease_token, pieces, None, None) == 3
+    assert store.piece_spawn(PieceSpawn(parent.id, claimed.lease_token, pieces, None, None)) == 3
     # A retried attempt spawns the same items again: nothing is added twice.
-    assert store.spawn(parent.id, claimed.lease_token, pieces, None, None) == 0
-    assert store.spawn(parent.id, claimed.lease_token + 7, pieces[:1], None, None) is None
+    assert store.piece_spawn(PieceSpawn(parent.id, claimed.lease_token, pieces, None, None)) == 0
+    assert (
+        store.piece_spawn(PieceSpawn(parent.id, claimed.lease_token + 7, pieces[:1], None, None))
+        is None
+    )
     children = app.jobs(parent=parent.id)
     assert sorted(j.args for j in children) == [(0,), (1,), (2,)]
     assert app.get(parent.id).pieces == due.Pieces(total=3, succeeded=0, failed=0)
@@ -168,7 +171,7 @@ def test_pieces_end_their_parent_which_runs_its_completion_once(
             start.wait()
             for job in group:
                 state = JobState.FAILED if job.args == (7,) else JobState.SUCCEEDED
-                app.store.complete([ended(job.id, job.lease_token, state)])
+                app.store.job_complete([ended(job.id, job.lease_token, state)])
         except BaseException as error:
             failures.append(error)
 
@@ -185,7 +188,7 @@ def test_pieces_end_their_parent_which_runs_its_completion_once(
     assert completion.args == ({"parent": parent.id, "pieces": 40, "succeeded": 39, "failed": 1},)
     assert completion.queue == "reports"
     (report,) = claim(app, queue="reports")
-    app.store.complete([ended(report.id, report.lease_token)])
+    app.store.job_complete([ended(report.id, report.lease_token)])
     done = app.get(parent.id)
     assert done.state == JobState.SUCCEEDED
     assert done.result == {"completion": completion.id}
@@ -196,7 +199,7 @@ def test_a_failed_piece_fails_the_parent_and_cancels_the_rest(
 ) -> None:
     parent = app.batch("piece", [(n,) for n in range(5)], on_piece_failure="fail")
     (first,) = claim(app)
-    app.store.complete([ended(first.id, first.lease_token, JobState.FAILED)])
+    app.store.job_complete([ended(first.id, first.lease_token, JobState.FAILED)])
     failed = app.get(parent.id)
     assert failed.state == JobState.FAILED
     assert "1 of 5 pieces did not succeed" in (failed.last_error or "")
@@ -215,7 +218,7 @@ def test_cancelling_a_waiting_parent_cancels_its_pieces(
     assert pieces[running.id].cancel_requested  # the running one is asked to stop
     assert sorted(j.state.value for j in pieces.values()) == ["cancelled", "cancelled", "running"]
     # Its late end changes nothing on the ended parent.
-    app.store.complete([ended(running.id, running.lease_token)])
+    app.store.job_complete([ended(running.id, running.lease_token)])
     assert app.get(parent.id).state == JobState.CANCELLED
 
 
@@ -237,7 +240,7 @@ def test_a_parent_of_pieces_is_not_retried_as_a_whole(
 ) -> None:
     parent = app.batch("piece", [(1,)], on_piece_failure="fail")
     (piece,) = claim(app)
-    app.store.complete([ended(piece.id, piece.lease_token, JobState.FAILED)])
+    app.store.job_complete([ended(piece.id, piece.lease_token, JobState.FAILED)])
     with pytest.raises(due.InvalidStateError, match="retry its failed pieces"):
         app.retry(parent.id)
 
@@ -251,11 +254,11 @@ def test_a_paused_queue_keeps_its_jobs_until_resumed(
     job = tasks["piece"].enqueue(1)
     app.pause_queue("default")
     assert claim(app) == []
-    assert app.store.next_due("default", app.tasks.names()) is None
+    assert app.store.job_next_due("default", app.tasks.names()) is None
     overview = next(queue for queue in app.queues() if queue.name == "default")
     assert overview.paused and overview.queued == 1 and overview.due == 1
     app.resume_queue("default")
-    assert app.store.next_due("default", app.tasks.names()) == START
+    assert app.store.job_next_due("default", app.tasks.names()) == START
     assert [c.id for c in claim(app)] == [job.id]
     assert not next(queue for queue in app.queues() if queue.name == "default").paused
 
@@ -279,7 +282,7 @@ def test_pieces_spawned_by_a_paused_parent_start_held(
     (claimed,) = claim(app)
     app.pause_group(parent.id)
     pieces = app.piece_jobs("piece", [(1,), (2,)])
-    app.store.spawn(parent.id, claimed.lease_token, pieces, None, None)
+    app.store.piece_spawn(PieceSpawn(parent.id, claimed.lease_token, pieces, None, None))
     assert claim(app, limit=10) == []
     app.resume_group(parent.id)
     assert len(claim(app, limit=10)) == 2
@@ -306,7 +309,7 @@ def test_the_jobs_transaction_is_undone_when_the_lease_is_lost(
     job = tasks["backfill"].enqueue()
     (stale,) = claim(app)
     clock.advance(LEASE + 1)
-    app.store.rescue()
+    app.store.job_rescue()
     with (
         pytest.raises(due.LeaseLost),
         app.store.job_transaction(job.id, stale.lease_token, None) as conn,
@@ -330,16 +333,16 @@ def test_retrying_a_failed_piece_gives_its_count_back(
 ) -> None:
     parent = app.batch("piece", [(n,) for n in range(3)], on_complete="report")
     first = claim(app)[0]
-    app.store.complete([ended(first.id, first.lease_token, JobState.FAILED)])
+    app.store.job_complete([ended(first.id, first.lease_token, JobState.FAILED)])
     assert app.get(parent.id).pieces == due.Pieces(total=3, succeeded=0, failed=1)
     assert app.retry(first.id).state == JobState.QUEUED
     assert app.get(parent.id).pieces == due.Pieces(total=3, succeeded=0, failed=0)
     for _ in range(2):  # the retried piece and the second one succeed
         (job,) = claim(app)
-        app.store.complete([ended(job.id, job.lease_token)])
+        app.store.job_complete([ended(job.id, job.lease_token)])
     assert app.jobs(task="report") == []  # the third piece has not run: not settled yet
     (last,) = claim(app)
-    app.store.complete([ended(last.id, last.lease_token)])
+    app.store.job_complete([ended(last.id, last.lease_token)])
     (completion,) = app.jobs(task="report")
     assert completion.args[0]["succeeded"] == 3 and completion.args[0]["failed"] == 0
 
@@ -349,7 +352,7 @@ def test_a_piece_of_a_settled_parent_is_not_retried(
 ) -> None:
     parent = app.batch("piece", [(1,)], on_piece_failure="fail")
     (piece,) = claim(app)
-    app.store.complete([ended(piece.id, piece.lease_token, JobState.FAILED)])
+    app.store.job_complete([ended(piece.id, piece.lease_token, JobState.FAILED)])
     assert app.get(parent.id).state == JobState.FAILED
     with pytest.raises(due.InvalidStateError, match="parent"):
         app.retry(piece.id)
@@ -360,7 +363,7 @@ def test_a_piece_failed_by_the_unknown_task_reaper_is_counted(
 ) -> None:
     parent = app.batch("piece", [(1,)])
     clock.advance("10m")
-    (failed,) = app.store.fail_unknown_tasks(["default"], ["backfill"], 60.0)
+    (failed,) = app.store.job_fail_unknown_tasks(UnknownTaskSweep(["default"], ["backfill"], 60.0))
     assert app.get(failed).parent_id == parent.id
     settled = app.get(parent.id)
     assert settled.state == JobState.SUCCEEDED
@@ -372,10 +375,10 @@ def test_a_cancel_that_arrives_as_the_parent_starts_waiting_is_kept(
 ) -> None:
     parent = tasks["backfill"].enqueue()
     (claimed,) = claim(app)
-    app.store.spawn(parent.id, claimed.lease_token, _pieces(app, 2), None, None)
+    app.store.piece_spawn(PieceSpawn(parent.id, claimed.lease_token, _pieces(app, 2), None, None))
     app.cancel(parent.id)  # its handler has returned; its WAITING is on the way
     waiting = Completion(parent.id, claimed.lease_token, JobState.WAITING, settles=True)
-    assert app.store.complete([waiting]) == {parent.id}
+    assert app.store.job_complete([waiting]) == {parent.id}
     assert app.get(parent.id).state == JobState.CANCELLED
     assert {j.state for j in app.jobs(parent=parent.id)} == {JobState.CANCELLED}
 
@@ -385,8 +388,8 @@ def test_a_parent_that_fails_after_spawning_cancels_its_pieces(
 ) -> None:
     parent = _one_shot(app).enqueue()
     (claimed,) = claim(app)
-    app.store.spawn(parent.id, claimed.lease_token, _pieces(app, 2), None, None)
-    app.store.complete([ended(parent.id, claimed.lease_token, JobState.FAILED)])
+    app.store.piece_spawn(PieceSpawn(parent.id, claimed.lease_token, _pieces(app, 2), None, None))
+    app.store.job_complete([ended(parent.id, claimed.lease_token, JobState.FAILED)])
     assert app.get(parent.id).state == JobState.FAILED
     assert {j.state for j in app.jobs(parent=parent.id)} == {JobState.CANCELLED}
 
@@ -396,7 +399,7 @@ def test_cancelling_a_waiting_parent_cancels_its_completion_job(
 ) -> None:
     parent = app.batch("piece", [(1,)], on_complete="report")
     (piece,) = claim(app)
-    app.store.complete([ended(piece.id, piece.lease_token)])
+    app.store.job_complete([ended(piece.id, piece.lease_token)])
     (completion,) = app.jobs(task="report")
     assert completion.state == JobState.QUEUED
     app.cancel(parent.id)
@@ -409,8 +412,8 @@ def test_a_later_spawn_keeps_the_completion_and_the_policy(
     parent = tasks["backfill"].enqueue()
     (claimed,) = claim(app)
     spec = app.completion_spec("report")
-    app.store.spawn(parent.id, claimed.lease_token, _pieces(app, 1), spec, "fail")
-    app.store.spawn(parent.id, claimed.lease_token, _pieces(app, 2), None, None)
+    app.store.piece_spawn(PieceSpawn(parent.id, claimed.lease_token, _pieces(app, 1), spec, "fail"))
+    app.store.piece_spawn(PieceSpawn(parent.id, claimed.lease_token, _pieces(app, 2), None, None))
     stored = app.get(parent.id)
     assert stored.pieces == due.Pieces(total=2, succeeded=0, failed=0)  # (1,) came once
     row = _parent_row(app, parent.id)
@@ -424,14 +427,17 @@ def test_pieces_are_known_by_their_task_and_arguments(
     (claimed,) = claim(app)
     store = app.store
     # A first attempt spawns 1 and 2, then a resumed one spawns 3 and 4: all count.
-    assert store.spawn(parent.id, claimed.lease_token, _pieces(app, 2), None, None) == 2
+    assert (
+        store.piece_spawn(PieceSpawn(parent.id, claimed.lease_token, _pieces(app, 2), None, None))
+        == 2
+    )
     more = app.piece_jobs("piece", [(3,), (4,), (1,)])
-    assert store.spawn(parent.id, claimed.lease_token, more, None, None) == 2
+    assert store.piece_spawn(PieceSpawn(parent.id, claimed.lease_token, more, None, None)) == 2
     assert app.get(parent.id).pieces.total == 4
     # The same item twice in one call is two pieces (the second is the "second one").
     twice = app.piece_jobs("piece", [(9,), (9,)])
-    assert store.spawn(parent.id, claimed.lease_token, twice, None, None) == 2
-    assert store.spawn(parent.id, claimed.lease_token, twice, None, None) == 0
+    assert store.piece_spawn(PieceSpawn(parent.id, claimed.lease_token, twice, None, None)) == 2
+    assert store.piece_spawn(PieceSpawn(parent.id, claimed.lease_token, twice, None, None)) == 0
 
 
 def test_a_piece_is_refused_a_key_or_a_delay(app: due.App, tasks: dict[str, due.Task]) -> None:
@@ -461,7 +467,7 @@ def test_a_job_asked_to_stop_and_released_at_shutdown_ends_cancelled(
     job = tasks["backfill"].enqueue()
     (claimed,) = claim(app)
     app.cancel(job.id)
-    app.store.release([Lease(job.id, claimed.lease_token, LEASE)], "worker stopping")
+    app.store.job_release([Lease(job.id, claimed.lease_token, LEASE)], "worker stopping")
     assert app.get(job.id).state == JobState.CANCELLED
     assert claim(app) == []
 
@@ -495,12 +501,14 @@ def test_postgres_heartbeats_skip_a_job_whose_row_a_handler_holds(postgres_url: 
 
     try:
         busy, other = work.enqueue(), work.enqueue()
-        claimed = {job.id: job for job in app.store.claim("default", 2, "w1", LEASE)}
+        claimed = {
+            job.id: job for job in app.store.job_claim(ClaimRequest("default", 2, "w1", LEASE))
+        }
         with psycopg.connect(postgres_url) as conn, conn.transaction():
             token = claimed[busy.id].lease_token
-            assert app.store.save_checkpoint(busy.id, token, "1", conn) is False
+            assert app.store.checkpoint_save(busy.id, token, "1", conn) is False
             leases = [Lease(j.id, j.lease_token, LEASE) for j in claimed.values()]
-            reply = app.store.heartbeat(leases)  # would wait for the commit without SKIP LOCKED
+            reply = app.store.job_heartbeat(leases)  # would wait for the commit without SKIP LOCKED
             assert reply.extended == {other.id}
             assert reply.lost == frozenset()  # busy is neither renewed nor lost
     finally:
@@ -518,7 +526,7 @@ def test_postgres_heartbeats_wait_briefly_for_a_row_held_for_a_moment(postgres_u
 
     try:
         job = work.enqueue()
-        (claimed,) = app.store.claim("default", 1, "w1", LEASE)
+        (claimed,) = app.store.job_claim(ClaimRequest("default", 1, "w1", LEASE))
         held = threading.Event()
 
         def settle_a_piece() -> None:
@@ -530,7 +538,7 @@ def test_postgres_heartbeats_wait_briefly_for_a_row_held_for_a_moment(postgres_u
         holder = threading.Thread(target=settle_a_piece)
         holder.start()
         assert held.wait(10)
-        reply = app.store.heartbeat([Lease(job.id, claimed.lease_token, LEASE, '{"done": 1}')])
+        reply = app.store.job_heartbeat([Lease(job.id, claimed.lease_token, LEASE, '{"done": 1}')])
         holder.join(10)
         assert reply.extended == {job.id} and reply.lost == frozenset()
         assert app.get(job.id).progress == {"done": 1}
@@ -543,7 +551,7 @@ def test_a_completion_job_of_an_ended_parent_is_not_retried(
 ) -> None:
     parent = app.batch("piece", [(1,)], on_complete="report")
     (piece,) = claim(app)
-    app.store.complete([ended(piece.id, piece.lease_token)])
+    app.store.job_complete([ended(piece.id, piece.lease_token)])
     app.cancel(parent.id)
     (completion,) = app.jobs(task="report")
     assert completion.state == JobState.CANCELLED
@@ -556,10 +564,10 @@ def test_cancelling_a_parent_reaches_the_pieces_of_a_nested_parent_awaiting_a_re
 ) -> None:
     top = app.batch("backfill", [()])
     (nested,) = claim(app)
-    app.store.spawn(nested.id, nested.lease_token, _pieces(app, 2), None, None)
+    app.store.piece_spawn(PieceSpawn(nested.id, nested.lease_token, _pieces(app, 2), None, None))
     retry = Completion(nested.id, nested.lease_token, JobState.QUEUED, retry_in=60, settles=True)
     retry.error = AttemptError(1, "boom", None, START)
-    app.store.complete([retry])
+    app.store.job_complete([retry])
     assert app.get(nested.id).state == JobState.QUEUED
     app.cancel(top.id)
     assert app.get(nested.id).state == JobState.CANCELLED
@@ -583,16 +591,20 @@ def test_a_piece_is_the_same_however_its_arguments_are_spelled(app: due.App) -> 
     ]
     store = app.store
     assert (
-        store.spawn(
-            parent.id, claimed.lease_token, app.piece_jobs(resize, spellings[:1]), None, None
+        store.piece_spawn(
+            PieceSpawn(
+                parent.id, claimed.lease_token, app.piece_jobs(resize, spellings[:1]), None, None
+            )
         )
         == 1
     )
     for spelling in spellings[1:]:
         pieces = app.piece_jobs(resize, [spelling])
-        assert store.spawn(parent.id, claimed.lease_token, pieces, None, None) == 0
+        assert (
+            store.piece_spawn(PieceSpawn(parent.id, claimed.lease_token, pieces, None, None)) == 0
+        )
     other = app.piece_jobs(resize, [resize.request("a.png", 200)])
-    assert store.spawn(parent.id, claimed.lease_token, other, None, None) == 1
+    assert store.piece_spawn(PieceSpawn(parent.id, claimed.lease_token, other, None, None)) == 1
 
 
 def test_a_replaced_run_that_waits_for_pieces_ends_with_them(
@@ -603,13 +615,13 @@ def test_a_replaced_run_that_waits_for_pieces_ends_with_them(
     app.schedule("fan", every="1m", task="backfill", overlap="replace")
     app.sync_schedules()
     clock.advance("1m")
-    app.store.materialize("fan", _planner(app))
+    app.store.schedule_materialize("fan", _planner(app))
     (run,) = claim(app)
-    app.store.spawn(run.id, run.lease_token, _pieces(app, 2), None, None)
+    app.store.piece_spawn(PieceSpawn(run.id, run.lease_token, _pieces(app, 2), None, None))
     waiting = Completion(run.id, run.lease_token, JobState.WAITING, settles=True)
-    app.store.complete([waiting])
+    app.store.job_complete([waiting])
     clock.advance("1m")
-    app.store.materialize("fan", _planner(app))
+    app.store.schedule_materialize("fan", _planner(app))
     assert app.get(run.id).state == JobState.CANCELLED
     assert {j.state for j in app.jobs(parent=run.id)} == {JobState.CANCELLED}
 

@@ -12,8 +12,9 @@ import pytest
 import due
 from due import JobState
 from due.clock import FakeClock
+from due.core.records import ClaimRequest
+from due.core.schedules import LeaseFence
 from due.scheduler.service import decide
-from due.store.schedules import LeaseFence
 from due.testing import drain
 
 MONDAY = datetime(2030, 1, 7, 0, 0, tzinfo=UTC)
@@ -36,12 +37,12 @@ def app(backend_url: str) -> due.App:
 def tick(app: due.App) -> list:
     """One scheduler round, as the leader does it."""
     done = []
-    for name in app.store.due_schedule_names():
-        result = app.store.materialize(name, decide)
+    for name in app.store.schedule_due_names():
+        result = app.store.schedule_materialize(name, decide)
         if result:
             done.extend(result.recorded)
-    for name in app.store.schedules_with_pending_runs():
-        app.store.start_pending_run(name)
+    for name in app.store.schedule_names_with_pending_runs():
+        app.store.schedule_start_pending_run(name)
     return done
 
 
@@ -67,7 +68,7 @@ def test_sync_adds_changes_and_disables_code_schedules(app: due.App, backend_url
     later.schedule("daily", "0 7 * * *", task="report")  # changed; "often" removed from code
     report = later.sync_schedules()
     assert report.changed == ["daily"] and report.disabled == ["often"] and not report.added
-    stored = {s.name: s for s in later.store.list_schedules()}
+    stored = {s.name: s for s in later.store.schedule_list()}
     assert stored["daily"].next_fire_at == MONDAY + timedelta(hours=7)
     assert not stored["often"].enabled and stored["adhoc"].enabled  # runtime ones stay
     assert stored["adhoc"].source == "runtime"
@@ -116,7 +117,7 @@ def test_paris_hourly_across_both_transitions(app: due.App) -> None:
     )
     assert spring[datetime(2030, 3, 31, tzinfo=UTC).date()] == 23
     clock.set(datetime(2030, 10, 26, 12, tzinfo=UTC))
-    app.store.materialize("paris", lambda s, now, a, p: _from(s, now, a, p, reset=True))
+    app.store.schedule_materialize("paris", lambda s, now, a, p: _from(s, now, a, p, reset=True))
     for _ in range(48):
         clock.advance("1h")
         tick(app)
@@ -130,7 +131,7 @@ def test_paris_hourly_across_both_transitions(app: due.App) -> None:
 
 def _from(stored, now, active, pending, reset=False):  # type: ignore[no-untyped-def]
     """A plan that only moves the schedule to now (skipping the months in between)."""
-    from due.scheduler.planner import Plan
+    from due.core.schedules import Plan
 
     return Plan(next_fire_at=stored.schedule.timing.after(now))
 
@@ -142,7 +143,9 @@ def test_a_second_scheduler_creates_no_second_run(app: due.App, backend_url: str
     other = due.App(backend_url, clock=app.clock)
     results: list = []
     threads = [
-        threading.Thread(target=lambda a=a: results.append(a.store.materialize("billing", decide)))
+        threading.Thread(
+            target=lambda a=a: results.append(a.store.schedule_materialize("billing", decide))
+        )
         for a in (app, other)
     ]
     for thread in threads:
@@ -152,8 +155,8 @@ def test_a_second_scheduler_creates_no_second_run(app: due.App, backend_url: str
     other.close()
     assert sum(len(result.recorded) for result in results) == 1
     # A paused old leader wakes up with a stale plan: the key still stops it.
-    stale = app.store.list_schedules()[0]
-    replay = app.store.materialize(
+    stale = app.store.schedule_list()[0]
+    replay = app.store.schedule_materialize(
         "billing", lambda s, now, a, p: decide(_rewound(s, stale), now, False, False)
     )
     assert replay is not None and replay.recorded == []
@@ -226,17 +229,17 @@ def test_a_waiting_run_does_not_start_once_its_schedule_stopped(app: due.App, st
     clock = clock_of(app)
     clock.advance("10m")
     tick(app)
-    (running,) = app.store.claim("default", 1, "w", 3600)
+    (running,) = app.store.job_claim(ClaimRequest("default", 1, "w", 3600))
     clock.advance("10m")
     tick(app)  # the next run waits for the one running
     assert app.schedule_runs("queued")[0].outcome == "pending"
     if stop == "pause":
         app.pause_schedule("queued")
     elif stop == "disable":
-        assert app.store.sync_schedules([]).disabled == ["queued"]  # gone from the code
+        assert app.store.schedule_sync([]).disabled == ["queued"]  # gone from the code
     else:
         app.remove_schedule("queued")
-    app.store.complete([_done(running)])
+    app.store.job_complete([_done(running)])
     tick(app)
     assert len(scheduled_jobs(app, "queued")) == 1  # no second run started
     latest = app.schedule_runs("queued")[0]
@@ -249,7 +252,9 @@ def test_forbid_skips_a_time_while_the_previous_run_is_going(app: due.App) -> No
     clock = clock_of(app)
     clock.advance("10m")
     first = tick(app)
-    app.store.claim("default", 1, "w", 3600)  # the run is still running at the next time
+    app.store.job_claim(
+        ClaimRequest("default", 1, "w", 3600)
+    )  # the run is still running at the next time
     clock.advance("10m")
     second = tick(app)
     assert [f.outcome.value for f, _ in first] == ["enqueued"]
@@ -265,12 +270,12 @@ def test_queue_starts_the_waiting_run_when_the_previous_ends(app: due.App) -> No
     clock = clock_of(app)
     clock.advance("10m")
     tick(app)
-    (running,) = app.store.claim("default", 1, "w", 3600)
+    (running,) = app.store.job_claim(ClaimRequest("default", 1, "w", 3600))
     clock.advance("10m")
     tick(app)
-    assert app.store.start_pending_run("queued") is None  # still running
+    assert app.store.schedule_start_pending_run("queued") is None  # still running
     assert [r.outcome for r in app.schedule_runs("queued")] == ["pending", "enqueued"]
-    app.store.complete([_done(running)])
+    app.store.job_complete([_done(running)])
     tick(app)
     runs = app.schedule_runs("queued")
     assert [r.outcome for r in runs] == ["enqueued", "enqueued"]
@@ -290,7 +295,7 @@ def test_replace_cancels_the_previous_run_then_starts(app: due.App) -> None:
     jobs = {job.scheduled_for: job for job in scheduled_jobs(app, "fresh")}
     assert jobs[old.scheduled_for].state == JobState.CANCELLED
     assert jobs[MONDAY + timedelta(minutes=20)].state == JobState.QUEUED
-    (running,) = app.store.claim("default", 1, "w", 3600)
+    (running,) = app.store.job_claim(ClaimRequest("default", 1, "w", 3600))
     clock.advance("10m")
     tick(app)  # a running one is asked to stop; the new run waits for it
     assert app.get(running.id).cancel_requested
@@ -321,30 +326,32 @@ def test_trigger_and_remove(app: due.App) -> None:
     with pytest.raises(due.ConfigurationError, match="already exists"):
         app.add_schedule("adhoc", every="2h", task="report")
     app.remove_schedule("adhoc")
-    assert app.store.list_schedules() == []
+    assert app.store.schedule_list() == []
     with pytest.raises(due.ScheduleNotFoundError):
         app.remove_schedule("adhoc")
 
 
 def test_leader_lease_terms_and_fencing(app: due.App) -> None:
     store, clock = app.store, clock_of(app)
-    first = store.acquire_lease("scheduler", "a", 10)
-    assert first == 1 and store.acquire_lease("scheduler", "b", 10) is None
-    assert store.acquire_lease("scheduler", "a", 10) == 1  # its own: same term
+    first = store.lease_acquire("scheduler", "a", 10)
+    assert first == 1 and store.lease_acquire("scheduler", "b", 10) is None
+    assert store.lease_acquire("scheduler", "a", 10) == 1  # its own: same term
     clock.advance("5s")
-    assert store.renew_lease("scheduler", "a", 1, 10)
+    assert store.lease_renew("scheduler", "a", 1, 10)
     clock.advance("11s")  # a stops renewing
-    assert not store.renew_lease("scheduler", "a", 1, 10)
-    assert store.acquire_lease("scheduler", "b", 10) == 2  # a new term
+    assert not store.lease_renew("scheduler", "a", 1, 10)
+    assert store.lease_acquire("scheduler", "b", 10) == 2  # a new term
     app.schedule("fenced", "0 * * * *", task="report")
     app.sync_schedules()
     clock.advance("1h")  # b's lease has expired meanwhile: taking it again is a new term
-    assert store.acquire_lease("scheduler", "b", 10) == 3
+    assert store.lease_acquire("scheduler", "b", 10) == 3
     for stale in (LeaseFence("scheduler", "a", 1), LeaseFence("scheduler", "b", 2)):
-        assert store.materialize("fenced", decide, stale) is None  # no writes from old terms
-    assert store.materialize("fenced", decide, LeaseFence("scheduler", "b", 3)) is not None
-    store.release_lease("scheduler", "b", 3)
-    assert store.acquire_lease("scheduler", "c", 10) == 4  # free at once
+        assert (
+            store.schedule_materialize("fenced", decide, stale) is None
+        )  # no writes from old terms
+    assert store.schedule_materialize("fenced", decide, LeaseFence("scheduler", "b", 3)) is not None
+    store.lease_release("scheduler", "b", 3)
+    assert store.lease_acquire("scheduler", "c", 10) == 4  # free at once
 
 
 def test_pruning_keeps_recent_work_and_the_newest_job(app: due.App) -> None:
@@ -359,14 +366,14 @@ def test_pruning_keeps_recent_work_and_the_newest_job(app: due.App) -> None:
     drain(app)
     clock.advance("15d")
     recent = report.enqueue()
-    assert app.store.prune(14 * 86400) == (4, 1)
+    assert app.store.job_prune(14 * 86400) == (4, 1)
     remaining = {job.id for job in app.jobs(limit=100)}
     assert remaining == {recent.id}
     assert {job.id for job in old}.isdisjoint(remaining)
 
 
 def _done(claimed):  # type: ignore[no-untyped-def]
-    from due.store.records import Completion
+    from due.core.records import Completion
 
     return Completion(claimed.id, claimed.lease_token, JobState.SUCCEEDED, result="null")
 

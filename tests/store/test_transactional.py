@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 import due
-from due.store.sqlite.base import path_from_url
+from due.store.sqlite.backend import path_from_url
 
 
 class Abort(Exception):

@@ -9,6 +9,7 @@ import pytest
 import due
 from due import JobState
 from due.clock import FakeClock
+from due.core.records import ClaimRequest, UnknownTaskSweep, WorkerRegistration
 from tests.conftest import START
 
 
@@ -24,32 +25,32 @@ def test_release_hands_a_job_back_without_counting_the_attempt(
     app: due.App, work: due.Task, clock: FakeClock
 ) -> None:
     job = work.enqueue()
-    (claimed,) = app.store.claim("default", 1, "leaving", 10)
+    (claimed,) = app.store.job_claim(ClaimRequest("default", 1, "leaving", 10))
     clock.advance("3s")
-    assert app.store.release([claimed_lease(claimed)], "worker leaving") == {job.id}
+    assert app.store.job_release([claimed_lease(claimed)], "worker leaving") == {job.id}
     released = app.get(job.id)
     assert released.state == JobState.QUEUED and released.attempt == 0
     assert released.run_at == job.run_at == START  # its place in line
     assert released.errors[-1].kind == "released" and released.errors[-1].error == "worker leaving"
     assert released.last_error is None  # a release is not an error
-    (again,) = app.store.claim("default", 1, "staying", 10)
+    (again,) = app.store.job_claim(ClaimRequest("default", 1, "staying", 10))
     assert again.attempt == 1 and again.lease_token > claimed.lease_token
 
 
 def test_release_is_fenced(app: due.App, work: due.Task, clock: FakeClock) -> None:
     work.enqueue()
-    (stale,) = app.store.claim("default", 1, "a", 10)
+    (stale,) = app.store.job_claim(ClaimRequest("default", 1, "a", 10))
     clock.advance("11s")
-    app.store.rescue()
-    app.store.claim("default", 1, "b", 10)
-    assert app.store.release([claimed_lease(stale)], "late") == set()
+    app.store.job_rescue()
+    app.store.job_claim(ClaimRequest("default", 1, "b", 10))
+    assert app.store.job_release([claimed_lease(stale)], "late") == set()
     assert app.get(stale.id).worker == "b"
 
 
 def test_next_due_sees_only_tasks_this_worker_knows(
     app: due.App, work: due.Task, clock: FakeClock
 ) -> None:
-    assert app.store.next_due("default", ["work"]) is None
+    assert app.store.job_next_due("default", ["work"]) is None
     work.options(delay="5m").enqueue()
     work.options(delay="1m", queue="other").enqueue()
 
@@ -57,11 +58,11 @@ def test_next_due_sees_only_tasks_this_worker_knows(
     def unknown_elsewhere() -> None: ...
 
     unknown_elsewhere.options(delay="10s").enqueue()
-    assert app.store.next_due("default", ["work"]) == START + timedelta(minutes=5)
-    assert app.store.next_due("default", ["work", "unknown_elsewhere"]) == START + timedelta(
+    assert app.store.job_next_due("default", ["work"]) == START + timedelta(minutes=5)
+    assert app.store.job_next_due("default", ["work", "unknown_elsewhere"]) == START + timedelta(
         seconds=10
     )
-    assert app.store.next_due("other", ["work"]) == START + timedelta(minutes=1)
+    assert app.store.job_next_due("other", ["work"]) == START + timedelta(minutes=1)
 
 
 def test_unknown_tasks_fail_only_after_the_grace(app: due.App, clock: FakeClock) -> None:
@@ -73,10 +74,12 @@ def test_unknown_tasks_fail_only_after_the_grace(app: due.App, clock: FakeClock)
 
     future_job, known_job = from_the_future.enqueue(), known.enqueue()
     clock.advance("59m")
-    assert app.store.fail_unknown_tasks(["emails"], ["known"], 3600) == []
+    assert app.store.job_fail_unknown_tasks(UnknownTaskSweep(["emails"], ["known"], 3600)) == []
     clock.advance("2m")
-    assert app.store.fail_unknown_tasks(["other"], ["known"], 3600) == []
-    assert app.store.fail_unknown_tasks(["emails"], ["known"], 3600) == [future_job.id]
+    assert app.store.job_fail_unknown_tasks(UnknownTaskSweep(["other"], ["known"], 3600)) == []
+    assert app.store.job_fail_unknown_tasks(UnknownTaskSweep(["emails"], ["known"], 3600)) == [
+        future_job.id
+    ]
     failed = app.get(future_job.id)
     assert failed.state == JobState.FAILED and failed.attempt == 0
     assert failed.last_error == (
@@ -96,40 +99,44 @@ def test_a_job_another_live_worker_knows_is_left_for_it(app: due.App, clock: Fak
     def new_task() -> None: ...
 
     job = new_task.enqueue()
-    app.store.register_worker("new:1:aa", "new", 1, {"emails": 4}, ["new_task", "known"])
-    app.store.register_worker("old:2:bb", "old", 2, {"emails": 4}, ["known"])
-    app.store.register_worker("bulk:3:cc", "bulk", 3, {"bulk": 4}, ["new_task"])
+    app.store.worker_register(
+        WorkerRegistration("new:1:aa", "new", 1, {"emails": 4}, ["new_task", "known"])
+    )
+    app.store.worker_register(WorkerRegistration("old:2:bb", "old", 2, {"emails": 4}, ["known"]))
+    app.store.worker_register(WorkerRegistration("bulk:3:cc", "bulk", 3, {"bulk": 4}, ["new_task"]))
     clock.advance("2h")
-    app.store.touch_worker("new:1:aa")
-    app.store.touch_worker("old:2:bb")
-    assert app.store.fail_unknown_tasks(["emails"], ["known"], 3600, 30) == []
-    assert {w.id: w.tasks for w in app.store.list_workers()}["new:1:aa"] == ("known", "new_task")
+    app.store.worker_touch("new:1:aa")
+    app.store.worker_touch("old:2:bb")
+    assert app.store.job_fail_unknown_tasks(UnknownTaskSweep(["emails"], ["known"], 3600, 30)) == []
+    assert {w.id: w.tasks for w in app.store.worker_list()}["new:1:aa"] == ("known", "new_task")
     clock.advance("31s")  # the worker that knows it went silent
-    app.store.touch_worker("old:2:bb")
-    assert app.store.fail_unknown_tasks(["emails"], ["known"], 3600, 30) == [job.id]
+    app.store.worker_touch("old:2:bb")
+    assert app.store.job_fail_unknown_tasks(UnknownTaskSweep(["emails"], ["known"], 3600, 30)) == [
+        job.id
+    ]
 
 
 def test_workers_register_report_in_and_go(app: due.App, clock: FakeClock) -> None:
-    app.store.register_worker("host:1:aa", "host", 1, {"emails": 4})
-    app.store.register_worker("host:2:bb", "host", 2, {"bulk": 2})
+    app.store.worker_register(WorkerRegistration("host:1:aa", "host", 1, {"emails": 4}))
+    app.store.worker_register(WorkerRegistration("host:2:bb", "host", 2, {"bulk": 2}))
     clock.advance("20s")
-    app.store.touch_worker("host:1:aa")
+    app.store.worker_touch("host:1:aa")
     clock.advance("20s")
-    assert app.store.mark_gone_workers(30) == ["host:2:bb"]
-    listed = {w.id: w for w in app.store.list_workers()}
+    assert app.store.worker_mark_gone(30) == ["host:2:bb"]
+    listed = {w.id: w for w in app.store.worker_list()}
     assert listed["host:1:aa"].state == "running" and listed["host:1:aa"].queues == {"emails": 4}
     assert listed["host:2:bb"].state == "gone"
     assert listed["host:1:aa"].last_seen_at == START + timedelta(seconds=20)
-    app.store.touch_worker("host:2:bb")  # it was only paused
-    app.store.set_worker_state("host:1:aa", "stopped")
-    listed = {w.id: w for w in app.store.list_workers()}
+    app.store.worker_touch("host:2:bb")  # it was only paused
+    app.store.worker_set_state("host:1:aa", "stopped")
+    listed = {w.id: w for w in app.store.worker_list()}
     assert listed["host:2:bb"].state == "running"
     assert listed["host:1:aa"].state == "stopped"
     assert listed["host:1:aa"].stopped_at == START + timedelta(seconds=40)
 
 
 def claimed_lease(claimed):  # type: ignore[no-untyped-def]
-    from due.store.records import Lease
+    from due.core.records import Lease
 
     return Lease(claimed.id, claimed.lease_token, 10)
 
@@ -144,5 +151,5 @@ def test_next_due_is_the_earliest_across_every_priority(
     work.options(delay="20m", priority=-5).enqueue()
     work.options(delay="40m", priority=0).enqueue()
     other.options(delay="1m", priority=3).enqueue()  # earlier, but not a task this worker knows
-    assert app.store.next_due("default", ["work"]) == START + timedelta(minutes=20)
-    assert app.store.next_due("default", ["other"]) == START + timedelta(minutes=1)
+    assert app.store.job_next_due("default", ["work"]) == START + timedelta(minutes=20)
+    assert app.store.job_next_due("default", ["other"]) == START + timedelta(minutes=1)

@@ -1,4 +1,4 @@
-from due.job import FINAL_STATES, TRANSITIONS, JobState, can_transition
+from due.core.jobs import FINAL_STATES, TRANSITIONS, JobState, can_transition
 
 
 def test_every_state_has_a_row_in_the_transition_table() -> None:

@@ -6,8 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from due.scheduler.definition import Misfire, Overlap, define_schedule
-from due.scheduler.planner import MAX_COUNTED_TIMES, MAX_RECORDED_TIMES, Outcome, plan
+from due.core.schedules import Misfire, Outcome, Overlap
+from due.scheduler.definition import define_schedule
+from due.scheduler.planner import MAX_COUNTED_TIMES, MAX_RECORDED_TIMES, plan
 
 T0 = datetime(2030, 1, 1, 0, 0, tzinfo=UTC)
 

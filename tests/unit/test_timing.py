@@ -8,8 +8,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from due.core.timing import Timing, check_cron, check_interval, zone
 from due.errors import ConfigurationError
-from due.scheduler.timing import Timing, check_cron, check_interval, zone
 
 
 def firings(cron: str, tz: str, start: datetime, end: datetime) -> list[datetime]:

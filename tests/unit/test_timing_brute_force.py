@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from due.scheduler.timing import Timing
+from due.core.timing import Timing
 
 ZONES = [
     "America/New_York",

@@ -8,9 +8,9 @@ from datetime import datetime
 from typing import Any
 
 from due.cli.output import iso
-from due.job import AttemptError, Job
-from due.scheduler.definition import ScheduleOverview, ScheduleRun
-from due.store.records import QueueOverview, WorkerInfo
+from due.core.jobs import AttemptError, Job
+from due.core.records import QueueOverview, WorkerInfo
+from due.core.schedules import ScheduleOverview, ScheduleRun
 
 
 def job_document(job: Job) -> dict[str, Any]:

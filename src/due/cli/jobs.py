@@ -20,7 +20,7 @@ from due.cli.output import (
     time_text,
 )
 from due.cli.progress import progress_of
-from due.job import Job, JobState
+from due.core.jobs import Job, JobState
 
 JSON_HELP = "Print one JSON document instead of a table (keys: README, Output for scripts)."
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from due.job import Job
+from due.core.jobs import Job
 
 
 def progress_of(job: Job) -> tuple[float, float | None, str]:

@@ -15,8 +15,8 @@ from due.cli.jobs import JSON_HELP
 from due.cli.main import main
 from due.cli.output import Column, console, fitted_table, print_json, seconds_text
 from due.cli.progress import progress_of
-from due.job import Job, JobState
-from due.store.records import QueueOverview
+from due.core.jobs import Job, JobState
+from due.core.records import QueueOverview
 
 RUNNING_SHOWN = 20
 QUEUE_COLUMNS = [

@@ -12,8 +12,8 @@ from due.cli.documents import schedule_document, schedule_run_document
 from due.cli.jobs import JSON_HELP
 from due.cli.main import main
 from due.cli.output import Column, console, fitted_table, print_json, time_text
+from due.core.schedules import DEFAULT_MISFIRE, DEFAULT_OVERLAP, Misfire, Overlap
 from due.errors import ConfigurationError
-from due.scheduler.definition import DEFAULT_MISFIRE, DEFAULT_OVERLAP, Misfire, Overlap
 
 SCHEDULE_COLUMNS = [
     Column("name"),

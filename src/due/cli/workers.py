@@ -249,7 +249,7 @@ WORKER_COLUMNS = [
 def workers(settings: Settings, limit: int, as_json: bool) -> None:
     """List worker processes, newest first: where, what they serve, when they last
     reported (one silent for 3 leases is gone)."""
-    listed = settings.app.store.list_workers(limit)
+    listed = settings.app.store.worker_list(limit)
     if as_json:
         print_json({"workers": [worker_document(info) for info in listed]})
         return

@@ -9,12 +9,11 @@ newest job (its id is the high-water mark that keeps SQLite ids unique).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from due.logs import event
-
-if TYPE_CHECKING:
-    from due.worker.worker import Worker
+from due.service import Calls
+from due.store import Store
 
 log = logging.getLogger("due.maintenance")
 PRUNE_INTERVAL_SECONDS = 300.0
@@ -22,18 +21,23 @@ BATCH = 10_000
 
 
 class Pruner:
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
+    def __init__(
+        self, *, store: Store, call: Calls, leading: Callable[[], bool], retention: float
+    ) -> None:
+        self._store = store
+        self._call = call
+        self._leading = leading
+        self._retention = retention
 
     def interval(self) -> float:
         return PRUNE_INTERVAL_SECONDS
 
     async def run_once(self) -> tuple[int, int]:
-        scheduler = self.worker.scheduler
-        if scheduler is None or not scheduler.leadership.is_leader:
+        if not self._leading():
             return 0, 0
-        retention = self.worker.settings.retention
-        jobs, runs = await self.worker.call(self.worker.store.prune, retention, BATCH)
+        jobs, runs = await self._call(self._store.job_prune, self._retention, BATCH)
         if jobs or runs:
-            event(log, "maintenance.pruned", jobs=jobs, schedule_runs=runs, retention=retention)
+            event(
+                log, "maintenance.pruned", jobs=jobs, schedule_runs=runs, retention=self._retention
+            )
         return jobs, runs

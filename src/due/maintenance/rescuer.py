@@ -11,16 +11,16 @@ runs it on a short interval, and concurrent rescuers never take the same row.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from due.core.records import RescueResult
 from due.logs import event
-from due.store.records import RescueResult
-
-if TYPE_CHECKING:
-    from due.worker.worker import Worker
+from due.service import Calls
+from due.store import Store
 
 log = logging.getLogger("due.maintenance")
+BATCH = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,16 +30,28 @@ class RescueRound:
 
 
 class Rescuer:
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
+    def __init__(
+        self,
+        *,
+        store: Store,
+        call: Calls,
+        interval: float,
+        max_lost_leases: int,
+        gone_after: float,
+        on_requeued: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._store = store
+        self._call = call
+        self._interval = interval
+        self._max_lost_leases = max_lost_leases
+        self._gone_after = gone_after
+        self._on_requeued = on_requeued
 
     def interval(self) -> float:
-        return self.worker.settings.rescue_interval
+        return self._interval
 
     async def run_once(self) -> RescueRound:
-        store = self.worker.store
-        settings = self.worker.settings
-        result = await self.worker.call(store.rescue, 1000, settings.max_lost_leases)
+        result = await self._call(self._store.job_rescue, BATCH, self._max_lost_leases)
         for job_id in result.requeued:
             event(log, "job.rescued", logging.WARNING, job=job_id, outcome="requeued")
         for job_id in result.failed:
@@ -47,8 +59,8 @@ class Rescuer:
         for job_id in result.cancelled:
             event(log, "job.rescued", logging.WARNING, job=job_id, outcome="cancelled")
         if result.requeued:
-            self.worker.wake_all()
-        gone = await self.worker.call(store.mark_gone_workers, settings.gone_after)
+            self._on_requeued()
+        gone = await self._call(self._store.worker_mark_gone, self._gone_after)
         for worker_id in gone:
             event(log, "worker.gone", logging.WARNING, worker=worker_id)
         return RescueRound(result, tuple(gone))

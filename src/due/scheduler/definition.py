@@ -1,90 +1,24 @@
-"""Schedules: named recurring definitions with explicit misfire and overlap policies."""
+"""Defining a schedule: every argument checked, with a message that says what to fix
+(the value type, `Schedule`, is in `due.core.schedules`)."""
 
 from __future__ import annotations
 
-import enum
-import hashlib
-import json
-from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
+from due.core.schedules import (
+    DEFAULT_CATCH_UP_LIMIT,
+    DEFAULT_MISFIRE,
+    DEFAULT_MISFIRE_GRACE_SECONDS,
+    DEFAULT_OVERLAP,
+    MAX_SCHEDULE_NAME,
+    Misfire,
+    Overlap,
+    Schedule,
+)
+from due.core.timing import Timing, check_cron, check_interval, zone
 from due.durations import DurationLike, to_seconds
 from due.errors import ConfigurationError
 from due.payload import DEFAULT_MAX_PAYLOAD_BYTES, encode_arguments
-from due.scheduler.timing import Timing, check_cron, check_interval, zone
-
-DEFAULT_CATCH_UP_LIMIT = 10
-DEFAULT_MISFIRE_GRACE_SECONDS = 60.0
-MAX_SCHEDULE_NAME = 200
-
-
-class Misfire(enum.StrEnum):
-    """What to do with scheduled times that passed while nothing could fire them."""
-
-    SKIP = "skip"
-    """Record them as missed; resume with the next future time."""
-    CATCH_UP = "catch_up"
-    """One run per missed time, oldest first, at most `catch_up_limit`."""
-    LATEST = "latest"
-    """One run for the newest missed time; the others recorded as missed."""
-
-
-class Overlap(enum.StrEnum):
-    """What to do when a time comes while the previous run has not ended."""
-
-    ALLOW = "allow"
-    """Start it anyway: runs may overlap."""
-    FORBID = "forbid"
-    """Skip this time (recorded as skipped)."""
-    QUEUE = "queue"
-    """Start it when the previous run ends (at most one run waits)."""
-    REPLACE = "replace"
-    """Cancel the previous run, then start this one when it has ended."""
-
-
-DEFAULT_MISFIRE = Misfire.LATEST
-DEFAULT_OVERLAP = Overlap.FORBID
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """A validated schedule definition."""
-
-    name: str
-    task: str
-    timing: Timing
-    payload: str
-    """The arguments of every run, as JSON (like a job's)."""
-    queue: str
-    priority: int
-    max_attempts: int
-    misfire: Misfire = DEFAULT_MISFIRE
-    overlap: Overlap = DEFAULT_OVERLAP
-    catch_up_limit: int = DEFAULT_CATCH_UP_LIMIT
-    misfire_grace: float = DEFAULT_MISFIRE_GRACE_SECONDS
-    enabled: bool = True
-    args: tuple[Any, ...] = field(default=(), compare=False)
-    kwargs: dict[str, Any] = field(default_factory=dict, compare=False)
-
-    @property
-    def fingerprint(self) -> str:
-        """Changes whenever the definition changes (what the sync compares)."""
-        parts = [
-            self.task,
-            self.timing.cron,
-            self.timing.every,
-            self.timing.tz,
-            self.payload,
-            self.queue,
-            self.priority,
-            self.max_attempts,
-            self.misfire.value,
-            self.overlap.value,
-            self.catch_up_limit,
-            self.misfire_grace,
-        ]
-        return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
 
 def define_schedule(
@@ -158,76 +92,3 @@ def _policy(kind: type[Misfire] | type[Overlap], value: object, name: str, what:
         raise ConfigurationError(
             f"schedule {name!r}: {what}={value!r} is not a policy; choose one of {choices}"
         ) from None
-
-
-@dataclass
-class StoredSchedule:
-    """A schedule as the database holds it: its definition and its state."""
-
-    schedule: Schedule
-    source: str
-    """'code' (synced from an App when a process starts) or 'runtime'."""
-    enabled: bool
-    paused: bool
-    next_fire_at: datetime
-    fingerprint: str
-
-    @property
-    def name(self) -> str:
-        return self.schedule.name
-
-
-@dataclass
-class ScheduleOverview:
-    """What `due schedules` shows for one schedule."""
-
-    stored: StoredSchedule
-    last_run_at: datetime | None
-    last_run_state: str | None
-    last_success_at: datetime | None
-    skipped: int
-    missed: int
-
-
-@dataclass
-class ScheduleRun:
-    """One scheduled time and what became of it."""
-
-    schedule: str
-    scheduled_for: datetime
-    outcome: str
-    reason: str | None
-    job_id: int | None
-    job_state: str | None
-    recorded_at: datetime
-
-
-def stored_schedule(row: dict[str, Any]) -> StoredSchedule:
-    """From a row in Python types (times as datetimes, payload as a dict)."""
-    payload = row["payload"]
-    text = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
-    data = json.loads(text)
-    schedule = Schedule(
-        name=row["name"],
-        task=row["task"],
-        timing=Timing(row["cron"], row["every"], row["tz"]),
-        payload=text,
-        queue=row["queue"],
-        priority=row["priority"],
-        max_attempts=row["max_attempts"],
-        misfire=Misfire(row["misfire"]),
-        overlap=Overlap(row["overlap"]),
-        catch_up_limit=row["catch_up_limit"],
-        misfire_grace=row["misfire_grace"],
-        enabled=bool(row["enabled"]),
-        args=tuple(data.get("args", ())),
-        kwargs=dict(data.get("kwargs", {})),
-    )
-    return StoredSchedule(
-        schedule,
-        row["source"],
-        bool(row["enabled"]),
-        bool(row["paused"]),
-        row["next_fire_at"],
-        row["fingerprint"],
-    )

@@ -28,9 +28,9 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from due.clock import Clock
+from due.core.schedules import LeaseFence
 from due.errors import ConfigurationError, StoreError, StoreUnavailableError
 from due.logs import event
-from due.store.schedules import LeaseFence
 
 log = logging.getLogger("due.scheduler")
 LEADER_LEASE = "scheduler"
@@ -57,14 +57,14 @@ class DatabaseLeases:
         self.store = store
 
     def acquire(self, name: str, holder: str, ttl: float) -> int | None:
-        token: int | None = self.store.acquire_lease(name, holder, ttl)
+        token: int | None = self.store.lease_acquire(name, holder, ttl)
         return token
 
     def renew(self, name: str, holder: str, token: int, ttl: float) -> bool:
-        return bool(self.store.renew_lease(name, holder, token, ttl))
+        return bool(self.store.lease_renew(name, holder, token, ttl))
 
     def release(self, name: str, holder: str, token: int) -> None:
-        self.store.release_lease(name, holder, token)
+        self.store.lease_release(name, holder, token)
 
 
 _RENEW = """

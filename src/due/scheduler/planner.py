@@ -22,42 +22,15 @@ outlast the period).
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from due.scheduler.definition import Misfire, Overlap, Schedule
+from due.core.schedules import Firing, Misfire, Outcome, Overlap, Plan, Schedule
 
 MAX_RECORDED_TIMES = 1000
 """Scheduled times examined per plan; beyond that one row sums up the rest."""
 MAX_COUNTED_TIMES = 10_000
 """Cron times counted for that summary: walking a cron expression costs about
 20 µs a time, and a plan runs inside the leader's transaction."""
-
-
-class Outcome(enum.StrEnum):
-    ENQUEUED = "enqueued"
-    PENDING = "pending"
-    SKIPPED = "skipped"
-    MISSED = "missed"
-
-
-@dataclass(frozen=True, slots=True)
-class Firing:
-    scheduled_for: datetime
-    outcome: Outcome
-    reason: str | None = None
-
-
-@dataclass
-class Plan:
-    firings: list[Firing] = field(default_factory=list)
-    next_fire_at: datetime | None = None
-    cancel_active: bool = False
-    """`replace`: the active run must be cancelled before the pending one starts."""
-
-    def of(self, outcome: Outcome) -> list[Firing]:
-        return [firing for firing in self.firings if firing.outcome == outcome]
 
 
 def plan(

@@ -3,37 +3,44 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
+from due.core.schedules import Misfire, Overlap, Schedule
 from due.durations import DurationLike
 from due.errors import ConfigurationError, InvalidJobError
 from due.request import validate_priority, validate_queue
-from due.scheduler.definition import Misfire, Overlap, Schedule, define_schedule
-from due.task import Task
+from due.scheduler.definition import define_schedule
+from due.task import Registry, Task
 
-if TYPE_CHECKING:
-    from due.app import App
+
+@dataclass(frozen=True, slots=True)
+class ScheduleTiming:
+    """When a schedule fires and what it does about missed and overlapping runs,
+    as given to `app.schedule` (validated by define_schedule)."""
+
+    cron: str | None
+    every: DurationLike | None
+    tz: str
+    misfire: Misfire | str
+    overlap: Overlap | str
+    catch_up_limit: int
+    misfire_grace: DurationLike
 
 
 def define_for_app(
-    app: App,
+    tasks: Registry,
     name: str,
-    cron: str | None,
-    every: DurationLike | None,
+    timing: ScheduleTiming,
     task: Task[Any, Any] | str,
     args: Sequence[Any],
     kwargs: dict[str, Any] | None,
-    tz: str,
-    misfire: Misfire | str,
-    overlap: Overlap | str,
-    catch_up_limit: int,
-    misfire_grace: DurationLike,
     queue: str | None,
     priority: int | None,
-    enabled: bool,
+    enabled: bool = True,
 ) -> Schedule:
     """Validate everything now, so a bad schedule fails at import, not at 2 am."""
-    resolved = app.tasks.get(task.name if isinstance(task, Task) else task)
+    resolved = tasks.get(task.name if isinstance(task, Task) else task)
     resolved.check_arguments(tuple(args), dict(kwargs or {}))
     try:
         queue_name = validate_queue(queue) if queue is not None else resolved.config.queue
@@ -43,15 +50,15 @@ def define_for_app(
     return define_schedule(
         name,
         task=resolved.name,
-        cron=cron,
-        every=every,
+        cron=timing.cron,
+        every=timing.every,
         args=tuple(args),
         kwargs=dict(kwargs or {}),
-        tz=tz,
-        misfire=misfire,
-        overlap=overlap,
-        catch_up_limit=catch_up_limit,
-        misfire_grace=misfire_grace,
+        tz=timing.tz,
+        misfire=timing.misfire,
+        overlap=timing.overlap,
+        catch_up_limit=timing.catch_up_limit,
+        misfire_grace=timing.misfire_grace,
         queue=queue_name,
         priority=level,
         max_attempts=resolved.config.retry.max_attempts,

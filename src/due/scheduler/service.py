@@ -12,18 +12,16 @@ by the run's own notification.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
 
+from due.core.schedules import Materialised, Plan, StoredSchedule
 from due.logs import event
-from due.scheduler.definition import StoredSchedule
 from due.scheduler.leader import Leadership
-from due.scheduler.planner import Plan, plan
-from due.store.schedules import Materialised
-
-if TYPE_CHECKING:
-    from due.worker.worker import Worker
+from due.scheduler.planner import plan
+from due.service import Calls
+from due.store import Store
 
 log = logging.getLogger("due.scheduler")
 TICK_SECONDS = 1.0
@@ -48,27 +46,36 @@ def decide(stored: StoredSchedule, now: datetime, active: bool, pending: bool) -
 
 
 class Scheduler:
-    def __init__(self, worker: Worker, leadership: Leadership) -> None:
-        self.worker = worker
+    def __init__(
+        self,
+        *,
+        store: Store,
+        call: Calls,
+        leadership: Leadership,
+        database_now: Callable[[], datetime],
+    ) -> None:
+        self._store = store
+        self._call = call
         self.leadership = leadership
+        self._database_now = database_now
         self._next_fire: datetime | None = None
 
     async def run_once(self) -> SchedulerRound:
-        call = self.worker.call
-        store = self.worker.store
+        call = self._call
+        store = self._store
         leading = await call(self.leadership.ensure)
         if not leading:
             return SchedulerRound(False)
         fence = self.leadership.fence
         done = SchedulerRound(True)
-        for name in await call(store.due_schedule_names):
-            result = await call(store.materialize, name, decide, fence)
+        for name in await call(store.schedule_due_names):
+            result = await call(store.schedule_materialize, name, decide, fence)
             if result is None:
                 continue  # no longer ours to act on, or gone
             done.materialised.append(result)
             self._report(result)
-        for name in await call(store.schedules_with_pending_runs):
-            job_id = await call(store.start_pending_run, name, fence)
+        for name in await call(store.schedule_names_with_pending_runs):
+            job_id = await call(store.schedule_start_pending_run, name, fence)
             if job_id is not None:
                 done.started_pending.append(job_id)
                 event(
@@ -78,13 +85,13 @@ class Scheduler:
                     job=job_id,
                     reason="the previous run ended",
                 )
-        self._next_fire = await call(store.next_schedule_fire)
+        self._next_fire = await call(store.schedule_next_fire)
         return done
 
     def interval(self) -> float:
         if not self.leadership.is_leader or self._next_fire is None:
             return TICK_SECONDS
-        until = (self._next_fire - self.worker.database_now()).total_seconds()
+        until = (self._next_fire - self._database_now()).total_seconds()
         return max(0.0, min(until, TICK_SECONDS))
 
     def _report(self, result: Materialised) -> None:

@@ -1,4 +1,4 @@
-"""Storage: one protocol (`protocol.Store`), two backends, chosen by URL."""
+"""Storage: one store (`store.Store`) over two backends, chosen by URL."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 from due.clock import Clock
 from due.errors import ConfigurationError
-from due.store.protocol import Store
+from due.store.store import Store
 
 SQLITE_PREFIX = "sqlite:///"
 POSTGRES_PREFIXES = ("postgresql://", "postgres://")
@@ -15,14 +15,14 @@ POSTGRES_PREFIXES = ("postgresql://", "postgres://")
 def open_store(url: str, clock: Clock, **options: Any) -> Store:
     """The store for `url`: sqlite:///path.db or postgresql://user@host/db."""
     if url.startswith(SQLITE_PREFIX):
-        from due.store.sqlite.store import SQLiteStore
+        from due.store.sqlite.backend import SQLiteBackend
 
-        return SQLiteStore(url, clock, **options)
+        return Store(SQLiteBackend(url, clock, **options))
     if url.startswith(POSTGRES_PREFIXES):
         require_postgres_driver()
-        from due.store.postgres.store import PostgresStore
+        from due.store.postgres.backend import PostgresBackend
 
-        return PostgresStore(url, clock, **options)
+        return Store(PostgresBackend(url, clock, **options))
     scheme = url.split(":", 1)[0] if ":" in url else url
     raise ConfigurationError(
         f"unsupported database URL scheme {scheme!r}: use sqlite:///path/to.db "

@@ -17,11 +17,11 @@ import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
+from due.core.jobs import AttemptError, JobState
+from due.core.records import Completion, HeartbeatReply, Lease
 from due.errors import StoreError, StoreUnavailableError
-from due.job import AttemptError, JobState
 from due.logs import event
 from due.payload import encode_value, storable_text
-from due.store.records import Completion, HeartbeatReply, Lease
 
 log = logging.getLogger("due.store")
 ATTEMPT_KINDS = ("error", "timeout", "lease_lost", "unknown_task", "cancelled")

@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from due.store.records import NewJob
+from due.core.records import NewJob
 
 Rows = list[dict[str, Any]]
 Execute = Callable[[str, dict[str, Any]], Rows]

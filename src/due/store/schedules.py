@@ -1,52 +1,252 @@
-"""What both backends share about schedules: the sync decision and the records."""
+"""Schedules in the database: their definitions, runs and materialisation.
+
+Materialising a schedule is one transaction: check the caller still holds the
+leader lease, lock the schedule row, plan every due time, record each one in
+due_schedule_runs (primary key (schedule, scheduled_for): a second scheduler
+inserts nothing), insert the jobs of the runs to start, and move the next fire
+time, all or nothing.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from due.scheduler.definition import Schedule, StoredSchedule
-from due.scheduler.planner import Firing, Plan
-
-Decide = Callable[[StoredSchedule, datetime, bool, bool], Plan]
-"""(schedule, the database's now, a run is active, a run waits) -> the plan."""
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseFence:
-    """The leader lease a write depends on: the write happens only while it holds."""
-
-    name: str
-    holder: str
-    token: int
-
-
-@dataclass
-class Materialised:
-    """What one materialisation recorded: each new firing, with its job if it started."""
-
-    schedule: str
-    recorded: list[tuple[Firing, int | None]]
-    next_fire_at: datetime | None
+from due.core.schedules import (
+    Decide,
+    LeaseFence,
+    Materialised,
+    Outcome,
+    Overlap,
+    Schedule,
+    ScheduleOverview,
+    ScheduleRun,
+    StoredSchedule,
+    SyncReport,
+    stored_schedule,
+)
+from due.errors import ConfigurationError
+from due.store.backend import Backend, DuplicateError, Transaction
+from due.store.settling import settle
 
 
-@dataclass
-class SyncReport:
-    """Code-defined schedules compared with the database."""
+def sync(db: Backend, schedules: Sequence[Schedule]) -> SyncReport:
+    """Add, change, and disable code-defined schedules to match `schedules`."""
+    with db.transaction() as tx:
+        if tx.locks_rows:
+            tx.run("lock_schedule_sync")  # one sync at a time (SQLite: one writer anyway)
+        now = tx.instant()
+        stored = [stored_schedule(row) for row in tx.run("list_schedule_rows")]
+        report = plan_sync(schedules, stored)
+        for schedule in report.to_add:
+            tx.run("insert_schedule", definition_params(schedule, "code", now))
+        for schedule in report.to_change:
+            tx.run("update_schedule", definition_params(schedule, "code", now))
+        for name in report.disabled:
+            tx.run("disable_schedule", {"name": name, "now": now})
+    return report
 
-    to_add: list[Schedule] = field(default_factory=list)
-    to_change: list[Schedule] = field(default_factory=list)
-    disabled: list[str] = field(default_factory=list)
 
-    @property
-    def added(self) -> list[str]:
-        return [schedule.name for schedule in self.to_add]
+def add(db: Backend, schedule: Schedule) -> None:
+    """Store a schedule defined at run time (ConfigurationError if the name exists)."""
+    try:
+        with db.transaction() as tx:
+            tx.run("insert_schedule", definition_params(schedule, "runtime", tx.instant()))
+    except DuplicateError:
+        raise ConfigurationError(
+            f"a schedule named {schedule.name!r} already exists; remove it first "
+            "or choose another name"
+        ) from None
 
-    @property
-    def changed(self) -> list[str]:
-        return [schedule.name for schedule in self.to_change]
+
+def remove(db: Backend, name: str) -> bool:
+    """Delete a schedule (its run history stays); False when there was none."""
+    with db.transaction(single=True) as tx:
+        return bool(tx.run("delete_schedule", {"name": name}))
+
+
+def pause(db: Backend, name: str, paused: bool) -> bool:
+    """Pause or resume; False when there is no such schedule."""
+    with db.transaction(single=True) as tx:
+        return bool(tx.run("pause_schedule", {"name": name, "paused": paused, "now": tx.now}))
+
+
+def list_all(db: Backend) -> list[StoredSchedule]:
+    with db.transaction(read=True) as tx:
+        return [stored_schedule(row) for row in tx.run("list_schedule_rows")]
+
+
+def overview(db: Backend) -> list[ScheduleOverview]:
+    with db.transaction(read=True) as tx:
+        rows = tx.run("schedule_overview")
+    return [
+        ScheduleOverview(
+            stored_schedule(row),
+            row["last_run_at"],
+            row["last_run_state"],
+            row["last_success_at"],
+            row["skipped"],
+            row["missed"],
+        )
+        for row in rows
+    ]
+
+
+def runs(db: Backend, name: str, limit: int = 50) -> list[ScheduleRun]:
+    with db.transaction(read=True) as tx:
+        return [
+            ScheduleRun(**row) for row in tx.run("schedule_runs", {"name": name, "limit": limit})
+        ]
+
+
+def due_names(db: Backend) -> list[str]:
+    """Enabled schedules whose next fire time has come."""
+    with db.transaction(read=True) as tx:
+        return [row["name"] for row in tx.run("due_schedule_names", {"now": tx.now})]
+
+
+def next_fire(db: Backend) -> datetime | None:
+    """The earliest next fire time of any enabled schedule."""
+    with db.transaction(read=True) as tx:
+        value: datetime | None = tx.run("next_schedule_fire")[0]["next_fire_at"]
+    return value
+
+
+def materialize(
+    db: Backend, name: str, decide: Decide, fence: LeaseFence | None = None
+) -> Materialised | None:
+    """Record and start a schedule's due runs, in one transaction; None if not ours."""
+    with db.transaction(leader=fence is not None) as tx:
+        now = tx.instant()
+        if fence is not None and not _holds(tx, fence):
+            return None
+        rows = tx.run("lock_schedule", {"name": name})
+        if not rows or not rows[0]["enabled"]:
+            return None
+        stored = stored_schedule(rows[0])
+        if stored.next_fire_at > now:
+            return Materialised(name, [], stored.next_fire_at)
+        activity = tx.run("schedule_activity", {"name": name})[0]
+        plan = decide(stored, now, bool(activity["active"]), bool(activity["pending"]))
+        if plan.cancel_active:
+            # A run with pieces takes them with it; a waiting one ends now.
+            settle(tx, tx.run("cancel_schedule_runs", {"name": name, "now": now}))
+        if plan.of(Outcome.PENDING) and stored.schedule.overlap == Overlap.REPLACE:
+            tx.run("supersede_pending", {"name": name})
+        recorded = []
+        for firing in plan.firings:
+            run = {
+                "name": name,
+                "scheduled_for": firing.scheduled_for,
+                "outcome": firing.outcome.value,
+                "reason": firing.reason,
+                "now": now,
+            }
+            if not tx.run("insert_schedule_run", run):
+                continue  # recorded already: by another scheduler, or an earlier plan
+            job_id = None
+            if firing.outcome == Outcome.ENQUEUED:
+                moment = firing.scheduled_for
+                job_id = _start_run(tx, stored, moment, moment, firing.reason, now)
+            recorded.append((firing, job_id))
+        tx.run("set_next_fire", {"name": name, "next_fire_at": plan.next_fire_at})
+    return Materialised(name, recorded, plan.next_fire_at)
+
+
+def with_pending_runs(db: Backend) -> list[str]:
+    """Schedules with a run waiting for its previous one."""
+    with db.transaction(read=True) as tx:
+        return [row["name"] for row in tx.run("schedules_with_pending")]
+
+
+def start_pending_run(db: Backend, name: str, fence: LeaseFence | None = None) -> int | None:
+    """Start the oldest run waiting for its previous one, if that one has ended."""
+    with db.transaction(leader=fence is not None) as tx:
+        now = tx.instant()
+        if fence is not None and not _holds(tx, fence):
+            return None
+        rows = tx.run("lock_schedule", {"name": name})
+        stopped = not_running_reason(rows[0] if rows else None)
+        if stopped is not None:  # its waiting runs will not start: say why
+            tx.run("skip_pending_runs", {"name": name, "reason": stopped})
+            return None
+        if tx.run("schedule_activity", {"name": name})[0]["active"]:
+            return None
+        pending = tx.run("oldest_pending_run", {"name": name})
+        if not pending:
+            return None
+        reason = "started when the previous run ended"
+        stored = stored_schedule(rows[0])
+        return _start_run(tx, stored, pending[0]["scheduled_for"], now, reason, now)
+
+
+def trigger(db: Backend, name: str) -> int:
+    """Start a run now (by hand); returns its job id."""
+    with db.transaction() as tx:
+        now = tx.instant()
+        rows = tx.run("lock_schedule", {"name": name})
+        if not rows:
+            raise ConfigurationError(f"no schedule named {name!r}")
+        reason = "triggered by hand"
+        run = {
+            "name": name,
+            "scheduled_for": now,
+            "outcome": "enqueued",
+            "reason": reason,
+            "now": now,
+        }
+        tx.run("insert_schedule_run", run)
+        job_id = _start_run(tx, stored_schedule(rows[0]), now, now, reason, now)
+    assert job_id is not None
+    return job_id
+
+
+def _holds(tx: Transaction, fence: LeaseFence) -> bool:
+    params = {
+        "name": fence.name,
+        "holder": fence.holder,
+        "token": fence.token,
+        "ttl": 0.0,
+        "now": tx.now,
+    }
+    return bool(tx.run("lease_is_held", params))
+
+
+def _start_run(
+    tx: Transaction,
+    stored: StoredSchedule,
+    scheduled_for: datetime,
+    run_at: datetime,
+    reason: str | None,
+    now: datetime,
+) -> int | None:
+    schedule = stored.schedule
+    inserted = tx.run(
+        "insert_scheduled_job",
+        {
+            "task": schedule.task,
+            "queue": schedule.queue,
+            "priority": schedule.priority,
+            "payload": schedule.payload,
+            "run_at": run_at,
+            "max_attempts": schedule.max_attempts,
+            "name": schedule.name,
+            "scheduled_for": scheduled_for,
+            "now": now,
+        },
+    )
+    if not inserted:
+        return None
+    job_id = int(inserted[0]["id"])
+    link = {
+        "name": schedule.name,
+        "scheduled_for": scheduled_for,
+        "job_id": job_id,
+        "reason": reason,
+    }
+    tx.run("link_schedule_run", link)
+    return job_id
 
 
 def not_running_reason(row: Mapping[str, Any] | None) -> str | None:
@@ -79,12 +279,7 @@ def plan_sync(schedules: Sequence[Schedule], stored: Sequence[StoredSchedule]) -
     return report
 
 
-def definition_params(
-    schedule: Schedule,
-    source: str,
-    now: datetime,
-    time_param: Callable[[datetime], Any] = lambda t: t,
-) -> dict[str, Any]:
+def definition_params(schedule: Schedule, source: str, now: datetime) -> dict[str, Any]:
     """The columns of a schedule's row; it next fires at its first time after `now`."""
     return {
         "name": schedule.name,
@@ -103,6 +298,6 @@ def definition_params(
         "source": source,
         "enabled": schedule.enabled,
         "fingerprint": schedule.fingerprint,
-        "next_fire_at": time_param(schedule.timing.after(now)),
-        "now": time_param(now),
+        "next_fire_at": schedule.timing.after(now),
+        "now": now,
     }

@@ -1,9 +1,10 @@
 """Multi-statement store operations as plans, written once for every driver.
 
 A plan is a generator that yields `Step(query_name, params)` and is sent back
-the rows of each statement (already in Python types). The same plan runs on
-a pooled connection, on a caller's sync connection, or on a caller's async
-connection, so the deduplication logic exists once.
+the rows of each statement (already in Python types). The same plan runs in
+a store transaction, on a caller's sync connection, or on a caller's async
+connection (`carry_out`, `carry_out_async`), so the deduplication logic exists
+once, and so does the async path, which cannot share the sync operations.
 
 Deduplication by key: insert with ON CONFLICT DO NOTHING. A conflict means a
 job holds the key; lock it and ask whether it still deduplicates (active, or
@@ -14,26 +15,28 @@ the outcome holds across processes and hosts.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from due.core.jobs import Job, JobState
+from due.core.records import NewJob, job_from_row
 from due.errors import InvalidStateError, StoreError
-from due.job import Job, JobState
-from due.store.records import NewJob, job_from_row
+from due.store.backend import AsyncTransaction, Rows, Transaction
 
 MAX_KEY_ROUNDS = 20
-
-Rows = list[dict[str, Any]]
-TimeParam = Callable[[datetime | None], Any]
+BULK_CHUNK = 5000
+"""Jobs per bulk statement (or COPY) when many are enqueued at once."""
 
 
 @dataclass(frozen=True, slots=True)
 class Step:
     query: str
-    params: dict[str, Any]
-    rows: list[tuple[Any, ...]] | None = None
+    params: Mapping[str, Any]
+    each: Sequence[Mapping[str, Any]] | None = None
+    """For a batch statement: its rows (`Transaction.run_each`)."""
+    copy: Sequence[tuple[Any, ...]] | None = None
     """For a COPY step: the rows to stream."""
 
 
@@ -41,34 +44,59 @@ Plan = Generator[Step, Rows, list[Job]]
 T = TypeVar("T")
 
 
-def _identity(value: datetime | None) -> Any:
-    return value
+def carry_out(tx: Transaction, plan: Generator[Step, Rows, T]) -> T:
+    """Run a plan's steps in a transaction."""
+    step = next(plan)
+    while True:
+        if step.copy is not None:
+            tx.copy(step.query, step.copy)
+            rows: Rows = []
+        elif step.each is not None:
+            rows = tx.run_each(step.query, step.each, step.params)
+        else:
+            rows = tx.run(step.query, step.params)
+        try:
+            step = plan.send(rows)
+        except StopIteration as done:
+            result: T = done.value
+            return result
 
 
-def enqueue_steps(
-    jobs: Sequence[NewJob],
-    now: Any,
-    *,
-    chunk: int = 0,
-    time_param: TimeParam = _identity,
-    json_column: Callable[[str], Any] = str,
-) -> Plan:
-    """Insert `jobs`; in chunks of multi-row statements (or COPY) when `chunk` > 0."""
+async def carry_out_async(tx: AsyncTransaction, plan: Generator[Step, Rows, T]) -> T:
+    """`carry_out` on a caller's async connection."""
+    step = next(plan)
+    while True:
+        if step.copy is not None:
+            await tx.copy(step.query, step.copy)
+            rows: Rows = []
+        elif step.each is not None:
+            rows = await tx.run_each(step.query, step.each, step.params)
+        else:
+            rows = await tx.run(step.query, step.params)
+        try:
+            step = plan.send(rows)
+        except StopIteration as done:
+            result: T = done.value
+            return result
+
+
+def enqueue_steps(jobs: Sequence[NewJob], now: Any, *, chunk: int = BULK_CHUNK) -> Plan:
+    """Insert `jobs`: one by one, or in chunks of batch statements (or COPY)."""
     if chunk and len(jobs) > 1:
-        return (yield from _enqueue_bulk(jobs, now, chunk, time_param, json_column))
+        return (yield from _enqueue_bulk(jobs, now, chunk))
     created = []
     for job in jobs:
-        created.append((yield from _enqueue_one(job, now, time_param)))
+        created.append((yield from _enqueue_one(job, now)))
     return created
 
 
-def _single_params(job: NewJob, now: Any, time_param: TimeParam) -> dict[str, Any]:
+def _single_params(job: NewJob, now: Any) -> dict[str, Any]:
     return {
         "task": job.task,
         "queue": job.queue,
         "priority": job.priority,
         "payload": job.payload,
-        "run_at": time_param(job.run_at),
+        "run_at": job.run_at,
         "delay": job.delay,
         "max_attempts": job.max_attempts,
         "key": job.key,
@@ -78,8 +106,8 @@ def _single_params(job: NewJob, now: Any, time_param: TimeParam) -> dict[str, An
     }
 
 
-def _enqueue_one(job: NewJob, now: Any, time_param: TimeParam) -> Generator[Step, Rows, Job]:
-    params = _single_params(job, now, time_param)
+def _enqueue_one(job: NewJob, now: Any) -> Generator[Step, Rows, Job]:
+    params = _single_params(job, now)
     for _ in range(MAX_KEY_ROUNDS):
         rows = yield Step("insert_job", params)
         if rows:
@@ -95,13 +123,7 @@ def _enqueue_one(job: NewJob, now: Any, time_param: TimeParam) -> Generator[Step
     raise StoreError(f"could not settle key {job.key!r} after {MAX_KEY_ROUNDS} rounds")
 
 
-def _enqueue_bulk(
-    jobs: Sequence[NewJob],
-    now: Any,
-    chunk: int,
-    time_param: TimeParam,
-    json_column: Callable[[str], Any],
-) -> Generator[Step, Rows, list[Job]]:
+def _enqueue_bulk(jobs: Sequence[NewJob], now: Any, chunk: int) -> Generator[Step, Rows, list[Job]]:
     created: list[Job] = []
     for start in range(0, len(jobs), chunk):
         part = jobs[start : start + chunk]
@@ -111,55 +133,55 @@ def _enqueue_bulk(
         # Due times from the database's now (one instant for the whole transaction).
         run_ats = [job.run_at or database_now + timedelta(seconds=job.delay) for job in part]
         if any(job.key for job in part):
-            rows = yield Step("insert_jobs", _bulk_params(part, ids, run_ats, database_now))
+            each = _bulk_rows(part, ids, run_ats)
+            rows = yield Step("insert_jobs", {"now": database_now}, each=each)
             inserted = {row["id"] for row in rows}
         else:  # nothing to deduplicate: stream the rows
-            copied = _copy_rows(part, ids, run_ats, database_now, json_column)
-            yield Step("copy_jobs", {}, rows=copied)
+            yield Step("copy_jobs", {}, copy=_copy_rows(part, ids, run_ats, database_now))
             inserted = set(ids)
         for job_id, job, run_at in zip(ids, part, run_ats, strict=True):
             if job_id in inserted:
                 created.append(new_job(job, job_id, run_at, database_now))
             else:  # its key is held: settle it one by one
-                created.append((yield from _enqueue_one(job, now, time_param)))
+                created.append((yield from _enqueue_one(job, now)))
     wake = earliest_by_queue((job.queue, job.run_at) for job in created if not job.deduplicated)
     if wake:
-        yield Step("notify_queues", {"queues": list(wake), "run_ats": list(wake.values())})
+        each = [{"queue": queue, "run_at": run_at} for queue, run_at in wake.items()]
+        yield Step("notify_queues", {}, each=each)
     return created
 
 
-def _bulk_params(
-    jobs: Sequence[NewJob], ids: list[int], run_ats: list[datetime], now: datetime
-) -> dict[str, Any]:
-    return {
-        "ids": ids,
-        "tasks": [job.task for job in jobs],
-        "queues": [job.queue for job in jobs],
-        "priorities": [job.priority for job in jobs],
-        "payloads": [job.payload for job in jobs],
-        "run_ats": run_ats,
-        "max_attempts": [job.max_attempts for job in jobs],
-        "keys": [job.key for job in jobs],
-        "unique_fors": [job.unique_for for job in jobs],
-        "stuck_afters": [job.stuck_after for job in jobs],
-        "now": now,
-    }
+def _bulk_rows(
+    jobs: Sequence[NewJob], ids: list[int], run_ats: list[datetime]
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": job_id,
+            "task": job.task,
+            "queue": job.queue,
+            "priority": job.priority,
+            "payload": job.payload,
+            "run_at": run_at,
+            "max_attempts": job.max_attempts,
+            "key": job.key,
+            "unique_for": job.unique_for,
+            "stuck_after": job.stuck_after,
+        }
+        for job_id, job, run_at in zip(ids, jobs, run_ats, strict=True)
+    ]
 
 
 def _copy_rows(
-    jobs: Sequence[NewJob],
-    ids: list[int],
-    run_ats: list[datetime],
-    now: datetime,
-    json_column: Callable[[str], Any],
+    jobs: Sequence[NewJob], ids: list[int], run_ats: list[datetime], now: datetime
 ) -> list[tuple[Any, ...]]:
+    """The columns of copy_jobs, in its order."""
     return [
         (
             job_id,
             job.task,
             job.queue,
             job.priority,
-            json_column(job.payload),
+            job.payload,
             run_at,
             job.max_attempts,
             None,

@@ -6,7 +6,8 @@ thousands of short jobs a second spends one round trip per batch, not per job.
 On SQLite (one writer at a time), when a producer claims in the meantime, the
 batch rides along with the claim: one transaction, one fsync, for both.
 Until its completion is written the job keeps its lease (heartbeats go on)
-and its slot (back-pressure: see producer.py).
+and its slot (back-pressure: see ledger.py). Outcomes wait in their queue's
+ledger; the completer takes them from every queue's.
 A write that finds the token stale (the lease was lost meanwhile) is recorded
 nowhere and logged. On a database outage the batch is kept and retried.
 """
@@ -15,33 +16,38 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Sequence
 
-from due.job import JobState
+from due.core.jobs import JobState
+from due.core.records import Completion
 from due.logs import event
-from due.store.records import Completion
+from due.worker.ledger import Outcome, RunningJobs
 from due.worker.running import RunningJob
-
-if TYPE_CHECKING:
-    from due.worker.worker import Worker
 
 log = logging.getLogger("due.worker")
 MAX_BATCH = 1000
+IDLE_SECONDS = 3600.0
+
+Write = Callable[[Sequence[Completion]], Awaitable[set[int]]]
+"""Writes completions; returns the ids whose lease token was still current."""
 
 
 class Completer:
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-        self.pending: list[tuple[RunningJob, Completion]] = []
+    def __init__(
+        self, *, ledgers: Sequence[RunningJobs], write: Write, flush_interval: float
+    ) -> None:
+        self.ledgers = ledgers
+        self.write = write
+        self.flush_interval = flush_interval
         self.wake = asyncio.Event()
 
-    def add(self, running: RunningJob, completion: Completion) -> None:
-        self.pending.append((running, completion))
-        self.worker.producers[running.queue].outcome_pending()
-        self.wake.set()
+    @property
+    def pending(self) -> list[Outcome]:
+        """Outcomes waiting to be taken, every queue's."""
+        return [outcome for jobs in self.ledgers for outcome in jobs.outcomes]
 
     def interval(self) -> float:
-        return 3600.0 if not self.pending else self.worker.settings.flush_interval
+        return self.flush_interval if any(jobs.outcomes for jobs in self.ledgers) else IDLE_SECONDS
 
     async def run_once(self) -> int:
         """Write one batch of completions; returns how many were written."""
@@ -49,62 +55,65 @@ class Completer:
         if not batch:
             return 0
         try:
-            applied = await self.worker.complete([completion for _, completion in batch])
+            applied = await self.write([completion for _, completion in batch])
         except BaseException:
             self.give_back(batch)
             raise
         self.acknowledge(batch, applied)
         return len(batch)
 
-    def take(self) -> list[tuple[RunningJob, Completion]]:
+    def take(self) -> list[Outcome]:
         """The next batch to write (a claim may carry it, in one transaction)."""
-        batch, self.pending = self.pending[:MAX_BATCH], self.pending[MAX_BATCH:]
+        batch: list[Outcome] = []
+        for jobs in self.ledgers:
+            batch += jobs.take_outcomes(MAX_BATCH - len(batch))
         return batch
 
-    def give_back(self, batch: list[tuple[RunningJob, Completion]]) -> None:
-        """A batch whose write failed: kept, in order, for the retry."""
-        self.pending[:0] = batch
+    def give_back(self, batch: list[Outcome]) -> None:
+        """A batch whose write failed: each outcome back in its ledger, in order."""
+        for jobs in self.ledgers:
+            jobs.give_back([outcome for outcome in batch if outcome[0].jobs is jobs])
 
-    def acknowledge(self, batch: list[tuple[RunningJob, Completion]], applied: set[int]) -> None:
+    def acknowledge(self, batch: list[Outcome], applied: set[int]) -> None:
         for running, completion in batch:
-            self._acknowledged(running, completion, running.job.id in applied)
+            running.jobs.outcome_written(running)
+            _log_end(running, completion, running.job.id in applied)
 
     async def flush(self) -> None:
         """Write everything pending (at shutdown)."""
         while self.pending:
             await self.run_once()
 
-    def _acknowledged(self, running: RunningJob, completion: Completion, applied: bool) -> None:
-        self.worker.forget(running)
-        self.worker.producers[running.queue].outcome_written()
-        job = running.job
-        if not applied:
-            event(
-                log,
-                "job.result_discarded",
-                logging.WARNING,
-                job=job.id,
-                task=job.task,
-                attempt=job.attempt,
-                reason="the lease was lost before the result was written",
-            )
-            return
-        fields = {
-            "job": job.id,
-            "task": job.task,
-            "queue": job.queue,
-            "attempt": job.attempt,
-            "duration_ms": None if running.seconds is None else round(running.seconds * 1000, 1),
-        }
-        error = completion.error.error if completion.error else None
-        if completion.state == JobState.SUCCEEDED:
-            event(log, "job.succeeded", logging.INFO, **fields)
-        elif completion.state == JobState.QUEUED:
-            retry_in = round(completion.retry_in or 0, 3)
-            event(log, "job.retrying", logging.WARNING, **fields, retry_in=retry_in, error=error)
-        elif completion.state == JobState.WAITING:
-            event(log, "job.waiting", logging.INFO, **fields)
-        elif completion.state == JobState.CANCELLED:
-            event(log, "job.cancelled", logging.INFO, **fields)
-        else:
-            event(log, "job.failed", logging.ERROR, **fields, error=error)
+
+def _log_end(running: RunningJob, completion: Completion, applied: bool) -> None:
+    job = running.job
+    if not applied:
+        event(
+            log,
+            "job.result_discarded",
+            logging.WARNING,
+            job=job.id,
+            task=job.task,
+            attempt=job.attempt,
+            reason="the lease was lost before the result was written",
+        )
+        return
+    fields = {
+        "job": job.id,
+        "task": job.task,
+        "queue": job.queue,
+        "attempt": job.attempt,
+        "duration_ms": None if running.seconds is None else round(running.seconds * 1000, 1),
+    }
+    error = completion.error.error if completion.error else None
+    if completion.state == JobState.SUCCEEDED:
+        event(log, "job.succeeded", logging.INFO, **fields)
+    elif completion.state == JobState.QUEUED:
+        retry_in = round(completion.retry_in or 0, 3)
+        event(log, "job.retrying", logging.WARNING, **fields, retry_in=retry_in, error=error)
+    elif completion.state == JobState.WAITING:
+        event(log, "job.waiting", logging.INFO, **fields)
+    elif completion.state == JobState.CANCELLED:
+        event(log, "job.cancelled", logging.INFO, **fields)
+    else:
+        event(log, "job.failed", logging.ERROR, **fields, error=error)

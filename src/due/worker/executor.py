@@ -28,12 +28,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from due.clock import Clock
-from due.context import Context
+from due.core.jobs import AttemptError, JobState
+from due.core.records import ClaimedJob, Completion
 from due.errors import JobCancelled, LeaseLost, PayloadError
-from due.job import AttemptError, JobState
 from due.logs import event
+from due.long_work.context import Context
 from due.payload import encode_value, storable_text
-from due.store.records import ClaimedJob, Completion
 from due.task import Registry, Task
 
 if TYPE_CHECKING:

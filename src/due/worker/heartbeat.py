@@ -4,7 +4,7 @@ Every `lease / 3` the worker sends the (job, token) pairs it holds. Jobs the
 store did not renew have lost their lease (rescued and maybe taken by another
 worker): the worker stops them at their next safe point and writes nothing
 for them. Each lease carries the job's progress when it moved since the last
-beat, and the reply carries cancellation requests (`Worker.request_job_cancel`).
+beat, and the reply carries cancellation requests (`Runner.request_cancel`).
 
 Independently, each lease is trusted only until its last successful renewal +
 lease * 0.8 on the monotonic clock: past that (the database was unreachable, or
@@ -20,17 +20,21 @@ itself is abandoned when no lease it carries can still be saved by it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from due.clock import Clock
+from due.core.records import HeartbeatReply, Lease
 from due.errors import StoreError
 from due.logs import event
 from due.worker.running import RunningJob, trusted_until
 
-if TYPE_CHECKING:
-    from due.worker.worker import Worker
-
 log = logging.getLogger("due.worker")
+UNTRUSTED = "the lease could not be renewed in time (trust deadline passed)"
+
+Held = Callable[[], list[RunningJob]]
+"""The jobs whose lease this worker holds."""
+OnLost = Callable[[RunningJob, str], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,22 +46,38 @@ class HeartbeatRound:
 
 
 class Heartbeater:
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
+    def __init__(
+        self,
+        *,
+        held: Held,
+        renew: Callable[[Sequence[Lease], float], Awaitable[HeartbeatReply]],
+        touch: Callable[[float], Awaitable[None]],
+        clock: Clock,
+        lease: float,
+        on_lost: OnLost,
+        on_cancel: Callable[[int, str], None],
+    ) -> None:
+        self._held = held
+        self._renew = renew
+        self._touch = touch
+        self._clock = clock
+        self._lease = lease
+        self._on_lost = on_lost
+        self._on_cancel = on_cancel
 
     def interval(self) -> float:
-        leases = [running.lease_seconds for running in self.worker.held()]
-        return min([self.worker.settings.lease, *leases]) / 3
+        leases = [running.lease_seconds for running in self._held()]
+        return min([self._lease, *leases]) / 3
 
     async def run_once(self) -> HeartbeatRound:
-        held = [running for running in self.worker.held() if not running.lost]
-        sent_at = self.worker.clock.monotonic()
+        held = [running for running in self._held() if not running.lost]
+        sent_at = self._clock.monotonic()
         renewed = lost = 0
         failed = False
         leases = [running.lease_with_progress() for running in held]
         try:
-            reply = await self.worker.heartbeat(leases, self._deadline(held, sent_at))
-            await self.worker.touch(self.interval())
+            reply = await self._renew(leases, self._deadline(held, sent_at))
+            await self._touch(self.interval())
         except StoreError as error:
             failed = True
             for running, lease in zip(held, leases, strict=True):
@@ -76,10 +96,10 @@ class Heartbeater:
                 elif running.job.id in reply.lost and not running.finished:
                     # (A finished job's ack may have landed first: its writer reports it.)
                     lost += 1
-                    self.worker.lease_lost(running, "the store no longer holds this lease")
+                    self._on_lost(running, "the store no longer holds this lease")
             for job_id in reply.cancel_requested:
-                self.worker.request_job_cancel(job_id, "heartbeat")
-        untrusted = self._expire_untrusted()
+                self._on_cancel(job_id, "heartbeat")
+        untrusted = expire_untrusted(self._held(), self._clock, self._on_lost)
         return HeartbeatRound(renewed, lost, untrusted, failed)
 
     def _deadline(self, held: list[RunningJob], sent_at: float) -> float:
@@ -88,16 +108,13 @@ class Heartbeater:
         latest = max((running.trusted_until for running in held), default=sent_at)
         return max(latest - sent_at, self.interval())
 
-    def _expire_untrusted(self) -> int:
-        return expire_untrusted(self.worker)
 
-
-def expire_untrusted(worker: Worker) -> int:
+def expire_untrusted(held: list[RunningJob], clock: Clock, on_lost: OnLost) -> int:
     """Give up every lease past its trust deadline; returns how many."""
-    now = worker.clock.monotonic()
-    expired = [r for r in worker.held() if not r.lost and now > r.trusted_until]
+    now = clock.monotonic()
+    expired = [r for r in held if not r.lost and now > r.trusted_until]
     for running in expired:
-        worker.lease_lost(running, "the lease could not be renewed in time (trust deadline passed)")
+        on_lost(running, UNTRUSTED)
     return len(expired)
 
 
@@ -109,15 +126,17 @@ class TrustWatch:
     """Ends trust in each lease at its deadline, on the monotonic clock, on its own:
     nothing it does can block on the database."""
 
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
+    def __init__(self, *, held: Held, clock: Clock, on_lost: OnLost) -> None:
+        self._held = held
+        self._clock = clock
+        self._on_lost = on_lost
 
     def interval(self) -> float:
-        deadlines = [r.trusted_until for r in self.worker.held() if not r.lost]
+        deadlines = [r.trusted_until for r in self._held() if not r.lost]
         if not deadlines:
             return MAX_WATCH_SECONDS
-        until = min(deadlines) - self.worker.clock.monotonic()
+        until = min(deadlines) - self._clock.monotonic()
         return min(max(until, MIN_WATCH_SECONDS), MAX_WATCH_SECONDS)
 
     async def run_once(self) -> int:
-        return expire_untrusted(self.worker)
+        return expire_untrusted(self._held(), self._clock, self._on_lost)

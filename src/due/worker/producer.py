@@ -16,30 +16,24 @@ long one in this worker while another worker could run it. Jobs claimed
 ahead are leased and heartbeated like running ones, and released at once on
 shutdown.
 
-Back-pressure: ended jobs whose outcome is not written yet may number as
-many as the queue's slots; beyond that, each takes a slot until it is written.
-Without a bound, a worker whose handlers end faster than its acknowledgements
-are written claims on and on (measured: 33,000 ended, unwritten jobs after
-4 s of no-op jobs), every heartbeat renews them all, which slows the
-acknowledgements further, and a crash would run them all again. Within the
-bound, a slot frees when its handler ends, so acknowledgement latency does not
-lengthen every job.
+The producer owns its queue's ledger (ledger.py): the slots, the jobs held
+ready, the outcomes waiting to be written, and with them the back-pressure.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
-from collections import deque
+from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import TYPE_CHECKING
 
+from due.clock import Clock
+from due.core.records import ClaimedJob
 from due.logs import event
+from due.worker.ledger import RunningJobs
 from due.worker.running import RunningJob
 from due.worker.settings import MAX_CLAIM_BATCH
-
-if TYPE_CHECKING:
-    from due.worker.worker import Worker
 
 log = logging.getLogger("due.worker")
 RECHECK_SECONDS = 0.005
@@ -48,18 +42,38 @@ claimer held its row): it is committed within milliseconds."""
 SMOOTHING = 0.2
 """Weight of a new sample in the moving averages of job and claim durations."""
 
+Claim = Callable[[RunningJobs, int], Awaitable[list[ClaimedJob]]]
+"""Claims up to n jobs of the ledger's queue (outcomes may ride along)."""
+
 
 class QueueProducer:
-    def __init__(self, worker: Worker, queue: str, concurrency: int) -> None:
-        self.worker = worker
+    def __init__(
+        self,
+        *,
+        queue: str,
+        concurrency: int,
+        claim: Claim,
+        next_due: Callable[[str], Awaitable[datetime | None]],
+        hold: Callable[[ClaimedJob, RunningJobs, float], RunningJob],
+        launch: Callable[[RunningJob, RunningJobs], None],
+        clock: Clock,
+        database_now: Callable[[], datetime],
+        poll_interval: float,
+        on_outcome: Callable[[], None] = lambda: None,
+    ) -> None:
         self.queue = queue
-        self.concurrency = concurrency
-        self.active = 0
-        """Jobs whose handler is running (stragglers past their timeout included)."""
-        self.unwritten = 0
-        """Jobs whose handler ended and whose outcome is not written yet."""
-        self.ready: deque[RunningJob] = deque()
-        """Jobs claimed ahead, waiting for a slot."""
+        self.jobs = RunningJobs(
+            queue, concurrency, on_slot_free=self._slot_freed, on_outcome=on_outcome
+        )
+        self._claim = claim
+        self._next_due_of = next_due
+        self._hold = hold
+        self._launch_job = launch
+        self._clock = clock
+        self._database_now = database_now
+        self._poll_interval = poll_interval
+        self.wake = asyncio.Event()
+        self.stopping = False
         self.next_due: datetime | None = None
         self.claim_requested = True
         self.job_seconds: float | None = None
@@ -67,8 +81,16 @@ class QueueProducer:
         self._last_claim = float("-inf")
 
     @property
+    def concurrency(self) -> int:
+        return self.jobs.concurrency
+
+    @property
     def free_slots(self) -> int:
-        return self.concurrency - self.active - max(0, self.unwritten - self.concurrency)
+        return self.jobs.free_slots
+
+    @property
+    def ready(self) -> list[RunningJob]:
+        return list(self.jobs.ready)
 
     @property
     def lookahead(self) -> int:
@@ -79,76 +101,59 @@ class QueueProducer:
         return min(self.concurrency // 2, math.floor(finishing + 0.5))
 
     def wanted(self) -> int:
-        return self.free_slots + self.lookahead - len(self.ready)
+        return self.free_slots + self.lookahead - len(self.jobs.ready)
 
     def request_claim(self) -> None:
         """Something may be due now: claim at the next turn."""
         self.claim_requested = True
-        self.worker.wake_producer(self)
+        self.wake.set()
 
     def note_due(self, run_at: datetime) -> None:
         """A job of this queue comes due at `run_at` (from a notification)."""
-        if run_at <= self.worker.database_now():
+        if run_at <= self._database_now():
             self.request_claim()
         elif self.next_due is None or run_at < self.next_due:
             self.next_due = run_at
-            self.worker.wake_producer(self)
+            self.wake.set()
 
-    def add(self, running: RunningJob) -> None:
+    def stop(self) -> None:
+        """Claim nothing more, and start none of the jobs held ready."""
+        self.stopping = True
+        self.wake.set()
+
+    def _place(self, running: RunningJob) -> None:
         """A job just claimed: run it now if a slot is free, else hold it ready."""
-        if self.free_slots > 0 and not self.worker.stopping:
+        if self.free_slots > 0 and not self.stopping:
             self._launch(running)
         else:
-            self.ready.append(running)
+            self.jobs.ready.append(running)
 
-    def slot_freed(self, job_seconds: float | None = None) -> None:
-        """A handler ended (its outcome, if any, was queued first: see outcome_pending)."""
-        self.active -= 1
+    def _slot_freed(self, job_seconds: float | None) -> None:
         if job_seconds is not None:
             self.job_seconds = _smooth(self.job_seconds, job_seconds)
-        self._start_ready()
-
-    def slots_freed_by_writing(self, outcomes: int) -> int:
-        """How many slots writing this many of its pending outcomes frees."""
-        held_now = max(0, self.unwritten - self.concurrency)
-        return held_now - max(0, self.unwritten - outcomes - self.concurrency)
-
-    def outcome_pending(self) -> None:
-        self.unwritten += 1
-
-    def outcome_written(self) -> None:
-        """An outcome was written (or found stale): its slot is free now."""
-        self.unwritten -= 1
-        self._start_ready()
-
-    def _start_ready(self) -> None:
-        while self.ready and self.free_slots > 0 and not self.worker.stopping:
-            running = self.ready.popleft()
+        while self.jobs.ready and self.free_slots > 0 and not self.stopping:
+            running = self.jobs.ready.popleft()
             if not running.lost:
                 self._launch(running)
         self.request_claim()
 
-    def discard_ready(self, running: RunningJob) -> None:
-        if running in self.ready:
-            self.ready.remove(running)
-
     def _launch(self, running: RunningJob) -> None:
-        self.active += 1
-        self.worker.launch(running, self)
+        self.jobs.handler_started()
+        self._launch_job(running, self.jobs)
 
     async def run_once(self) -> int:
         """Claim what is wanted when something may be due; returns how many."""
         wanted = self.wanted()
-        if wanted <= 0 or self.worker.stopping or not self._worth_claiming():
+        if wanted <= 0 or self.stopping or not self._worth_claiming():
             return 0
         self.claim_requested = False
-        sent_at = self._last_claim = self.worker.clock.monotonic()
-        jobs = await self.worker.claim(self.queue, min(wanted, MAX_CLAIM_BATCH))
-        self.claim_seconds = _smooth(self.claim_seconds, self.worker.clock.monotonic() - sent_at)
+        sent_at = self._last_claim = self._clock.monotonic()
+        jobs = await self._claim(self.jobs, min(wanted, MAX_CLAIM_BATCH))
+        self.claim_seconds = _smooth(self.claim_seconds, self._clock.monotonic() - sent_at)
         for job in jobs:
-            self.worker.start(job, self, sent_at)
+            self._place(self._hold(job, self.jobs, sent_at))
         if len(jobs) < wanted:
-            self.next_due = await self.worker.next_due(self.queue)
+            self.next_due = await self._next_due_of(self.queue)
         else:
             self.next_due = None  # more may be waiting: claim again when a slot frees
             self.claim_requested = True
@@ -159,25 +164,24 @@ class QueueProducer:
     def _worth_claiming(self) -> bool:
         if self.claim_requested or self.next_due is None:
             return True
-        since_last = self.worker.clock.monotonic() - self._last_claim
-        return self.seconds_until_due() <= 0 or since_last >= self.worker.settings.poll_interval
+        since_last = self._clock.monotonic() - self._last_claim
+        return self.seconds_until_due() <= 0 or since_last >= self._poll_interval
 
     def seconds_until_due(self) -> float:
         if self.next_due is None:
             return float("inf")
-        return (self.next_due - self.worker.database_now()).total_seconds()
+        return (self.next_due - self._database_now()).total_seconds()
 
     def interval(self) -> float:
         """How long to sleep before the next turn (a wake-up cuts it short)."""
-        poll = self.worker.settings.poll_interval
         if self.wanted() <= 0:
-            return poll
+            return self._poll_interval
         if self.claim_requested:
             return 0.0
         until_due = self.seconds_until_due()
         if until_due <= 0:
             return RECHECK_SECONDS
-        return min(until_due, poll)
+        return min(until_due, self._poll_interval)
 
 
 def _smooth(average: float | None, sample: float) -> float:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from due.context import Context
-from due.store.records import ClaimedJob, Lease
+from due.core.records import ClaimedJob, Lease
+from due.long_work.context import Context
 from due.task import Task
+
+if TYPE_CHECKING:
+    from due.worker.ledger import RunningJobs
 
 TRUST_MARGIN_FRACTION = 0.2
 """A lease is trusted until `renewal sent + lease * (1 - margin)` on this host's
@@ -24,7 +27,8 @@ def trusted_until(sent_at: float, lease_seconds: float) -> float:
 class RunningJob:
     job: ClaimedJob
     task: Task[Any, Any]
-    queue: str
+    jobs: RunningJobs
+    """The ledger of its queue."""
     lease_seconds: float
     trusted_until: float
     handle: asyncio.Task[None] | None = None
@@ -41,8 +45,17 @@ class RunningJob:
     """How long its handler ran, once it has ended (for the log line of its end)."""
 
     @property
+    def queue(self) -> str:
+        return self.jobs.queue
+
+    @property
     def lost(self) -> bool:
         return self.lost_reason is not None
+
+    @property
+    def completed_in_transaction(self) -> bool:
+        """Its handler's own transaction recorded its success (ctx.transaction())."""
+        return self.context is not None and self.context.completed_in_transaction
 
     @property
     def lease(self) -> Lease:

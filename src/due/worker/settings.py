@@ -7,10 +7,10 @@ import secrets
 import socket
 from dataclasses import dataclass, field
 
+from due.core.records import DEFAULT_MAX_LOST_LEASES
 from due.durations import DurationLike, to_seconds
 from due.errors import ConfigurationError, InvalidJobError
 from due.request import validate_queue
-from due.store.protocol import DEFAULT_MAX_LOST_LEASES
 from due.task import MIN_LEASE_SECONDS
 
 DEFAULT_CONCURRENCY = 10

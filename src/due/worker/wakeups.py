@@ -1,15 +1,15 @@
 """Wake-ups: how an idle worker learns at once that a job is there.
 
-PostgreSQL: a dedicated connection LISTENs on `due_jobs`; every statement that
-makes a job claimable notifies with '<queue> <run_at epoch>' in its own
-transaction, so the notification arrives exactly when the job is visible.
-SQLite: `PRAGMA data_version` on a dedicated connection changes whenever
-another connection commits; polling it every few milliseconds costs
-microseconds. On PostgreSQL the same channel carries '!cancel <job id>' when a
-running job is asked to stop, so it hears at once rather than at its next
-heartbeat (which carries the request too, on either store). Either way a
-worker also polls on a slow interval, so a lost wake-up delays a job, never
-loses it.
+The store's job feed (`Store.watch_jobs`) says it. PostgreSQL: a dedicated
+connection LISTENs on `due_jobs`; every statement that makes a job claimable
+notifies with '<queue> <run_at epoch>' in its own transaction, so the
+notification arrives exactly when the job is visible. SQLite: `PRAGMA
+data_version` changes whenever another connection commits (an empty message:
+every queue looks); polling it every few milliseconds costs microseconds.
+On PostgreSQL the same channel carries '!cancel <job id>' when a running job
+is asked to stop, so it hears at once rather than at its next heartbeat
+(which carries the request too, on either store). Either way a worker also
+polls on a slow interval, so a lost wake-up delays a job, never loses it.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from due.errors import StoreError
 from due.logs import event
 
 log = logging.getLogger("due.worker")
-SQLITE_POLL_SECONDS = 0.005
 RECONNECT_MAX_SECONDS = 5.0
 
 OnDue = Callable[[str, datetime | None], None]
@@ -87,31 +86,17 @@ class Wakeups:
             self._signal("", None)  # we may have missed some: every queue looks again
 
     def _listen(self) -> None:
-        if hasattr(self._store, "listen_connection"):
-            self._listen_postgres()
-        else:
-            self._watch_sqlite()
-
-    def _listen_postgres(self) -> None:
-        conn = self._store.listen_connection()
+        feed = self._store.watch_jobs()
         try:
             while not self._stop.is_set():
-                for note in conn.notifies(timeout=0.5):
-                    if note.payload.startswith(CANCEL_PREFIX):
-                        self._cancel(note.payload.removeprefix(CANCEL_PREFIX))
-                        continue
-                    queue, run_at = parse_payload(note.payload)
-                    self._signal(queue, run_at)
+                for message in feed.messages(timeout=0.5):
+                    if message.startswith(CANCEL_PREFIX):
+                        self._cancel(message.removeprefix(CANCEL_PREFIX))
+                    else:
+                        queue, run_at = parse_payload(message)
+                        self._signal(queue, run_at)
         finally:
-            conn.close()
-
-    def _watch_sqlite(self) -> None:
-        last = self._store.data_version()
-        while not self._stop.wait(SQLITE_POLL_SECONDS):
-            version = self._store.data_version()
-            if version != last:
-                last = version
-                self._signal("", None)
+            feed.close()
 
 
 def parse_payload(payload: str) -> tuple[str, datetime | None]:

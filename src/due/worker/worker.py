@@ -1,9 +1,12 @@
 """The worker: an asyncio process that claims, runs and acknowledges jobs.
 
-    producers (one per queue) ──claim──► start ──► executor ──► completer ──► store
-                     ▲                                │
-        wake-ups, slots freed, due times         heartbeater (leases, trust deadline)
-                                                 rescuer, unknown-task reaper
+    producer (one per queue) ──claim──► runner ──► executor ──► ledger ──► completer ──► store
+        ▲   owns its queue's ledger (slots, ready jobs, unwritten outcomes)
+        └── wake-ups, slots freed, due times
+    heartbeater, trust watch (leases) · rescuer, unknown-task reaper, pruner · scheduler
+
+This module assembles them, each given only what it uses, and runs the
+process's life cycle; none of them knows the worker.
 
 Guarantees and what happens when things fail:
 
@@ -35,22 +38,32 @@ from typing import Any
 
 from due.app import App
 from due.clock import Clock
+from due.core.records import (
+    ClaimedJob,
+    ClaimRequest,
+    Completion,
+    HeartbeatReply,
+    Lease,
+    UnknownTaskSweep,
+    WorkerRegistration,
+)
 from due.errors import StoreError, StoreUnavailableError
 from due.logs import event
 from due.maintenance.pruner import Pruner
 from due.maintenance.rescuer import Rescuer
+from due.maintenance.unknown_tasks import UnknownTaskReaper
 from due.scheduler.leader import DatabaseLeases, Leadership, RedisLeases
 from due.scheduler.service import Scheduler
 from due.service import run_forever, wait_for_any
-from due.store.records import ClaimedJob, Completion, HeartbeatReply, Lease
 from due.worker.calls import StoreCalls
 from due.worker.completer import Completer
-from due.worker.executor import Attempt, Executor
+from due.worker.executor import Executor
 from due.worker.heartbeat import Heartbeater, TrustWatch
+from due.worker.ledger import RunningJobs
 from due.worker.producer import QueueProducer
-from due.worker.running import RunningJob, trusted_until
+from due.worker.runner import Runner
+from due.worker.running import RunningJob
 from due.worker.settings import MAX_CLAIM_BATCH, WorkerSettings
-from due.worker.unknown_tasks import UnknownTaskReaper
 from due.worker.wakeups import Wakeups
 
 log = logging.getLogger("due.worker")
@@ -64,25 +77,71 @@ class Worker:
         self.store = app.store  # refuses an unknown or missing schema
         self.task_names = app.tasks.names()
         self.task_leases = {t.name: t.config.lease for t in app.tasks if t.config.lease}
-        self.running: dict[int, RunningJob] = {}
-        self.producers = {q: QueueProducer(self, q, n) for q, n in settings.queues.items()}
-        self.completer = Completer(self)
-        self.heartbeater = Heartbeater(self)
-        self.trust_watch = TrustWatch(self)
-        self.rescuer = Rescuer(self)
-        self.unknown_tasks = UnknownTaskReaper(self)
-        self.scheduler = self._scheduler() if settings.scheduler else None
-        self.pruner = Pruner(self)
-        self.stopping = False
         self.call = StoreCalls(settings.db_threads, "due-db")
         self._heartbeat_call = StoreCalls(1, "due-heartbeat")
         self._handler_threads = concurrent.futures.ThreadPoolExecutor(
             settings.total_concurrency, thread_name_prefix="due-task"
         )
-        self.executor = Executor(app.tasks, self.clock, threads=self._handler_threads, app=app)
         self._database_offset = timedelta(0)
-
-        self._wakes: dict[str, asyncio.Event] = {}
+        self.executor = Executor(app.tasks, self.clock, threads=self._handler_threads, app=app)
+        self.runner = Runner(
+            app=app,
+            executor=self.executor,
+            clock=self.clock,
+            default_lease=settings.lease,
+            find=self._find,
+            cancel_grace=self._cancel_grace,
+        )
+        self.producers = {
+            queue: QueueProducer(
+                queue=queue,
+                concurrency=concurrency,
+                claim=self._claim,
+                next_due=self._next_due,
+                hold=self.runner.hold,
+                launch=self.runner.launch,
+                clock=self.clock,
+                database_now=self.database_now,
+                poll_interval=settings.poll_interval,
+                on_outcome=self._outcome_recorded,
+            )
+            for queue, concurrency in settings.queues.items()
+        }
+        ledgers = [producer.jobs for producer in self.producers.values()]
+        self.completer = Completer(
+            ledgers=ledgers, write=self._write_outcomes, flush_interval=settings.flush_interval
+        )
+        self.heartbeater = Heartbeater(
+            held=self.held,
+            renew=self._renew,
+            touch=self._touch,
+            clock=self.clock,
+            lease=settings.lease,
+            on_lost=self.runner.lease_lost,
+            on_cancel=self.runner.request_cancel,
+        )
+        self.trust_watch = TrustWatch(
+            held=self.held, clock=self.clock, on_lost=self.runner.lease_lost
+        )
+        self.rescuer = Rescuer(
+            store=self.store,
+            call=self.call,
+            interval=settings.rescue_interval,
+            max_lost_leases=settings.max_lost_leases,
+            gone_after=settings.gone_after,
+            on_requeued=self.wake_all,
+        )
+        sweep = UnknownTaskSweep(
+            list(settings.queues), self.task_names, settings.unknown_task_grace, settings.gone_after
+        )
+        self.unknown_tasks = UnknownTaskReaper(store=self.store, call=self.call, sweep=sweep)
+        self.scheduler = self._scheduler() if settings.scheduler else None
+        self.pruner = Pruner(
+            store=self.store,
+            call=self.call,
+            leading=lambda: self.scheduler is not None and self.scheduler.leadership.is_leader,
+            retention=settings.retention,
+        )
         self._stop_requested: asyncio.Event | None = None
         self._hard_stop: asyncio.Event | None = None
 
@@ -92,56 +151,61 @@ class Worker:
         leadership = Leadership(
             backend, self.settings.worker_id, self.clock, ttl=self.settings.leader_ttl
         )
-        return Scheduler(self, leadership)
+        return Scheduler(
+            store=self.store, call=self.call, leadership=leadership, database_now=self.database_now
+        )
 
     # --- the store, from the loop --------------------------------------------
 
-    async def claim(self, queue: str, limit: int) -> list[ClaimedJob]:
-        """Claim jobs; with a single-writer store, the pending acks ride along."""
+    def _claim_request(self, queue: str, limit: int) -> ClaimRequest:
+        return ClaimRequest(
+            queue,
+            limit,
+            self.settings.worker_id,
+            self.settings.lease,
+            self.task_names,
+            self.task_leases,
+        )
+
+    async def _claim(self, jobs: RunningJobs, limit: int) -> list[ClaimedJob]:
+        """Claim jobs; with a single-writer store, the pending outcomes ride along."""
         if not self.store.single_writer:
-            return await self.call(
-                self.store.claim,
-                queue,
-                limit,
-                self.settings.worker_id,
-                self.settings.lease,
-                self.task_names,
-                self.task_leases,
-            )
-        acks = self.completer.take()
-        # Slots the carried acks free are free once the claim commits with them.
-        producer = self.producers[queue]
-        freed = producer.slots_freed_by_writing(sum(1 for r, _ in acks if r.queue == queue))
+            return await self.call(self.store.job_claim, self._claim_request(jobs.queue, limit))
+        outcomes = self.completer.take()
+        # Slots the carried outcomes free are free once the claim commits with them.
+        freed = jobs.slots_freed_by_writing(sum(1 for r, _ in outcomes if r.jobs is jobs))
         try:
-            applied, jobs = await self.call(
-                self.store.complete_and_claim,
-                [completion for _, completion in acks],
-                queue,
-                min(limit + freed, MAX_CLAIM_BATCH),
-                self.settings.worker_id,
-                self.settings.lease,
-                self.task_names,
-                self.task_leases,
+            applied, claimed = await self.call(
+                self.store.job_complete_and_claim,
+                [completion for _, completion in outcomes],
+                self._claim_request(jobs.queue, min(limit + freed, MAX_CLAIM_BATCH)),
             )
         except BaseException:
-            self.completer.give_back(acks)
+            self.completer.give_back(outcomes)
             raise
-        self.completer.acknowledge(acks, applied)
-        return jobs
+        self.completer.acknowledge(outcomes, applied)
+        return claimed
 
-    async def next_due(self, queue: str) -> datetime | None:
-        return await self.call(self.store.next_due, queue, self.task_names)
+    async def _next_due(self, queue: str) -> datetime | None:
+        return await self.call(self.store.job_next_due, queue, self.task_names)
 
-    async def complete(self, completions: Sequence[Completion]) -> set[int]:
-        return await self.call(self.store.complete, completions)
+    async def _write_outcomes(self, completions: Sequence[Completion]) -> set[int]:
+        return await self.call(self.store.job_complete, completions)
 
-    async def heartbeat(self, leases: Sequence[Lease], deadline: float) -> HeartbeatReply:
-        return await self._heartbeat_call.within(deadline, self.store.heartbeat, leases)
+    async def _renew(self, leases: Sequence[Lease], deadline: float) -> HeartbeatReply:
+        return await self._heartbeat_call.within(deadline, self.store.job_heartbeat, leases)
 
-    async def touch(self, deadline: float) -> None:
+    async def _touch(self, deadline: float) -> None:
         await self._heartbeat_call.within(
-            deadline, self.store.touch_worker, self.settings.worker_id
+            deadline, self.store.worker_touch, self.settings.worker_id
         )
+
+    def _outcome_recorded(self) -> None:
+        self.completer.wake.set()
+
+    def _cancel_grace(self) -> float:
+        """How long a cancelled async handler with a context has to stop on its own."""
+        return self.heartbeater.interval()
 
     def database_now(self) -> datetime:
         """The database's clock, estimated from this host's (offset measured at start)."""
@@ -151,187 +215,19 @@ class Worker:
 
     def held(self) -> list[RunningJob]:
         """Jobs whose lease this worker holds (running, or awaiting their ack)."""
-        return list(self.running.values())
+        return [r for producer in self.producers.values() for r in producer.jobs.held.values()]
 
-    def start(self, job: ClaimedJob, producer: QueueProducer, claimed_at: float) -> None:
-        """Hold a job just claimed; its producer runs it now or when a slot frees."""
-        task = self.app.tasks.get(job.task)
-        lease = task.config.lease or self.settings.lease
-        running = RunningJob(job, task, producer.queue, lease, trusted_until(claimed_at, lease))
-        running.context = self.executor.context_for(job)
-        if running.context is not None:
-            running.context.trusted = lambda: self._trusts(running)
-        self.running[job.id] = running
-        producer.add(running)
+    @property
+    def running(self) -> dict[int, RunningJob]:
+        return {running.job.id: running for running in self.held()}
 
-    def _trusts(self, running: RunningJob) -> bool:
-        return self.clock.monotonic() <= running.trusted_until
-
-    def launch(self, running: RunningJob, producer: QueueProducer) -> None:
-        job = running.job
-        event(log, "job.started", logging.DEBUG, job=job.id, task=job.task, attempt=job.attempt)
-        running.handle = asyncio.create_task(self._execute(running, producer))
-
-    async def _execute(self, running: RunningJob, producer: QueueProducer) -> None:
-        try:
-            attempt = await self.executor.run(
-                running.job, running.context, lambda: self._trusts(running)
-            )
-        except asyncio.CancelledError:
-            # The outcome is queued before the slot frees: it keeps the slot until written.
-            if _completed_in_transaction(running):
-                self.forget(running)  # its success is written; the token moved on with it
-            elif running.cancel_requested and not running.lost:
-                running.finished = True
-                self.completer.add(running, self.executor.cancelled(running.job, running.context))
-            self._handler_ended(running, producer)
-            return  # otherwise the lease was lost or released: write nothing
-        except Exception as error:
-            # The executor turns every end into an outcome; should it fail, the job
-            # still gets one (failed with the reason), never stays running.
-            log.exception("job.executor_crashed job=%s", running.job.id)
-            running.finished = True
-            if not running.lost:
-                self.completer.add(running, self.executor.crashed(running.job, error))
-            self._handler_ended(running, producer)
-            return
-        running.seconds = attempt.seconds
-        if attempt.straggler is None:
-            running.finished = True
-            # The outcome is queued before the slot frees: it keeps the slot until written.
-            self._queue_outcome(running, attempt)
-            self._handler_ended(running, producer, attempt.seconds)
-            return
-        # A sync handler past its timeout keeps its thread, its slot and its lease
-        # (heartbeats go on): the timeout is written when the thread returns, so the
-        # retry cannot start while this attempt still runs.
-        running.straggler = attempt.straggler
-        event(
-            log,
-            "job.thread_still_running",
-            logging.WARNING,
-            job=running.job.id,
-            task=running.job.task,
-            timeout=running.task.config.timeout,
-        )
-        attempt.straggler.add_done_callback(
-            lambda _: self._straggler_returned(running, producer, attempt)
-        )
-
-    def _straggler_returned(
-        self, running: RunningJob, producer: QueueProducer, attempt: Attempt
-    ) -> None:
-        straggler = attempt.straggler
-        if straggler is not None and not straggler.cancelled():
-            straggler.exception()  # its late end, success or error, is discarded
-        running.finished = True
-        self._queue_outcome(running, attempt)
-        self._handler_ended(running, producer)
-
-    def _queue_outcome(self, running: RunningJob, attempt: Attempt) -> None:
-        if attempt.lease_lost:
-            self.lease_lost(running, "a fenced write found the lease taken")
-        if running.lost:
-            event(
-                log,
-                "job.result_discarded",
-                logging.WARNING,
-                job=running.job.id,
-                task=running.job.task,
-                reason=running.lost_reason,
-            )
-            return
-        if attempt.completion is None:  # its own transaction recorded its success
-            self.forget(running)
-            job = running.job
-            duration_ms = round(attempt.seconds * 1000, 1)
-            event(
-                log,
-                "job.succeeded",
-                logging.INFO,
-                job=job.id,
-                task=job.task,
-                queue=job.queue,
-                attempt=job.attempt,
-                duration_ms=duration_ms,
-            )
-            return
-        self.completer.add(running, attempt.completion)
-
-    def _handler_ended(
-        self, running: RunningJob, producer: QueueProducer, seconds: float | None = None
-    ) -> None:
-        producer.slot_freed(seconds)
-
-    def lease_lost(self, running: RunningJob, reason: str, level: int = logging.WARNING) -> None:
-        """Stop a job at its next safe point and write nothing more for it."""
-        if running.lost:
-            return
-        if running.context is not None:
-            if running.context.completed_in_transaction:
-                return  # its success is written; the token moved on with it
-            running.context.lease_lost = True
-        running.lost_reason = reason
-        self.forget(running)
-        job = running.job
-        event(
-            log,
-            "job.lease_lost",
-            level,
-            job=job.id,
-            task=job.task,
-            attempt=job.attempt,
-            reason=reason,
-        )
-        if running.handle is None:
-            self.producers[running.queue].discard_ready(running)  # never started
-        elif running.task.is_async and not running.finished:
-            running.handle.cancel()  # raises CancelledError at the handler's next await
-
-    def request_job_cancel(self, job_id: int, via: str) -> None:
-        """Someone asked a job this worker runs to stop.
-
-        Not started yet (claimed ahead): it ends cancelled at once. An async
-        handler with a context gets one heartbeat interval to stop at a safe point
-        (its `finally` blocks run either way), then is cancelled at its next
-        `await`; one without a context is cancelled at once. A sync handler stops
-        at its next safe point (`ctx.progress`, `ctx.checkpoint`,
-        `ctx.raise_if_cancelled`); one without any runs to its end, and that
-        outcome stands.
-        """
-        running = self.running.get(job_id)
-        if running is None or running.cancel_requested or running.lost or running.finished:
-            return
-        running.cancel_requested = True
-        if running.context is not None:
-            running.context.cancel_requested = True
-        job = running.job
-        event(log, "job.cancel_requested", job=job.id, task=job.task, via=via)
-        if running.handle is None:
-            self.producers[running.queue].discard_ready(running)
-            running.finished = True
-            self.completer.add(running, self.executor.cancelled(job, running.context))
-        elif running.task.is_async:
-            grace = 0.0 if running.context is None else self.heartbeater.interval()
-            asyncio.get_running_loop().call_later(grace, self._hard_cancel, running)
-
-    def _hard_cancel(self, running: RunningJob) -> None:
-        if running.handle is None or running.finished or running.lost:
-            return
-        if _completed_in_transaction(running):
-            return  # it succeeded already; let it return
-        running.handle.cancel()
-
-    def forget(self, running: RunningJob) -> None:
-        if self.running.get(running.job.id) is running:
-            del self.running[running.job.id]
+    def _find(self, job_id: int) -> RunningJob | None:
+        for producer in self.producers.values():
+            if (running := producer.jobs.held.get(job_id)) is not None:
+                return running
+        return None
 
     # --- wake-ups --------------------------------------------------------------
-
-    def wake_producer(self, producer: QueueProducer) -> None:
-        wake = self._wakes.get(producer.queue)
-        if wake is not None:
-            wake.set()
 
     def wake_all(self) -> None:
         for producer in self.producers.values():
@@ -347,7 +243,7 @@ class Worker:
                 producer.note_due(run_at)
 
     def _on_cancel(self, job_id: int) -> None:
-        self.request_job_cancel(job_id, "notification")
+        self.runner.request_cancel(job_id, "notification")
 
     # --- life cycle ----------------------------------------------------------------
 
@@ -364,7 +260,6 @@ class Worker:
         loop = asyncio.get_running_loop()
         self._stop_requested = asyncio.Event()
         self._hard_stop = asyncio.Event()
-        self._wakes = {queue: asyncio.Event() for queue in self.producers}
         claims_stop, services_stop = asyncio.Event(), asyncio.Event()
         await self._register()
         if self.scheduler is not None:
@@ -373,9 +268,7 @@ class Worker:
         wakeups.start()
         claimers = [
             asyncio.create_task(
-                run_forever(
-                    f"queue.{q}", p.run_once, p.interval, claims_stop, log, wake=self._wakes[q]
-                )
+                run_forever(f"queue.{q}", p.run_once, p.interval, claims_stop, log, wake=p.wake)
             )
             for q, p in self.producers.items()
         ]
@@ -402,10 +295,9 @@ class Worker:
         )
         try:
             await self._stop_requested.wait()
-            self.stopping = True
             claims_stop.set()
-            for wake in self._wakes.values():
-                wake.set()
+            for producer in self.producers.values():
+                producer.stop()
             await asyncio.gather(*claimers, return_exceptions=True)
             await self._drain_and_release()
         finally:
@@ -424,14 +316,14 @@ class Worker:
         backoff = 0.2
         while True:
             try:
-                await self.call(
-                    self.store.register_worker,
+                registration = WorkerRegistration(
                     self.settings.worker_id,
                     socket.gethostname(),
                     os.getpid(),
                     self.settings.queues,
                     self.task_names,
                 )
+                await self.call(self.store.worker_register, registration)
                 database_now = await self.call(self.store.now)
                 self._database_offset = database_now - self.clock.wall()
                 return
@@ -471,14 +363,14 @@ class Worker:
         await self._flush_acknowledgements()
 
     def _unfinished(self) -> list[RunningJob]:
-        return [r for r in self.running.values() if not r.finished and not r.lost]
+        return [r for producer in self.producers.values() for r in producer.jobs.unfinished()]
 
     async def _release(self, unfinished: list[RunningJob]) -> None:
         if not unfinished:
             return
         reason = f"released by worker {self.settings.worker_id} at shutdown"
         try:
-            await self.call(self.store.release, [r.lease for r in unfinished], reason)
+            await self.call(self.store.job_release, [r.lease for r in unfinished], reason)
         except StoreError as error:
             event(
                 log,
@@ -489,7 +381,7 @@ class Worker:
                 note="they will be rescued when their lease expires",
             )
         for running in unfinished:
-            self.lease_lost(running, "released at shutdown", level=logging.INFO)
+            self.runner.lease_lost(running, "released at shutdown", level=logging.INFO)
 
     async def _flush_acknowledgements(self) -> None:
         for attempt in range(5):
@@ -502,7 +394,7 @@ class Worker:
 
     async def _set_state(self, state: str) -> None:
         try:
-            await self.call(self.store.set_worker_state, self.settings.worker_id, state)
+            await self.call(self.store.worker_set_state, self.settings.worker_id, state)
         except StoreError as error:
             event(log, "worker.state_not_recorded", logging.WARNING, state=state, error=str(error))
 
@@ -511,7 +403,3 @@ def _event_when_done(future: asyncio.Future[Any]) -> asyncio.Event:
     done = asyncio.Event()
     future.add_done_callback(lambda _: done.set())
     return done
-
-
-def _completed_in_transaction(running: RunningJob) -> bool:
-    return running.context is not None and running.context.completed_in_transaction

@@ -54,9 +54,9 @@ INSERT INTO due_jobs (id, task, queue, priority, payload, run_at, max_attempts,
                       key, dedupe_key, unique_for, stuck_after, created_at)
 SELECT j.id, j.task, j.queue, j.priority, j.payload::jsonb, j.run_at,
        j.max_attempts, j.key, j.key, j.unique_for, j.stuck_after, %(now)s::timestamptz
-FROM unnest(%(ids)b::bigint[], %(tasks)b::text[], %(queues)b::text[], %(priorities)b::int[],
-            %(payloads)b::text[], %(run_ats)b::timestamptz[], %(max_attempts)b::int[],
-            %(keys)b::text[], %(unique_fors)b::float8[], %(stuck_afters)b::float8[])
+FROM unnest(%(id)b::bigint[], %(task)b::text[], %(queue)b::text[], %(priority)b::int[],
+            %(payload)b::text[], %(run_at)b::timestamptz[], %(max_attempts)b::int[],
+            %(key)b::text[], %(unique_for)b::float8[], %(stuck_after)b::float8[])
      AS j(id, task, queue, priority, payload, run_at, max_attempts, key, unique_for, stuck_after)
 ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id
@@ -70,7 +70,7 @@ FROM STDIN (FORMAT BINARY)
 
 -- name: notify_queues
 SELECT pg_notify('due_jobs', q.queue || ' ' || extract(epoch FROM q.run_at)::text)::text
-FROM unnest(%(queues)b::text[], %(run_ats)b::timestamptz[]) AS q(queue, run_at)
+FROM unnest(%(queue)b::text[], %(run_at)b::timestamptz[]) AS q(queue, run_at)
 
 -- name: lock_job_by_key
 -- The job that holds a key, and whether it still deduplicates: it does while
@@ -129,7 +129,7 @@ RETURNING j.id, j.task, j.queue, j.priority, j.payload, j.attempt, j.max_attempt
 -- transaction holding its job's row): those are neither renewed nor lost this
 -- time, and every other lease of the worker is renewed without waiting.
 WITH locked AS MATERIALIZED (  -- row locks taken in id order: batches never deadlock
-    SELECT id FROM due_jobs WHERE id = ANY(%(ids)b::bigint[])
+    SELECT id FROM due_jobs WHERE id = ANY(%(id)b::bigint[])
     ORDER BY id FOR NO KEY UPDATE SKIP LOCKED
 ),
 renewed AS (
@@ -140,8 +140,8 @@ renewed AS (
         progress_at = CASE WHEN h.progress IS NOT NULL
                                 AND h.progress::jsonb IS DISTINCT FROM j.progress
                            THEN coalesce(%(now)s::timestamptz, now()) ELSE j.progress_at END
-    FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[], %(leases)b::float8[],
-                %(progresses)b::text[]) AS h(id, token, lease, progress)
+    FROM unnest(%(id)b::bigint[], %(token)b::bigint[], %(lease)b::float8[],
+                %(progress)b::text[]) AS h(id, token, lease, progress)
     WHERE j.id IN (SELECT id FROM locked)
       AND j.id = h.id AND j.lease_token = h.token
     RETURNING j.id, j.cancel_requested
@@ -157,7 +157,7 @@ SET LOCAL lock_timeout = '500ms'
 -- The heartbeat again for the rows another transaction held: most are held for
 -- milliseconds (a piece settling on its parent). A row missing altogether is lost.
 WITH locked AS MATERIALIZED (  -- row locks taken in id order: batches never deadlock
-    SELECT id FROM due_jobs WHERE id = ANY(%(ids)b::bigint[])
+    SELECT id FROM due_jobs WHERE id = ANY(%(id)b::bigint[])
     ORDER BY id FOR NO KEY UPDATE
 ),
 renewed AS (
@@ -168,8 +168,8 @@ renewed AS (
         progress_at = CASE WHEN h.progress IS NOT NULL
                                 AND h.progress::jsonb IS DISTINCT FROM j.progress
                            THEN coalesce(%(now)s::timestamptz, now()) ELSE j.progress_at END
-    FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[], %(leases)b::float8[],
-                %(progresses)b::text[]) AS h(id, token, lease, progress)
+    FROM unnest(%(id)b::bigint[], %(token)b::bigint[], %(lease)b::float8[],
+                %(progress)b::text[]) AS h(id, token, lease, progress)
     WHERE j.id IN (SELECT id FROM locked)
       AND j.id = h.id AND j.lease_token = h.token
     RETURNING j.id, j.cancel_requested
@@ -181,7 +181,7 @@ FROM locked l LEFT JOIN renewed r ON r.id = l.id
 -- One statement for a batch of attempt endings; each row is fenced by its
 -- token, so a stale worker's write matches nothing.
 WITH locked AS MATERIALIZED (  -- row locks taken in id order: batches never deadlock
-    SELECT id FROM due_jobs WHERE id = ANY(%(ids)b::bigint[]) ORDER BY id FOR NO KEY UPDATE
+    SELECT id FROM due_jobs WHERE id = ANY(%(id)b::bigint[]) ORDER BY id FOR NO KEY UPDATE
 )
 UPDATE due_jobs AS j
 SET state = c.state,
@@ -201,8 +201,8 @@ SET state = c.state,
     dedupe_key = CASE WHEN c.state IN ('failed', 'cancelled')
                         OR (c.state = 'succeeded' AND coalesce(j.unique_for, 0) <= 0)
                       THEN NULL ELSE j.dedupe_key END
-FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[], %(states)b::text[], %(results)b::text[],
-            %(errors)b::text[], %(retry_ins)b::float8[], %(progresses)b::text[])
+FROM unnest(%(id)b::bigint[], %(token)b::bigint[], %(state)b::text[], %(result)b::text[],
+            %(error)b::text[], %(retry_in)b::float8[], %(progress)b::text[])
      AS c(id, token, state, result, error, retry_in, progress)
 WHERE j.id IN (SELECT id FROM locked)
   AND j.id = c.id AND j.lease_token = c.token
@@ -232,7 +232,7 @@ LIMIT %(limit)s
 -- holds (a handler's open transaction on its own job) is skipped, not waited
 -- for: one held row must not stall the rescue of every other dead worker's job.
 WITH locked AS MATERIALIZED (  -- row locks taken in id order: batches never deadlock
-    SELECT id FROM due_jobs WHERE id = ANY(%(ids)b::bigint[]) ORDER BY id
+    SELECT id FROM due_jobs WHERE id = ANY(%(id)b::bigint[]) ORDER BY id
     FOR NO KEY UPDATE SKIP LOCKED
 )
 UPDATE due_jobs AS j
@@ -246,8 +246,8 @@ SET state = CASE WHEN j.cancel_requested THEN 'cancelled'
     last_error = r.error::jsonb ->> 'error',
     errors = j.errors || jsonb_build_array(r.error::jsonb),
     dedupe_key = CASE WHEN r.gives_up OR j.cancel_requested THEN NULL ELSE j.dedupe_key END
-FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[], %(gives_up)b::boolean[],
-            %(errors)b::text[]) AS r(id, token, gives_up, error)
+FROM unnest(%(id)b::bigint[], %(token)b::bigint[], %(gives_up)b::boolean[],
+            %(error)b::text[]) AS r(id, token, gives_up, error)
 WHERE j.id IN (SELECT id FROM locked) AND j.id = r.id AND j.lease_token = r.token
   AND j.state = 'running' AND j.lease_expires_at < coalesce(%(now)s::timestamptz, now())
 RETURNING j.id, j.state, j.parent_id, j.completes, j.pieces_total,
@@ -362,7 +362,7 @@ ORDER BY queue
 -- A stopping worker hands back jobs it will not finish: due again at once (its
 -- run_at kept: its place in line), and the interrupted attempt is not counted.
 WITH locked AS MATERIALIZED (  -- row locks taken in id order: batches never deadlock
-    SELECT id FROM due_jobs WHERE id = ANY(%(ids)b::bigint[]) ORDER BY id FOR NO KEY UPDATE
+    SELECT id FROM due_jobs WHERE id = ANY(%(id)b::bigint[]) ORDER BY id FOR NO KEY UPDATE
 )
 -- A job asked to stop is not handed back: it ends cancelled.
 UPDATE due_jobs AS j
@@ -375,7 +375,7 @@ SET state = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'queued' END,
     errors = j.errors || jsonb_build_array(jsonb_build_object(
         'attempt', j.attempt, 'kind', 'released', 'error', %(reason)s::text, 'traceback', NULL,
         'at', coalesce(%(now)s::timestamptz, now())))
-FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[]) AS r(id, token)
+FROM unnest(%(id)b::bigint[], %(token)b::bigint[]) AS r(id, token)
 WHERE j.id IN (SELECT id FROM locked)
   AND j.id = r.id AND j.lease_token = r.token
 RETURNING j.id, j.state, j.parent_id, j.completes, j.pieces_total,
@@ -754,8 +754,8 @@ INSERT INTO due_jobs (task, queue, priority, payload, run_at, max_attempts, stuc
 SELECT p.task, p.queue, p.priority, p.payload::jsonb, coalesce(%(now)s::timestamptz, now()),
        p.max_attempts, p.stuck_after, %(parent)s, p.piece_key, %(held)s,
        coalesce(%(now)s::timestamptz, now())
-FROM unnest(%(tasks)b::text[], %(queues)b::text[], %(priorities)b::int[], %(payloads)b::text[],
-            %(max_attempts)b::int[], %(stuck_afters)b::float8[], %(keys)b::text[])
+FROM unnest(%(task)b::text[], %(queue)b::text[], %(priority)b::int[], %(payload)b::text[],
+            %(max_attempts)b::int[], %(stuck_after)b::float8[], %(piece_key)b::text[])
      AS p(task, queue, priority, payload, max_attempts, stuck_after, piece_key)
 ON CONFLICT (parent_id, piece_key) WHERE parent_id IS NOT NULL DO NOTHING
 RETURNING id, queue, pg_notify('due_jobs', queue || ' 0')::text AS notified

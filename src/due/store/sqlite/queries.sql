@@ -30,17 +30,37 @@ VALUES (:task, :queue, :priority, :payload, coalesce(:run_at, :now + :delay),
 ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id, run_at, created_at
 
--- name: insert_jobs
--- The bulk path for a batch without keys, run with executemany. Under BEGIN
--- IMMEDIATE no other writer interleaves, so the batch's ids are consecutive
--- and end at last_insert_rowid() (checked by count_id_range).
-INSERT INTO due_jobs (task, queue, priority, payload, run_at, max_attempts, unique_for,
-                      stuck_after, created_at)
-VALUES (:task, :queue, :priority, :payload, :run_at, :max_attempts, :unique_for, :stuck_after,
-        :now)
+-- name: reserve_ids
+-- Ids for a batch, and now. Under BEGIN IMMEDIATE no other writer runs, so
+-- the ids after the highest are free (the pruner never deletes the newest job:
+-- ids are never reused).
+WITH RECURSIVE
+    first(id) AS (SELECT coalesce(max(id), 0) + 1 FROM due_jobs),
+    ids(id) AS (SELECT id FROM first
+                UNION ALL
+                SELECT ids.id + 1 FROM ids, first WHERE ids.id < first.id + :count - 1)
+SELECT :now AS now, json_group_array(id) AS ids FROM ids
 
--- name: count_id_range
-SELECT count(*) AS n FROM due_jobs WHERE id BETWEEN :first AND :last
+-- name: insert_jobs
+-- One row of a batch with keys (run for each row); a row whose key is held
+-- returns nothing, and is settled one by one (steps.py).
+INSERT INTO due_jobs (id, task, queue, priority, payload, run_at, max_attempts,
+                      key, dedupe_key, unique_for, stuck_after, created_at)
+VALUES (:id, :task, :queue, :priority, :payload, :run_at, :max_attempts,
+        :key, :key, :unique_for, :stuck_after, :now)
+ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
+RETURNING id
+
+-- name: copy_jobs
+-- The bulk path for a batch without keys (nothing to deduplicate), run with
+-- executemany: ids reserved by reserve_ids, columns in steps._copy_rows' order.
+INSERT INTO due_jobs (id, task, queue, priority, payload, run_at, max_attempts, key,
+                      dedupe_key, unique_for, created_at, stuck_after)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+
+-- name: notify_queues
+-- Nothing to send: SQLite's workers see any commit (PRAGMA data_version).
+SELECT NULL WHERE 0
 
 -- name: lock_job_by_key
 -- The job that holds a key, and whether it still deduplicates: it does while
@@ -91,7 +111,7 @@ SET lease_expires_at = :now + :lease,
     progress_at = CASE WHEN :progress IS NOT NULL AND :progress IS NOT progress
                        THEN :now ELSE progress_at END
 WHERE id = :id AND lease_token = :token AND state = 'running'
-RETURNING id, cancel_requested
+RETURNING id, 1 AS renewed, cancel_requested
 
 -- name: complete_jobs
 -- Fenced by the token: a stale worker's write matches nothing.
@@ -116,7 +136,7 @@ RETURNING id, state, queue, run_at, parent_id, completes, pieces_total, cancel_r
 -- name: select_expired
 -- Running jobs whose worker stopped renewing the lease. The task is never
 -- consulted, so a process that does not know the task rescues it too.
-SELECT id, attempt, max_attempts, lost_leases, worker
+SELECT id, lease_token, attempt, max_attempts, lost_leases, worker, parent_id, completes
 FROM due_jobs
 WHERE state = 'running' AND lease_expires_at < :now
 ORDER BY lease_expires_at
@@ -136,7 +156,7 @@ SET state = CASE WHEN cancel_requested THEN 'cancelled'
     last_error = json_extract(:error, '$.error'),
     errors = json_insert(errors, '$[#]', json(:error)),
     dedupe_key = CASE WHEN :gives_up OR cancel_requested THEN NULL ELSE dedupe_key END
-WHERE id = :id AND state = 'running'
+WHERE id = :id AND lease_token = :token AND state = 'running' AND lease_expires_at < :now
 RETURNING id, state, queue, run_at, parent_id, completes, pieces_total
 
 -- name: get_job
@@ -221,7 +241,7 @@ SET state = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'queued' END,
     dedupe_key = CASE WHEN cancel_requested THEN NULL ELSE dedupe_key END,
     errors = json_insert(errors, '$[#]', json_object(
         'attempt', attempt, 'kind', 'released', 'error', :reason, 'traceback', NULL,
-        'at', :now_iso))
+        'at', strftime('%Y-%m-%dT%H:%M:%f+00:00', :now, 'unixepoch')))
 WHERE id = :id AND lease_token = :token AND state = 'running'
 RETURNING id, state, queue, run_at, parent_id, completes, pieces_total
 
@@ -264,7 +284,7 @@ SET state = 'failed',
         'attempt', attempt, 'kind', 'unknown_task',
         'error', 'unknown task ' || task || ': no live worker of queue ' || queue
             || ' knew it within ' || :grace_text || ' of its due time',
-        'traceback', NULL, 'at', :now_iso))
+        'traceback', NULL, 'at', strftime('%Y-%m-%dT%H:%M:%f+00:00', :now, 'unixepoch')))
 WHERE state = 'queued' AND NOT held
   AND queue IN (SELECT value FROM json_each(:queues))
   AND task NOT IN (SELECT value FROM json_each(:tasks))
@@ -533,13 +553,13 @@ VALUES (:task, :queue, 0, 'waiting', '{"args":[],"kwargs":{}}', :now, 1, :total,
 RETURNING id
 
 -- name: insert_pieces
--- One row per call (executemany); a piece already spawned (same key) is not
--- added again.
+-- Run for each piece; one already spawned (same key) is not added again.
 INSERT INTO due_jobs (task, queue, priority, payload, run_at, max_attempts, stuck_after,
                       parent_id, piece_key, held, created_at)
 VALUES (:task, :queue, :priority, :payload, :now, :max_attempts, :stuck_after, :parent,
         :piece_key, :held, :now)
 ON CONFLICT (parent_id, piece_key) WHERE parent_id IS NOT NULL DO NOTHING
+RETURNING id
 
 -- name: count_piece_endings
 -- Pieces that ended, counted on their parent (writers are serialised anyway).

@@ -27,16 +27,17 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from due.core.records import PieceSpawn
 from due.errors import ConfigurationError, JobCancelled, LeaseLost
+from due.long_work.pieces import check_policy
 from due.payload import encode_value, finite_number, storable_text
 
 if TYPE_CHECKING:
     from due.app import App
+    from due.core.records import ClaimedJob
     from due.request import JobRequest
-    from due.store.records import ClaimedJob
     from due.task import Task
 
-PIECE_POLICIES = ("continue", "fail")
 MAX_PROGRESS_MESSAGE = 1000
 
 
@@ -199,15 +200,15 @@ class Context:
         if _on_event_loop():
             return self._checkpoint_on_async(value, text, connection)
         # The caller's connection belongs to the caller's thread: use it right here.
-        self._checkpoint_saved(value, store.save_checkpoint(*self._fence(text), connection))
+        self._checkpoint_saved(value, store.checkpoint_save(*self._fence(text), connection))
         return None
 
     async def _checkpoint_on_async(self, value: Any, text: str, connection: Any) -> None:
         store = self._store()
         if _is_async_connection(connection):
-            reply = await store.save_checkpoint_async(*self._fence(text), connection)
+            reply = await store.checkpoint_save_async(*self._fence(text), connection)
         else:
-            reply = store.save_checkpoint(*self._fence(text), connection)
+            reply = store.checkpoint_save(*self._fence(text), connection)
         self._checkpoint_saved(value, reply)
 
     def _fence(self, text: str) -> tuple[int, int, str]:
@@ -222,7 +223,7 @@ class Context:
 
     def _checkpoint(self, value: Any, text: str) -> None:
         self.raise_if_cancelled()
-        reply = self._store().save_checkpoint(self.job_id, self.lease_token, text)
+        reply = self._store().checkpoint_save(self.job_id, self.lease_token, text)
         if reply is None:
             self.lease_lost = True
         elif reply:
@@ -257,22 +258,19 @@ class Context:
         app = self._require_app()
         pieces = app.piece_jobs(task, items)
         spec = app.completion_spec(on_complete) if on_complete is not None else None
-        if on_piece_failure is not None and on_piece_failure not in PIECE_POLICIES:
-            raise ConfigurationError(
-                f"on_piece_failure={on_piece_failure!r}: choose 'continue' or 'fail'"
-            )
+        check_policy(on_piece_failure)
         self.pieces_spawned += len(pieces)
-        args = (self.job_id, self.lease_token, pieces, spec, on_piece_failure)
+        request = PieceSpawn(self.job_id, self.lease_token, pieces, spec, on_piece_failure)
         if _on_event_loop():
-            return self._spawn_async(args)
-        return self._spawn(args)
+            return self._spawn_async(request)
+        return self._spawn(request)
 
-    async def _spawn_async(self, args: tuple[Any, ...]) -> int:
-        return await asyncio.to_thread(self._spawn, args)
+    async def _spawn_async(self, request: PieceSpawn) -> int:
+        return await asyncio.to_thread(self._spawn, request)
 
-    def _spawn(self, args: tuple[Any, ...]) -> int:
+    def _spawn(self, request: PieceSpawn) -> int:
         self.raise_if_cancelled()
-        added = self._store().spawn(*args)
+        added = self._store().piece_spawn(request)
         if added is None:
             self.lease_lost = True
             self.raise_if_cancelled()

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from due.core.jobs import AttemptError, Job, JobState, Pieces
 from due.errors import InvalidStateError
-from due.job import AttemptError, Job, JobState, Pieces
+
+DEFAULT_MAX_LOST_LEASES = 3
+"""A job that lost its lease this many times in a row is failed, not retried:
+its worker keeps dying while running it (out of memory, a segfault)."""
+
+DEFAULT_ALIVE_SECONDS = 30.0
+"""A worker seen within this long counts as live (3 leases of the default 10 s)."""
 
 
 @dataclass(slots=True)  # not frozen: built per job on hot paths, and frozen is slow
@@ -121,6 +128,66 @@ class RescueResult:
     @property
     def count(self) -> int:
         return len(self.requeued) + len(self.failed) + len(self.cancelled)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """What a worker's producer asks for: up to `limit` due jobs of `queue`."""
+
+    queue: str
+    limit: int
+    worker: str
+    lease_seconds: float
+    tasks: Sequence[str] | None = None
+    """Only jobs of these tasks (None: any task)."""
+    task_leases: Mapping[str, float] | None = None
+    """Lease lengths of the tasks that set their own."""
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownTaskSweep:
+    """Queued jobs of `queues` that stayed due past `grace_seconds` while neither
+    the caller (which knows `tasks`) nor any live worker of their queue knew
+    their task (live: running or stopping, seen within `alive_seconds`)."""
+
+    queues: Sequence[str]
+    tasks: Sequence[str]
+    grace_seconds: float
+    alive_seconds: float = DEFAULT_ALIVE_SECONDS
+
+
+@dataclass(frozen=True, slots=True)
+class PieceSpawn:
+    """Pieces added under a running parent (fenced by its lease token)."""
+
+    parent: int
+    lease_token: int
+    jobs: Sequence[NewJob]
+    on_complete: str | None = None
+    """The completion task's spec (pieces.completion_spec); None keeps what was set."""
+    on_piece_failure: str | None = None
+    """"fail" or "continue"; None keeps what was set."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRequest:
+    """A waiting parent named `name` with these pieces, made outside any job."""
+
+    name: str
+    jobs: Sequence[NewJob]
+    on_complete: str | None
+    on_piece_failure: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRegistration:
+    """A worker process as it starts: where it runs, what it serves and knows."""
+
+    worker: str
+    host: str
+    pid: int
+    queues: Mapping[str, int]
+    tasks: Sequence[str] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,38 +12,30 @@ worker knows is that worker's to run, however busy it is.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
+from due.core.records import UnknownTaskSweep
 from due.logs import event
-
-if TYPE_CHECKING:
-    from due.worker.worker import Worker
+from due.service import Calls
+from due.store import Store
 
 log = logging.getLogger("due.worker")
 
 
 class UnknownTaskReaper:
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
+    def __init__(self, *, store: Store, call: Calls, sweep: UnknownTaskSweep) -> None:
+        """`sweep`: this worker's queues and the tasks it knows, the grace, and how
+        recently a worker must have been seen to count as live."""
+        self._store = store
+        self._call = call
+        self._sweep = sweep
 
     def interval(self) -> float:
-        return min(60.0, max(self.worker.settings.unknown_task_grace / 10, 0.5))
+        return min(60.0, max(self._sweep.grace_seconds / 10, 0.5))
 
     async def run_once(self) -> list[int]:
-        settings = self.worker.settings
-        failed = await self.worker.call(
-            self.worker.store.fail_unknown_tasks,
-            list(settings.queues),
-            self.worker.task_names,
-            settings.unknown_task_grace,
-            settings.gone_after,
-        )
+        failed = await self._call(self._store.job_fail_unknown_tasks, self._sweep)
         for job_id in failed:
             event(
-                log,
-                "job.unknown_task",
-                logging.ERROR,
-                job=job_id,
-                grace=settings.unknown_task_grace,
+                log, "job.unknown_task", logging.ERROR, job=job_id, grace=self._sweep.grace_seconds
             )
         return list(failed)

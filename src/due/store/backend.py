@@ -1,0 +1,156 @@
+"""The thin per-backend layer under the store: connections, transactions, named
+statements, the database's now, and values in and out.
+
+Every store operation is written once (store/jobs.py, work.py, long_work.py,
+schedules.py, registry.py) over this layer; SQLite and PostgreSQL differ only
+in their `queries.sql` and in how they connect. A statement is run by name
+with parameters given as Python values:
+
+- `run(name, params)` runs it once; `run_each(name, rows, params)` runs it for
+  each row of a batch: PostgreSQL in one statement (each field of the rows
+  becomes an array of the same name: `%(id)b::bigint[]`), SQLite once per row
+  (`:id`), both returning the rows of every execution; `params` are shared by
+  every row;
+- `copy(name, rows)` streams many new rows (PostgreSQL COPY, SQLite executemany);
+- on the way in, times are aware datetimes, lists are lists (arrays, or JSON
+  text read with `json_each` on SQLite) and JSON values are JSON text already
+  encoded; rows come back as dicts in Python types (times aware, in UTC; JSON
+  columns decoded, or left as text when they do not decode);
+- `now` is the parameter for "now": the injected clock's instant, or (on
+  PostgreSQL) None to let the database decide — `coalesce(%(now)s, now())`;
+  `instant()` is a concrete now for computations in Python.
+
+Capabilities the operations ask about, instead of asking which backend it is:
+`locks_rows` (PostgreSQL: rows are locked, so parents are locked before their
+pieces and rescues skip what others hold; SQLite has one writer at a time)
+and `single_writer` (SQLite: the worker folds its acknowledgements into its
+claims, one commit for both).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from datetime import datetime
+from typing import Any, Protocol
+
+from due.errors import StoreError, StoreUnavailableError
+
+Rows = list[dict[str, Any]]
+
+
+class DuplicateError(StoreError):
+    """A row with the same unique key exists (a schedule's name, a job's key taken
+    in a race): the operation that met it turns it into the error it means."""
+
+
+class LockWaitTimeout(StoreUnavailableError):
+    """A statement gave up waiting for a row another transaction holds (the
+    transaction's lock wait was bounded on purpose: `bound_lock_wait`)."""
+
+
+class Transaction(Protocol):
+    """One transaction on the job database (or the caller's own, on their connection)."""
+
+    locks_rows: bool
+
+    @property
+    def now(self) -> Any:
+        """The value of the `now` parameter of this transaction's statements."""
+
+    def instant(self) -> datetime:
+        """A concrete now, on the store's clock (the database's by default)."""
+
+    def run(self, query: str, params: Mapping[str, Any] | None = None) -> Rows: ...
+
+    def run_each(
+        self, query: str, rows: Sequence[Mapping[str, Any]], params: Mapping[str, Any] | None = None
+    ) -> Rows: ...
+
+    def copy(self, query: str, rows: Sequence[tuple[Any, ...]]) -> None: ...
+
+
+class AsyncTransaction(Protocol):
+    """A transaction on a caller's async connection (PostgreSQL's AsyncConnection)."""
+
+    locks_rows: bool
+
+    @property
+    def now(self) -> Any: ...
+
+    async def run(self, query: str, params: Mapping[str, Any] | None = None) -> Rows: ...
+
+    async def run_each(
+        self, query: str, rows: Sequence[Mapping[str, Any]], params: Mapping[str, Any] | None = None
+    ) -> Rows: ...
+
+    async def copy(self, query: str, rows: Sequence[tuple[Any, ...]]) -> None: ...
+
+
+class ChangeFeed(Protocol):
+    """Tells a waiting thread that something it waits for may have happened."""
+
+    def messages(self, timeout: float) -> list[str]:
+        """What was heard, waiting up to `timeout` seconds and returning as soon as
+        something was: notification payloads (PostgreSQL), or "" for a change that
+        says nothing more (a SQLite commit; a new connection, which heard nothing
+        of what came before it: the first call returns [""] at once)."""
+
+    def wait(self, timeout: float) -> bool:
+        """Whether something may have changed (`messages`, without the messages)."""
+
+    def close(self) -> None: ...
+
+
+class Backend(Protocol):
+    url: str
+    single_writer: bool
+    locks_rows: bool
+
+    def transaction(
+        self,
+        *,
+        read: bool = False,
+        single: bool = False,
+        unbounded: bool = False,
+        leader: bool = False,
+    ) -> AbstractContextManager[Transaction]:
+        """A transaction that commits when the block exits cleanly.
+
+        `read`: reads only; `single`: one statement, which PostgreSQL runs in
+        autocommit (no BEGIN and COMMIT round trips); `unbounded`: bulk work the
+        user asked for (no statement, lock or idle limits); `leader`: the leader's
+        fenced transaction (PostgreSQL ends it if it idles 2 s: a paused leader
+        must not hold the lease row)."""
+
+    def on_connection(self, connection: Any, call: str) -> AbstractContextManager[Transaction]:
+        """The caller's own sync connection, inside their open transaction (refused,
+        naming `call`, when it is not one of this backend's)."""
+
+    def on_async_connection(
+        self, connection: Any, call: str
+    ) -> AbstractAsyncContextManager[AsyncTransaction]:
+        """The caller's own async connection (PostgreSQL only)."""
+
+    def handler_transaction(self) -> AbstractContextManager[tuple[Any, Transaction]]:
+        """A transaction for a handler's own writes (`ctx.transaction()`): the raw
+        connection to give the handler, and the transaction on it."""
+
+    def now(self) -> datetime: ...
+
+    def migrate(self) -> list[int]: ...
+
+    def schema_version(self) -> int | None: ...
+
+    def check_schema(self) -> None: ...
+
+    def watch_endings(self) -> ChangeFeed:
+        """A feed that wakes when a job may have ended (PostgreSQL: a notification
+        sent by the ending transaction; SQLite: any commit)."""
+
+    def watch_jobs(self) -> ChangeFeed:
+        """A feed of jobs becoming claimable ('<queue> <run_at epoch>') and of
+        running jobs asked to stop ('!cancel <id>') on PostgreSQL; of any commit
+        ("") on SQLite."""
+
+    def close(self) -> None: ...

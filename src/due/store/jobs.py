@@ -1,0 +1,122 @@
+"""Jobs from the outside: enqueue, look up, list, cancel, retry, prune.
+
+Written once for both backends over `backend.Backend`; the statements are
+the backend's, by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from due.core.jobs import Job, JobState
+from due.core.records import RETRY_RULE, JobFilter, NewJob, job_from_row, refusal
+from due.errors import JobNotFoundError
+from due.store import pieces, steps
+from due.store.backend import Backend, DuplicateError, Transaction
+from due.store.conflicts import retried_on_conflict
+from due.store.settling import lock_parents, settle
+
+
+def enqueue(db: Backend, jobs: Sequence[NewJob], connection: Any = None) -> list[Job]:
+    """Insert jobs (deduplicating on keys); on `connection`, inside its transaction."""
+    if not jobs:
+        return []
+    if connection is not None:
+        with db.on_connection(connection, "enqueue(connection=...)") as tx:
+            return steps.carry_out(tx, steps.enqueue_steps(jobs, tx.now))
+    # One job without a key is one statement: no BEGIN/COMMIT round trips.
+    single = len(jobs) == 1 and jobs[0].key is None
+    with db.transaction(single=single, unbounded=len(jobs) > steps.BULK_CHUNK) as tx:
+        return steps.carry_out(tx, steps.enqueue_steps(jobs, tx.now))
+
+
+async def enqueue_async(db: Backend, jobs: Sequence[NewJob], connection: Any) -> list[Job]:
+    """`enqueue` on a caller's async connection (psycopg AsyncConnection)."""
+    async with db.on_async_connection(connection, "aenqueue(connection=...)") as tx:
+        return await steps.carry_out_async(tx, steps.enqueue_steps(jobs, tx.now))
+
+
+def get(db: Backend, job_id: int) -> Job:
+    with db.transaction(read=True) as tx:
+        rows = tx.run("get_job", {"id": job_id, "now": tx.now})
+    if not rows:
+        raise JobNotFoundError(f"no job with id {job_id}")
+    return job_from_row(rows[0])
+
+
+def ended(db: Backend, job_ids: Sequence[int]) -> list[Job]:
+    """Those of these jobs that have ended (succeeded, failed or cancelled)."""
+    with db.transaction(read=True) as tx:
+        rows = tx.run("ended_jobs", {"ids": list(job_ids)})
+    return [job_from_row(row) for row in rows]
+
+
+def list_jobs(db: Backend, where: JobFilter) -> list[Job]:
+    """Jobs matching the filter, newest first."""
+    with db.transaction(read=True) as tx:
+        rows = tx.run(
+            "list_jobs",
+            {
+                "queue": where.queue,
+                "state": where.state.value if where.state else None,
+                "task": where.task,
+                "limit": where.limit,
+                "parent": where.parent,
+                "stuck_only": where.stuck_only,
+                "now": tx.now,
+            },
+        )
+    return [job_from_row(row) for row in rows]
+
+
+@retried_on_conflict
+def cancel(db: Backend, job_id: int) -> Job:
+    """A queued job ends at once; a running one is asked (it ends at its next safe
+    point); a waiting parent ends with its unfinished pieces."""
+    with db.transaction() as tx:
+        lock_parents(tx, [job_id])
+        cancelled = tx.run("cancel_job", {"id": job_id, "now": tx.now})
+        if cancelled:
+            settle(tx, cancelled)
+        elif not tx.run("request_cancel", {"id": job_id}):
+            _cancel_waiting_parent(tx, job_id)
+    job = get(db, job_id)
+    if job.state in (JobState.CANCELLED, JobState.RUNNING) or job.cancel_requested:
+        return job
+    raise refusal(job, "cancel", "a job that has ended cannot be cancelled")
+
+
+def _cancel_waiting_parent(tx: Transaction, job_id: int) -> None:
+    rows = tx.run("parent_counts", {"parent": job_id})
+    if rows and rows[0]["state"] == "waiting":
+        now = tx.instant()
+        pieces.finish(tx.run, job_id, "cancelled", "null", "cancelled on request", now)
+
+
+@retried_on_conflict
+def retry(db: Backend, job_id: int, run_now: bool = False) -> Job:
+    """Queue a failed or cancelled job again, with a fresh set of attempts: due
+    now, or at its own run_at while that is still to come (unless run_now)."""
+    try:
+        with db.transaction() as tx:
+            # Its parent first (one lock order), and so the parent cannot settle or
+            # be cancelled between the check and the recount.
+            lock_parents(tx, [job_id])
+            job = steps.carry_out(tx, steps.retry_steps(job_id, run_now, tx.now))
+    except DuplicateError:
+        # Its key was taken between the check and the update: refused, as then.
+        return retry(db, job_id, run_now)
+    if job is not None:
+        return job
+    raise refusal(get(db, job_id), "retry", RETRY_RULE)
+
+
+def prune(db: Backend, retention_seconds: float, limit: int = 10_000) -> tuple[int, int]:
+    """Delete finished jobs and schedule runs older than the retention (never the
+    newest job); returns (jobs, runs) deleted."""
+    with db.transaction() as tx:
+        params = {"retention": float(retention_seconds), "limit": limit, "now": tx.now}
+        jobs = tx.run("prune_jobs", params)
+        runs = tx.run("prune_schedule_runs", params)
+    return len(jobs), len(runs)

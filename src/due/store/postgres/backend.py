@@ -1,0 +1,510 @@
+"""PostgreSQL under the store: many hosts, one database, psycopg 3 with a pool.
+
+Claims use `FOR UPDATE SKIP LOCKED` on a partial index of queued rows;
+batches (heartbeats, acknowledgements) are one statement each, their fields
+sent as binary arrays (`unnest`); every statement that makes a job claimable
+sends a NOTIFY in the same transaction, so it is delivered exactly when the
+job becomes visible. Connections: a pool, plus one connection the store keeps
+for itself and uses whenever no other thread does (a pool checkout costs
+about a fifth of a one-row insert), a pool apart for handlers' own
+transactions, and dedicated connections for LISTEN. Every connection has TCP
+keepalives and a TCP user timeout; due's own sessions bound their statements,
+lock waits and idle transactions.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import threading
+import weakref
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import psycopg_pool
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from due.clock import Clock
+from due.errors import (
+    ConfigurationError,
+    StoreConflictError,
+    StoreError,
+    StoreUnavailableError,
+)
+from due.store.backend import ChangeFeed, DuplicateError, LockWaitTimeout, Rows, Transaction
+from due.store.postgres.own_connection import OwnConnection
+from due.store.sql import load_migrations, load_queries, require_current_schema
+
+QUERIES = load_queries("due.store.postgres")
+MIGRATIONS = load_migrations("due.store.postgres")
+LATEST_VERSION = MIGRATIONS[-1].version
+NOTIFY_CHANNEL = "due_jobs"
+ENDED_CHANNEL = "due_ended"
+COPY_TYPES = {
+    # The columns of copy_jobs, in order; the jsonb one is sent as it is.
+    "copy_jobs": [
+        "int8",
+        "text",
+        "text",
+        "int4",
+        "jsonb",
+        "timestamptz",
+        "int4",
+        "text",
+        "text",
+        "float8",
+        "timestamptz",
+        "float8",
+    ],
+}
+
+
+class PostgresBackend:
+    single_writer = False
+    locks_rows = True
+
+    def __init__(
+        self, url: str, clock: Clock, *, pool_size: int = 10, connect_timeout: float = 5.0
+    ) -> None:
+        self.url = url
+        self._clock = clock
+        self._connect_timeout = connect_timeout
+        self._pool_size = pool_size
+        self._handler_pool: psycopg_pool.ConnectionPool | None = None
+        self._handler_pool_lock = threading.Lock()
+        self._pool = psycopg_pool.ConnectionPool(
+            url,
+            min_size=1,
+            max_size=pool_size,
+            kwargs={"autocommit": True, **keepalive_options(url)},
+            configure=_configure_pooled_connection,
+            timeout=connect_timeout,
+            open=False,
+            name="due",
+        )
+        self._pool.open(wait=False)
+        self._own = OwnConnection(self._connect_own, clock.monotonic)
+        _OPEN_BACKENDS.add(self)
+
+    # --- transactions -------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def transaction(
+        self,
+        *,
+        read: bool = False,
+        single: bool = False,
+        unbounded: bool = False,
+        leader: bool = False,
+    ) -> Iterator[Transaction]:
+        with (
+            translate_errors(self.url),
+            self._connection() as conn,
+            conn.cursor(row_factory=dict_row) as cur,
+        ):
+            if read or single:  # autocommitted statements: no BEGIN/COMMIT round trips
+                yield PostgresTransaction(cur, self._clock.now())
+                return
+            with conn.transaction():
+                if unbounded:
+                    cur.execute(QUERIES["unbounded_transaction"])
+                if leader:
+                    cur.execute(QUERIES["bound_leader_transaction"])
+                yield PostgresTransaction(cur, self._clock.now())
+
+    @contextlib.contextmanager
+    def on_connection(self, connection: Any, call: str) -> Iterator[Transaction]:
+        if isinstance(connection, psycopg.AsyncConnection):
+            raise ConfigurationError(
+                f"{call} got an async psycopg connection: use the async call "
+                "(await task.aenqueue(...), await ctx.checkpoint(...)) in async code"
+            )
+        if not isinstance(connection, psycopg.Connection):
+            raise ConfigurationError(
+                f"{call} takes a psycopg.Connection for a PostgreSQL app, "
+                f"got {type(connection).__name__}"
+            )
+        with translate_errors(self.url), connection.cursor(row_factory=dict_row) as cur:
+            yield PostgresTransaction(cur, self._clock.now(), to_utc=True)
+
+    @contextlib.asynccontextmanager
+    async def on_async_connection(
+        self, connection: Any, call: str
+    ) -> AsyncIterator[AsyncPostgresTransaction]:
+        if not isinstance(connection, psycopg.AsyncConnection):
+            raise ConfigurationError(
+                f"{call} takes a psycopg.AsyncConnection for a PostgreSQL app, "
+                f"got {type(connection).__name__}"
+            )
+        with translate_errors(self.url):
+            async with connection.cursor(row_factory=dict_row) as cur:
+                yield AsyncPostgresTransaction(cur, self._clock.now())
+
+    @contextlib.contextmanager
+    def handler_transaction(self) -> Iterator[tuple[Any, Transaction]]:
+        with (
+            translate_errors(self.url),
+            self.handler_pool().connection() as conn,
+            conn.transaction(),
+            conn.cursor(row_factory=dict_row) as cur,
+        ):
+            yield conn, PostgresTransaction(cur, self._clock.now())
+
+    def now(self) -> datetime:
+        """The current instant on the store's clock."""
+        with self.transaction(read=True) as tx:
+            return tx.instant()
+
+    # --- connections -------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """An idle autocommit connection: the store's own if no other thread
+        holds it, else one from the pool (so threads never wait for each other)."""
+        with self._own.borrow() as own:
+            if own is not None:
+                yield own
+                return
+        with self._pool.connection() as conn:
+            yield conn
+
+    def _connect_own(self) -> psycopg.Connection[Any]:
+        options: dict[str, Any] = {"autocommit": True, **keepalive_options(self.url)}
+        if "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(self.url):
+            # libpq counts whole seconds, 2 at least
+            options["connect_timeout"] = max(2, round(self._connect_timeout))
+        conn = psycopg.connect(self.url, **options)
+        _configure_pooled_connection(conn)
+        return conn
+
+    def handler_pool(self) -> psycopg_pool.ConnectionPool:
+        """Connections for handlers' own transactions (`ctx.transaction()`): a pool
+        apart, so a handler holding one for a while never starves the worker's
+        heartbeats and acknowledgements, and without the idle-in-transaction
+        limit, since the handler's code runs between its statements."""
+        with self._handler_pool_lock:
+            if self._handler_pool is None:
+                self._handler_pool = psycopg_pool.ConnectionPool(
+                    self.url,
+                    min_size=0,
+                    max_size=self._pool_size,
+                    kwargs=keepalive_options(self.url),
+                    configure=_configure_handler_connection,
+                    timeout=self._connect_timeout,
+                    open=False,
+                    name="due-handlers",
+                )
+                self._handler_pool.open()
+            return self._handler_pool
+
+    def listen_connection(self, channel: str = NOTIFY_CHANNEL) -> psycopg.Connection[Any]:
+        """A dedicated autocommit connection (outside the pool) for LISTEN."""
+        with translate_errors(self.url):
+            conn = psycopg.connect(
+                self.url, autocommit=True, connect_timeout=5, **keepalive_options(self.url)
+            )
+            conn.execute(f"LISTEN {channel}")
+            return conn
+
+    def watch_endings(self) -> ChangeFeed:
+        return NotificationFeed(self, ENDED_CHANNEL)
+
+    def watch_jobs(self) -> ChangeFeed:
+        return NotificationFeed(self, NOTIFY_CHANNEL)
+
+    def close(self) -> None:
+        self._own.close()
+        self._pool.close()
+        if self._handler_pool is not None:
+            self._handler_pool.close()
+
+    # --- schema ---------------------------------------------------------------------
+
+    def migrate(self) -> list[int]:
+        applied_now = []
+        with self.transaction(unbounded=True) as tx:  # a migration may take long
+            assert isinstance(tx, PostgresTransaction)
+            tx.run("lock_migrations")
+            tx.run("create_migrations_table")
+            current = tx.run("schema_version")[0]["version"] or 0
+            if current > LATEST_VERSION:
+                require_current_schema(current, LATEST_VERSION, self._where())
+            for migration in MIGRATIONS:
+                if migration.version > current:
+                    tx.cursor.execute(migration.sql.encode())
+                    tx.run(
+                        "record_migration", {"version": migration.version, "name": migration.name}
+                    )
+                    applied_now.append(migration.version)
+        return applied_now
+
+    def schema_version(self) -> int | None:
+        with self.transaction(read=True) as tx:
+            if not tx.run("migrations_table_exists")[0]["present"]:
+                return None
+            version = tx.run("schema_version")[0]["version"]
+            return int(version) if version is not None else None
+
+    def check_schema(self) -> None:
+        require_current_schema(self.schema_version(), LATEST_VERSION, self._where())
+
+    def _where(self) -> str:
+        return f"PostgreSQL database {redact(self.url)}"
+
+
+class PostgresTransaction:
+    locks_rows = True
+
+    def __init__(
+        self, cursor: psycopg.Cursor[dict[str, Any]], now: datetime | None, to_utc: bool = False
+    ) -> None:
+        self.cursor = cursor
+        self._now = now
+        self._instant: datetime | None = now
+        self._to_utc = to_utc
+        """Put times in UTC: on a caller's connection, whose session may be in any
+        time zone (due's own sessions are in UTC: psycopg gives UTC times)."""
+
+    @property
+    def now(self) -> datetime | None:
+        return self._now
+
+    def instant(self) -> datetime:
+        if self._instant is None:
+            self._instant = self.run("current_time", {"now": None})[0]["now"].astimezone(UTC)
+        return self._instant
+
+    def run(self, query: str, params: Mapping[str, Any] | None = None) -> Rows:
+        self.cursor.execute(QUERIES[query], _encoded(params or {}))
+        rows = self.cursor.fetchall() if returns_rows(self.cursor) else []
+        return [_utc(row) for row in rows] if self._to_utc else rows
+
+    def run_each(
+        self, query: str, rows: Sequence[Mapping[str, Any]], params: Mapping[str, Any] | None = None
+    ) -> Rows:
+        return self.run(query, {**(params or {}), **_columns(rows)})
+
+    def copy(self, query: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        types = COPY_TYPES[query]
+        with self.cursor.copy(QUERIES[query]) as copy:
+            copy.set_types(types)
+            for row in _copy_rows(rows, types):
+                copy.write_row(row)
+
+
+class AsyncPostgresTransaction:
+    locks_rows = True
+
+    def __init__(self, cursor: psycopg.AsyncCursor[dict[str, Any]], now: datetime | None) -> None:
+        self.cursor = cursor
+        self._now = now
+
+    @property
+    def now(self) -> datetime | None:
+        return self._now
+
+    async def run(self, query: str, params: Mapping[str, Any] | None = None) -> Rows:
+        await self.cursor.execute(QUERIES[query], _encoded(params or {}))
+        rows = await self.cursor.fetchall() if returns_rows(self.cursor) else []
+        return [_utc(row) for row in rows]
+
+    async def run_each(
+        self, query: str, rows: Sequence[Mapping[str, Any]], params: Mapping[str, Any] | None = None
+    ) -> Rows:
+        return await self.run(query, {**(params or {}), **_columns(rows)})
+
+    async def copy(self, query: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        types = COPY_TYPES[query]
+        async with self.cursor.copy(QUERIES[query]) as copy:
+            copy.set_types(types)
+            for row in _copy_rows(rows, types):
+                await copy.write_row(row)
+
+
+def _columns(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """A batch's rows as one array per field, named as the field (`%(id)b`)."""
+    if not rows:
+        return {}
+    return {name: [row[name] for row in rows] for name in rows[0]}
+
+
+def _encoded(params: Mapping[str, Any]) -> Mapping[str, Any]:
+    if not any(isinstance(value, dict) for value in params.values()):
+        return params  # the common case, untouched
+    return {
+        name: Jsonb(value) if isinstance(value, dict) else value for name, value in params.items()
+    }
+
+
+def _copy_rows(rows: Sequence[tuple[Any, ...]], types: list[str]) -> Iterator[Sequence[Any]]:
+    """The rows, their JSON text sent as jsonb as it is (not encoded again)."""
+    positions = [i for i, kind in enumerate(types) if kind == "jsonb"]
+    for row in rows:
+        sent = list(row)
+        for i in positions:
+            if isinstance(sent[i], str):
+                sent[i] = Jsonb(sent[i], dumps=_unchanged)
+        yield sent
+
+
+def _unchanged(text: str) -> str:
+    return text
+
+
+def _utc(row: dict[str, Any]) -> dict[str, Any]:
+    for name, value in row.items():
+        if isinstance(value, datetime):
+            row[name] = value.astimezone(UTC)
+    return row
+
+
+class NotificationFeed:
+    """Waits for a notification on one channel, on a connection of its own.
+
+    A connection that is new (or renewed after a failure) counts as a change:
+    what happened before it listened was not heard, so the caller looks again.
+    """
+
+    def __init__(self, backend: PostgresBackend, channel: str) -> None:
+        self._backend = backend
+        self._channel = channel
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def messages(self, timeout: float) -> list[str]:
+        if self._conn is None:
+            self._conn = self._backend.listen_connection(self._channel)
+            return [""]
+        try:
+            heard = [note.payload for note in self._conn.notifies(timeout=timeout, stop_after=1)]
+            if heard:  # and those that came with it
+                heard += [note.payload for note in self._conn.notifies(timeout=0)]
+            return heard
+        except psycopg.Error as error:
+            self.close()
+            raise StoreUnavailableError(f"{redact(self._backend.url)}: {error}") from error
+
+    def wait(self, timeout: float) -> bool:
+        return bool(self.messages(timeout))
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+_OPEN_BACKENDS: weakref.WeakSet[PostgresBackend] = weakref.WeakSet()
+"""Backends still open, closed at interpreter exit if nobody did: a pool left
+open is otherwise closed by its finalizer during shutdown, when its threads can
+no longer run, and on Python 3.13 each one then waits 5 s ("couldn't stop
+thread ... within 5.0 seconds"): a script that forgot app.close() took 20 s to
+exit. (A weak set: this keeps nothing alive.)"""
+
+
+@atexit.register
+def _close_open_backends() -> None:
+    for backend in list(_OPEN_BACKENDS):
+        backend.close()
+
+
+KEEPALIVES = {
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 10_000,
+}
+"""TCP settings of every connection due opens. A connection whose path froze (a
+partition, a peer gone without a word) blocks its caller in a read that never
+returns; with these the kernel gives up within about ten seconds (keepalive
+probes unanswered: 5 + 3 x 2 s; data sent and never acknowledged: 10 s), the
+call fails, and the connection is replaced. A worker's trust in its leases
+does not wait for that: it ends on the monotonic clock (worker/heartbeat.py)."""
+
+
+def keepalive_options(url: str) -> dict[str, Any]:
+    """KEEPALIVES, except those the URL sets itself."""
+    given = psycopg.conninfo.conninfo_to_dict(url)
+    return {name: value for name, value in KEEPALIVES.items() if name not in given}
+
+
+STATEMENT_TIMEOUT = "60s"
+LOCK_TIMEOUT = "30s"
+"""Server-side bounds on due's own statements, which take milliseconds: a
+statement still running after a minute, or waiting on a lock for half of one,
+is stuck (a lock held by a paused process, say), and ends with an error that
+the caller retries, rather than hold a worker's thread for ever. Lifted for
+migrations and for bulk work the user asked for (`unbounded_transaction`)."""
+
+IDLE_IN_TRANSACTION_LIMIT = "10s"
+"""due's own transactions last milliseconds. One left open longer belongs to a
+process that was paused (SIGSTOP, a frozen VM) in the middle of it, and holds
+row locks that would stall every other worker (rescue, acknowledgements,
+failover) until it wakes up: the server ends such a session instead, rolling
+its transaction back. Not set on the connection of `ctx.transaction()`, where
+the handler's own code runs between statements."""
+
+
+def _configure_pooled_connection(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("SET TIME ZONE 'UTC'")
+    conn.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_LIMIT}'")
+    conn.execute(f"SET statement_timeout = '{STATEMENT_TIMEOUT}'")
+    conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'")
+
+
+def _configure_handler_connection(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("SET TIME ZONE 'UTC'")
+    conn.commit()  # handed out idle; the handler's transaction starts afresh
+
+
+def returns_rows(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
+    """Whether the last statement returned rows (even none): unlike
+    `cur.description`, this builds no column objects, a measurable cost of a
+    one-row statement such as a single enqueue."""
+    result = cur.pgresult
+    return result is not None and result.nfields > 0
+
+
+def redact(url: str) -> str:
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "(unparseable URL)"
+    host = info.get("host", "localhost")
+    return f"{info.get('dbname', '')!s} on {host}:{info.get('port', 5432)}"
+
+
+ROLLED_BACK_STATES = ("25P03", "57P01")
+"""Besides class 40 (deadlock, serialization failure): a session ended for idling
+in a transaction, or by an administrator."""
+
+
+@contextlib.contextmanager
+def translate_errors(url: str) -> Iterator[None]:
+    """Driver errors become StoreErrors, with the original as the cause."""
+    try:
+        yield
+    except psycopg_pool.PoolClosed as error:
+        raise StoreUnavailableError(
+            f"{redact(url)}: this app's store was closed (app.close()); use an open App"
+        ) from error
+    except psycopg_pool.PoolTimeout as error:
+        raise StoreUnavailableError(
+            f"could not get a connection to {redact(url)} in time: {error}"
+        ) from error
+    except psycopg.errors.UniqueViolation as error:
+        raise DuplicateError(f"{redact(url)}: {error}") from error
+    except psycopg.errors.LockNotAvailable as error:
+        raise LockWaitTimeout(f"{redact(url)}: {error}") from error
+    except psycopg.Error as error:
+        state = error.sqlstate or ""
+        if state.startswith("40") or state in ROLLED_BACK_STATES:
+            raise StoreConflictError(
+                f"{redact(url)}: this transaction was rolled back ({error.sqlstate}: "
+                f"{str(error).strip()}); nothing was written, and trying again is safe"
+            ) from error
+        if isinstance(error, psycopg.OperationalError):
+            raise StoreUnavailableError(f"{redact(url)} is unreachable: {error}") from error
+        raise StoreError(f"{redact(url)}: {error}") from error

@@ -1,0 +1,432 @@
+"""SQLite under the store: the embedded default, one host, any number of processes.
+
+Durability first: WAL with `synchronous=FULL`, because an acknowledged
+enqueue is a promise (a power cut must not take it back). Every writing
+transaction is `BEGIN IMMEDIATE`, so writers queue on SQLite's single write
+lock (bounded by `busy_timeout`) instead of failing halfway; claims are
+therefore serialised and no row is ever claimed twice.
+
+Each thread gets its own connection (sqlite3 connections are not shared
+across threads). Times are stored as REAL Unix seconds and "now" is this
+host's clock unless a clock is injected; a process whose clock disagrees
+with the kernel's refuses to start (`check_host_clock`). Lists go in as JSON
+text (read with `json_each`), and a batch statement runs once per row.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import sqlite3
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from due.clock import Clock, SystemClock
+from due.errors import ConfigurationError, NotMigratedError, StoreError, StoreUnavailableError
+from due.store.backend import ChangeFeed, DuplicateError, Rows, Transaction
+from due.store.sql import load_migrations, load_queries, require_current_schema
+
+QUERIES = load_queries("due.store.sqlite")
+MIGRATIONS = load_migrations("due.store.sqlite")
+LATEST_VERSION = MIGRATIONS[-1].version
+DEFAULT_BUSY_TIMEOUT = 30.0
+MAX_CLOCK_SKEW_SECONDS = 2.0
+_REAL_CLOCK = SystemClock()
+TIME_COLUMNS = frozenset(
+    {
+        "run_at",
+        "lease_expires_at",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "scheduled_for",
+        "next_fire_at",
+        "updated_at",
+        "recorded_at",
+        "last_run_at",
+        "last_success_at",
+        "oldest_due",
+        "progress_at",
+        "last_seen_at",
+        "stopped_at",
+        "now",
+    }
+)
+JSON_COLUMNS = frozenset(
+    {"payload", "errors", "result", "checkpoint", "progress", "queues", "tasks", "ids"}
+)
+
+
+def path_from_url(url: str) -> str:
+    """`sqlite:///relative.db` or `sqlite:////absolute/path.db` → a file path."""
+    if not url.startswith("sqlite:///"):
+        raise ConfigurationError(
+            f"SQLite URL {url!r} must look like sqlite:///relative/path.db "
+            "or sqlite:////absolute/path.db"
+        )
+    path = url[len("sqlite:///") :].split("?", 1)[0]
+    if not path or path == ":memory:" or path.startswith("file::memory:"):
+        raise ConfigurationError(
+            "an in-memory SQLite database cannot be shared by workers; "
+            "give a file path, e.g. sqlite:///due.db"
+        )
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise ConfigurationError(f"SQLite database folder {directory!r} does not exist")
+    return path
+
+
+class SQLiteBackend:
+    single_writer = True
+    locks_rows = False
+
+    def __init__(
+        self, url: str, clock: Clock, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT
+    ) -> None:
+        self.url = url
+        self.path = path_from_url(url)
+        self._clock = clock
+        self._busy_timeout = busy_timeout
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+
+    # --- transactions -------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def transaction(
+        self,
+        *,
+        read: bool = False,
+        single: bool = False,
+        unbounded: bool = False,
+        leader: bool = False,
+    ) -> Iterator[Transaction]:
+        conn = self._connection()
+        with translate_errors(self.path):
+            if read:
+                yield SQLiteTransaction(conn, self._now())
+                return
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield SQLiteTransaction(conn, self._now())
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def on_connection(self, connection: Any, call: str) -> Iterator[Transaction]:
+        if not isinstance(connection, sqlite3.Connection):
+            raise ConfigurationError(
+                f"{call} takes a sqlite3.Connection for a SQLite app, "
+                f"got {type(connection).__name__}"
+            )
+        with translate_errors(self.path):
+            yield SQLiteTransaction(connection, self._now())
+
+    def on_async_connection(self, connection: Any, call: str) -> Any:
+        raise ConfigurationError(
+            f"a SQLite app has no async connections; call the sync form of {call} with a "
+            "sqlite3.Connection"
+        )
+
+    @contextlib.contextmanager
+    def handler_transaction(self) -> Iterator[tuple[Any, Transaction]]:
+        with self.transaction() as tx:
+            assert isinstance(tx, SQLiteTransaction)
+            yield tx.connection, tx
+
+    def now(self) -> datetime:
+        return to_datetime(self._now())
+
+    def _now(self) -> float:
+        return (self._clock.now() or self._clock.wall()).timestamp()
+
+    # --- connections --------------------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._open()
+            self._local.conn = conn
+            with self._lock:
+                self._connections.append(conn)
+        return conn
+
+    def _open(self) -> sqlite3.Connection:
+        with translate_errors(self.path):
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self._busy_timeout,
+                isolation_level=None,  # we issue BEGIN IMMEDIATE ourselves
+                check_same_thread=False,
+            )
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+        return conn
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+        self._local = threading.local()
+
+    # --- schema ---------------------------------------------------------------------
+
+    def migrate(self) -> list[int]:
+        applied_now = []
+        with self.transaction() as tx:
+            assert isinstance(tx, SQLiteTransaction)
+            tx.run("create_migrations_table")
+            current = tx.run("schema_version")[0]["version"] or 0
+            if current > LATEST_VERSION:
+                require_current_schema(current, LATEST_VERSION, self._where())
+            for migration in MIGRATIONS:
+                if migration.version > current:
+                    for statement in _statements(migration.sql):
+                        tx.connection.execute(statement)
+                    params = {"version": migration.version, "name": migration.name}
+                    tx.run("record_migration", {**params, "now": tx.now})
+                    applied_now.append(migration.version)
+        return applied_now
+
+    def schema_version(self) -> int | None:
+        with self.transaction(read=True) as tx:
+            if not tx.run("migrations_table_exists")[0]["present"]:
+                return None
+            version = tx.run("schema_version")[0]["version"]
+            return int(version) if version is not None else None
+
+    def check_schema(self) -> None:
+        if self._clock.now() is None:  # the host's clock, not one injected by a test
+            check_host_clock(os.path.dirname(os.path.abspath(self.path)))
+        if not os.path.exists(self.path):
+            # Checked before any connection opens one: looking creates nothing.
+            raise NotMigratedError(
+                f"SQLite database {os.path.abspath(self.path)} does not exist; check --url "
+                "(or DUE_DATABASE_URL), or create it with `due migrate` (or app.migrate())"
+            )
+        require_current_schema(self.schema_version(), LATEST_VERSION, self._where())
+
+    def _where(self) -> str:
+        return f"SQLite database {self.path}"
+
+    # --- wake-ups ---------------------------------------------------------------------
+
+    def data_version(self) -> int:
+        """Changes whenever another connection commits: a cheap wake-up check."""
+        with translate_errors(self.path):
+            return int(self._connection().execute("PRAGMA data_version").fetchone()[0])
+
+    def watch_endings(self) -> ChangeFeed:
+        return CommitFeed(self)
+
+    def watch_jobs(self) -> ChangeFeed:
+        return CommitFeed(self)
+
+
+class SQLiteTransaction:
+    locks_rows = False
+
+    def __init__(self, connection: sqlite3.Connection, now: float) -> None:
+        self.connection = connection
+        self._now = now
+        self._cursor = connection.cursor()
+        self._cursor.row_factory = None  # tuples, whatever the caller's connection has
+
+    @property
+    def now(self) -> float:
+        """Unix seconds, as the statements take it (no encoding on every statement)."""
+        return self._now
+
+    def instant(self) -> datetime:
+        return to_datetime(self._now)
+
+    def run(self, query: str, params: Mapping[str, Any] | None = None) -> Rows:
+        cursor = self._cursor
+        cursor.execute(QUERIES[query], _encoded(params) if params else {})
+        description = cursor.description
+        if description is None:
+            return []
+        names, conversions = _row_plan(description)
+        rows = [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
+        if conversions:
+            for row in rows:
+                for name, convert in conversions:
+                    value = row[name]
+                    if value is not None:
+                        row[name] = convert(value)
+        return rows
+
+    def run_each(
+        self, query: str, rows: Sequence[Mapping[str, Any]], params: Mapping[str, Any] | None = None
+    ) -> Rows:
+        shared = params or {}
+        found: Rows = []
+        for row in rows:
+            found += self.run(query, {**shared, **row})
+        return found
+
+    def copy(self, query: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Rows of one shape: the first says which columns need encoding."""
+        if not rows:
+            return
+        positions = [i for i, value in enumerate(rows[0]) if isinstance(value, _ENCODED)]
+        encoded = [_encoded_row(row, positions) for row in rows] if positions else rows
+        self._cursor.executemany(QUERIES[query], encoded)
+
+
+class CommitFeed:
+    """Waits for a commit by another connection (`PRAGMA data_version`, read every
+    few milliseconds on this thread's connection: microseconds each)."""
+
+    POLL_SECONDS = 0.005
+
+    def __init__(self, backend: SQLiteBackend) -> None:
+        self._backend = backend
+        self._version: int | None = None
+
+    def messages(self, timeout: float) -> list[str]:
+        return [""] if self.wait(timeout) else []
+
+    def wait(self, timeout: float) -> bool:
+        if self._version is None:
+            self._version = self._backend.data_version()
+            return True
+        deadline = _REAL_CLOCK.monotonic() + timeout  # real time, whatever the store's clock
+        while True:
+            version = self._backend.data_version()
+            if version != self._version:
+                self._version = version
+                return True
+            if _REAL_CLOCK.monotonic() >= deadline:
+                return False
+            time.sleep(self.POLL_SECONDS)
+
+    def close(self) -> None:
+        self._version = None
+
+
+def check_host_clock(directory: str) -> None:
+    """Refuse to work with a clock that disagrees with the system's.
+
+    SQLite has no clock of its own: due times, leases and rescues are this
+    host's clock, read by each process. A process whose clock is off (libfaketime,
+    a container with a time namespace of its own) would run delayed jobs early
+    or take leases over too soon. The kernel stamps a new file with the real
+    time, whatever the process's clock says: compare the two.
+    """
+    with tempfile.NamedTemporaryFile(dir=directory, prefix=".due-clock-") as probe:
+        kernel = os.fstat(probe.fileno()).st_mtime
+    skew = _REAL_CLOCK.wall().timestamp() - kernel
+    if abs(skew) > MAX_CLOCK_SKEW_SECONDS:
+        raise ConfigurationError(
+            f"this process's clock is {abs(skew):.0f}s {'ahead of' if skew > 0 else 'behind'} "
+            "the system's: on SQLite, due times and leases are the host's clock, so every "
+            "process must read the same one (is it run under faketime, or in a time namespace?)"
+        )
+
+
+def _statements(script: str) -> list[str]:
+    """Split a migration into statements, as SQLite's own tokenizer sees them."""
+    statements, pending = [], ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            statements.append(pending.strip())
+            pending = ""
+    if pending.strip(" \n") and not all(
+        row.strip().startswith("--") or not row.strip() for row in pending.splitlines()
+    ):
+        raise RuntimeError(f"migration ends with an incomplete statement: {pending[:80]!r}")
+    return statements
+
+
+_ENCODED = (datetime, list, tuple, dict)
+
+
+def _encoded(params: Mapping[str, Any]) -> Mapping[str, Any]:
+    for value in params.values():
+        if isinstance(value, _ENCODED):
+            return {name: _value(value) for name, value in params.items()}
+    return params  # the common case, untouched
+
+
+def _encoded_row(row: tuple[Any, ...], positions: list[int]) -> list[Any]:
+    encoded = list(row)
+    for i in positions:
+        encoded[i] = _value(encoded[i])
+    return encoded
+
+
+def _value(value: Any) -> Any:
+    """A Python value as SQLite stores it: times as Unix seconds, lists and
+    mappings as JSON text (read with json_each)."""
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if isinstance(value, list | tuple | dict):
+        return json.dumps(value)
+    return value
+
+
+def to_datetime(value: float) -> datetime:
+    return datetime.fromtimestamp(value, UTC)
+
+
+@functools.lru_cache(maxsize=512)
+def _row_plan(
+    description: tuple[tuple[Any, ...], ...],
+) -> tuple[tuple[str, ...], tuple[tuple[str, Callable[[Any], Any]], ...]]:
+    """A statement's column names, and how to bring each column that needs it
+    into Python types (computed once per shape of result)."""
+    names = tuple(column[0] for column in description)
+    conversions = tuple(
+        (name, _time if name in TIME_COLUMNS else _json)
+        for name in names
+        if name in TIME_COLUMNS or name in JSON_COLUMNS
+    )
+    return names, conversions
+
+
+def _time(value: Any) -> Any:
+    return to_datetime(value) if isinstance(value, int | float) else value
+
+
+def _json(value: Any) -> Any:
+    """Decoded; a value that is not JSON is kept as text (shown as it is; a claim
+    fails that job alone)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
+
+
+@contextlib.contextmanager
+def translate_errors(path: str) -> Iterator[None]:
+    """Driver errors become StoreErrors, with the original as the cause."""
+    try:
+        yield
+    except sqlite3.IntegrityError as error:
+        if "UNIQUE" in str(error):
+            raise DuplicateError(f"SQLite database {path}: {error}") from error
+        raise StoreError(f"SQLite database {path}: {error}") from error
+    except sqlite3.OperationalError as error:
+        if "locked" in str(error) or "busy" in str(error):
+            raise StoreUnavailableError(
+                f"SQLite database {path} stayed locked by another writer: {error}"
+            ) from error
+        raise StoreError(f"SQLite database {path}: {error}") from error
+    except sqlite3.Error as error:
+        raise StoreError(f"SQLite database {path}: {error}") from error

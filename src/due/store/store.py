@@ -1,0 +1,258 @@
+"""The store: everything `due` asks of its database, one method per operation.
+
+Each method is one short transaction, written once (jobs.py, work.py,
+long_work.py, queues.py, schedules.py, registry.py) over a backend
+(`sqlite/backend.py`, `postgres/backend.py`) that differs only in its SQL and
+its connections. Every write about a running job is fenced by its lease
+token; every time comparison uses the store's clock (the injected one, or
+the database's own). Names are noun_verb, grouped by what they act on; the
+conformance suite (`tests/store/`) runs the same tests on both backends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any, Self
+
+from due.core.jobs import Job
+from due.core.records import (
+    DEFAULT_MAX_LOST_LEASES,
+    BatchRequest,
+    ClaimedJob,
+    ClaimRequest,
+    Completion,
+    HeartbeatReply,
+    JobFilter,
+    Lease,
+    NewJob,
+    PieceSpawn,
+    QueueOverview,
+    RescueResult,
+    UnknownTaskSweep,
+    WorkerInfo,
+    WorkerRegistration,
+)
+from due.core.schedules import (
+    Decide,
+    LeaseFence,
+    Materialised,
+    Schedule,
+    ScheduleOverview,
+    ScheduleRun,
+    StoredSchedule,
+    SyncReport,
+)
+from due.store import jobs, long_work, queues, registry, schedules, work
+from due.store.backend import Backend, ChangeFeed
+
+
+class Store:
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.url = backend.url
+        self.single_writer = backend.single_writer
+        """True when the database serialises writers (SQLite): the worker then
+        folds its acknowledgements into its claims, one commit for both. With
+        concurrent writers (PostgreSQL) they run in parallel instead."""
+
+    # --- schema and plumbing --------------------------------------------------
+
+    def migrate(self) -> list[int]:
+        """Apply the migrations this version knows; returns the versions applied."""
+        return self.backend.migrate()
+
+    def schema_version(self) -> int | None:
+        """The applied schema version, or None when the database has none."""
+        return self.backend.schema_version()
+
+    def check_schema(self) -> None:
+        """Raise NotMigratedError / SchemaTooNewError unless the schema is current."""
+        self.backend.check_schema()
+
+    def now(self) -> datetime:
+        """The current instant on the store's clock."""
+        return self.backend.now()
+
+    def watch_endings(self) -> ChangeFeed:
+        return self.backend.watch_endings()
+
+    def watch_jobs(self) -> ChangeFeed:
+        return self.backend.watch_jobs()
+
+    def close(self) -> None:
+        """Release connections (also at the end of a `with store:` block)."""
+        self.backend.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # --- jobs, from producers and operators -------------------------------------
+
+    def job_enqueue(self, new: Sequence[NewJob], connection: Any = None) -> list[Job]:
+        return jobs.enqueue(self.backend, new, connection)
+
+    async def job_enqueue_async(self, new: Sequence[NewJob], connection: Any) -> list[Job]:
+        return await jobs.enqueue_async(self.backend, new, connection)
+
+    def job_get(self, job_id: int) -> Job:
+        """The job, or JobNotFoundError."""
+        return jobs.get(self.backend, job_id)
+
+    def job_list(self, where: JobFilter) -> list[Job]:
+        return jobs.list_jobs(self.backend, where)
+
+    def job_ended(self, job_ids: Sequence[int]) -> list[Job]:
+        return jobs.ended(self.backend, job_ids)
+
+    def job_cancel(self, job_id: int) -> Job:
+        return jobs.cancel(self.backend, job_id)
+
+    def job_retry(self, job_id: int, run_now: bool = False) -> Job:
+        return jobs.retry(self.backend, job_id, run_now)
+
+    def job_prune(self, retention_seconds: float, limit: int = 10_000) -> tuple[int, int]:
+        return jobs.prune(self.backend, retention_seconds, limit)
+
+    # --- jobs, from workers -------------------------------------------------------
+
+    def job_claim(self, request: ClaimRequest) -> list[ClaimedJob]:
+        return work.claim(self.backend, request)
+
+    def job_complete_and_claim(
+        self, completions: Sequence[Completion], request: ClaimRequest
+    ) -> tuple[set[int], list[ClaimedJob]]:
+        return work.complete_and_claim(self.backend, completions, request)
+
+    def job_heartbeat(self, leases: Sequence[Lease]) -> HeartbeatReply:
+        return work.heartbeat(self.backend, leases)
+
+    def job_complete(self, completions: Sequence[Completion]) -> set[int]:
+        return work.complete(self.backend, completions)
+
+    def job_rescue(
+        self, limit: int = 1000, max_lost_leases: int = DEFAULT_MAX_LOST_LEASES
+    ) -> RescueResult:
+        return work.rescue(self.backend, limit, max_lost_leases)
+
+    def job_release(self, leases: Sequence[Lease], reason: str) -> set[int]:
+        return work.release(self.backend, leases, reason)
+
+    def job_next_due(self, queue: str, tasks: Sequence[str]) -> datetime | None:
+        return work.next_due(self.backend, queue, tasks)
+
+    def job_fail_unknown_tasks(self, sweep: UnknownTaskSweep) -> list[int]:
+        return work.fail_unknown_tasks(self.backend, sweep)
+
+    # --- long work -----------------------------------------------------------------
+
+    def checkpoint_save(
+        self, job_id: int, token: int, value: str, connection: Any = None
+    ) -> bool | None:
+        return long_work.save_checkpoint(self.backend, job_id, token, value, connection)
+
+    async def checkpoint_save_async(
+        self, job_id: int, token: int, value: str, connection: Any
+    ) -> bool | None:
+        return await long_work.save_checkpoint_async(self.backend, job_id, token, value, connection)
+
+    def piece_spawn(self, request: PieceSpawn) -> int | None:
+        return long_work.spawn(self.backend, request)
+
+    def batch_create(self, request: BatchRequest) -> int:
+        return long_work.batch(self.backend, request)
+
+    def job_transaction(
+        self, job_id: int, token: int, progress: str | None
+    ) -> AbstractContextManager[Any]:
+        return long_work.job_transaction(self.backend, job_id, token, progress)
+
+    def group_hold(self, parent: int, held: bool) -> None:
+        long_work.hold_group(self.backend, parent, held)
+
+    # --- queues ----------------------------------------------------------------------
+
+    def queue_pause(self, queue: str, paused: bool) -> None:
+        queues.pause(self.backend, queue, paused)
+
+    def queue_overview(self) -> list[QueueOverview]:
+        return queues.overview(self.backend)
+
+    def queue_in_use(self, queue: str) -> bool:
+        return queues.in_use(self.backend, queue)
+
+    def queue_due_names(self) -> list[str]:
+        return work.due_queues(self.backend)
+
+    # --- schedules -------------------------------------------------------------------
+
+    def schedule_sync(self, defined: Sequence[Schedule]) -> SyncReport:
+        return schedules.sync(self.backend, defined)
+
+    def schedule_add(self, schedule: Schedule) -> None:
+        schedules.add(self.backend, schedule)
+
+    def schedule_remove(self, name: str) -> bool:
+        return schedules.remove(self.backend, name)
+
+    def schedule_pause(self, name: str, paused: bool) -> bool:
+        return schedules.pause(self.backend, name, paused)
+
+    def schedule_list(self) -> list[StoredSchedule]:
+        return schedules.list_all(self.backend)
+
+    def schedule_overview(self) -> list[ScheduleOverview]:
+        return schedules.overview(self.backend)
+
+    def schedule_runs(self, name: str, limit: int = 50) -> list[ScheduleRun]:
+        return schedules.runs(self.backend, name, limit)
+
+    def schedule_due_names(self) -> list[str]:
+        return schedules.due_names(self.backend)
+
+    def schedule_next_fire(self) -> datetime | None:
+        return schedules.next_fire(self.backend)
+
+    def schedule_materialize(
+        self, name: str, decide: Decide, fence: LeaseFence | None = None
+    ) -> Materialised | None:
+        return schedules.materialize(self.backend, name, decide, fence)
+
+    def schedule_names_with_pending_runs(self) -> list[str]:
+        return schedules.with_pending_runs(self.backend)
+
+    def schedule_start_pending_run(self, name: str, fence: LeaseFence | None = None) -> int | None:
+        return schedules.start_pending_run(self.backend, name, fence)
+
+    def schedule_trigger(self, name: str) -> int:
+        return schedules.trigger(self.backend, name)
+
+    # --- leases and workers -------------------------------------------------------------
+
+    def lease_acquire(self, name: str, holder: str, ttl: float) -> int | None:
+        return registry.acquire_lease(self.backend, name, holder, ttl)
+
+    def lease_renew(self, name: str, holder: str, token: int, ttl: float) -> bool:
+        return registry.renew_lease(self.backend, name, holder, token, ttl)
+
+    def lease_release(self, name: str, holder: str, token: int) -> None:
+        registry.release_lease(self.backend, name, holder, token)
+
+    def worker_register(self, registration: WorkerRegistration) -> None:
+        registry.register_worker(self.backend, registration)
+
+    def worker_touch(self, worker: str) -> None:
+        registry.touch_worker(self.backend, worker)
+
+    def worker_set_state(self, worker: str, state: str) -> None:
+        registry.set_worker_state(self.backend, worker, state)
+
+    def worker_mark_gone(self, after_seconds: float) -> list[str]:
+        return registry.mark_gone_workers(self.backend, after_seconds)
+
+    def worker_list(self, limit: int = 100) -> list[WorkerInfo]:
+        return registry.list_workers(self.backend, limit)

@@ -1,0 +1,282 @@
+"""Jobs from the workers' side: claim, heartbeat, complete, rescue, release.
+
+Every write about a running job is fenced by its lease token: a worker that
+lost its lease writes nothing. Batches (heartbeats, acknowledgements, rescues)
+are one statement each on PostgreSQL and one per job on SQLite (`run_each`);
+a batch the database refuses is written again job by job (batches.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from due.core.jobs import AttemptError, JobState
+from due.core.records import (
+    DEFAULT_MAX_LOST_LEASES,
+    ClaimedJob,
+    ClaimRequest,
+    Completion,
+    HeartbeatReply,
+    Lease,
+    RescueResult,
+    UnknownTaskSweep,
+    attempt_error_json,
+    read_claimed,
+)
+from due.errors import StoreError
+from due.retry import judge_lost_lease
+from due.store import batches
+from due.store.backend import Backend, LockWaitTimeout, Rows, Transaction
+from due.store.conflicts import retried_on_conflict
+from due.store.settling import lock_parents, settle
+from due.store.sql import describe_seconds
+
+
+def claim(db: Backend, request: ClaimRequest) -> list[ClaimedJob]:
+    """Lease up to `request.limit` due jobs of its queue."""
+    with db.transaction(single=True) as tx:
+        rows = tx.run("claim_jobs", _claim_params(tx, request))
+    return _readable(db, rows)
+
+
+def complete_and_claim(
+    db: Backend, completions: Sequence[Completion], request: ClaimRequest
+) -> tuple[set[int], list[ClaimedJob]]:
+    """`complete` then `claim`, in one transaction: one commit (one fsync on
+    SQLite, where the worker uses this) instead of two. If the database refuses
+    an acknowledgement, they are written apart: one bad row must not stop the
+    claims, nor the other acknowledgements."""
+    try:
+        with db.transaction() as tx:
+            applied = _complete_in(tx, completions)
+            rows = tx.run("claim_jobs", _claim_params(tx, request))
+    except StoreError as error:
+        if not completions or not batches.refused(error):
+            raise
+        return complete(db, completions), claim(db, request)
+    return applied, _readable(db, rows)
+
+
+def _claim_params(tx: Transaction, request: ClaimRequest) -> dict[str, Any]:
+    return {
+        "queue": request.queue,
+        "limit": request.limit,
+        "worker": request.worker,
+        "lease": float(request.lease_seconds),
+        "leases": json.dumps(dict(request.task_leases or {})),
+        "tasks": list(request.tasks) if request.tasks is not None else None,
+        "now": tx.now,
+    }
+
+
+def _readable(db: Backend, rows: Rows) -> list[ClaimedJob]:
+    """The claimed jobs; those whose stored values cannot be read fail alone."""
+    claimed, unreadable = read_claimed(rows)
+    if unreadable:
+        complete(db, unreadable)
+    return claimed
+
+
+def heartbeat(db: Backend, leases: Sequence[Lease]) -> HeartbeatReply:
+    """Extend the leases still held; report the lost ones."""
+    if not leases:
+        return HeartbeatReply(frozenset(), frozenset())
+    return batches.heartbeat_each(functools.partial(_heartbeat_batch, db), leases)
+
+
+def _heartbeat_batch(db: Backend, leases: Sequence[Lease]) -> HeartbeatReply:
+    """Renew every lease in one statement. Where rows are locked, it skips rows
+    another transaction holds; those are tried again in a second statement that
+    waits for them briefly, and a row still held after that (a handler's own
+    open transaction on its job) is neither renewed nor lost this time."""
+    with db.transaction(single=True) as tx:
+        rows = tx.run_each("heartbeat", _lease_rows(leases), {"now": tx.now})
+    answered = {row["id"] for row in rows}
+    missing = [lease for lease in leases if lease.job_id not in answered]
+    if missing and db.locks_rows:
+        waited = _heartbeat_held(db, missing)
+        if waited is None:
+            missing = []  # still held: neither renewed nor lost this time
+        else:
+            rows += waited
+            found = {row["id"] for row in waited}
+            missing = [lease for lease in missing if lease.job_id not in found]  # gone
+    extended = frozenset(row["id"] for row in rows if row["renewed"])
+    lost = {lease.job_id for lease in missing} | {row["id"] for row in rows if not row["renewed"]}
+    cancel = frozenset(row["id"] for row in rows if row["cancel_requested"])
+    return HeartbeatReply(extended, frozenset(lost), cancel)
+
+
+def _heartbeat_held(db: Backend, held: Sequence[Lease]) -> Rows | None:
+    """The heartbeat of rows another transaction held, waiting for them a little
+    (None: still held)."""
+    try:
+        with db.transaction() as tx:
+            tx.run("bound_lock_wait")
+            return tx.run_each("heartbeat_waiting", _lease_rows(held), {"now": tx.now})
+    except LockWaitTimeout:
+        return None
+
+
+def _lease_rows(leases: Sequence[Lease]) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": lease.job_id,
+            "token": lease.lease_token,
+            "lease": float(lease.lease_seconds),
+            "progress": lease.progress,
+        }
+        for lease in leases
+    ]
+
+
+def complete(db: Backend, completions: Sequence[Completion]) -> set[int]:
+    """Record the end of attempts; returns the ids whose token was still current."""
+    if not completions:
+        return set()
+    return batches.complete_each(functools.partial(_complete_batch, db), completions)
+
+
+@retried_on_conflict
+def _complete_batch(db: Backend, completions: Sequence[Completion]) -> set[int]:
+    # The common case (nothing to settle on a parent) is one statement.
+    with db.transaction(single=not any(c.settles for c in completions)) as tx:
+        return _complete_in(tx, completions)
+
+
+def _complete_in(tx: Transaction, completions: Sequence[Completion]) -> set[int]:
+    if not completions:
+        return set()
+    lock_parents(tx, [c.job_id for c in completions if c.settles])
+    rows = tx.run_each(
+        "complete_jobs",
+        [
+            {
+                "id": c.job_id,
+                "token": c.lease_token,
+                "state": c.state.value,
+                "result": c.result,
+                "error": c.error_json(),
+                "retry_in": c.retry_in,
+                "progress": c.progress,
+            }
+            for c in completions
+        ],
+        {"now": tx.now},
+    )
+    settle(tx, rows)
+    return {row["id"] for row in rows}
+
+
+@retried_on_conflict
+def rescue(
+    db: Backend, limit: int = 1000, max_lost_leases: int = DEFAULT_MAX_LOST_LEASES
+) -> RescueResult:
+    """Requeue (or fail) running jobs whose lease has expired."""
+    with db.transaction(read=True) as tx:
+        if not tx.run("any_expired", {"now": tx.now}):
+            return RescueResult()  # the common case, without a write transaction
+    with db.transaction() as tx:
+        expired = tx.run("select_expired", {"limit": limit, "now": tx.now})
+        if expired and tx.locks_rows:
+            tx.run("bound_rescue_locks")
+            expired = _with_parents_locked(tx, expired)
+        if not expired:
+            return RescueResult()
+        verdicts = _verdicts(expired, tx.instant(), max_lost_leases)
+        rows = tx.run_each("rescue_jobs", verdicts, {"now": tx.now})
+        settle(tx, rows)
+    return RescueResult(
+        requeued=tuple(row["id"] for row in rows if row["state"] == JobState.QUEUED),
+        failed=tuple(row["id"] for row in rows if row["state"] == JobState.FAILED),
+        cancelled=tuple(row["id"] for row in rows if row["state"] == JobState.CANCELLED),
+    )
+
+
+def _verdicts(expired: Rows, at: datetime, max_lost_leases: int) -> list[dict[str, Any]]:
+    rows = []
+    for row in expired:
+        verdict = judge_lost_lease(
+            attempt=row["attempt"],
+            max_attempts=row["max_attempts"],
+            lost_leases=row["lost_leases"],
+            worker=row["worker"],
+            max_lost_leases=max_lost_leases,
+        )
+        error = AttemptError(row["attempt"], verdict.reason, None, at, "lease_lost")
+        rows.append(
+            {
+                "id": row["id"],
+                "token": row["lease_token"],
+                "gives_up": verdict.gives_up,
+                "error": attempt_error_json(error),
+            }
+        )
+    return rows
+
+
+def _with_parents_locked(tx: Transaction, expired: Rows) -> Rows:
+    """The expired jobs whose parents this transaction could lock at once
+    (parents first: the one lock order); the others wait for a later round."""
+    children = [row["id"] for row in expired if row["parent_id"] or row["completes"]]
+    if not children:
+        return expired
+    locked = {row["id"] for row in tx.run("lock_parents_skip_locked", {"ids": children})}
+    return [
+        row
+        for row in expired
+        if not (row["parent_id"] or row["completes"])
+        or (row["parent_id"] or row["completes"]) in locked
+    ]
+
+
+@retried_on_conflict
+def release(db: Backend, leases: Sequence[Lease], reason: str) -> set[int]:
+    """Hand back running jobs, due again at once, their attempt not counted (a
+    job asked to stop ends cancelled instead)."""
+    if not leases:
+        return set()
+    with db.transaction() as tx:
+        lock_parents(tx, [lease.job_id for lease in leases])
+        rows = tx.run_each(
+            "release_jobs",
+            [{"id": lease.job_id, "token": lease.lease_token} for lease in leases],
+            {"reason": reason, "now": tx.now},
+        )
+        settle(tx, [row for row in rows if row["state"] != "queued"])  # cancelled
+    return {row["id"] for row in rows}
+
+
+def next_due(db: Backend, queue: str, tasks: Sequence[str]) -> datetime | None:
+    """When the next queued job of `tasks` in `queue` is due."""
+    with db.transaction(read=True) as tx:
+        rows = tx.run("next_due", {"queue": queue, "tasks": list(tasks), "now": tx.now})
+    value: datetime | None = rows[0]["run_at"]
+    return value
+
+
+@retried_on_conflict
+def fail_unknown_tasks(db: Backend, sweep: UnknownTaskSweep) -> list[int]:
+    """Fail the queued jobs no live worker of their queue knows (see UnknownTaskSweep)."""
+    with db.transaction() as tx:
+        params = {
+            "queues": list(sweep.queues),
+            "tasks": list(sweep.tasks),
+            "grace": float(sweep.grace_seconds),
+            "grace_text": describe_seconds(sweep.grace_seconds),
+            "alive": float(sweep.alive_seconds),
+            "now": tx.now,
+        }
+        rows = tx.run("fail_unknown_tasks", params)
+        settle(tx, rows)  # a piece failed here still counts on its parent
+    return [row["id"] for row in rows]
+
+
+def due_queues(db: Backend) -> list[str]:
+    """Names of the queues that hold jobs due now."""
+    with db.transaction(read=True) as tx:
+        return [row["queue"] for row in tx.run("due_queues", {"now": tx.now})]

@@ -1,0 +1,204 @@
+"""The runner: starts the handlers of held jobs and records how they end.
+
+A job claimed by its queue's producer is held here (`hold`), started in a
+slot (`launch`), run by the executor, and its outcome recorded in the
+queue's ledger for the completer to write; the slot frees when the handler
+ends (see ledger.py for the back-pressure). The runner also stops jobs:
+when their lease is lost (`lease_lost`: at the next safe point, and nothing
+more is written for them) and when someone asks (`request_cancel`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from due.app import App
+from due.clock import Clock
+from due.core.records import ClaimedJob
+from due.logs import event
+from due.worker.executor import Attempt, Executor
+from due.worker.ledger import RunningJobs
+from due.worker.running import RunningJob, trusted_until
+
+log = logging.getLogger("due.worker")
+
+
+class Runner:
+    def __init__(
+        self,
+        *,
+        app: App,
+        executor: Executor,
+        clock: Clock,
+        default_lease: float,
+        find: Callable[[int], RunningJob | None],
+        cancel_grace: Callable[[], float],
+    ) -> None:
+        self._app = app
+        self._executor = executor
+        self._clock = clock
+        self._default_lease = default_lease
+        self._find = find
+        self._cancel_grace = cancel_grace
+
+    def hold(self, job: ClaimedJob, jobs: RunningJobs, claimed_at: float) -> RunningJob:
+        """Hold a job just claimed (its lease trusted from when the claim was sent)."""
+        task = self._app.tasks.get(job.task)
+        lease = task.config.lease or self._default_lease
+        running = RunningJob(job, task, jobs, lease, trusted_until(claimed_at, lease))
+        running.context = self._executor.context_for(job)
+        if running.context is not None:
+            running.context.trusted = lambda: self._trusts(running)
+        jobs.hold(running)
+        return running
+
+    def _trusts(self, running: RunningJob) -> bool:
+        return self._clock.monotonic() <= running.trusted_until
+
+    def launch(self, running: RunningJob, jobs: RunningJobs) -> None:
+        job = running.job
+        event(log, "job.started", logging.DEBUG, job=job.id, task=job.task, attempt=job.attempt)
+        running.handle = asyncio.create_task(self._execute(running, jobs))
+
+    async def _execute(self, running: RunningJob, jobs: RunningJobs) -> None:
+        try:
+            attempt = await self._executor.run(
+                running.job, running.context, lambda: self._trusts(running)
+            )
+        except asyncio.CancelledError:
+            # The outcome is recorded before the slot frees: it keeps the slot until written.
+            if running.completed_in_transaction:
+                jobs.forget(running)  # its success is written; the token moved on with it
+            elif running.cancel_requested and not running.lost:
+                running.finished = True
+                cancelled = self._executor.cancelled(running.job, running.context)
+                jobs.record_outcome(running, cancelled)
+            jobs.handler_ended()
+            return  # otherwise the lease was lost or released: write nothing
+        except Exception as error:
+            # The executor turns every end into an outcome; should it fail, the job
+            # still gets one (failed with the reason), never stays running.
+            log.exception("job.executor_crashed job=%s", running.job.id)
+            running.finished = True
+            if not running.lost:
+                jobs.record_outcome(running, self._executor.crashed(running.job, error))
+            jobs.handler_ended()
+            return
+        running.seconds = attempt.seconds
+        if attempt.straggler is None:
+            running.finished = True
+            # The outcome is recorded before the slot frees: it keeps the slot until written.
+            self._record(running, jobs, attempt)
+            jobs.handler_ended(attempt.seconds)
+            return
+        # A sync handler past its timeout keeps its thread, its slot and its lease
+        # (heartbeats go on): the timeout is written when the thread returns, so the
+        # retry cannot start while this attempt still runs.
+        running.straggler = attempt.straggler
+        event(
+            log,
+            "job.thread_still_running",
+            logging.WARNING,
+            job=running.job.id,
+            task=running.job.task,
+            timeout=running.task.config.timeout,
+        )
+        attempt.straggler.add_done_callback(
+            lambda _: self._straggler_returned(running, jobs, attempt)
+        )
+
+    def _straggler_returned(self, running: RunningJob, jobs: RunningJobs, attempt: Attempt) -> None:
+        straggler = attempt.straggler
+        if straggler is not None and not straggler.cancelled():
+            straggler.exception()  # its late end, success or error, is discarded
+        running.finished = True
+        self._record(running, jobs, attempt)
+        jobs.handler_ended()
+
+    def _record(self, running: RunningJob, jobs: RunningJobs, attempt: Attempt) -> None:
+        if attempt.lease_lost:
+            self.lease_lost(running, "a fenced write found the lease taken")
+        if running.lost:
+            event(
+                log,
+                "job.result_discarded",
+                logging.WARNING,
+                job=running.job.id,
+                task=running.job.task,
+                reason=running.lost_reason,
+            )
+            return
+        if attempt.completion is None:  # its own transaction recorded its success
+            jobs.forget(running)
+            job = running.job
+            event(
+                log,
+                "job.succeeded",
+                logging.INFO,
+                job=job.id,
+                task=job.task,
+                queue=job.queue,
+                attempt=job.attempt,
+                duration_ms=round(attempt.seconds * 1000, 1),
+            )
+            return
+        jobs.record_outcome(running, attempt.completion)
+
+    def lease_lost(self, running: RunningJob, reason: str, level: int = logging.WARNING) -> None:
+        """Stop a job at its next safe point and write nothing more for it."""
+        if running.lost or running.completed_in_transaction:
+            return  # (its success is written; the token moved on with it)
+        if running.context is not None:
+            running.context.lease_lost = True
+        running.lost_reason = reason
+        running.jobs.forget(running)
+        job = running.job
+        event(
+            log,
+            "job.lease_lost",
+            level,
+            job=job.id,
+            task=job.task,
+            attempt=job.attempt,
+            reason=reason,
+        )
+        if running.handle is not None and running.task.is_async and not running.finished:
+            running.handle.cancel()  # raises CancelledError at the handler's next await
+
+    def request_cancel(self, job_id: int, via: str) -> None:
+        """Someone asked a job this worker runs to stop.
+
+        Not started yet (claimed ahead): it ends cancelled at once. An async
+        handler with a context gets one heartbeat interval to stop at a safe point
+        (its `finally` blocks run either way), then is cancelled at its next
+        `await`; one without a context is cancelled at once. A sync handler stops
+        at its next safe point (`ctx.progress`, `ctx.checkpoint`,
+        `ctx.raise_if_cancelled`); one without any runs to its end, and that
+        outcome stands.
+        """
+        running = self._find(job_id)
+        if running is None or running.cancel_requested or running.lost or running.finished:
+            return
+        running.cancel_requested = True
+        if running.context is not None:
+            running.context.cancel_requested = True
+        job = running.job
+        event(log, "job.cancel_requested", job=job.id, task=job.task, via=via)
+        jobs = running.jobs
+        if running.handle is None:
+            if running in jobs.ready:
+                jobs.ready.remove(running)
+            running.finished = True
+            jobs.record_outcome(running, self._executor.cancelled(job, running.context))
+        elif running.task.is_async:
+            grace = 0.0 if running.context is None else self._cancel_grace()
+            asyncio.get_running_loop().call_later(grace, self._hard_cancel, running)
+
+    def _hard_cancel(self, running: RunningJob) -> None:
+        if running.handle is None or running.finished or running.lost:
+            return
+        if running.completed_in_transaction:
+            return  # it succeeded already; let it return
+        running.handle.cancel()

@@ -1,0 +1,120 @@
+-- columns: table, column, type, nullable, default
+due_jobs | id | bigint | NO | None
+due_jobs | task | text | NO | None
+due_jobs | queue | text | NO | None
+due_jobs | priority | integer | NO | 0
+due_jobs | state | text | NO | 'queued'::text
+due_jobs | payload | jsonb | NO | None
+due_jobs | run_at | timestamp with time zone | NO | None
+due_jobs | attempt | integer | NO | 0
+due_jobs | max_attempts | integer | NO | None
+due_jobs | lease_token | bigint | NO | 0
+due_jobs | lease_expires_at | timestamp with time zone | YES | None
+due_jobs | worker | text | YES | None
+due_jobs | lost_leases | integer | NO | 0
+due_jobs | key | text | YES | None
+due_jobs | dedupe_key | text | YES | None
+due_jobs | unique_for | double precision | YES | None
+due_jobs | created_at | timestamp with time zone | NO | None
+due_jobs | started_at | timestamp with time zone | YES | None
+due_jobs | finished_at | timestamp with time zone | YES | None
+due_jobs | last_error | text | YES | None
+due_jobs | errors | jsonb | NO | '[]'::jsonb
+due_jobs | result | jsonb | YES | None
+due_jobs | schedule | text | YES | None
+due_jobs | scheduled_for | timestamp with time zone | YES | None
+due_jobs | cancel_requested | boolean | NO | false
+due_jobs | checkpoint | jsonb | YES | None
+due_jobs | progress | jsonb | YES | None
+due_jobs | progress_at | timestamp with time zone | YES | None
+due_jobs | stuck_after | double precision | YES | None
+due_jobs | parent_id | bigint | YES | None
+due_jobs | piece_key | text | YES | None
+due_jobs | pieces_total | integer | NO | 0
+due_jobs | pieces_done | integer | NO | 0
+due_jobs | pieces_failed | integer | NO | 0
+due_jobs | on_complete | text | YES | None
+due_jobs | on_piece_failure | text | NO | 'continue'::text
+due_jobs | completes | bigint | YES | None
+due_jobs | held | boolean | NO | false
+due_leases | name | text | NO | None
+due_leases | holder | text | NO | None
+due_leases | token | bigint | NO | None
+due_leases | expires_at | timestamp with time zone | NO | None
+due_queues | name | text | NO | None
+due_queues | paused | boolean | NO | false
+due_queues | updated_at | timestamp with time zone | NO | None
+due_schedule_runs | schedule | text | NO | None
+due_schedule_runs | scheduled_for | timestamp with time zone | NO | None
+due_schedule_runs | outcome | text | NO | None
+due_schedule_runs | reason | text | YES | None
+due_schedule_runs | job_id | bigint | YES | None
+due_schedule_runs | recorded_at | timestamp with time zone | NO | None
+due_schedules | name | text | NO | None
+due_schedules | task | text | NO | None
+due_schedules | cron | text | YES | None
+due_schedules | every | double precision | YES | None
+due_schedules | tz | text | NO | None
+due_schedules | payload | jsonb | NO | None
+due_schedules | queue | text | NO | None
+due_schedules | priority | integer | NO | None
+due_schedules | max_attempts | integer | NO | None
+due_schedules | misfire | text | NO | None
+due_schedules | overlap | text | NO | None
+due_schedules | catch_up_limit | integer | NO | None
+due_schedules | misfire_grace | double precision | NO | None
+due_schedules | source | text | NO | None
+due_schedules | enabled | boolean | NO | None
+due_schedules | paused | boolean | NO | false
+due_schedules | fingerprint | text | NO | None
+due_schedules | next_fire_at | timestamp with time zone | NO | None
+due_schedules | created_at | timestamp with time zone | NO | None
+due_schedules | updated_at | timestamp with time zone | NO | None
+due_schema_migrations | version | integer | NO | None
+due_schema_migrations | name | text | NO | None
+due_schema_migrations | applied_at | timestamp with time zone | NO | now()
+due_workers | id | text | NO | None
+due_workers | host | text | NO | None
+due_workers | pid | integer | NO | None
+due_workers | queues | jsonb | NO | None
+due_workers | started_at | timestamp with time zone | NO | None
+due_workers | last_seen_at | timestamp with time zone | NO | None
+due_workers | state | text | NO | 'running'::text
+due_workers | stopped_at | timestamp with time zone | YES | None
+due_workers | tasks | jsonb | NO | '[]'::jsonb
+
+-- constraints
+due_jobs | due_jobs_on_piece_failure_check | CHECK ((on_piece_failure = ANY (ARRAY['continue'::text, 'fail'::text])))
+due_jobs | due_jobs_pkey | PRIMARY KEY (id)
+due_jobs | due_jobs_state_check | CHECK ((state = ANY (ARRAY['queued'::text, 'running'::text, 'waiting'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text])))
+due_leases | due_leases_pkey | PRIMARY KEY (name)
+due_queues | due_queues_pkey | PRIMARY KEY (name)
+due_schedule_runs | due_schedule_runs_outcome_check | CHECK ((outcome = ANY (ARRAY['enqueued'::text, 'pending'::text, 'skipped'::text, 'missed'::text])))
+due_schedule_runs | due_schedule_runs_pkey | PRIMARY KEY (schedule, scheduled_for)
+due_schedules | due_schedules_check | CHECK (((cron IS NULL) <> (every IS NULL)))
+due_schedules | due_schedules_misfire_check | CHECK ((misfire = ANY (ARRAY['skip'::text, 'catch_up'::text, 'latest'::text])))
+due_schedules | due_schedules_overlap_check | CHECK ((overlap = ANY (ARRAY['allow'::text, 'forbid'::text, 'queue'::text, 'replace'::text])))
+due_schedules | due_schedules_pkey | PRIMARY KEY (name)
+due_schedules | due_schedules_source_check | CHECK ((source = ANY (ARRAY['code'::text, 'runtime'::text])))
+due_schema_migrations | due_schema_migrations_pkey | PRIMARY KEY (version)
+due_workers | due_workers_pkey | PRIMARY KEY (id)
+due_workers | due_workers_state_check | CHECK ((state = ANY (ARRAY['running'::text, 'stopping'::text, 'stopped'::text, 'gone'::text])))
+
+-- indexes
+due_jobs | due_jobs_children | CREATE INDEX due_jobs_children ON due_jobs USING btree (parent_id) WHERE ((parent_id IS NOT NULL) AND (state = ANY (ARRAY['queued'::text, 'running'::text, 'waiting'::text])))
+due_jobs | due_jobs_claim | CREATE INDEX due_jobs_claim ON due_jobs USING btree (queue, priority DESC, run_at, id) WHERE ((state = 'queued'::text) AND (NOT held))
+due_jobs | due_jobs_completes | CREATE INDEX due_jobs_completes ON due_jobs USING btree (completes) WHERE (completes IS NOT NULL)
+due_jobs | due_jobs_dedupe_key | CREATE UNIQUE INDEX due_jobs_dedupe_key ON due_jobs USING btree (dedupe_key) WHERE (dedupe_key IS NOT NULL)
+due_jobs | due_jobs_lease | CREATE INDEX due_jobs_lease ON due_jobs USING btree (lease_expires_at) WHERE (lease_expires_at IS NOT NULL)
+due_jobs | due_jobs_piece | CREATE UNIQUE INDEX due_jobs_piece ON due_jobs USING btree (parent_id, piece_key) WHERE (parent_id IS NOT NULL)
+due_jobs | due_jobs_pkey | CREATE UNIQUE INDEX due_jobs_pkey ON due_jobs USING btree (id)
+due_jobs | due_jobs_schedule_active | CREATE INDEX due_jobs_schedule_active ON due_jobs USING btree (schedule) WHERE ((schedule IS NOT NULL) AND (state = ANY (ARRAY['queued'::text, 'running'::text, 'waiting'::text])))
+due_jobs | due_jobs_schedule_run | CREATE UNIQUE INDEX due_jobs_schedule_run ON due_jobs USING btree (schedule, scheduled_for) WHERE (schedule IS NOT NULL)
+due_leases | due_leases_pkey | CREATE UNIQUE INDEX due_leases_pkey ON due_leases USING btree (name)
+due_queues | due_queues_pkey | CREATE UNIQUE INDEX due_queues_pkey ON due_queues USING btree (name)
+due_schedule_runs | due_schedule_runs_pending | CREATE INDEX due_schedule_runs_pending ON due_schedule_runs USING btree (schedule) WHERE (outcome = 'pending'::text)
+due_schedule_runs | due_schedule_runs_pkey | CREATE UNIQUE INDEX due_schedule_runs_pkey ON due_schedule_runs USING btree (schedule, scheduled_for)
+due_schedules | due_schedules_next | CREATE INDEX due_schedules_next ON due_schedules USING btree (next_fire_at) WHERE enabled
+due_schedules | due_schedules_pkey | CREATE UNIQUE INDEX due_schedules_pkey ON due_schedules USING btree (name)
+due_schema_migrations | due_schema_migrations_pkey | CREATE UNIQUE INDEX due_schema_migrations_pkey ON due_schema_migrations USING btree (version)
+due_workers | due_workers_pkey | CREATE UNIQUE INDEX due_workers_pkey ON due_workers USING btree (id)

@@ -1,0 +1,139 @@
+-- index due_jobs_children
+CREATE INDEX due_jobs_children ON due_jobs (parent_id)
+    WHERE parent_id IS NOT NULL AND state IN ('queued', 'running', 'waiting');
+
+-- index due_jobs_claim
+CREATE INDEX due_jobs_claim ON due_jobs (queue, priority DESC, run_at, id)
+    WHERE state = 'queued' AND NOT held;
+
+-- index due_jobs_completes
+CREATE INDEX due_jobs_completes ON due_jobs (completes) WHERE completes IS NOT NULL;
+
+-- index due_jobs_dedupe_key
+CREATE UNIQUE INDEX due_jobs_dedupe_key ON due_jobs (dedupe_key) WHERE dedupe_key IS NOT NULL;
+
+-- index due_jobs_lease
+CREATE INDEX due_jobs_lease ON due_jobs (lease_expires_at) WHERE lease_expires_at IS NOT NULL;
+
+-- index due_jobs_piece
+CREATE UNIQUE INDEX due_jobs_piece ON due_jobs (parent_id, piece_key) WHERE parent_id IS NOT NULL;
+
+-- index due_jobs_schedule_active
+CREATE INDEX due_jobs_schedule_active ON due_jobs (schedule)
+    WHERE schedule IS NOT NULL AND state IN ('queued', 'running', 'waiting');
+
+-- index due_jobs_schedule_run
+CREATE UNIQUE INDEX due_jobs_schedule_run ON due_jobs (schedule, scheduled_for)
+    WHERE schedule IS NOT NULL;
+
+-- index due_schedule_runs_pending
+CREATE INDEX due_schedule_runs_pending ON due_schedule_runs (schedule) WHERE outcome = 'pending';
+
+-- index due_schedules_next
+CREATE INDEX due_schedules_next ON due_schedules (next_fire_at) WHERE enabled;
+
+-- table due_jobs
+CREATE TABLE due_jobs (
+    -- A plain rowid: new ids are max(id) + 1. The pruner never deletes the
+    -- newest job, so ids are never reused. (AUTOINCREMENT would also write
+    -- sqlite_sequence on every insert: a third page per enqueue commit.)
+    id               INTEGER PRIMARY KEY,
+    task             TEXT    NOT NULL,
+    queue            TEXT    NOT NULL,
+    priority         INTEGER NOT NULL DEFAULT 0,
+    state            TEXT    NOT NULL DEFAULT 'queued'
+        CHECK (state IN ('queued', 'running', 'waiting', 'succeeded', 'failed', 'cancelled')),
+    payload          TEXT    NOT NULL,
+    run_at           REAL    NOT NULL,
+    attempt          INTEGER NOT NULL DEFAULT 0,
+    max_attempts     INTEGER NOT NULL,
+    -- Fencing token: bumped by every claim, never reset.
+    lease_token      INTEGER NOT NULL DEFAULT 0,
+    lease_expires_at REAL,
+    worker           TEXT,
+    -- Consecutive attempts that ended because the lease expired (crash loops).
+    lost_leases      INTEGER NOT NULL DEFAULT 0,
+    key              TEXT,
+    -- The key while it still deduplicates; released (NULL) when the job ends.
+    dedupe_key       TEXT,
+    unique_for       REAL,
+    created_at       REAL    NOT NULL,
+    started_at       REAL,
+    finished_at      REAL,
+    last_error       TEXT,
+    errors           TEXT    NOT NULL DEFAULT '[]',
+    result           TEXT
+, schedule TEXT, scheduled_for REAL, cancel_requested INTEGER NOT NULL DEFAULT 0, checkpoint TEXT, progress TEXT, progress_at REAL, stuck_after REAL, parent_id INTEGER, piece_key TEXT, pieces_total INTEGER NOT NULL DEFAULT 0, pieces_done INTEGER NOT NULL DEFAULT 0, pieces_failed INTEGER NOT NULL DEFAULT 0, on_complete TEXT, on_piece_failure TEXT NOT NULL DEFAULT 'continue'
+    CHECK (on_piece_failure IN ('continue', 'fail')), completes INTEGER, held INTEGER NOT NULL DEFAULT 0);
+
+-- table due_leases
+CREATE TABLE due_leases (
+    name       TEXT PRIMARY KEY,
+    holder     TEXT    NOT NULL,
+    token      INTEGER NOT NULL,
+    expires_at REAL    NOT NULL
+);
+
+-- table due_queues
+CREATE TABLE due_queues (
+    name       TEXT PRIMARY KEY,
+    paused     INTEGER NOT NULL DEFAULT 0,
+    updated_at REAL    NOT NULL
+);
+
+-- table due_schedule_runs
+CREATE TABLE due_schedule_runs (
+    schedule      TEXT NOT NULL,
+    scheduled_for REAL NOT NULL,
+    outcome       TEXT NOT NULL CHECK (outcome IN ('enqueued', 'pending', 'skipped', 'missed')),
+    reason        TEXT,
+    job_id        INTEGER,
+    recorded_at   REAL NOT NULL,
+    PRIMARY KEY (schedule, scheduled_for)
+);
+
+-- table due_schedules
+CREATE TABLE due_schedules (
+    name           TEXT PRIMARY KEY,
+    task           TEXT    NOT NULL,
+    cron           TEXT,
+    every          REAL,
+    tz             TEXT    NOT NULL,
+    payload        TEXT    NOT NULL,
+    queue          TEXT    NOT NULL,
+    priority       INTEGER NOT NULL,
+    max_attempts   INTEGER NOT NULL,
+    misfire        TEXT    NOT NULL CHECK (misfire IN ('skip', 'catch_up', 'latest')),
+    overlap        TEXT    NOT NULL CHECK (overlap IN ('allow', 'forbid', 'queue', 'replace')),
+    catch_up_limit INTEGER NOT NULL,
+    misfire_grace  REAL    NOT NULL,
+    source         TEXT    NOT NULL CHECK (source IN ('code', 'runtime')),
+    -- 0: no longer defined in code; kept, with its history, and not fired.
+    enabled        INTEGER NOT NULL,
+    paused         INTEGER NOT NULL DEFAULT 0,
+    fingerprint    TEXT    NOT NULL,
+    next_fire_at   REAL    NOT NULL,
+    created_at     REAL    NOT NULL,
+    updated_at     REAL    NOT NULL,
+    CHECK ((cron IS NULL) <> (every IS NULL))
+);
+
+-- table due_schema_migrations
+CREATE TABLE due_schema_migrations (
+    version    INTEGER PRIMARY KEY,
+    name       TEXT NOT NULL,
+    applied_at REAL NOT NULL
+);
+
+-- table due_workers
+CREATE TABLE due_workers (
+    id           TEXT PRIMARY KEY,
+    host         TEXT NOT NULL,
+    pid          INTEGER NOT NULL,
+    queues       TEXT NOT NULL,
+    started_at   REAL NOT NULL,
+    last_seen_at REAL NOT NULL,
+    state        TEXT NOT NULL DEFAULT 'running'
+        CHECK (state IN ('running', 'stopping', 'stopped', 'gone')),
+    stopped_at   REAL
+, tasks TEXT NOT NULL DEFAULT '[]');
