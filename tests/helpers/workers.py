@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,6 +108,31 @@ class Workers:
             what="the worker to start",
         )
         assert worker.process.poll() is None, worker.log()
+
+    def pause(self, worker: WorkerProcess, attempts: int = 100) -> None:
+        """SIGSTOP `worker` at a moment it holds no SQLite write lock.
+
+        A process frozen inside a write transaction blocks every writer of a
+        SQLite file until it resumes (SQLite has one writer); tests of a
+        paused *lease* must not pause the database with it.
+        """
+        worker.signal(signal.SIGSTOP)
+        if not self.url.startswith("sqlite"):
+            return
+        path = self.url.split(":///", 1)[1]
+        for _ in range(attempts):
+            connection = sqlite3.connect(path, timeout=0.2, isolation_level=None)
+            try:
+                connection.execute("BEGIN IMMEDIATE")
+                connection.execute("ROLLBACK")
+                return
+            except sqlite3.OperationalError:
+                worker.signal(signal.SIGCONT)
+                time.sleep(0.02)
+                worker.signal(signal.SIGSTOP)
+            finally:
+                connection.close()
+        raise AssertionError(f"worker {worker.pid} held the SQLite write lock at every pause")
 
     def ledger_lines(self) -> list[LedgerLine]:
         return read_ledger(self.ledger)

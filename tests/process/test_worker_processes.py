@@ -48,7 +48,7 @@ def test_a_paused_worker_past_its_lease_records_nothing(app: due.App, workers: W
     workers.wait_ready(paused)
     job = app.enqueue("work", kwargs={"seconds": 4})
     wait_until(lambda: starts_of(workers, job.id), what="the first attempt to start")
-    paused.signal(signal.SIGSTOP)
+    workers.pause(paused)
     other = workers.start("--lease", f"{LEASE}s")
     workers.wait_ready(other)
     wait_until(
