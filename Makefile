@@ -18,10 +18,11 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[postgres-binary,redis]' --group dev
 	@touch $(STAMP)
 
-postgres: ## start PostgreSQL (and Redis, for the optional Redis lease) if down; faketime
+postgres: ## start PostgreSQL (and Redis, for the optional Redis lease) if down; faketime, promtool
 	@scripts/ensure-postgres
 	@scripts/ensure-redis
 	@scripts/ensure-faketime
+	@scripts/ensure-promtool
 
 demo: $(STAMP) ## run the example app on the embedded SQLite default
 	cd examples && ../$(PY) demo.py

@@ -45,6 +45,7 @@ from due.long_work.context import Context
 from due.request import JobRequest
 from due.retry import Retry
 from due.task import Task, TaskWithOptions
+from due.visibility.alerts import Alert, Severity
 
 __all__ = [
     "__version__",
@@ -65,6 +66,9 @@ __all__ = [
     "Misfire",
     "Overlap",
     "Schedule",
+    # visibility
+    "Alert",
+    "Severity",
     # time
     "Clock",
     "FakeClock",

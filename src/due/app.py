@@ -11,13 +11,14 @@ import difflib
 import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, overload
 
 from due.clock import Clock, SystemClock
 from due.core.jobs import Job, JobState
 from due.core.records import BatchRequest, JobFilter, NewJob, QueueOverview
 from due.core.schedules import (
+    DEFAULT_ALERT_AFTER_SECONDS,
     DEFAULT_CATCH_UP_LIMIT,
     DEFAULT_MISFIRE,
     DEFAULT_MISFIRE_GRACE_SECONDS,
@@ -30,7 +31,7 @@ from due.core.schedules import (
     SyncReport,
 )
 from due.durations import DurationLike, to_seconds
-from due.errors import ConfigurationError
+from due.errors import ConfigurationError, ScheduleNotFoundError
 from due.long_work.context import Context
 from due.long_work.pieces import Item, check_policy, completion_spec, piece_jobs
 from due.payload import DEFAULT_MAX_PAYLOAD_BYTES
@@ -40,6 +41,10 @@ from due.scheduler.catalog import ScheduleCatalog
 from due.scheduler.registration import ScheduleTiming, define_for_app
 from due.store import Store, open_store
 from due.task import DEFAULT_QUEUE, Registry, Task, TaskConfig
+from due.visibility import snapshot
+from due.visibility.alerts import Alert, AlertRules, QueueThresholds, evaluate
+from due.visibility.schedule_health import ExpectedRun, expected_runs
+from due.visibility.snapshot import DEFAULT_FAILURES_WINDOW
 from due.waiter import JobWaiter
 
 URL_ENVIRONMENT_VARIABLE = "DUE_DATABASE_URL"
@@ -93,6 +98,8 @@ class App:
         self.max_payload_bytes = max_payload_bytes
         self.tasks = Registry()
         self._schedules = ScheduleCatalog(store=lambda: self.store)
+        self.queue_thresholds: dict[str, QueueThresholds] = {}
+        """Alert thresholds declared with `app.queue(...)`, by queue."""
         self._store_options = dict(store_options or {})
         self._store: Store | None = None
         self._schema_checked = False
@@ -175,6 +182,7 @@ class App:
         lease: DurationLike | None = None,
         unique_for: DurationLike | None = None,
         stuck_after: DurationLike | None = None,
+        check: Callable[[Any], str | None] | None = None,
     ) -> TaskDecorator: ...
 
     def task(
@@ -190,11 +198,17 @@ class App:
         lease: DurationLike | None = None,
         unique_for: DurationLike | None = None,
         stuck_after: DurationLike | None = None,
+        check: Callable[[Any], str | None] | None = None,
     ) -> Task[Any, Any] | TaskDecorator:
         """Register a sync or async function as a task (`@app.task` or `@app.task(...)`).
 
         A handler that takes the job's `due.Context` declares it first; its
         task is typed without it: `Task[P, R]` where P are the other parameters.
+
+        `check=` looks at each successful result and returns a problem text, or
+        None when it is fine (`check=lambda r: "empty report" if not r["rows"] else
+        None`): such a job ends `succeeded` with the warning kept, and is counted,
+        shown and alerted as `warned`.
         """
 
         def register(function: Callable[..., Any]) -> Task[Any, Any]:
@@ -210,6 +224,7 @@ class App:
                 lease=lease,
                 unique_for=unique_for,
                 stuck_after=stuck_after,
+                check=check,
             )
             task: Task[Any, Any] = Task(self, function, task_name, config)
             self.tasks.add(task)
@@ -406,9 +421,17 @@ class App:
         queue: str | None = None,
         priority: int | None = None,
         enabled: bool = True,
+        alert_after: DurationLike = DEFAULT_ALERT_AFTER_SECONDS,
     ) -> Schedule:
-        """Define a recurring schedule in code; workers sync it to the database at start."""
-        timing = ScheduleTiming(cron, every, tz, misfire, overlap, catch_up_limit, misfire_grace)
+        """Define a recurring schedule in code; workers sync it to the database at start.
+
+        `alert_after`: `due check` (and the metrics' example rules) alert when a run
+        has not started this long after its time, or when no run succeeded within
+        the schedule's period plus this (default 5 minutes).
+        """
+        timing = ScheduleTiming(
+            cron, every, tz, misfire, overlap, catch_up_limit, misfire_grace, alert_after
+        )
         schedule = define_for_app(
             self.tasks, name, timing, task, args, kwargs, queue, priority, enabled
         )
@@ -430,9 +453,12 @@ class App:
         misfire_grace: DurationLike = DEFAULT_MISFIRE_GRACE_SECONDS,
         queue: str | None = None,
         priority: int | None = None,
+        alert_after: DurationLike = DEFAULT_ALERT_AFTER_SECONDS,
     ) -> Schedule:
         """Store a schedule at run time (not in code); it fires from its next time on."""
-        timing = ScheduleTiming(cron, every, tz, misfire, overlap, catch_up_limit, misfire_grace)
+        timing = ScheduleTiming(
+            cron, every, tz, misfire, overlap, catch_up_limit, misfire_grace, alert_after
+        )
         schedule = define_for_app(self.tasks, name, timing, task, args, kwargs, queue, priority)
         return self._schedules.add(schedule)
 
@@ -454,6 +480,21 @@ class App:
         (a removed schedule's history stays; a name never seen is refused)."""
         return self._schedules.runs(name, limit)
 
+    def schedule_health(self, name: str, window: DurationLike = "24h") -> list[ExpectedRun]:
+        """Every time the schedule expected within the last `window`, oldest first,
+        and what became of it: its run (the job's state and duration), skipped or
+        missed (why), waiting for the previous run, or "not recorded" when no
+        scheduler acted on it; runs triggered by hand too."""
+        seconds = to_seconds(window, what="schedule health window")
+        store = self.store
+        now = store.now()
+        overview = {o.stored.name: o for o in store.schedule_overview()}.get(name)
+        if overview is None:
+            raise ScheduleNotFoundError(f"no schedule named {name!r}")
+        since = now - timedelta(seconds=seconds)
+        recorded = store.schedule_runs_since(name, since)
+        return expected_runs(overview.stored, recorded, since, now, overview.created_at)
+
     def pause_schedule(self, name: str) -> None:
         """Stop starting runs; their times are recorded as skipped until resumed."""
         self._schedules.pause(name, True)
@@ -469,7 +510,53 @@ class App:
         """Delete a schedule added at run time (its history stays)."""
         self._schedules.remove(name)
 
-    # --- queues ------------------------------------------------------------------------
+    # --- queues and alerts ------------------------------------------------------------
+
+    def queue(
+        self,
+        name: str,
+        *,
+        oldest_due_warning: DurationLike | None = None,
+        oldest_due_critical: DurationLike | None = None,
+    ) -> None:
+        """Declare how long the queue's oldest due job may wait before `due check`
+        (and the example alerting rules) warn, then go critical: the age of the
+        oldest due job is the alert that matters. Defaults: 1 minute, 5 minutes.
+
+            app.queue("emails", oldest_due_warning="30s", oldest_due_critical="2m")
+        """
+        queue_name = validate_queue(name)
+        self.queue_thresholds[queue_name] = QueueThresholds.build(
+            f"queue {queue_name!r}", oldest_due_warning, oldest_due_critical
+        )
+
+    def alert_rules(
+        self,
+        *,
+        oldest_due_warning: DurationLike | None = None,
+        oldest_due_critical: DurationLike | None = None,
+    ) -> AlertRules:
+        """The declared thresholds; the two given here stand for every other queue."""
+        default = QueueThresholds.build(
+            "default thresholds", oldest_due_warning, oldest_due_critical
+        )
+        return AlertRules(dict(self.queue_thresholds), default)
+
+    def check(
+        self,
+        *,
+        oldest_due_warning: DurationLike | None = None,
+        oldest_due_critical: DurationLike | None = None,
+        failures_window: DurationLike = DEFAULT_FAILURES_WINDOW,
+    ) -> list[Alert]:
+        """Every active alert, the most severe first (what `due check` prints):
+        late queues, queues no worker serves, stuck jobs, recent failures and
+        failed checks, late or silent schedules. Empty when all is well."""
+        window = to_seconds(failures_window, what="failures window")
+        rules = self.alert_rules(
+            oldest_due_warning=oldest_due_warning, oldest_due_critical=oldest_due_critical
+        )
+        return evaluate(snapshot.take(self, window), rules)
 
     def queues(self) -> list[QueueOverview]:
         """Per queue: depth, due now, running, waiting, retrying, failed, stuck, when

@@ -44,6 +44,9 @@ class TaskConfig:
     """After success, a job's key keeps deduplicating for this many seconds."""
     stuck_after: float | None = None
     """A running job whose progress has not moved for this long is flagged stuck."""
+    check: Callable[[Any], str | None] | None = None
+    """Looks at a successful result: a text is a problem with it (the job ends
+    `succeeded` with that warning, counted and alerted as `warned`), None is fine."""
 
     @classmethod
     def build(
@@ -57,6 +60,7 @@ class TaskConfig:
         lease: DurationLike | None,
         unique_for: DurationLike | None,
         stuck_after: DurationLike | None = None,
+        check: Callable[[Any], str | None] | None = None,
     ) -> TaskConfig:
         try:
             queue = validate_queue(queue)
@@ -79,7 +83,19 @@ class TaskConfig:
             lease=lease_seconds,
             unique_for=_positive(unique_for, f"task {task!r}: unique_for"),
             stuck_after=_positive(stuck_after, f"task {task!r}: stuck_after"),
+            check=_check(check, task),
         )
+
+
+def _check(
+    check: Callable[[Any], str | None] | None, task: str
+) -> Callable[[Any], str | None] | None:
+    if check is not None and not callable(check):
+        raise ConfigurationError(
+            f"task {task!r}: check= takes a function of the result that returns a problem "
+            f"text or None, got {check!r}"
+        )
+    return check
 
 
 def _positive(value: DurationLike | None, what: str) -> float | None:

@@ -70,7 +70,10 @@ def test_status_json_counts_failed_and_retrying_and_lists_ended_queues(
         "oldest_due_at",
         "oldest_due_age_seconds",
         "paused",
+        "scheduled",
+        "live_workers",
     }
+    assert queues["later"]["scheduled"] == 1 and queues["later"]["live_workers"] == 0
     assert status["active_jobs"] == [] and dt.datetime.fromisoformat(status["now"]).tzinfo
 
 
@@ -124,6 +127,7 @@ def test_schedules_and_workers_json(backend_url: str) -> None:
         "pid": 42,
         "state": "running",
         "queues": {"emails": 16},
+        "running": 0,
         "tasks": [],
         "started_at": worker["started_at"],
         "last_seen_at": worker["last_seen_at"],

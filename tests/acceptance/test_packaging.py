@@ -51,7 +51,12 @@ def test_requirements_are_ranges_and_postgres_is_an_extra(metadata: Message) -> 
     pinned = [r for r in requires if "==" in r.split(";")[0]]
     assert not pinned, f"exact pins in the published requirements: {pinned}"
     plain = [r for r in requires if "extra ==" not in r]
-    assert {re.split(r"[<>=!~\[;]", r)[0] for r in plain} == {"click", "rich", "croniter"}
+    assert {re.split(r"[<>=!~\[;]", r)[0] for r in plain} == {
+        "click",
+        "rich",
+        "croniter",
+        "prometheus-client",
+    }
     psycopg = [r for r in requires if r.startswith("psycopg")]
     assert psycopg and all('extra == "postgres' in r for r in psycopg), psycopg
     # Our test tools are a dependency group, not part of what users install.

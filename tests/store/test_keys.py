@@ -9,7 +9,7 @@ import pytest
 import due
 from due import JobState
 from due.clock import FakeClock
-from due.core.records import ClaimRequest, Completion
+from due.core.records import ClaimRequest, Completion, Retention
 from due.testing import drain
 
 
@@ -139,11 +139,11 @@ def test_pruning_keeps_a_key_whose_unique_for_window_is_open(
     drain(app)
     monthly.enqueue()  # a newer job, so the first is not the newest (never pruned)
     clock.advance("15d")
-    app.store.job_prune(14 * 86400.0)
+    app.store.job_prune(Retention(14 * 86400.0, 14 * 86400.0))
     assert app.get(first.id).state == JobState.SUCCEEDED  # its window is still open
     assert monthly.options(key="invoice:2030-01").enqueue().id == first.id
     clock.advance("16d")  # 31 days after: the window has closed
-    app.store.job_prune(14 * 86400.0)
+    app.store.job_prune(Retention(14 * 86400.0, 14 * 86400.0))
     with pytest.raises(due.JobNotFoundError):
         app.get(first.id)
     assert monthly.options(key="invoice:2030-01").enqueue().id != first.id

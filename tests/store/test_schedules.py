@@ -12,7 +12,7 @@ import pytest
 import due
 from due import JobState
 from due.clock import FakeClock
-from due.core.records import ClaimRequest
+from due.core.records import ClaimRequest, Retention
 from due.core.schedules import LeaseFence
 from due.scheduler.service import decide
 from due.testing import drain
@@ -366,7 +366,7 @@ def test_pruning_keeps_recent_work_and_the_newest_job(app: due.App) -> None:
     drain(app)
     clock.advance("15d")
     recent = report.enqueue()
-    assert app.store.job_prune(14 * 86400) == (4, 1)
+    assert app.store.job_prune(Retention(14 * 86400, 14 * 86400)) == (4, 1)
     remaining = {job.id for job in app.jobs(limit=100)}
     assert remaining == {recent.id}
     assert {job.id for job in old}.isdisjoint(remaining)

@@ -137,7 +137,7 @@ def test_sqlite_maintenance_queries_use_the_claim_index(sqlite_url: str, query: 
 
 
 @pytest.mark.parametrize("query", ["due_queues", "fail_unknown_tasks"])
-def test_postgres_maintenance_queries_can_use_the_claim_index(
+def test_postgres_maintenance_queries_use_an_index_of_active_jobs_only(
     postgres_url: str, query: str
 ) -> None:
     app = due.App(postgres_url)
@@ -156,4 +156,5 @@ def test_postgres_maintenance_queries_can_use_the_claim_index(
         plan = "\n".join(
             row[0] for row in conn.execute("EXPLAIN " + POSTGRES_QUERIES[query], params)
         )
-    assert "due_jobs_claim" in plan, plan
+    # Either partial index leaves the finished jobs, most of the table, unread.
+    assert "due_jobs_claim" in plan or "due_jobs_active" in plan, plan

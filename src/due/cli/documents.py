@@ -4,6 +4,7 @@ times are ISO 8601 in UTC, durations are seconds, absent values are null."""
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Any
 
@@ -11,6 +12,8 @@ from due.cli.output import iso
 from due.core.jobs import AttemptError, Job
 from due.core.records import QueueOverview, WorkerInfo
 from due.core.schedules import ScheduleOverview, ScheduleRun
+from due.core.stats import TaskFigures
+from due.visibility.schedule_health import ExpectedRun
 
 
 def job_document(job: Job) -> dict[str, Any]:
@@ -32,6 +35,7 @@ def job_document(job: Job) -> dict[str, Any]:
         "lease_expires_at": iso(job.lease_expires_at),
         "worker": job.worker,
         "result": job.result,
+        "warning": job.warning,
         "last_error": job.last_error,
         "errors": [_attempt_document(error) for error in job.errors],
         "schedule": job.schedule,
@@ -62,7 +66,9 @@ def _attempt_document(error: AttemptError) -> dict[str, Any]:
     }
 
 
-def queue_document(queue: QueueOverview, now: datetime) -> dict[str, Any]:
+def queue_document(
+    queue: QueueOverview, now: datetime, workers: int | None = None
+) -> dict[str, Any]:
     age = None
     if queue.oldest_due_at is not None:
         age = max(0.0, (now - queue.oldest_due_at).total_seconds())
@@ -70,6 +76,7 @@ def queue_document(queue: QueueOverview, now: datetime) -> dict[str, Any]:
         "name": queue.name,
         "queued": queue.queued,
         "due": queue.due,
+        "scheduled": queue.queued - queue.due,
         "running": queue.running,
         "waiting": queue.waiting,
         "retrying": queue.retrying,
@@ -78,6 +85,26 @@ def queue_document(queue: QueueOverview, now: datetime) -> dict[str, Any]:
         "oldest_due_at": iso(queue.oldest_due_at),
         "oldest_due_age_seconds": age,
         "paused": queue.paused,
+        **({} if workers is None else {"live_workers": workers}),
+    }
+
+
+def task_document(figures: TaskFigures) -> dict[str, Any]:
+    """A task's counts and durations per window ("5m", "1h", "24h", "total")."""
+    return {
+        "task": figures.task,
+        "queue": figures.queue,
+        "windows": {
+            name: {
+                "counts": window.counts,
+                "duration_seconds": {
+                    **{k: _bound(v) for k, v in window.percentiles().items()},
+                    "count": window.durations.count,
+                    "sum": window.durations.total_seconds,
+                },
+            }
+            for name, window in figures.windows.items()
+        },
     }
 
 
@@ -104,6 +131,8 @@ def schedule_document(overview: ScheduleOverview) -> dict[str, Any]:
         "last_success_at": iso(overview.last_success_at),
         "skipped": overview.skipped,
         "missed": overview.missed,
+        "missed_total": overview.missed_total,
+        "alert_after_seconds": definition.alert_after,
     }
 
 
@@ -115,18 +144,38 @@ def schedule_run_document(run: ScheduleRun) -> dict[str, Any]:
         "reason": run.reason,
         "job_id": run.job_id,
         "job_state": run.job_state,
+        "started_at": iso(run.started_at),
+        "finished_at": iso(run.finished_at),
     }
 
 
-def worker_document(info: WorkerInfo) -> dict[str, Any]:
+def worker_document(info: WorkerInfo, running: int = 0) -> dict[str, Any]:
     return {
         "id": info.id,
         "host": info.host,
         "pid": info.pid,
         "state": info.state,
         "queues": info.queues,
+        "running": running,
         "tasks": list(info.tasks),
         "started_at": iso(info.started_at),
         "last_seen_at": iso(info.last_seen_at),
         "stopped_at": iso(info.stopped_at),
+    }
+
+
+def _bound(seconds: float | None) -> float | str | None:
+    """A percentile's bucket bound; "+Inf" past the last one (JSON has no infinity)."""
+    return "+Inf" if seconds == math.inf else seconds
+
+
+def expected_run_document(run: ExpectedRun) -> dict[str, Any]:
+    return {
+        "scheduled_for": iso(run.scheduled_for),
+        "outcome": run.outcome,
+        "reason": run.reason,
+        "job_id": run.job_id,
+        "job_state": run.job_state,
+        "seconds": run.seconds,
+        "expected": run.expected,
     }

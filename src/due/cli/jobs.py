@@ -174,6 +174,7 @@ def _print_job(job: Job) -> None:
         ("finished", time_text(job.finished_at)),
         ("worker", job.worker),
         ("result", None if job.result is None else json_text(job.result)),
+        ("warning", job.warning),
         ("schedule", job.schedule),
         ("scheduled for", time_text(job.scheduled_for) or None),
         ("parent", job.parent_id),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 
 import click
@@ -10,13 +11,14 @@ from rich.table import Table
 from rich.text import Text
 
 from due.cli.common import Settings, reports_errors
-from due.cli.documents import job_document, queue_document
+from due.cli.documents import job_document, queue_document, task_document
 from due.cli.jobs import JSON_HELP
 from due.cli.main import main
 from due.cli.output import Column, console, fitted_table, print_json, seconds_text
 from due.cli.progress import progress_of
 from due.core.jobs import Job, JobState
-from due.core.records import QueueOverview
+from due.core.records import DEFAULT_ALIVE_SECONDS, QueueOverview
+from due.core.stats import DURATION_BUCKETS, TaskFigures
 
 RUNNING_SHOWN = 20
 QUEUE_COLUMNS = [
@@ -29,7 +31,21 @@ QUEUE_COLUMNS = [
     Column("failed", justify="right"),
     Column("stuck", justify="right", drop_rank=0),
     Column("oldest due", justify="right"),
+    Column("workers", justify="right", drop_rank=1),
     Column("", drop_rank=2),
+]
+TASK_COLUMNS = [
+    Column("task"),
+    Column("queue", drop_rank=1),
+    Column("ok 1h", justify="right"),
+    Column("warned", justify="right", drop_rank=0),
+    Column("failed", justify="right"),
+    Column("retried", justify="right", drop_rank=0),
+    Column("rescued", justify="right", drop_rank=0),
+    Column("p50", justify="right"),
+    Column("p95", justify="right", drop_rank=1),
+    Column("p99", justify="right", drop_rank=0),
+    Column("total ok", justify="right", drop_rank=2),
 ]
 ACTIVE_COLUMNS = [
     Column("id", justify="right"),
@@ -55,10 +71,14 @@ ACTIVE_COLUMNS = [
 @reports_errors
 def status(settings: Settings, running_limit: int, as_json: bool) -> None:
     """Every queue (depth, due now, running, retrying, failed, stuck, age of the
-    oldest due job, paused) and the jobs running now with their progress."""
+    oldest due job, live workers, paused), every task's outcomes and durations
+    over the last hour, and the jobs running now with their progress."""
     app = settings.app
-    now = app.store.now()
+    store = app.store
+    now = store.now()
     queues = app.queues()
+    workers = store.worker_live_by_queue(DEFAULT_ALIVE_SECONDS)
+    tasks = store.stats_figures()
     active = [
         *app.jobs(state=JobState.RUNNING, limit=running_limit),
         *app.jobs(state=JobState.WAITING, limit=running_limit),
@@ -67,17 +87,23 @@ def status(settings: Settings, running_limit: int, as_json: bool) -> None:
         print_json(
             {
                 "now": now,
-                "queues": [queue_document(queue, now) for queue in queues],
+                "queues": [
+                    queue_document(queue, now, workers.get(queue.name, 0)) for queue in queues
+                ],
+                "tasks": [task_document(figures) for figures in tasks],
                 "active_jobs": [job_document(job) for job in active],
             }
         )
         return
-    console.print(fitted_table(QUEUE_COLUMNS, [_queue_row(queue, now) for queue in queues]))
+    rows = [_queue_row(queue, now, workers.get(queue.name, 0)) for queue in queues]
+    console.print(fitted_table(QUEUE_COLUMNS, rows))
+    if tasks:
+        console.print(fitted_table(TASK_COLUMNS, [_task_row(figures) for figures in tasks]))
     if active:
         console.print(progress_table(active))
 
 
-def _queue_row(queue: QueueOverview, now: datetime) -> list[Text | str]:
+def _queue_row(queue: QueueOverview, now: datetime, workers: int) -> list[Text | str]:
     return [
         queue.name,
         str(queue.queued),
@@ -88,8 +114,40 @@ def _queue_row(queue: QueueOverview, now: datetime) -> list[Text | str]:
         Text(str(queue.failed), style="red") if queue.failed else "0",
         Text(str(queue.stuck), style="red") if queue.stuck else "0",
         age_text(queue, now),
+        Text("0", style="red") if queue.due and not workers else str(workers),
         Text("paused", style="yellow") if queue.paused else "",
     ]
+
+
+def _task_row(figures: TaskFigures) -> list[Text | str]:
+    hour = figures.window("1h")
+    counts = hour.counts
+    percentiles = hour.percentiles()
+
+    def alarming(name: str) -> Text | str:
+        count = counts.get(name, 0)
+        return Text(str(count), style="red") if count else "0"
+
+    return [
+        figures.task,
+        figures.queue,
+        str(counts.get("succeeded", 0)),
+        alarming("warned"),
+        alarming("failed"),
+        str(counts.get("retried", 0)),
+        alarming("rescued"),
+        *(bound_text(percentiles[p]) for p in ("p50", "p95", "p99")),
+        str(figures.window("total").counts.get("succeeded", 0)),
+    ]
+
+
+def bound_text(seconds: float | None) -> str:
+    """A percentile: at most the bound of its bucket."""
+    if seconds is None:
+        return ""
+    if seconds == math.inf:
+        return f">{seconds_text(DURATION_BUCKETS[-1])}"
+    return f"≤{seconds_text(seconds)}" if seconds >= 1 else f"≤{seconds * 1000:g}ms"
 
 
 def age_text(queue: QueueOverview, now: datetime) -> str:

@@ -6,14 +6,20 @@ import json
 from typing import Any
 
 import click
+from rich.text import Text
 
 from due.cli.common import Settings, reports_errors
-from due.cli.documents import schedule_document, schedule_run_document
+from due.cli.documents import (
+    expected_run_document,
+    schedule_document,
+    schedule_run_document,
+)
 from due.cli.jobs import JSON_HELP
 from due.cli.main import main
-from due.cli.output import Column, console, fitted_table, print_json, time_text
+from due.cli.output import Column, console, fitted_table, print_json, seconds_text, time_text
 from due.core.schedules import DEFAULT_MISFIRE, DEFAULT_OVERLAP, Misfire, Overlap
 from due.errors import ConfigurationError
+from due.visibility.schedule_health import NOT_RECORDED
 
 SCHEDULE_COLUMNS = [
     Column("name"),
@@ -32,6 +38,14 @@ RUN_COLUMNS = [
     Column("outcome"),
     Column("job", justify="right"),
     Column("job state"),
+    Column("reason", drop_rank=0),
+]
+EXPECTED_COLUMNS = [
+    Column("scheduled for"),
+    Column("what became of it"),
+    Column("job", justify="right"),
+    Column("job state"),
+    Column("ran", justify="right", drop_rank=1),
     Column("reason", drop_rank=0),
 ]
 
@@ -175,11 +189,20 @@ def remove(settings: Settings, name: str) -> None:
 @schedule.command("runs")
 @click.argument("name")
 @click.option("-n", "--limit", default=30, show_default=True, help="At most this many times.")
+@click.option(
+    "--window",
+    default=None,
+    help="Expected against actual: every time the schedule called for in this window "
+    "(e.g. 24h), oldest first, and what became of each, recorded or not.",
+)
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_obj
 @reports_errors
-def runs(settings: Settings, name: str, limit: int, as_json: bool) -> None:
+def runs(settings: Settings, name: str, limit: int, window: str | None, as_json: bool) -> None:
     """Each scheduled time, newest first: enqueued (and the job's state), skipped, missed."""
+    if window is not None:
+        _expected(settings, name, window, as_json)
+        return
     listed = settings.app.schedule_runs(name, limit)
     if as_json:
         print_json({"runs": [schedule_run_document(run) for run in listed]})
@@ -195,6 +218,25 @@ def runs(settings: Settings, name: str, limit: int, as_json: bool) -> None:
         for run in listed
     ]
     console.print(fitted_table(RUN_COLUMNS, rows))
+
+
+def _expected(settings: Settings, name: str, window: str, as_json: bool) -> None:
+    listed = settings.app.schedule_health(name, window)
+    if as_json:
+        print_json({"expected": [expected_run_document(run) for run in listed]})
+        return
+    rows = [
+        [
+            time_text(run.scheduled_for),
+            Text(run.outcome, style="red") if run.outcome == NOT_RECORDED else run.outcome,
+            str(run.job_id or ""),
+            run.job_state or "",
+            "" if run.seconds is None else seconds_text(run.seconds),
+            run.reason or ("" if run.expected else "not a scheduled time (triggered by hand)"),
+        ]
+        for run in listed
+    ]
+    console.print(fitted_table(EXPECTED_COLUMNS, rows))
 
 
 def _json(text: str, kind: type, option: str) -> Any:

@@ -65,10 +65,22 @@ def scheduler_options(command: Callable[..., Any]) -> Callable[..., Any]:
                 help="The scheduler's leader lease: a dead leader is replaced within this.",
             ),
             click.option(
-                "--retention",
-                default="14d",
+                "--retention-succeeded",
+                default="7d",
                 show_default=True,
-                help="The leader prunes finished jobs and schedule history older than this.",
+                help="The leader prunes succeeded jobs older than this (their counts stay).",
+            ),
+            click.option(
+                "--retention-failed",
+                default="30d",
+                show_default=True,
+                help="The leader prunes failed and cancelled jobs (and schedule history) "
+                "older than this.",
+            ),
+            click.option(
+                "--retention",
+                default=None,
+                help="Both retentions at once (overridden by either of the two above).",
             ),
             click.option(
                 "--log-format",
@@ -145,7 +157,9 @@ def worker(
     grace: str,
     leader_url: str | None,
     leader_ttl: str,
-    retention: str,
+    retention_succeeded: str,
+    retention_failed: str,
+    retention: str | None,
     log_format: str,
     log_level: str,
 ) -> None:
@@ -163,7 +177,7 @@ def worker(
         grace=grace,
         unknown_task_grace=unknown_task_grace,
         max_lost_leases=max_lost_leases,
-        retention=retention,
+        **_retentions(retention, retention_succeeded, retention_failed),
         scheduler=scheduler,
         leader_url=leader_url,
         leader_ttl=leader_ttl,
@@ -179,7 +193,9 @@ def scheduler(
     settings: Settings,
     leader_url: str | None,
     leader_ttl: str,
-    retention: str,
+    retention_succeeded: str,
+    retention_failed: str,
+    retention: str | None,
     log_format: str,
     log_level: str,
 ) -> None:
@@ -190,7 +206,7 @@ def scheduler(
     configure_logging(log_format, log_level)
     scheduler_settings = WorkerSettings.build(
         {},
-        retention=retention,
+        **_retentions(retention, retention_succeeded, retention_failed),
         scheduler=True,
         leader_url=leader_url,
         leader_ttl=leader_ttl,
@@ -236,6 +252,7 @@ WORKER_COLUMNS = [
     Column("host", drop_rank=1),
     Column("pid", justify="right", drop_rank=0),
     Column("queues"),
+    Column("running", justify="right"),
     Column("started", drop_rank=2),
     Column("last seen"),
 ]
@@ -249,9 +266,11 @@ WORKER_COLUMNS = [
 def workers(settings: Settings, limit: int, as_json: bool) -> None:
     """List worker processes, newest first: where, what they serve, when they last
     reported (one silent for 3 leases is gone)."""
-    listed = settings.app.store.worker_list(limit)
+    store = settings.app.store
+    listed = store.worker_list(limit)
+    running = store.worker_running_counts()
     if as_json:
-        print_json({"workers": [worker_document(info) for info in listed]})
+        print_json({"workers": [worker_document(info, running.get(info.id, 0)) for info in listed]})
         return
     rows = [
         [
@@ -260,9 +279,22 @@ def workers(settings: Settings, limit: int, as_json: bool) -> None:
             info.host,
             str(info.pid),
             ", ".join(f"{q}={n}" for q, n in sorted(info.queues.items())),
+            str(running.get(info.id, 0)),
             time_text(info.started_at),
             time_text(info.last_seen_at),
         ]
         for info in listed
     ]
     console.print(fitted_table(WORKER_COLUMNS, rows))
+
+
+def _retentions(both: str | None, succeeded: str, failed: str) -> dict[str, Any]:
+    """--retention stands for both, unless one is given on its own (not its default)."""
+    source = click.get_current_context()
+    given = {
+        name: value
+        for name, value in (("retention_succeeded", succeeded), ("retention_failed", failed))
+        if both is None
+        or source.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+    }
+    return {"retention": both, **given} if both is not None else given

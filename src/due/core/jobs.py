@@ -142,6 +142,8 @@ class Job:
     """For a parent: how its pieces stand."""
     held: bool = False
     """A piece (or parent) of a paused group: not started until resumed."""
+    warning: str | None = None
+    """Succeeded, but its result failed the task's check=: the problem found."""
 
     @property
     def is_final(self) -> bool:

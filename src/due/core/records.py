@@ -90,6 +90,10 @@ class Completion:
     settles: bool = False
     """Its end changes a parent's count (a piece, a completion, a parent now waiting):
     written in one transaction with that change."""
+    seconds: float | None = None
+    """How long its handler ran (counted in the duration figures)."""
+    warning: str | None = None
+    """A success whose result failed the task's check=: why (counted as warned)."""
 
     def error_json(self) -> str | None:
         return None if self.error is None else attempt_error_json(self.error)
@@ -190,6 +194,21 @@ class WorkerRegistration:
     tasks: Sequence[str] = ()
 
 
+DEFAULT_RETENTION_SUCCEEDED = 7 * 86400.0
+DEFAULT_RETENTION_FAILED = 30 * 86400.0
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """How long finished jobs are kept, per outcome (seconds): failed and
+    cancelled ones longer, since someone may still want to look at them or
+    retry them. Their counts and durations are kept in the rollups for ever."""
+
+    succeeded: float = DEFAULT_RETENTION_SUCCEEDED
+    failed: float = DEFAULT_RETENTION_FAILED
+    """Failed and cancelled jobs."""
+
+
 @dataclass(frozen=True, slots=True)
 class JobFilter:
     queue: str | None = None
@@ -253,6 +272,7 @@ def job_from_row(row: Mapping[str, Any], *, deduplicated: bool = False) -> Job:
         if row.get("pieces_total")
         else None,
         held=bool(row.get("held")),
+        warning=row.get("warning"),
     )
 
 

@@ -16,6 +16,9 @@ from due.core.timing import Timing
 
 DEFAULT_CATCH_UP_LIMIT = 10
 DEFAULT_MISFIRE_GRACE_SECONDS = 60.0
+DEFAULT_ALERT_AFTER_SECONDS = 300.0
+"""A schedule alerts when a run has not started this long after its time, or
+no run succeeded within its period plus this."""
 MAX_SCHEDULE_NAME = 200
 
 
@@ -64,6 +67,7 @@ class Schedule:
     catch_up_limit: int = DEFAULT_CATCH_UP_LIMIT
     misfire_grace: float = DEFAULT_MISFIRE_GRACE_SECONDS
     enabled: bool = True
+    alert_after: float = DEFAULT_ALERT_AFTER_SECONDS
     args: tuple[Any, ...] = field(default=(), compare=False)
     kwargs: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -84,6 +88,8 @@ class Schedule:
             self.catch_up_limit,
             self.misfire_grace,
         ]
+        if self.alert_after != DEFAULT_ALERT_AFTER_SECONDS:
+            parts.append(self.alert_after)  # (so fingerprints of older versions stand)
         return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
 
@@ -114,6 +120,10 @@ class ScheduleOverview:
     last_success_at: datetime | None
     skipped: int
     missed: int
+    """Missed times in the kept history (pruned with it)."""
+    missed_total: int = 0
+    """Missed times since the schedule was made (never pruned)."""
+    created_at: datetime | None = None
 
 
 @dataclass
@@ -127,6 +137,9 @@ class ScheduleRun:
     job_id: int | None
     job_state: str | None
     recorded_at: datetime
+    started_at: datetime | None = None
+    """Of its job (its latest attempt), while the job is kept."""
+    finished_at: datetime | None = None
 
 
 def stored_schedule(row: dict[str, Any]) -> StoredSchedule:
@@ -147,6 +160,7 @@ def stored_schedule(row: dict[str, Any]) -> StoredSchedule:
         catch_up_limit=row["catch_up_limit"],
         misfire_grace=row["misfire_grace"],
         enabled=bool(row["enabled"]),
+        alert_after=float(row.get("alert_after", DEFAULT_ALERT_AFTER_SECONDS)),
         args=tuple(data.get("args", ())),
         kwargs=dict(data.get("kwargs", {})),
     )

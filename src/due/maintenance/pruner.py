@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from due.core.records import Retention
 from due.logs import event
 from due.service import Calls
 from due.store import Store
@@ -22,7 +23,7 @@ BATCH = 10_000
 
 class Pruner:
     def __init__(
-        self, *, store: Store, call: Calls, leading: Callable[[], bool], retention: float
+        self, *, store: Store, call: Calls, leading: Callable[[], bool], retention: Retention
     ) -> None:
         self._store = store
         self._call = call
@@ -35,9 +36,15 @@ class Pruner:
     async def run_once(self) -> tuple[int, int]:
         if not self._leading():
             return 0, 0
+        await self._call(self._store.stats_fold)
         jobs, runs = await self._call(self._store.job_prune, self._retention, BATCH)
         if jobs or runs:
             event(
-                log, "maintenance.pruned", jobs=jobs, schedule_runs=runs, retention=self._retention
+                log,
+                "maintenance.pruned",
+                jobs=jobs,
+                schedule_runs=runs,
+                retention_succeeded=self._retention.succeeded,
+                retention_failed=self._retention.failed,
             )
         return jobs, runs

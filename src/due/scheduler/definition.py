@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from due.core.schedules import (
+    DEFAULT_ALERT_AFTER_SECONDS,
     DEFAULT_CATCH_UP_LIMIT,
     DEFAULT_MISFIRE,
     DEFAULT_MISFIRE_GRACE_SECONDS,
@@ -38,6 +39,7 @@ def define_schedule(
     priority: int,
     max_attempts: int,
     enabled: bool = True,
+    alert_after: DurationLike = DEFAULT_ALERT_AFTER_SECONDS,
 ) -> Schedule:
     """Validate a schedule; every problem is a ConfigurationError that says what to fix.
 
@@ -64,6 +66,9 @@ def define_schedule(
     if not isinstance(catch_up_limit, int) or catch_up_limit < 1:
         raise ConfigurationError(f"schedule {name!r}: catch_up_limit must be a whole number >= 1")
     grace = to_seconds(misfire_grace, what=f"schedule {name!r}: misfire_grace")
+    alert = to_seconds(alert_after, what=f"schedule {name!r}: alert_after")
+    if alert <= 0:
+        raise ConfigurationError(f"schedule {name!r}: alert_after must be positive")
     arguments = tuple(args)
     keywords = dict(kwargs or {})
     return Schedule(
@@ -79,6 +84,7 @@ def define_schedule(
         catch_up_limit=catch_up_limit,
         misfire_grace=grace,
         enabled=bool(enabled),
+        alert_after=alert,
         args=arguments,
         kwargs=keywords,
     )

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from due.core.schedules import Misfire, Overlap, Schedule
+from due.core.schedules import DEFAULT_ALERT_AFTER_SECONDS, Misfire, Overlap, Schedule
 from due.durations import DurationLike
 from due.errors import ConfigurationError, InvalidJobError
 from due.request import validate_priority, validate_queue
@@ -26,6 +26,7 @@ class ScheduleTiming:
     overlap: Overlap | str
     catch_up_limit: int
     misfire_grace: DurationLike
+    alert_after: DurationLike = DEFAULT_ALERT_AFTER_SECONDS
 
 
 def define_for_app(
@@ -63,4 +64,5 @@ def define_for_app(
         priority=level,
         max_attempts=resolved.config.retry.max_attempts,
         enabled=enabled,
+        alert_after=timing.alert_after,
     )

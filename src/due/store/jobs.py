@@ -6,16 +6,18 @@ the backend's, by name.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 from due.core.jobs import Job, JobState
-from due.core.records import RETRY_RULE, JobFilter, NewJob, job_from_row, refusal
+from due.core.records import RETRY_RULE, JobFilter, NewJob, Retention, job_from_row, refusal
 from due.errors import JobNotFoundError
 from due.store import pieces, steps
 from due.store.backend import Backend, DuplicateError, Transaction
 from due.store.conflicts import retried_on_conflict
 from due.store.settling import lock_parents, settle
+from due.store.stats import count_endings
 
 
 def enqueue(db: Backend, jobs: Sequence[NewJob], connection: Any = None) -> list[Job]:
@@ -78,6 +80,7 @@ def cancel(db: Backend, job_id: int) -> Job:
         lock_parents(tx, [job_id])
         cancelled = tx.run("cancel_job", {"id": job_id, "now": tx.now})
         if cancelled:
+            count_endings(tx, cancelled)
             settle(tx, cancelled)
         elif not tx.run("request_cancel", {"id": job_id}):
             _cancel_waiting_parent(tx, job_id)
@@ -90,8 +93,9 @@ def cancel(db: Backend, job_id: int) -> Job:
 def _cancel_waiting_parent(tx: Transaction, job_id: int) -> None:
     rows = tx.run("parent_counts", {"parent": job_id})
     if rows and rows[0]["state"] == "waiting":
-        now = tx.instant()
-        pieces.finish(tx.run, job_id, "cancelled", "null", "cancelled on request", now)
+        error = "cancelled on request"
+        counted = functools.partial(count_endings, tx)
+        pieces.finish(tx.run, job_id, "cancelled", "null", error, tx.instant(), counted)
 
 
 @retried_on_conflict
@@ -112,11 +116,18 @@ def retry(db: Backend, job_id: int, run_now: bool = False) -> Job:
     raise refusal(get(db, job_id), "retry", RETRY_RULE)
 
 
-def prune(db: Backend, retention_seconds: float, limit: int = 10_000) -> tuple[int, int]:
-    """Delete finished jobs and schedule runs older than the retention (never the
-    newest job); returns (jobs, runs) deleted."""
+def prune(db: Backend, retention: Retention, limit: int = 10_000) -> tuple[int, int]:
+    """Delete finished jobs older than their outcome's retention (never the newest
+    job, nor one whose key still deduplicates), and schedule runs older than the
+    longer retention; returns (jobs, runs) deleted, at most `limit` of each."""
     with db.transaction() as tx:
-        params = {"retention": float(retention_seconds), "limit": limit, "now": tx.now}
+        params = {
+            "retention_succeeded": float(retention.succeeded),
+            "retention_failed": float(retention.failed),
+            "retention": float(max(retention.succeeded, retention.failed)),
+            "limit": limit,
+            "now": tx.now,
+        }
         jobs = tx.run("prune_jobs", params)
         runs = tx.run("prune_schedule_runs", params)
     return len(jobs), len(runs)

@@ -14,6 +14,7 @@ from due.store import pieces
 from due.store.backend import Backend, Transaction
 from due.store.conflicts import retried_on_conflict
 from due.store.settling import lock_parents, settle
+from due.store.stats import count_endings
 
 
 def save_checkpoint(
@@ -113,6 +114,7 @@ def job_transaction(db: Backend, job_id: int, token: int, progress: str | None) 
         rows = tx.run("complete_in_transaction", params)
         if not rows:
             raise LeaseLost(f"job {job_id} lost its lease: its transaction is undone")
+        count_endings(tx, rows)
         settle(tx, [{**rows[0], "state": "succeeded"}])
 
 

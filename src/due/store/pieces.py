@@ -18,8 +18,10 @@ completion job with it: nothing runs for a parent that is gone.
 Pieces are known by their key (task and arguments): spawning the same item
 again, in a retried or resumed attempt, adds nothing.
 
-`settle(execute, ended, now)` is driven by the store: `execute(name, params)`
-runs a named query of the backend in the open transaction and returns rows.
+`settle(execute, ended, now, on_ended)` is driven by the store: `execute(name,
+params)` runs a named query of the backend in the open transaction and returns
+rows; `on_ended(rows)` is told of the jobs that ended here (parents, and the
+pieces cancelled with them), to be counted.
 """
 
 from __future__ import annotations
@@ -34,10 +36,19 @@ from due.core.records import NewJob
 
 Rows = list[dict[str, Any]]
 Execute = Callable[[str, dict[str, Any]], Rows]
+OnEnded = Callable[[Rows], None]
+
+
+def _ignored(rows: Rows) -> None:
+    pass
+
+
 FINAL = ("succeeded", "failed", "cancelled")
 
 
-def settle(execute: Execute, ended: Iterable[dict[str, Any]], now: Any) -> None:
+def settle(
+    execute: Execute, ended: Iterable[dict[str, Any]], now: Any, on_ended: OnEnded = _ignored
+) -> None:
     """Count ended jobs on their parents and settle the parents that are done."""
     counts: dict[int, list[int]] = {}
     finishing: list[tuple[int, str, int]] = []
@@ -59,7 +70,7 @@ def settle(execute: Execute, ended: Iterable[dict[str, Any]], now: Any) -> None:
             else:
                 counts.setdefault(row["id"], [0, 0])  # all its pieces may be done already
     for parent in cancelled_waiting:
-        finish(execute, parent, "cancelled", "null", "cancelled on request", now)
+        finish(execute, parent, "cancelled", "null", "cancelled on request", now, on_ended)
     for parent in sorted(counts):  # one lock order for every transaction
         succeeded, failed = counts[parent]
         if succeeded or failed:
@@ -68,13 +79,13 @@ def settle(execute: Execute, ended: Iterable[dict[str, Any]], now: Any) -> None:
         else:
             rows = execute("parent_counts", {"parent": parent})
         if rows:
-            settle_parent(execute, rows[0], now)
+            settle_parent(execute, rows[0], now, on_ended)
     for parent, state, completion in finishing:
         result = json.dumps({"completion": completion})
         error = None if state == "succeeded" else f"its completion job {completion} {state}"
-        finish(execute, parent, state, result, error, now)
+        finish(execute, parent, state, result, error, now, on_ended)
     for job in orphaned:
-        cancel_pieces(execute, job, now)
+        cancel_pieces(execute, job, now, on_ended)
 
 
 def concerns_a_parent(row: dict[str, Any]) -> bool:
@@ -84,14 +95,16 @@ def concerns_a_parent(row: dict[str, Any]) -> bool:
     )
 
 
-def settle_parent(execute: Execute, parent: dict[str, Any], now: Any) -> None:
+def settle_parent(
+    execute: Execute, parent: dict[str, Any], now: Any, on_ended: OnEnded = _ignored
+) -> None:
     if parent["state"] != "waiting":
         return
     total, done, failed = parent["pieces_total"], parent["pieces_done"], parent["pieces_failed"]
     summary = {"parent": parent["id"], "pieces": total, "succeeded": done, "failed": failed}
     if failed and parent["on_piece_failure"] == "fail":
         error = f"{failed} of {total} pieces did not succeed (on_piece_failure='fail')"
-        finish(execute, parent["id"], "failed", json.dumps(summary), error, now)
+        finish(execute, parent["id"], "failed", json.dumps(summary), error, now, on_ended)
         return
     if done + failed < total:
         return
@@ -112,11 +125,17 @@ def settle_parent(execute: Execute, parent: dict[str, Any], now: Any) -> None:
             },
         )
         return
-    finish(execute, parent["id"], "succeeded", json.dumps(summary), None, now)
+    finish(execute, parent["id"], "succeeded", json.dumps(summary), None, now, on_ended)
 
 
 def finish(
-    execute: Execute, parent: int, state: str, result: str, error: str | None, now: Any
+    execute: Execute,
+    parent: int,
+    state: str,
+    result: str,
+    error: str | None,
+    now: Any,
+    on_ended: OnEnded = _ignored,
 ) -> None:
     """End a waiting parent; unless it succeeded, its unfinished pieces end with it.
     Its end is then counted on its own parent, if it is a piece."""
@@ -124,18 +143,19 @@ def finish(
     rows = execute("finish_parent", params)
     if not rows:
         return  # not waiting any more: someone settled it first
+    on_ended(rows)
     if state != "succeeded":
-        cancel_pieces(execute, parent, now)
-    settle(execute, rows, now)
+        cancel_pieces(execute, parent, now, on_ended)
+    settle(execute, rows, now, on_ended)
 
 
-def cancel_pieces(execute: Execute, parent: int, now: Any) -> None:
+def cancel_pieces(execute: Execute, parent: int, now: Any, on_ended: OnEnded = _ignored) -> None:
     """Cancel a parent's unfinished pieces and its completion job, all the way down:
     queued and waiting ones end now, running ones are asked to stop."""
     nested = [row["id"] for row in execute("waiting_children", {"parent": parent})]
-    execute("cancel_children", {"parent": parent, "now": now})
+    on_ended(execute("cancel_children", {"parent": parent, "now": now}))
     for child in nested:
-        cancel_pieces(execute, child, now)
+        cancel_pieces(execute, child, now, on_ended)
 
 
 def piece_keys(jobs: Sequence[NewJob]) -> list[str]:

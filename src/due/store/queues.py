@@ -16,7 +16,10 @@ def overview(db: Backend) -> list[QueueOverview]:
     with db.transaction(read=True) as tx:
         paused = {row["name"]: bool(row["paused"]) for row in tx.run("queue_states")}
         rows = tx.run("queue_overview", {"now": tx.now})
+        stuck = {row["queue"]: row["stuck"] for row in tx.run("queue_stuck", {"now": tx.now})}
         known = [row["name"] for row in tx.run("known_queue_names")]
+    for row in rows:
+        row["stuck"] = stuck.get(row["queue"], 0)
     return queue_overviews(rows, paused, known)
 
 

@@ -29,6 +29,7 @@ from due.core.schedules import (
 from due.errors import ConfigurationError
 from due.store.backend import Backend, DuplicateError, Transaction
 from due.store.settling import settle
+from due.store.stats import count_endings
 
 
 def sync(db: Backend, schedules: Sequence[Schedule]) -> SyncReport:
@@ -88,6 +89,8 @@ def overview(db: Backend) -> list[ScheduleOverview]:
             row["last_success_at"],
             row["skipped"],
             row["missed"],
+            row["missed_total"],
+            row["created_at"],
         )
         for row in rows
     ]
@@ -98,6 +101,13 @@ def runs(db: Backend, name: str, limit: int = 50) -> list[ScheduleRun]:
         return [
             ScheduleRun(**row) for row in tx.run("schedule_runs", {"name": name, "limit": limit})
         ]
+
+
+def runs_since(db: Backend, name: str, since: datetime) -> list[ScheduleRun]:
+    """The recorded runs of a window, oldest first."""
+    with db.transaction(read=True) as tx:
+        rows = tx.run("schedule_runs_since", {"name": name, "since": since})
+    return [ScheduleRun(**row) for row in rows]
 
 
 def due_names(db: Backend) -> list[str]:
@@ -131,7 +141,9 @@ def materialize(
         plan = decide(stored, now, bool(activity["active"]), bool(activity["pending"]))
         if plan.cancel_active:
             # A run with pieces takes them with it; a waiting one ends now.
-            settle(tx, tx.run("cancel_schedule_runs", {"name": name, "now": now}))
+            cancelled = tx.run("cancel_schedule_runs", {"name": name, "now": now})
+            count_endings(tx, cancelled)
+            settle(tx, cancelled)
         if plan.of(Outcome.PENDING) and stored.schedule.overlap == Overlap.REPLACE:
             tx.run("supersede_pending", {"name": name})
         recorded = []
@@ -150,6 +162,9 @@ def materialize(
                 moment = firing.scheduled_for
                 job_id = _start_run(tx, stored, moment, moment, firing.reason, now)
             recorded.append((firing, job_id))
+        missed = sum(1 for firing, _ in recorded if firing.outcome == Outcome.MISSED)
+        if missed:
+            tx.run("count_missed", {"name": name, "missed": missed})
         tx.run("set_next_fire", {"name": name, "next_fire_at": plan.next_fire_at})
     return Materialised(name, recorded, plan.next_fire_at)
 
@@ -298,6 +313,7 @@ def definition_params(schedule: Schedule, source: str, now: datetime) -> dict[st
         "source": source,
         "enabled": schedule.enabled,
         "fingerprint": schedule.fingerprint,
+        "alert_after": schedule.alert_after,
         "next_fire_at": schedule.timing.after(now),
         "now": now,
     }

@@ -10,11 +10,13 @@ holds one lock for the whole transaction instead.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 from due.store import pieces
 from due.store.backend import Transaction
+from due.store.stats import count_endings
 
 
 def lock_parents(tx: Transaction, job_ids: Sequence[int]) -> None:
@@ -27,4 +29,5 @@ def settle(tx: Transaction, ended: Sequence[dict[str, Any]]) -> None:
     """Count jobs that ended on their parents (and settle those), in `tx`;
     nothing to do for jobs without parent or pieces."""
     if any(pieces.concerns_a_parent(row) for row in ended):
-        pieces.settle(tx.run, ended, tx.instant())
+        counted = functools.partial(count_endings, tx)
+        pieces.settle(tx.run, ended, tx.instant(), counted)

@@ -30,6 +30,7 @@ from due.core.records import (
     PieceSpawn,
     QueueOverview,
     RescueResult,
+    Retention,
     UnknownTaskSweep,
     WorkerInfo,
     WorkerRegistration,
@@ -44,7 +45,8 @@ from due.core.schedules import (
     StoredSchedule,
     SyncReport,
 )
-from due.store import jobs, long_work, queues, registry, schedules, work
+from due.core.stats import TaskFigures
+from due.store import jobs, long_work, queues, registry, schedules, stats, work
 from due.store.backend import Backend, ChangeFeed
 
 
@@ -115,8 +117,8 @@ class Store:
     def job_retry(self, job_id: int, run_now: bool = False) -> Job:
         return jobs.retry(self.backend, job_id, run_now)
 
-    def job_prune(self, retention_seconds: float, limit: int = 10_000) -> tuple[int, int]:
-        return jobs.prune(self.backend, retention_seconds, limit)
+    def job_prune(self, retention: Retention, limit: int = 10_000) -> tuple[int, int]:
+        return jobs.prune(self.backend, retention, limit)
 
     # --- jobs, from workers -------------------------------------------------------
 
@@ -174,6 +176,17 @@ class Store:
     def group_hold(self, parent: int, held: bool) -> None:
         long_work.hold_group(self.backend, parent, held)
 
+    # --- figures (counts and durations that survive pruning) ------------------------
+
+    def stats_figures(self) -> list[TaskFigures]:
+        return stats.figures(self.backend)
+
+    def stats_fold(self) -> None:
+        stats.fold(self.backend)
+
+    def job_recent_failures(self, since: datetime) -> list[dict[str, Any]]:
+        return stats.recent_failures(self.backend, since)
+
     # --- queues ----------------------------------------------------------------------
 
     def queue_pause(self, queue: str, paused: bool) -> None:
@@ -210,6 +223,9 @@ class Store:
 
     def schedule_runs(self, name: str, limit: int = 50) -> list[ScheduleRun]:
         return schedules.runs(self.backend, name, limit)
+
+    def schedule_runs_since(self, name: str, since: datetime) -> list[ScheduleRun]:
+        return schedules.runs_since(self.backend, name, since)
 
     def schedule_due_names(self) -> list[str]:
         return schedules.due_names(self.backend)
@@ -256,3 +272,9 @@ class Store:
 
     def worker_list(self, limit: int = 100) -> list[WorkerInfo]:
         return registry.list_workers(self.backend, limit)
+
+    def worker_live_by_queue(self, alive_seconds: float) -> dict[str, int]:
+        return stats.live_workers(self.backend, alive_seconds)
+
+    def worker_running_counts(self) -> dict[str, int]:
+        return stats.running_per_worker(self.backend)

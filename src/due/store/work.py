@@ -27,6 +27,7 @@ from due.core.records import (
     attempt_error_json,
     read_claimed,
 )
+from due.core.stats import Outcome
 from due.errors import StoreError
 from due.retry import judge_lost_lease
 from due.store import batches
@@ -34,6 +35,7 @@ from due.store.backend import Backend, LockWaitTimeout, Rows, Transaction
 from due.store.conflicts import retried_on_conflict
 from due.store.settling import lock_parents, settle
 from due.store.sql import describe_seconds
+from due.store.stats import count_endings
 
 
 def claim(db: Backend, request: ClaimRequest) -> list[ClaimedJob]:
@@ -143,8 +145,7 @@ def complete(db: Backend, completions: Sequence[Completion]) -> set[int]:
 
 @retried_on_conflict
 def _complete_batch(db: Backend, completions: Sequence[Completion]) -> set[int]:
-    # The common case (nothing to settle on a parent) is one statement.
-    with db.transaction(single=not any(c.settles for c in completions)) as tx:
+    with db.transaction() as tx:
         return _complete_in(tx, completions)
 
 
@@ -163,11 +164,14 @@ def _complete_in(tx: Transaction, completions: Sequence[Completion]) -> set[int]
                 "error": c.error_json(),
                 "retry_in": c.retry_in,
                 "progress": c.progress,
+                "warning": c.warning,
             }
             for c in completions
         ],
         {"now": tx.now},
     )
+    by_id = {c.job_id: c for c in completions}
+    count_endings(tx, rows, requeued=Outcome.RETRIED, completions=by_id)
     settle(tx, rows)
     return {row["id"] for row in rows}
 
@@ -189,6 +193,7 @@ def rescue(
             return RescueResult()
         verdicts = _verdicts(expired, tx.instant(), max_lost_leases)
         rows = tx.run_each("rescue_jobs", verdicts, {"now": tx.now})
+        count_endings(tx, rows, requeued=Outcome.RESCUED)
         settle(tx, rows)
     return RescueResult(
         requeued=tuple(row["id"] for row in rows if row["state"] == JobState.QUEUED),
@@ -272,6 +277,7 @@ def fail_unknown_tasks(db: Backend, sweep: UnknownTaskSweep) -> list[int]:
             "now": tx.now,
         }
         rows = tx.run("fail_unknown_tasks", params)
+        count_endings(tx, rows)
         settle(tx, rows)  # a piece failed here still counts on its parent
     return [row["id"] for row in rows]
 

@@ -106,7 +106,9 @@ def _log_end(running: RunningJob, completion: Completion, applied: bool) -> None
         "duration_ms": None if running.seconds is None else round(running.seconds * 1000, 1),
     }
     error = completion.error.error if completion.error else None
-    if completion.state == JobState.SUCCEEDED:
+    if completion.state == JobState.SUCCEEDED and completion.warning is not None:
+        event(log, "job.warned", logging.WARNING, **fields, warning=completion.warning)
+    elif completion.state == JobState.SUCCEEDED:
         event(log, "job.succeeded", logging.INFO, **fields)
     elif completion.state == JobState.QUEUED:
         retry_in = round(completion.retry_in or 0, 3)

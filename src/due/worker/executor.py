@@ -132,6 +132,7 @@ class Executor:
         if context is not None:
             completion.progress = context.progress_json()
         completion.settles = self._settles(job, context)
+        completion.seconds = seconds
         straggler = outcome.straggler if isinstance(outcome, _TimedOut) else None
         return Attempt(completion, seconds, straggler)
 
@@ -229,7 +230,9 @@ class Executor:
             # The work is done; a result we cannot store must not make it run again.
             event(log, "job.result_unstorable", logging.WARNING, job=job.id, error=str(error))
             stored = encode_value({"unstorable_result": repr(result)[:1000]}, "result")
-        return Completion(job.id, job.lease_token, JobState.SUCCEEDED, result=stored)
+        completion = Completion(job.id, job.lease_token, JobState.SUCCEEDED, result=stored)
+        completion.warning = _checked(task, job, result)
+        return completion
 
     def _failed(self, task: Task[Any, Any], job: ClaimedJob, error: Exception) -> Completion:
         record = AttemptError(
@@ -262,6 +265,24 @@ class Executor:
                 job.id, job.lease_token, JobState.QUEUED, error=record, retry_in=delay
             )
         return Completion(job.id, job.lease_token, JobState.FAILED, error=record)
+
+
+MAX_WARNING_CHARACTERS = 2000
+
+
+def _checked(task: Task[Any, Any], job: ClaimedJob, result: Any) -> str | None:
+    """The problem the task's check= finds with a successful result, if any. A
+    check that raises is a problem too (the work is done: it is not run again)."""
+    check = task.config.check
+    if check is None:
+        return None
+    try:
+        problem = check(result)
+    except Exception as error:
+        problem = f"its check= raised {_text(error)}"
+    if problem is None:
+        return None
+    return storable_text(str(problem), MAX_WARNING_CHARACTERS)
 
 
 def _text(error: BaseException) -> str:

@@ -7,7 +7,7 @@ import secrets
 import socket
 from dataclasses import dataclass, field
 
-from due.core.records import DEFAULT_MAX_LOST_LEASES
+from due.core.records import DEFAULT_MAX_LOST_LEASES, Retention
 from due.durations import DurationLike, to_seconds
 from due.errors import ConfigurationError, InvalidJobError
 from due.request import validate_queue
@@ -17,7 +17,6 @@ DEFAULT_CONCURRENCY = 10
 DEFAULT_LEASE_SECONDS = 10.0
 DEFAULT_GRACE_SECONDS = 30.0
 DEFAULT_UNKNOWN_TASK_GRACE_SECONDS = 3600.0
-DEFAULT_RETENTION_SECONDS = 14 * 86400.0
 MAX_CLAIM_BATCH = 1000
 
 
@@ -46,8 +45,9 @@ class WorkerSettings:
     leader_url: str | None = None
     """Where the leader lease lives: None for the database, or redis://..."""
     leader_ttl: float = 10.0
-    retention: float = DEFAULT_RETENTION_SECONDS
-    """The leader prunes finished jobs and schedule history older than this."""
+    retention: Retention = field(default_factory=Retention)
+    """The leader prunes finished jobs older than their outcome's retention
+    (schedule history: the longer of the two)."""
 
     @classmethod
     def build(
@@ -58,7 +58,9 @@ class WorkerSettings:
         grace: DurationLike = DEFAULT_GRACE_SECONDS,
         unknown_task_grace: DurationLike = DEFAULT_UNKNOWN_TASK_GRACE_SECONDS,
         max_lost_leases: int = DEFAULT_MAX_LOST_LEASES,
-        retention: DurationLike = DEFAULT_RETENTION_SECONDS,
+        retention: DurationLike | None = None,
+        retention_succeeded: DurationLike | None = None,
+        retention_failed: DurationLike | None = None,
         leader_ttl: DurationLike = 10.0,
         **options: object,
     ) -> WorkerSettings:
@@ -88,7 +90,7 @@ class WorkerSettings:
             grace=grace_seconds,
             unknown_task_grace=to_seconds(unknown_task_grace, what="unknown task grace"),
             max_lost_leases=max_lost_leases,
-            retention=to_seconds(retention, what="retention"),
+            retention=_retention(retention, retention_succeeded, retention_failed),
             leader_ttl=_leader_ttl(leader_ttl),
             **options,  # type: ignore[arg-type]
         )
@@ -105,6 +107,23 @@ class WorkerSettings:
     def gone_after(self) -> float:
         """A worker silent this long is marked gone."""
         return max(3 * self.lease, 10.0)
+
+
+def _retention(
+    both: DurationLike | None, succeeded: DurationLike | None, failed: DurationLike | None
+) -> Retention:
+    """Per outcome; `both` (the older single setting) stands for whichever is not given."""
+    default = Retention()
+    if both is not None:
+        default = Retention(*(2 * (to_seconds(both, what="retention"),)))
+    return Retention(
+        succeeded=default.succeeded
+        if succeeded is None
+        else to_seconds(succeeded, what="retention of succeeded jobs"),
+        failed=default.failed
+        if failed is None
+        else to_seconds(failed, what="retention of failed and cancelled jobs"),
+    )
 
 
 def _leader_ttl(value: DurationLike) -> float:

@@ -1,4 +1,13 @@
 -- columns: table, column, type, nullable, default
+due_job_stats | span | text | NO | None
+due_job_stats | minute | timestamp with time zone | NO | None
+due_job_stats | task | text | NO | None
+due_job_stats | queue | text | NO | None
+due_job_stats | outcome | text | NO | None
+due_job_stats | bucket | integer | NO | None
+due_job_stats | writer | integer | NO | None
+due_job_stats | count | bigint | NO | None
+due_job_stats | duration_sum | double precision | NO | None
 due_jobs | id | bigint | NO | None
 due_jobs | task | text | NO | None
 due_jobs | queue | text | NO | None
@@ -37,6 +46,7 @@ due_jobs | on_complete | text | YES | None
 due_jobs | on_piece_failure | text | NO | 'continue'::text
 due_jobs | completes | bigint | YES | None
 due_jobs | held | boolean | NO | false
+due_jobs | warning | text | YES | None
 due_leases | name | text | NO | None
 due_leases | holder | text | NO | None
 due_leases | token | bigint | NO | None
@@ -70,6 +80,9 @@ due_schedules | fingerprint | text | NO | None
 due_schedules | next_fire_at | timestamp with time zone | NO | None
 due_schedules | created_at | timestamp with time zone | NO | None
 due_schedules | updated_at | timestamp with time zone | NO | None
+due_schedules | last_success_at | timestamp with time zone | YES | None
+due_schedules | alert_after | double precision | NO | 300
+due_schedules | missed_total | bigint | NO | 0
 due_schema_migrations | version | integer | NO | None
 due_schema_migrations | name | text | NO | None
 due_schema_migrations | applied_at | timestamp with time zone | NO | now()
@@ -84,6 +97,8 @@ due_workers | stopped_at | timestamp with time zone | YES | None
 due_workers | tasks | jsonb | NO | '[]'::jsonb
 
 -- constraints
+due_job_stats | due_job_stats_pkey | PRIMARY KEY (span, minute, task, queue, outcome, bucket, writer)
+due_job_stats | due_job_stats_span_check | CHECK ((span = ANY (ARRAY['minute'::text, 'hour'::text, 'all'::text])))
 due_jobs | due_jobs_on_piece_failure_check | CHECK ((on_piece_failure = ANY (ARRAY['continue'::text, 'fail'::text])))
 due_jobs | due_jobs_pkey | PRIMARY KEY (id)
 due_jobs | due_jobs_state_check | CHECK ((state = ANY (ARRAY['queued'::text, 'running'::text, 'waiting'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text])))
@@ -101,10 +116,13 @@ due_workers | due_workers_pkey | PRIMARY KEY (id)
 due_workers | due_workers_state_check | CHECK ((state = ANY (ARRAY['running'::text, 'stopping'::text, 'stopped'::text, 'gone'::text])))
 
 -- indexes
+due_job_stats | due_job_stats_pkey | CREATE UNIQUE INDEX due_job_stats_pkey ON due_job_stats USING btree (span, minute, task, queue, outcome, bucket, writer)
+due_jobs | due_jobs_active | CREATE INDEX due_jobs_active ON due_jobs USING btree (queue, state, run_at) INCLUDE (attempt, held) WHERE (state = ANY (ARRAY['queued'::text, 'running'::text, 'waiting'::text, 'failed'::text]))
 due_jobs | due_jobs_children | CREATE INDEX due_jobs_children ON due_jobs USING btree (parent_id) WHERE ((parent_id IS NOT NULL) AND (state = ANY (ARRAY['queued'::text, 'running'::text, 'waiting'::text])))
 due_jobs | due_jobs_claim | CREATE INDEX due_jobs_claim ON due_jobs USING btree (queue, priority DESC, run_at, id) WHERE ((state = 'queued'::text) AND (NOT held))
 due_jobs | due_jobs_completes | CREATE INDEX due_jobs_completes ON due_jobs USING btree (completes) WHERE (completes IS NOT NULL)
 due_jobs | due_jobs_dedupe_key | CREATE UNIQUE INDEX due_jobs_dedupe_key ON due_jobs USING btree (dedupe_key) WHERE (dedupe_key IS NOT NULL)
+due_jobs | due_jobs_failed | CREATE INDEX due_jobs_failed ON due_jobs USING btree (finished_at) WHERE (state = 'failed'::text)
 due_jobs | due_jobs_lease | CREATE INDEX due_jobs_lease ON due_jobs USING btree (lease_expires_at) WHERE (lease_expires_at IS NOT NULL)
 due_jobs | due_jobs_piece | CREATE UNIQUE INDEX due_jobs_piece ON due_jobs USING btree (parent_id, piece_key) WHERE (parent_id IS NOT NULL)
 due_jobs | due_jobs_pkey | CREATE UNIQUE INDEX due_jobs_pkey ON due_jobs USING btree (id)

@@ -1,3 +1,7 @@
+-- index due_jobs_active
+CREATE INDEX due_jobs_active ON due_jobs (queue, state, run_at, attempt, held)
+    WHERE state IN ('queued', 'running', 'waiting', 'failed');
+
 -- index due_jobs_children
 CREATE INDEX due_jobs_children ON due_jobs (parent_id)
     WHERE parent_id IS NOT NULL AND state IN ('queued', 'running', 'waiting');
@@ -11,6 +15,9 @@ CREATE INDEX due_jobs_completes ON due_jobs (completes) WHERE completes IS NOT N
 
 -- index due_jobs_dedupe_key
 CREATE UNIQUE INDEX due_jobs_dedupe_key ON due_jobs (dedupe_key) WHERE dedupe_key IS NOT NULL;
+
+-- index due_jobs_failed
+CREATE INDEX due_jobs_failed ON due_jobs (finished_at) WHERE state = 'failed';
 
 -- index due_jobs_lease
 CREATE INDEX due_jobs_lease ON due_jobs (lease_expires_at) WHERE lease_expires_at IS NOT NULL;
@@ -31,6 +38,20 @@ CREATE INDEX due_schedule_runs_pending ON due_schedule_runs (schedule) WHERE out
 
 -- index due_schedules_next
 CREATE INDEX due_schedules_next ON due_schedules (next_fire_at) WHERE enabled;
+
+-- table due_job_stats
+CREATE TABLE due_job_stats (
+    span         TEXT    NOT NULL CHECK (span IN ('minute', 'hour', 'all')),
+    minute       REAL    NOT NULL,
+    task         TEXT    NOT NULL,
+    queue        TEXT    NOT NULL,
+    outcome      TEXT    NOT NULL,
+    bucket       INTEGER NOT NULL,
+    writer       INTEGER NOT NULL,
+    count        INTEGER NOT NULL,
+    duration_sum REAL    NOT NULL,
+    PRIMARY KEY (span, minute, task, queue, outcome, bucket, writer)
+) WITHOUT ROWID;
 
 -- table due_jobs
 CREATE TABLE due_jobs (
@@ -64,7 +85,7 @@ CREATE TABLE due_jobs (
     errors           TEXT    NOT NULL DEFAULT '[]',
     result           TEXT
 , schedule TEXT, scheduled_for REAL, cancel_requested INTEGER NOT NULL DEFAULT 0, checkpoint TEXT, progress TEXT, progress_at REAL, stuck_after REAL, parent_id INTEGER, piece_key TEXT, pieces_total INTEGER NOT NULL DEFAULT 0, pieces_done INTEGER NOT NULL DEFAULT 0, pieces_failed INTEGER NOT NULL DEFAULT 0, on_complete TEXT, on_piece_failure TEXT NOT NULL DEFAULT 'continue'
-    CHECK (on_piece_failure IN ('continue', 'fail')), completes INTEGER, held INTEGER NOT NULL DEFAULT 0);
+    CHECK (on_piece_failure IN ('continue', 'fail')), completes INTEGER, held INTEGER NOT NULL DEFAULT 0, warning TEXT);
 
 -- table due_leases
 CREATE TABLE due_leases (
@@ -114,7 +135,7 @@ CREATE TABLE due_schedules (
     fingerprint    TEXT    NOT NULL,
     next_fire_at   REAL    NOT NULL,
     created_at     REAL    NOT NULL,
-    updated_at     REAL    NOT NULL,
+    updated_at     REAL    NOT NULL, last_success_at REAL, alert_after REAL NOT NULL DEFAULT 300, missed_total INTEGER NOT NULL DEFAULT 0,
     CHECK ((cron IS NULL) <> (every IS NULL))
 );
 

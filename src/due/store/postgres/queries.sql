@@ -187,6 +187,7 @@ UPDATE due_jobs AS j
 SET state = c.state,
     lease_token = j.lease_token + 1,  -- the attempt is over: its token is stale now
     result = CASE WHEN c.state = 'succeeded' THEN c.result::jsonb ELSE j.result END,
+    warning = CASE WHEN c.state = 'succeeded' THEN c.warning ELSE j.warning END,
     run_at = CASE WHEN c.state = 'queued'
                   THEN coalesce(%(now)s::timestamptz, now()) + make_interval(secs => c.retry_in)
                   ELSE j.run_at END,
@@ -202,11 +203,13 @@ SET state = c.state,
                         OR (c.state = 'succeeded' AND coalesce(j.unique_for, 0) <= 0)
                       THEN NULL ELSE j.dedupe_key END
 FROM unnest(%(id)b::bigint[], %(token)b::bigint[], %(state)b::text[], %(result)b::text[],
-            %(error)b::text[], %(retry_in)b::float8[], %(progress)b::text[])
-     AS c(id, token, state, result, error, retry_in, progress)
+            %(error)b::text[], %(retry_in)b::float8[], %(progress)b::text[],
+            %(warning)b::text[])
+     AS c(id, token, state, result, error, retry_in, progress, warning)
 WHERE j.id IN (SELECT id FROM locked)
   AND j.id = c.id AND j.lease_token = c.token
-RETURNING j.id, j.state, j.parent_id, j.completes, j.pieces_total, j.cancel_requested,
+RETURNING j.id, j.task, j.queue, j.schedule, j.state, j.parent_id, j.completes, j.pieces_total,
+          j.cancel_requested,
           CASE WHEN j.state = 'queued' THEN  -- wake workers for the job due again
               pg_notify('due_jobs', j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text
           WHEN j.state IN ('succeeded', 'failed', 'cancelled') THEN  -- wake app.wait()
@@ -250,7 +253,7 @@ FROM unnest(%(id)b::bigint[], %(token)b::bigint[], %(gives_up)b::boolean[],
             %(error)b::text[]) AS r(id, token, gives_up, error)
 WHERE j.id IN (SELECT id FROM locked) AND j.id = r.id AND j.lease_token = r.token
   AND j.state = 'running' AND j.lease_expires_at < coalesce(%(now)s::timestamptz, now())
-RETURNING j.id, j.state, j.parent_id, j.completes, j.pieces_total,
+RETURNING j.id, j.task, j.queue, j.state, j.parent_id, j.completes, j.pieces_total,
           CASE WHEN j.state = 'queued' THEN  -- wake workers for the job due again
               pg_notify('due_jobs', j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text
           WHEN j.state IN ('succeeded', 'failed', 'cancelled') THEN  -- wake app.wait()
@@ -487,11 +490,13 @@ SELECT pg_advisory_xact_lock(hashtext('due_schedule_sync'))
 -- name: insert_schedule
 INSERT INTO due_schedules (name, task, cron, every, tz, payload, queue, priority, max_attempts,
                            misfire, overlap, catch_up_limit, misfire_grace, source, enabled,
-                           paused, fingerprint, next_fire_at, created_at, updated_at)
+                           paused, fingerprint, next_fire_at, created_at, updated_at,
+                           alert_after)
 VALUES (%(name)s, %(task)s, %(cron)s, %(every)s, %(tz)s, %(payload)s::jsonb, %(queue)s,
         %(priority)s, %(max_attempts)s, %(misfire)s, %(overlap)s, %(catch_up_limit)s,
         %(misfire_grace)s, %(source)s, %(enabled)s, false, %(fingerprint)s, %(next_fire_at)s,
-        coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()))
+        coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()),
+        %(alert_after)s)
 
 -- name: update_schedule
 -- A changed definition starts afresh from its next time; its history stays.
@@ -501,7 +506,8 @@ SET task = %(task)s, cron = %(cron)s, every = %(every)s, tz = %(tz)s,
     max_attempts = %(max_attempts)s, misfire = %(misfire)s, overlap = %(overlap)s,
     catch_up_limit = %(catch_up_limit)s, misfire_grace = %(misfire_grace)s,
     source = %(source)s, enabled = %(enabled)s, fingerprint = %(fingerprint)s,
-    next_fire_at = %(next_fire_at)s, updated_at = coalesce(%(now)s::timestamptz, now())
+    next_fire_at = %(next_fire_at)s, updated_at = coalesce(%(now)s::timestamptz, now()),
+    alert_after = %(alert_after)s
 WHERE name = %(name)s
 
 -- name: disable_schedule
@@ -544,6 +550,9 @@ VALUES (%(name)s, %(scheduled_for)s, %(outcome)s, %(reason)s,
 ON CONFLICT (schedule, scheduled_for) DO NOTHING
 RETURNING scheduled_for
 
+-- name: count_missed
+UPDATE due_schedules SET missed_total = missed_total + %(missed)s WHERE name = %(name)s
+
 -- name: insert_scheduled_job
 INSERT INTO due_jobs (task, queue, priority, payload, run_at, max_attempts, schedule,
                       scheduled_for, created_at)
@@ -575,7 +584,7 @@ SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
     cancel_requested = true,
     dedupe_key = CASE WHEN state = 'queued' THEN NULL ELSE dedupe_key END
 WHERE schedule = %(name)s AND state IN ('queued', 'running', 'waiting')
-RETURNING id, state, parent_id, completes, pieces_total, cancel_requested,
+RETURNING id, task, queue, state, parent_id, completes, pieces_total, cancel_requested,
           CASE WHEN state = 'cancelled' THEN pg_notify('due_ended', '')::text END AS ended
 
 -- name: skip_pending_runs
@@ -601,9 +610,6 @@ SELECT s.*,
        (SELECT j.state FROM due_schedule_runs r JOIN due_jobs j ON j.id = r.job_id
         WHERE r.schedule = s.name AND r.outcome = 'enqueued'
         ORDER BY r.scheduled_for DESC LIMIT 1) AS last_run_state,
-       (SELECT j.finished_at FROM due_jobs j
-        WHERE j.schedule = s.name AND j.state = 'succeeded'
-        ORDER BY j.scheduled_for DESC LIMIT 1) AS last_success_at,
        (SELECT count(*) FROM due_schedule_runs r
         WHERE r.schedule = s.name AND r.outcome = 'skipped') AS skipped,
        (SELECT count(*) FROM due_schedule_runs r
@@ -613,11 +619,19 @@ ORDER BY s.name
 
 -- name: schedule_runs
 SELECT r.schedule, r.scheduled_for, r.outcome, r.reason, r.job_id, j.state AS job_state,
-       r.recorded_at
+       r.recorded_at, j.started_at, j.finished_at
 FROM due_schedule_runs r LEFT JOIN due_jobs j ON j.id = r.job_id
 WHERE r.schedule = %(name)s
 ORDER BY r.scheduled_for DESC
 LIMIT %(limit)s
+
+-- name: schedule_runs_since
+-- The runs of a window (scheduled at or after `since`), oldest first.
+SELECT r.schedule, r.scheduled_for, r.outcome, r.reason, r.job_id, j.state AS job_state,
+       r.recorded_at, j.started_at, j.finished_at
+FROM due_schedule_runs r LEFT JOIN due_jobs j ON j.id = r.job_id
+WHERE r.schedule = %(name)s AND r.scheduled_for >= %(since)s
+ORDER BY r.scheduled_for
 
 -- ------------------------------------------------------------------- leases
 
@@ -678,8 +692,12 @@ FOR SHARE
 DELETE FROM due_jobs
 WHERE id = ANY(ARRAY(
     SELECT id FROM due_jobs
-    WHERE state IN ('succeeded', 'failed', 'cancelled')
-      AND finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(retention)s)
+    WHERE ((state = 'succeeded'
+            AND finished_at < coalesce(%(now)s::timestamptz, now())
+                              - make_interval(secs => %(retention_succeeded)s))
+           OR (state IN ('failed', 'cancelled')
+               AND finished_at < coalesce(%(now)s::timestamptz, now())
+                                 - make_interval(secs => %(retention_failed)s)))
       -- A job whose key still deduplicates (its unique_for window is open) stays.
       AND (dedupe_key IS NULL
            OR finished_at + make_interval(secs => coalesce(unique_for, 0))
@@ -723,7 +741,9 @@ SET state = 'succeeded', lease_token = lease_token + 1, result = 'null'::jsonb,
     progress = coalesce(%(progress)s::jsonb, progress),
     dedupe_key = CASE WHEN coalesce(unique_for, 0) <= 0 THEN NULL ELSE dedupe_key END
 WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running' AND pieces_total = 0
-RETURNING id, state, parent_id, completes, pg_notify('due_ended', '')::text AS ended
+RETURNING id, task, queue, schedule, state, parent_id, completes,
+          extract(epoch FROM finished_at - started_at)::float8 AS seconds,
+          pg_notify('due_ended', '')::text AS ended
 
 -- name: add_pieces
 -- A running parent announces pieces (fenced by its token). A later call keeps
@@ -787,7 +807,8 @@ SET state = %(state)s, lease_token = lease_token + 1,
     last_error = coalesce(%(error)s, last_error),
     dedupe_key = NULL
 WHERE id = %(id)s AND state = 'waiting'
-RETURNING id, state, parent_id, completes, pg_notify('due_ended', '')::text AS ended
+RETURNING id, task, queue, schedule, state, parent_id, completes,
+          pg_notify('due_ended', '')::text AS ended
 
 -- name: insert_completion_job
 -- Once per parent, whatever races: the key is the parent's.
@@ -818,7 +839,7 @@ SET state = CASE WHEN state IN ('queued', 'waiting') THEN 'cancelled' ELSE state
     dedupe_key = CASE WHEN state IN ('queued', 'waiting') THEN NULL ELSE dedupe_key END
 WHERE (parent_id = %(parent)s OR completes = %(parent)s)
   AND state IN ('queued', 'running', 'waiting')
-RETURNING id, state, pg_notify('due_jobs', '!cancel ' || id)::text AS notified,
+RETURNING id, task, queue, state, pg_notify('due_jobs', '!cancel ' || id)::text AS notified,
           CASE WHEN state = 'cancelled' THEN pg_notify('due_ended', '')::text END AS ended
 
 -- name: hold_group
@@ -845,17 +866,14 @@ SELECT name, paused, updated_at FROM due_queues ORDER BY name
 -- name: queue_overview
 -- Per queue: depth, due now, running, waiting, retrying (queued again after a
 -- failed or lost attempt), failed (kept until pruned), and when its oldest due
--- job became due.
+-- job became due. An index-only scan of due_jobs_active: finished rows are
+-- never read.
 SELECT queue,
        count(*) FILTER (WHERE state = 'queued') AS queued,
        count(*) FILTER (WHERE state = 'queued'
                           AND run_at <= coalesce(%(now)s::timestamptz, now())) AS due,
        count(*) FILTER (WHERE state = 'running') AS running,
        count(*) FILTER (WHERE state = 'waiting') AS waiting,
-       count(*) FILTER (WHERE state = 'running' AND stuck_after IS NOT NULL
-                          AND coalesce(progress_at, started_at)
-                              < coalesce(%(now)s::timestamptz, now())
-                                - make_interval(secs => stuck_after)) AS stuck,
        min(run_at) FILTER (WHERE state = 'queued' AND NOT held
                              AND run_at <= coalesce(%(now)s::timestamptz, now())) AS oldest_due,
        count(*) FILTER (WHERE state = 'queued' AND attempt > 0) AS retrying,
@@ -864,6 +882,15 @@ FROM due_jobs
 WHERE state IN ('queued', 'running', 'waiting', 'failed')
 GROUP BY queue
 ORDER BY queue
+
+-- name: queue_stuck
+-- Running jobs whose progress has not moved for their task's stuck_after.
+SELECT queue, count(*) AS stuck
+FROM due_jobs
+WHERE state = 'running' AND lease_expires_at IS NOT NULL AND stuck_after IS NOT NULL
+  AND coalesce(progress_at, started_at)
+      < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => stuck_after)
+GROUP BY queue
 
 -- name: known_queue_names
 -- Queues known without a job in them: paused or resumed ones, those workers
@@ -884,3 +911,81 @@ SELECT EXISTS (SELECT 1 FROM due_jobs WHERE queue = %(queue)s)
 -- The jobs among these that have ended (what app.wait() waits for).
 SELECT * FROM due_jobs
 WHERE id = ANY(%(ids)b::bigint[]) AND state IN ('succeeded', 'failed', 'cancelled')
+
+-- ------------------------------------------------------------------ figures
+
+-- name: record_endings
+-- Ends of attempts, counted in the transaction that records them (run for a
+-- batch of tallies, sorted so every transaction takes row locks in one order).
+-- The writer is this session: concurrent sessions never wait on each other.
+INSERT INTO due_job_stats AS s (span, minute, task, queue, outcome, bucket, writer, count,
+                                duration_sum)
+SELECT 'minute', date_trunc('minute', coalesce(%(now)s::timestamptz, now())),
+       t.task, t.queue, t.outcome, t.bucket, pg_backend_pid(), t.count, t.duration_sum
+FROM unnest(%(task)b::text[], %(queue)b::text[], %(outcome)b::text[], %(bucket)b::int[],
+            %(count)b::bigint[], %(duration_sum)b::float8[])
+     AS t(task, queue, outcome, bucket, count, duration_sum)
+ON CONFLICT (span, minute, task, queue, outcome, bucket, writer) DO UPDATE
+SET count = s.count + excluded.count, duration_sum = s.duration_sum + excluded.duration_sum
+
+-- name: fold_stats
+-- Rows of one span older than `before` become rows of the next span (minutes
+-- into hours, hours into `all`), one writer; drop_stats then deletes them.
+INSERT INTO due_job_stats AS s (span, minute, task, queue, outcome, bucket, writer, count,
+                                duration_sum)
+SELECT %(into)s,
+       CASE WHEN %(into)s = 'hour' THEN date_trunc('hour', minute)
+            ELSE 'epoch'::timestamptz END,
+       task, queue, outcome, bucket, 0, sum(count), sum(duration_sum)
+FROM due_job_stats
+WHERE span = %(span)s AND minute < %(before)s
+GROUP BY 2, task, queue, outcome, bucket
+ORDER BY 2, task, queue, outcome, bucket
+ON CONFLICT (span, minute, task, queue, outcome, bucket, writer) DO UPDATE
+SET count = s.count + excluded.count, duration_sum = s.duration_sum + excluded.duration_sum
+
+-- name: drop_stats
+DELETE FROM due_job_stats WHERE span = %(span)s AND minute < %(before)s
+
+-- name: job_stats
+-- Counts and duration sums per task, queue, outcome and duration bucket, in
+-- each recent window (rows whose minute starts at or after `since_<window>`)
+-- and in total, summed over writers and spans: a few hundred rows, however
+-- busy the minutes and hours kept before folding were.
+SELECT task, queue, outcome, bucket,
+       sum(CASE WHEN minute >= %(since_5m)s THEN count ELSE 0 END)::bigint AS count_5m,
+       sum(CASE WHEN minute >= %(since_5m)s THEN duration_sum ELSE 0 END) AS seconds_5m,
+       sum(CASE WHEN minute >= %(since_1h)s THEN count ELSE 0 END)::bigint AS count_1h,
+       sum(CASE WHEN minute >= %(since_1h)s THEN duration_sum ELSE 0 END) AS seconds_1h,
+       sum(CASE WHEN minute >= %(since_24h)s THEN count ELSE 0 END)::bigint AS count_24h,
+       sum(CASE WHEN minute >= %(since_24h)s THEN duration_sum ELSE 0 END) AS seconds_24h,
+       sum(count)::bigint AS count_total, sum(duration_sum) AS seconds_total
+FROM due_job_stats
+GROUP BY task, queue, outcome, bucket
+
+-- name: note_schedule_success
+UPDATE due_schedules
+SET last_success_at = coalesce(%(now)s::timestamptz, now())
+WHERE name = %(name)s
+
+-- name: recent_failures
+-- Jobs that failed for good since `since`, per queue and task.
+SELECT queue, task, count(*) AS failed, max(finished_at) AS last_failed_at
+FROM due_jobs
+WHERE state = 'failed' AND finished_at >= %(since)s
+GROUP BY queue, task
+ORDER BY queue, task
+
+-- name: live_workers
+-- Live workers (running or stopping, seen within `alive` seconds) per queue.
+SELECT q.queue, count(*) AS workers
+FROM due_workers w, jsonb_object_keys(w.queues) AS q(queue)
+WHERE w.state IN ('running', 'stopping')
+  AND w.last_seen_at > coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(alive)s)
+GROUP BY q.queue
+
+-- name: running_per_worker
+SELECT worker, count(*) AS running
+FROM due_jobs
+WHERE state = 'running' AND lease_expires_at IS NOT NULL
+GROUP BY worker

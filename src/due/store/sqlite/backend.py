@@ -56,6 +56,8 @@ TIME_COLUMNS = frozenset(
         "last_seen_at",
         "stopped_at",
         "now",
+        "minute",
+        "last_failed_at",
     }
 )
 JSON_COLUMNS = frozenset(

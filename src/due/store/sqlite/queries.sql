@@ -119,6 +119,7 @@ UPDATE due_jobs
 SET state = :state,
     lease_token = lease_token + 1,  -- the attempt is over: its token is stale now
     result = CASE WHEN :state = 'succeeded' THEN :result ELSE result END,
+    warning = CASE WHEN :state = 'succeeded' THEN :warning ELSE warning END,
     run_at = CASE WHEN :state = 'queued' THEN :now + :retry_in ELSE run_at END,
     finished_at = CASE WHEN :state IN ('succeeded', 'failed', 'cancelled') THEN :now END,
     lease_expires_at = NULL,
@@ -131,7 +132,7 @@ SET state = :state,
                         OR (:state = 'succeeded' AND coalesce(unique_for, 0) <= 0)
                       THEN NULL ELSE dedupe_key END
 WHERE id = :id AND lease_token = :token AND state = 'running'
-RETURNING id, state, queue, run_at, parent_id, completes, pieces_total, cancel_requested
+RETURNING id, task, schedule, state, queue, run_at, parent_id, completes, pieces_total, cancel_requested
 
 -- name: select_expired
 -- Running jobs whose worker stopped renewing the lease. The task is never
@@ -157,7 +158,7 @@ SET state = CASE WHEN cancel_requested THEN 'cancelled'
     errors = json_insert(errors, '$[#]', json(:error)),
     dedupe_key = CASE WHEN :gives_up OR cancel_requested THEN NULL ELSE dedupe_key END
 WHERE id = :id AND lease_token = :token AND state = 'running' AND lease_expires_at < :now
-RETURNING id, state, queue, run_at, parent_id, completes, pieces_total
+RETURNING id, task, state, queue, run_at, parent_id, completes, pieces_total
 
 -- name: get_job
 -- `stuck`: running, and its progress has not moved for its task's stuck_after.
@@ -334,10 +335,11 @@ SELECT * FROM due_schedules ORDER BY name
 -- name: insert_schedule
 INSERT INTO due_schedules (name, task, cron, every, tz, payload, queue, priority, max_attempts,
                            misfire, overlap, catch_up_limit, misfire_grace, source, enabled,
-                           paused, fingerprint, next_fire_at, created_at, updated_at)
+                           paused, fingerprint, next_fire_at, created_at, updated_at,
+                           alert_after)
 VALUES (:name, :task, :cron, :every, :tz, :payload, :queue, :priority, :max_attempts, :misfire,
         :overlap, :catch_up_limit, :misfire_grace, :source, :enabled, 0, :fingerprint, :next_fire_at,
-        :now, :now)
+        :now, :now, :alert_after)
 
 -- name: update_schedule
 -- A changed definition starts afresh from its next time; its history stays.
@@ -346,7 +348,7 @@ SET task = :task, cron = :cron, every = :every, tz = :tz, payload = :payload, qu
     priority = :priority, max_attempts = :max_attempts, misfire = :misfire,
     overlap = :overlap, catch_up_limit = :catch_up_limit, misfire_grace = :misfire_grace,
     source = :source, enabled = :enabled, fingerprint = :fingerprint, next_fire_at = :next_fire_at,
-    updated_at = :now
+    updated_at = :now, alert_after = :alert_after
 WHERE name = :name
 
 -- name: disable_schedule
@@ -381,6 +383,9 @@ VALUES (:name, :scheduled_for, :outcome, :reason, :now)
 ON CONFLICT (schedule, scheduled_for) DO NOTHING
 RETURNING scheduled_for
 
+-- name: count_missed
+UPDATE due_schedules SET missed_total = missed_total + :missed WHERE name = :name
+
 -- name: insert_scheduled_job
 INSERT INTO due_jobs (task, queue, priority, payload, run_at, max_attempts, schedule,
                       scheduled_for, created_at)
@@ -409,7 +414,7 @@ SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
     cancel_requested = 1,
     dedupe_key = CASE WHEN state = 'queued' THEN NULL ELSE dedupe_key END
 WHERE schedule = :name AND state IN ('queued', 'running', 'waiting')
-RETURNING id, state, parent_id, completes, pieces_total, cancel_requested
+RETURNING id, task, queue, state, parent_id, completes, pieces_total, cancel_requested
 
 -- name: skip_pending_runs
 -- Runs waiting for their previous one, of a schedule paused, disabled or removed
@@ -434,9 +439,6 @@ SELECT s.*,
        (SELECT j.state FROM due_schedule_runs r JOIN due_jobs j ON j.id = r.job_id
         WHERE r.schedule = s.name AND r.outcome = 'enqueued'
         ORDER BY r.scheduled_for DESC LIMIT 1) AS last_run_state,
-       (SELECT j.finished_at FROM due_jobs j
-        WHERE j.schedule = s.name AND j.state = 'succeeded'
-        ORDER BY j.scheduled_for DESC LIMIT 1) AS last_success_at,
        (SELECT count(*) FROM due_schedule_runs r
         WHERE r.schedule = s.name AND r.outcome = 'skipped') AS skipped,
        (SELECT count(*) FROM due_schedule_runs r
@@ -446,11 +448,19 @@ ORDER BY s.name
 
 -- name: schedule_runs
 SELECT r.schedule, r.scheduled_for, r.outcome, r.reason, r.job_id, j.state AS job_state,
-       r.recorded_at
+       r.recorded_at, j.started_at, j.finished_at
 FROM due_schedule_runs r LEFT JOIN due_jobs j ON j.id = r.job_id
 WHERE r.schedule = :name
 ORDER BY r.scheduled_for DESC
 LIMIT :limit
+
+-- name: schedule_runs_since
+-- The runs of a window (scheduled at or after `since`), oldest first.
+SELECT r.schedule, r.scheduled_for, r.outcome, r.reason, r.job_id, j.state AS job_state,
+       r.recorded_at, j.started_at, j.finished_at
+FROM due_schedule_runs r LEFT JOIN due_jobs j ON j.id = r.job_id
+WHERE r.schedule = :name AND r.scheduled_for >= :since
+ORDER BY r.scheduled_for
 
 -- ------------------------------------------------------------------- leases
 
@@ -491,8 +501,8 @@ WHERE name = :name AND holder = :holder AND token = :token AND expires_at >= :no
 DELETE FROM due_jobs
 WHERE id IN (
     SELECT id FROM due_jobs
-    WHERE state IN ('succeeded', 'failed', 'cancelled')
-      AND finished_at < :now - :retention
+    WHERE ((state = 'succeeded' AND finished_at < :now - :retention_succeeded)
+           OR (state IN ('failed', 'cancelled') AND finished_at < :now - :retention_failed))
       AND (dedupe_key IS NULL OR finished_at + coalesce(unique_for, 0) <= :now)
       AND id < (SELECT max(id) FROM due_jobs)
     ORDER BY id
@@ -530,7 +540,8 @@ SET state = 'succeeded', lease_token = lease_token + 1, result = 'null', finishe
     lease_expires_at = NULL, lost_leases = 0, progress = coalesce(:progress, progress),
     dedupe_key = CASE WHEN coalesce(unique_for, 0) <= 0 THEN NULL ELSE dedupe_key END
 WHERE id = :id AND lease_token = :token AND state = 'running' AND pieces_total = 0
-RETURNING id, state, parent_id, completes
+RETURNING id, task, queue, schedule, state, parent_id, completes,
+          finished_at - started_at AS seconds
 
 -- name: add_pieces
 -- A running parent announces pieces (fenced by its token). A later call keeps
@@ -583,7 +594,7 @@ UPDATE due_jobs
 SET state = :state, lease_token = lease_token + 1, finished_at = :now, lease_expires_at = NULL,
     result = :result, last_error = coalesce(:error, last_error), dedupe_key = NULL
 WHERE id = :id AND state = 'waiting'
-RETURNING id, state, parent_id, completes
+RETURNING id, task, queue, schedule, state, parent_id, completes
 
 -- name: insert_completion_job
 -- Once per parent, whatever races: the key is the parent's.
@@ -612,7 +623,7 @@ SET state = CASE WHEN state IN ('queued', 'waiting') THEN 'cancelled' ELSE state
     dedupe_key = CASE WHEN state IN ('queued', 'waiting') THEN NULL ELSE dedupe_key END
 WHERE (parent_id = :parent OR completes = :parent)
   AND state IN ('queued', 'running', 'waiting')
-RETURNING id, state
+RETURNING id, task, queue, state
 
 -- name: hold_group
 -- Pause (held) or resume a group: the parent and all its pieces (so a piece
@@ -632,21 +643,28 @@ SELECT name, paused, updated_at FROM due_queues ORDER BY name
 -- name: queue_overview
 -- Per queue: depth, due now, running, waiting, retrying (queued again after a
 -- failed or lost attempt), failed (kept until pruned), and when its oldest due
--- job became due.
+-- job became due. The covering index due_jobs_active alone is read: finished
+-- rows never are.
 SELECT queue,
        count(*) FILTER (WHERE state = 'queued') AS queued,
        count(*) FILTER (WHERE state = 'queued' AND run_at <= :now) AS due,
        count(*) FILTER (WHERE state = 'running') AS running,
        count(*) FILTER (WHERE state = 'waiting') AS waiting,
-       count(*) FILTER (WHERE state = 'running' AND stuck_after IS NOT NULL
-                          AND coalesce(progress_at, started_at) < :now - stuck_after) AS stuck,
        min(run_at) FILTER (WHERE state = 'queued' AND NOT held AND run_at <= :now) AS oldest_due,
        count(*) FILTER (WHERE state = 'queued' AND attempt > 0) AS retrying,
        count(*) FILTER (WHERE state = 'failed') AS failed
-FROM due_jobs
+FROM due_jobs INDEXED BY due_jobs_active
 WHERE state IN ('queued', 'running', 'waiting', 'failed')
 GROUP BY queue
 ORDER BY queue
+
+-- name: queue_stuck
+-- Running jobs whose progress has not moved for their task's stuck_after.
+SELECT queue, count(*) AS stuck
+FROM due_jobs
+WHERE state = 'running' AND lease_expires_at IS NOT NULL AND stuck_after IS NOT NULL
+  AND coalesce(progress_at, started_at) < :now - stuck_after
+GROUP BY queue
 
 -- name: known_queue_names
 -- Queues known without a job in them: paused or resumed ones, those workers
@@ -668,3 +686,71 @@ SELECT EXISTS (SELECT 1 FROM due_jobs WHERE queue = :queue)
 -- The jobs among these that have ended (what app.wait() waits for).
 SELECT * FROM due_jobs
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('succeeded', 'failed', 'cancelled')
+
+-- ------------------------------------------------------------------ figures
+
+-- name: record_endings
+-- Ends of attempts, counted in the transaction that records them (run for each
+-- tally). One writer at a time: `writer` is always 0.
+INSERT INTO due_job_stats (span, minute, task, queue, outcome, bucket, writer, count,
+                           duration_sum)
+VALUES ('minute', CAST(:now AS INTEGER) / 60 * 60, :task, :queue, :outcome, :bucket, 0, :count,
+        :duration_sum)
+ON CONFLICT (span, minute, task, queue, outcome, bucket, writer) DO UPDATE
+SET count = count + excluded.count, duration_sum = duration_sum + excluded.duration_sum
+
+-- name: fold_stats
+-- Rows of one span older than `before` become rows of the next span (minutes
+-- into hours, hours into `all`); drop_stats then deletes them.
+INSERT INTO due_job_stats (span, minute, task, queue, outcome, bucket, writer, count,
+                           duration_sum)
+SELECT :into, CASE WHEN :into = 'hour' THEN CAST(minute AS INTEGER) / 3600 * 3600 ELSE 0 END,
+       task, queue, outcome, bucket, 0, sum(count), sum(duration_sum)
+FROM due_job_stats
+WHERE span = :span AND minute < :before
+GROUP BY 2, task, queue, outcome, bucket
+ON CONFLICT (span, minute, task, queue, outcome, bucket, writer) DO UPDATE
+SET count = count + excluded.count, duration_sum = duration_sum + excluded.duration_sum
+
+-- name: drop_stats
+DELETE FROM due_job_stats WHERE span = :span AND minute < :before
+
+-- name: job_stats
+-- Counts and duration sums per task, queue, outcome and duration bucket, in
+-- each recent window (rows whose minute starts at or after `since_<window>`)
+-- and in total, summed over writers and spans: a few hundred rows, however
+-- busy the minutes and hours kept before folding were.
+SELECT task, queue, outcome, bucket,
+       sum(CASE WHEN minute >= :since_5m THEN count ELSE 0 END) AS count_5m,
+       sum(CASE WHEN minute >= :since_5m THEN duration_sum ELSE 0 END) AS seconds_5m,
+       sum(CASE WHEN minute >= :since_1h THEN count ELSE 0 END) AS count_1h,
+       sum(CASE WHEN minute >= :since_1h THEN duration_sum ELSE 0 END) AS seconds_1h,
+       sum(CASE WHEN minute >= :since_24h THEN count ELSE 0 END) AS count_24h,
+       sum(CASE WHEN minute >= :since_24h THEN duration_sum ELSE 0 END) AS seconds_24h,
+       sum(count) AS count_total, sum(duration_sum) AS seconds_total
+FROM due_job_stats
+GROUP BY task, queue, outcome, bucket
+
+-- name: note_schedule_success
+UPDATE due_schedules SET last_success_at = :now WHERE name = :name
+
+-- name: recent_failures
+-- Jobs that failed for good since `since`, per queue and task.
+SELECT queue, task, count(*) AS failed, max(finished_at) AS last_failed_at
+FROM due_jobs INDEXED BY due_jobs_failed
+WHERE state = 'failed' AND finished_at >= :since
+GROUP BY queue, task
+ORDER BY queue, task
+
+-- name: live_workers
+-- Live workers (running or stopping, seen within `alive` seconds) per queue.
+SELECT q.key AS queue, count(*) AS workers
+FROM due_workers w, json_each(w.queues) AS q
+WHERE w.state IN ('running', 'stopping') AND w.last_seen_at > :now - :alive
+GROUP BY q.key
+
+-- name: running_per_worker
+SELECT worker, count(*) AS running
+FROM due_jobs
+WHERE state = 'running' AND lease_expires_at IS NOT NULL
+GROUP BY worker

@@ -1,0 +1,130 @@
+"""`due check` (alerts, with monitoring-plugin exit codes) and `due metrics`
+(Prometheus)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from typing import Any
+
+import click
+
+from due.cli.common import Settings
+from due.cli.jobs import JSON_HELP
+from due.cli.main import main
+from due.cli.output import iso, print_json
+from due.durations import to_seconds
+from due.errors import DueError
+from due.visibility.alerts import evaluate, worst
+from due.visibility.snapshot import take
+
+UNKNOWN = 3
+"""The monitoring-plugin exit code for "could not tell" (the database is out of
+reach, a bad option)."""
+
+
+@main.command()
+@click.option(
+    "--oldest-due-warning",
+    default=None,
+    help="Warn when a queue's oldest due job has waited longer (default 1m; a queue "
+    "declared with app.queue(...) keeps its own).",
+)
+@click.option(
+    "--oldest-due-critical",
+    default=None,
+    help="Critical when a queue's oldest due job has waited longer (default 5m).",
+)
+@click.option(
+    "--failures-window",
+    default="1h",
+    show_default=True,
+    help="How far back failed jobs and failed checks alert.",
+)
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@click.pass_obj
+def check(
+    settings: Settings,
+    oldest_due_warning: str | None,
+    oldest_due_critical: str | None,
+    failures_window: str,
+    as_json: bool,
+) -> None:
+    """Print every active alert, one line each, and exit 0 (ok), 1 (warning) or
+    2 (critical); 3 when the state could not be read. For cron, Kubernetes
+    probes and Nagios."""
+    try:
+        app = settings.app
+        window = to_seconds(failures_window, what="--failures-window")
+        rules = app.alert_rules(
+            oldest_due_warning=oldest_due_warning, oldest_due_critical=oldest_due_critical
+        )
+        snapshot = take(app, window)
+    except DueError as error:
+        if as_json:
+            print_json({"status": "unknown", "exit_code": UNKNOWN, "error": str(error)})
+        else:
+            click.echo(f"UNKNOWN: {error}")
+        sys.exit(UNKNOWN)
+    alerts = evaluate(snapshot, rules)
+    severity = worst(alerts)
+    if as_json:
+        print_json(
+            {
+                "status": severity.name.lower(),
+                "exit_code": int(severity),
+                "at": iso(snapshot.at),
+                "alerts": [
+                    {
+                        "severity": alert.severity.name.lower(),
+                        "kind": alert.kind,
+                        "subject": alert.subject,
+                        "message": alert.message,
+                    }
+                    for alert in alerts
+                ],
+            }
+        )
+    elif alerts:
+        for alert in alerts:
+            click.echo(alert.line())
+    else:
+        live = sum(1 for worker in snapshot.workers if worker.state == "running")
+        click.echo(
+            f"OK: nothing to alert on ({len(snapshot.queues)} queues, "
+            f"{len(snapshot.schedules)} schedules, {live} running workers)"
+        )
+    sys.exit(int(severity))
+
+
+@main.command()
+@click.option("--port", default=9464, show_default=True, help="Serve /metrics on this port.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Listen on this address.")
+@click.pass_obj
+def metrics(settings: Settings, port: int, host: str) -> None:
+    """Serve the figures for Prometheus on http://HOST:PORT/metrics, read from the
+    database at each scrape (run as many as you like, anywhere)."""
+    from prometheus_client import start_http_server
+
+    from due.visibility.metrics import registry_for
+
+    try:
+        app = settings.app
+        app.store.check_schema()
+        registry = registry_for(app)
+        server, thread = start_http_server(port, addr=host, registry=registry)
+    except (DueError, OSError) as error:
+        click.echo(f"error: {error}", err=True)
+        sys.exit(1)
+    click.echo(f"serving metrics on http://{host}:{server.server_port}/metrics", err=True)
+    stop = threading.Event()
+
+    def stop_serving(*_: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, stop_serving)
+    signal.signal(signal.SIGINT, stop_serving)
+    stop.wait()
+    server.shutdown()
+    thread.join(5)

@@ -1,0 +1,259 @@
+"""The alerts a snapshot raises, and the thresholds that decide them.
+
+What alerts (each documented in the README, with its default):
+
+- a queue whose oldest due job has waited longer than its threshold
+  (`app.queue("emails", oldest_due_warning="30s", oldest_due_critical="2m")`;
+  default: warning over 1 minute, critical over 5);
+- a queue with due jobs that no live worker serves (critical);
+- stuck jobs: running, their progress still for their task's `stuck_after`;
+- jobs that failed for good within the failures window (default: the last hour);
+- jobs whose result failed their task's `check=` within that window;
+- a schedule whose time passed `alert_after` ago without a run (critical: is a
+  scheduler running?), whose run has not started `alert_after` after its time,
+  or with no success within its period plus `alert_after` (a dead-man's switch:
+  "the nightly job that stopped running weeks ago").
+
+Severity follows the monitoring-plugin convention: 0 ok, 1 warning, 2 critical.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from due.core.schedules import ScheduleOverview
+from due.core.stats import Outcome
+from due.core.timing import Timing
+from due.durations import DurationLike, describe, to_seconds
+from due.errors import ConfigurationError
+from due.visibility.snapshot import Snapshot
+
+DEFAULT_OLDEST_DUE_WARNING = 60.0
+DEFAULT_OLDEST_DUE_CRITICAL = 300.0
+
+
+class Severity(enum.IntEnum):
+    OK = 0
+    WARNING = 1
+    CRITICAL = 2
+
+
+@dataclass(frozen=True, slots=True)
+class QueueThresholds:
+    """How long a queue's oldest due job may wait (seconds)."""
+
+    oldest_due_warning: float = DEFAULT_OLDEST_DUE_WARNING
+    oldest_due_critical: float = DEFAULT_OLDEST_DUE_CRITICAL
+
+    @classmethod
+    def build(
+        cls,
+        what: str,
+        warning: DurationLike | None = None,
+        critical: DurationLike | None = None,
+        base: QueueThresholds | None = None,
+    ) -> QueueThresholds:
+        base = base or cls()
+        warn = base.oldest_due_warning if warning is None else _positive(warning, what, "warning")
+        crit = (
+            base.oldest_due_critical if critical is None else _positive(critical, what, "critical")
+        )
+        if warn > crit:
+            raise ConfigurationError(
+                f"{what}: oldest_due_warning ({describe(warn)}) must not exceed "
+                f"oldest_due_critical ({describe(crit)})"
+            )
+        return cls(warn, crit)
+
+
+def _positive(value: DurationLike, what: str, level: str) -> float:
+    seconds = to_seconds(value, what=f"{what}: oldest_due_{level}")
+    if seconds <= 0:
+        raise ConfigurationError(f"{what}: oldest_due_{level} must be positive, got {value!r}")
+    return seconds
+
+
+@dataclass(frozen=True)
+class AlertRules:
+    queues: Mapping[str, QueueThresholds] = field(default_factory=dict)
+    """Thresholds declared per queue (`app.queue(...)`)."""
+    default: QueueThresholds = QueueThresholds()
+    """For every other queue."""
+
+    def for_queue(self, name: str) -> QueueThresholds:
+        return self.queues.get(name, self.default)
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    severity: Severity
+    kind: str
+    """oldest_due, no_worker, stuck, failed, warned, schedule_late, run_not_started,
+    schedule_silent."""
+    subject: str
+    """What it is about: "queue emails", "task send_report", "schedule nightly"."""
+    message: str
+
+    def line(self) -> str:
+        return f"{self.severity.name} {self.subject}: {self.message}"
+
+
+def evaluate(snapshot: Snapshot, rules: AlertRules) -> list[Alert]:
+    """Every alert the snapshot raises, the most severe first."""
+    alerts = [
+        *_queue_alerts(snapshot, rules),
+        *_task_alerts(snapshot),
+        *(
+            alert
+            for overview in snapshot.schedules
+            for alert in schedule_alerts(overview, snapshot.at)
+        ),
+    ]
+    return sorted(alerts, key=lambda a: (-a.severity, a.subject, a.kind))
+
+
+def worst(alerts: list[Alert]) -> Severity:
+    return max((alert.severity for alert in alerts), default=Severity.OK)
+
+
+def _queue_alerts(snapshot: Snapshot, rules: AlertRules) -> list[Alert]:
+    alerts = []
+    for queue in snapshot.queues:
+        subject = f"queue {queue.name}"
+        if queue.paused:
+            continue  # waiting on purpose
+        age = snapshot.oldest_due_age(queue)
+        limits = rules.for_queue(queue.name)
+        if age is not None and age > limits.oldest_due_warning:
+            critical = age > limits.oldest_due_critical
+            over = limits.oldest_due_critical if critical else limits.oldest_due_warning
+            level = "critical" if critical else "warning"
+            alerts.append(
+                Alert(
+                    Severity.CRITICAL if critical else Severity.WARNING,
+                    "oldest_due",
+                    subject,
+                    f"oldest due job waited {describe(round(age))} ({level} over {describe(over)})",
+                )
+            )
+        if queue.due and not snapshot.live_workers.get(queue.name):
+            alerts.append(
+                Alert(
+                    Severity.CRITICAL,
+                    "no_worker",
+                    subject,
+                    f"{queue.due} due job{'s' if queue.due != 1 else ''} and no live worker "
+                    "serves it",
+                )
+            )
+        if queue.stuck:
+            alerts.append(
+                Alert(
+                    Severity.WARNING,
+                    "stuck",
+                    subject,
+                    f"{queue.stuck} running job{'s' if queue.stuck != 1 else ''} stuck (progress "
+                    "still for longer than their task's stuck_after)",
+                )
+            )
+    return alerts
+
+
+def _task_alerts(snapshot: Snapshot) -> list[Alert]:
+    window = describe(round(snapshot.failures_window))
+    alerts = [
+        Alert(
+            Severity.WARNING,
+            "failed",
+            f"task {row['task']}",
+            f"{row['failed']} job{'s' if row['failed'] != 1 else ''} of queue {row['queue']} "
+            f"failed for good in the last {window}",
+        )
+        for row in snapshot.failures
+    ]
+    # Results that failed their check=, from the rollups' last-hour window.
+    for figures in snapshot.tasks:
+        warned = figures.window("1h").counts.get(Outcome.WARNED.value, 0)
+        if warned:
+            alerts.append(
+                Alert(
+                    Severity.WARNING,
+                    "warned",
+                    f"task {figures.task}",
+                    f"{warned} result{'s' if warned != 1 else ''} of queue {figures.queue} "
+                    "failed the task's check in the last 1h",
+                )
+            )
+    return alerts
+
+
+def schedule_alerts(overview: ScheduleOverview, now: datetime) -> list[Alert]:
+    """A schedule's dead-man's switch (nothing for a paused or disabled one)."""
+    stored = overview.stored
+    if not stored.enabled or stored.paused:
+        return []
+    schedule = stored.schedule
+    tolerance = timedelta(seconds=schedule.alert_after)
+    subject = f"schedule {schedule.name}"
+    alerts = []
+    late = now - stored.next_fire_at
+    if late > tolerance:
+        alerts.append(
+            Alert(
+                Severity.CRITICAL,
+                "schedule_late",
+                subject,
+                f"its time {_moment(stored.next_fire_at)} passed "
+                f"{describe(round(late.total_seconds()))} ago without a run: is a scheduler "
+                "running?",
+            )
+        )
+    if (
+        overview.last_run_state == "queued"
+        and overview.last_run_at is not None
+        and now - overview.last_run_at > tolerance
+    ):
+        waited = describe(round((now - overview.last_run_at).total_seconds()))
+        alerts.append(
+            Alert(
+                Severity.WARNING,
+                "run_not_started",
+                subject,
+                f"its run of {_moment(overview.last_run_at)} has waited {waited} to start",
+            )
+        )
+    silent = _silent_since(overview, schedule.timing, tolerance, now)
+    if silent is not None:
+        alerts.append(Alert(Severity.WARNING, "schedule_silent", subject, silent))
+    return alerts
+
+
+def _silent_since(
+    overview: ScheduleOverview, timing: Timing, tolerance: timedelta, now: datetime
+) -> str | None:
+    """Why the schedule counts as silent: no success within its period (the gap
+    between its two next times after the last success) plus the tolerance."""
+    anchor = overview.last_success_at or overview.created_at
+    if anchor is None:
+        return None
+    first = timing.after(anchor)
+    period = timing.after(first) - first
+    if now - anchor <= period + tolerance:
+        return None
+    if overview.last_success_at is None:
+        return (
+            f"no run has succeeded since it was made {_moment(anchor)} (its period is "
+            f"{describe(round(period.total_seconds()))})"
+        )
+    tolerated = describe(round(tolerance.total_seconds()))
+    return (
+        f"no success since {_moment(anchor)} (its period is "
+        f"{describe(round(period.total_seconds()))}, plus {tolerated})"
+    )
+
+
+def _moment(value: datetime) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S UTC")

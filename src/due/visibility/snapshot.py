@@ -1,0 +1,59 @@
+"""One read of everything visibility shows: queues, tasks, schedules, workers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from due.core.records import DEFAULT_ALIVE_SECONDS, QueueOverview, WorkerInfo
+from due.core.schedules import ScheduleOverview
+from due.core.stats import TaskFigures
+
+if TYPE_CHECKING:
+    from due.app import App
+
+DEFAULT_FAILURES_WINDOW = 3600.0
+"""How far back "recent failures" look (seconds)."""
+WORKERS_SHOWN = 100
+
+
+@dataclass
+class Snapshot:
+    at: datetime
+    """The database's now when the snapshot was read."""
+    queues: list[QueueOverview]
+    live_workers: dict[str, int]
+    """Per queue: the live workers serving it."""
+    tasks: list[TaskFigures]
+    schedules: list[ScheduleOverview]
+    workers: list[WorkerInfo]
+    running: dict[str, int]
+    """Per worker id: the jobs it runs now."""
+    failures: list[dict[str, Any]]
+    """Per queue and task: jobs failed for good within the failures window."""
+    failures_window: float
+
+    def oldest_due_age(self, queue: QueueOverview) -> float | None:
+        """Seconds the queue's oldest due job has waited (None: nothing due)."""
+        if queue.oldest_due_at is None:
+            return None
+        return max(0.0, (self.at - queue.oldest_due_at).total_seconds())
+
+
+def take(app: App, failures_window: float = DEFAULT_FAILURES_WINDOW) -> Snapshot:
+    """Read every figure, from the rollups and the indexes (never a scan of the
+    finished jobs)."""
+    store = app.store
+    at = store.now()
+    return Snapshot(
+        at=at,
+        queues=app.queues(),
+        live_workers=store.worker_live_by_queue(DEFAULT_ALIVE_SECONDS),
+        tasks=store.stats_figures(),
+        schedules=store.schedule_overview(),
+        workers=store.worker_list(WORKERS_SHOWN),
+        running=store.worker_running_counts(),
+        failures=store.job_recent_failures(at - timedelta(seconds=failures_window)),
+        failures_window=failures_window,
+    )

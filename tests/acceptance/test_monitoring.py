@@ -1,0 +1,193 @@
+"""`due check` and `due metrics`, run as an operator runs them: in a subprocess,
+on a real database, with real time."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+import due
+from due.core.records import WorkerRegistration
+from due.testing import drain
+from tests.helpers.cli import PLAIN_ENVIRONMENT, run_due
+from tests.helpers.waiting import wait_until
+from tests.helpers.workers import REPOSITORY
+
+DOCUMENTED = {
+    "due_jobs",
+    "due_job_duration_seconds",
+    "due_queue_jobs",
+    "due_queue_paused",
+    "due_queue_oldest_due_age_seconds",
+    "due_schedule_last_success_timestamp_seconds",
+    "due_schedule_next_run_timestamp_seconds",
+    "due_schedule_missed",
+    "due_workers_alive",
+    "due_alerts",
+}
+"""The metric families (a counter's family drops its _total suffix)."""
+
+
+def make_app(url: str) -> due.App:
+    app = due.App(url)
+    app.migrate()
+
+    @app.task(name="report", retry=due.Retry(max_attempts=1), queue="reports")
+    def report(rows: int) -> int:
+        if rows < 0:
+            raise ValueError("negative rows")
+        return rows
+
+    return app
+
+
+def live_worker(app: due.App, *queues: str) -> None:
+    registration = WorkerRegistration("web-1:42:ab", "web-1", 42, dict.fromkeys(queues, 4))
+    app.store.worker_register(registration)
+
+
+def test_check_exit_codes_follow_the_monitoring_plugin_convention(backend_url: str) -> None:
+    app = make_app(backend_url)
+    try:
+        assert run_due(backend_url, "check").startswith("OK: nothing to alert on")
+        now = datetime.now(UTC)
+        # Due for 2 minutes, a live worker serves its queue: a warning (over 1m).
+        app.enqueue("report", (1,), run_at=now - timedelta(minutes=2))
+        live_worker(app, "reports")
+        out = run_due(backend_url, "check", expect=1)
+        assert re.fullmatch(
+            r"WARNING queue reports: oldest due job waited 2m\d*s? \(warning over 1m\)\n", out
+        ), out
+        # The thresholds of the command line move the line.
+        assert run_due(
+            backend_url, "check", "--oldest-due-warning", "5m", "--oldest-due-critical", "10m"
+        ).startswith("OK")
+        assert "CRITICAL" in run_due(
+            backend_url,
+            "check",
+            "--oldest-due-warning",
+            "10s",
+            "--oldest-due-critical",
+            "1m",
+            expect=2,
+        )
+        document = json.loads(run_due(backend_url, "check", "--json", expect=1))
+        assert document["status"] == "warning" and document["exit_code"] == 1
+        assert document["alerts"] == [
+            {
+                "severity": "warning",
+                "kind": "oldest_due",
+                "subject": "queue reports",
+                "message": document["alerts"][0]["message"],
+            }
+        ]
+        # A queue with due jobs and no live worker: critical.
+        app.enqueue("report", (2,), queue="nobody")
+        out = run_due(backend_url, "check", expect=2)
+        assert "CRITICAL queue nobody: 1 due job and no live worker serves it" in out
+        assert out.index("CRITICAL") < out.index("WARNING")  # the most severe first
+    finally:
+        app.close()
+
+
+def test_check_cannot_tell_when_the_database_is_out_of_reach(sqlite_url: str) -> None:
+    out = run_due(sqlite_url, "check", expect=3)
+    assert out.startswith("UNKNOWN: ") and "due migrate" in out
+
+
+def test_metrics_serve_every_documented_family_with_its_values(backend_url: str) -> None:
+    app = make_app(backend_url)
+    try:
+        for rows in (3, 0, -1):
+            app.enqueue("report", (rows,))
+        drain(app)
+        app.enqueue("report", (4,), delay="1h")
+        app.pause_queue("reports")
+        live_worker(app, "reports")
+        app.add_schedule("hourly", every="1h", task="report", args=(1,))
+        body = scrape(backend_url)
+    finally:
+        app.close()
+    families = {family.name: family for family in text_string_to_metric_families(body)}
+    assert set(families) >= DOCUMENTED
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in families.values()
+        for sample in family.samples
+    }
+
+    def value(name: str, **labels: str) -> float:
+        return samples[(name, tuple(sorted(labels.items())))]
+
+    jobs = {"task": "report", "queue": "reports"}
+    assert value("due_jobs_total", **jobs, outcome="succeeded") == 2
+    assert value("due_jobs_total", **jobs, outcome="failed") == 1
+    assert value("due_jobs_total", **jobs, outcome="rescued") == 0
+    assert value("due_job_duration_seconds_count", **jobs) == 3
+    assert value("due_job_duration_seconds_bucket", **jobs, le="+Inf") == 3
+    assert value("due_queue_jobs", queue="reports", state="queued") == 1
+    assert value("due_queue_jobs", queue="reports", state="scheduled") == 1
+    assert value("due_queue_jobs", queue="reports", state="failed") == 1
+    assert value("due_queue_paused", queue="reports") == 1
+    assert value("due_queue_oldest_due_age_seconds", queue="reports") == 0
+    assert value("due_workers_alive", queue="reports") == 1
+    assert value("due_schedule_missed_total", schedule="hourly") == 0
+    next_run = value("due_schedule_next_run_timestamp_seconds", schedule="hourly")
+    assert 0 < next_run - time.time() <= 3600  # (every="1h" runs on the hour)
+    assert value("due_alerts", severity="warning") == 1  # the failed report, this hour
+
+
+def scrape(url: str) -> str:
+    """Start `due metrics` on a free port, scrape it once, stop it with SIGTERM."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "due", "--url", url, "metrics", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPOSITORY,
+        env=PLAIN_ENVIRONMENT,
+    )
+    try:
+        assert process.stderr is not None
+        line = wait_until(process.stderr.readline, timeout=30, what="the metrics server")
+        address = re.search(r"http://\S+/metrics", line)
+        assert address, line
+        with urllib.request.urlopen(address.group(0), timeout=30) as response:
+            assert response.status == 200
+            return str(response.read().decode())
+    finally:
+        process.terminate()
+        assert process.wait(timeout=30) == 0
+
+
+@pytest.mark.parametrize("rules", ["docs/alerts.yml"])
+def test_the_example_alerting_rules_use_only_metrics_we_serve(rules: str) -> None:
+    text = (REPOSITORY / rules).read_text()
+    used = set(re.findall(r"\b(due_[a-z_]+)", text))
+    served = (
+        DOCUMENTED
+        | {f"{name}_total" for name in ("due_jobs", "due_schedule_missed")}
+        | {f"due_job_duration_seconds_{part}" for part in ("bucket", "sum", "count")}
+    )
+    assert used and used <= served, used - served
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed")
+def test_the_example_alerting_rules_pass_promtool() -> None:
+    done = subprocess.run(
+        ["promtool", "check", "rules", str(REPOSITORY / "docs" / "alerts.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS: 10 rules found" in done.stdout + done.stderr
