@@ -15,17 +15,18 @@ help: ## list the commands
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[postgres-binary,redis]' --group dev
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[postgres-binary,redis,web]' --group dev
 	@touch $(STAMP)
 
-postgres: ## start PostgreSQL (and Redis, for the optional Redis lease) if down; faketime, promtool
+postgres: ## start PostgreSQL (and Redis, for the optional Redis lease) if down; faketime, promtool, chromium
 	@scripts/ensure-postgres
 	@scripts/ensure-redis
 	@scripts/ensure-faketime
 	@scripts/ensure-promtool
+	@scripts/ensure-chromium
 
-demo: $(STAMP) ## run the example app on the embedded SQLite default
-	cd examples && ../$(PY) demo.py
+demo: $(STAMP) ## the example app, its worker and dashboard on SQLite (DEMO_ARGS=--once: stop at the end)
+	cd examples && ../$(PY) demo.py $(DEMO_ARGS)
 
 test: $(STAMP) postgres ## run the whole test suite on SQLite and PostgreSQL
 	$(PY) -m pytest
@@ -52,6 +53,7 @@ check: $(STAMP) ## lint, type-check, forbid wall-clock reads outside clock.py an
 bench: $(STAMP) postgres ## run the benchmark (due and its peers, side by side)
 	$(PY) bench/run.py
 	$(PY) bench/schedule_bench.py
+	$(PY) bench/visibility_bench.py
 
 clean: ## remove the environment and scratch files
 	rm -rf $(VENV) .venv-newest chaos-results bench/.venv* bench/results bench/work .pytest_cache .ruff_cache .mypy_cache

@@ -1,19 +1,24 @@
 """`make demo`: a real worker runs immediate, delayed, deduplicated and failing jobs,
-a cron schedule, and a long backfill split into pieces, with a progress bar.
+a cron schedule, and a long backfill split into pieces, with a progress bar; the
+dashboard shows it all in a browser.
 
 Runs on the embedded SQLite default (examples/demo.db, recreated each time):
-enqueues jobs, starts `due worker` (with its scheduler) in a subprocess, shows
-the backfill's progress as the heartbeats report it, then the jobs and the
-schedule's runs, and stops the worker with SIGTERM (a graceful shutdown).
+enqueues jobs, starts `due worker` (with its scheduler) and `due dashboard` in
+subprocesses, shows the backfill's progress as the heartbeats report it, then
+the jobs and the schedule's runs, and keeps the worker and the dashboard
+running until Ctrl-C (SIGTERM to both: a graceful shutdown). With `--once` (or
+DUE_DEMO_ONCE=1) it stops them as soon as the story is told.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 
 from rich.console import Console
 from rich.progress import (
@@ -42,6 +47,8 @@ from demo_app import (  # noqa: E402 - the databases must be fresh before the ap
     send_welcome_email,
 )
 
+ONCE = "--once" in sys.argv[1:] or os.environ.get("DUE_DEMO_ONCE") == "1"
+DASHBOARD_PORT = 8080
 BACKFILL_ROWS = 60_000
 BACKFILL_CHUNK = 10_000
 
@@ -115,6 +122,42 @@ def follow_backfill(parent: due.Job, timeout: float = 60.0) -> None:
             time.sleep(0.2)
 
 
+def free_port(preferred: int) -> int:
+    """`preferred` if nothing listens there, else any free port."""
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", preferred))
+        except OSError:
+            probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def start_dashboard() -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port(DASHBOARD_PORT)
+    command = [sys.executable, "-m", "due", "--app", "demo_app:app", "dashboard"]
+    dashboard = subprocess.Popen([*command, "--port", str(port)], stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and dashboard.poll() is None:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as answer:
+                if answer.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.1)
+    return dashboard, url
+
+
+def wait_for_ctrl_c(url: str) -> None:
+    console.rule("the dashboard")
+    console.print(f"dashboard: {url}  (the worker and the scheduler run on; Ctrl-C stops them)")
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        console.print()
+
+
 def main() -> None:
     console.print(f"[bold]due demo[/bold] on {app.url}")
     console.print(f"migrations applied: {app.migrate()}")
@@ -142,6 +185,8 @@ def main() -> None:
             "5s",
         ],
     )
+    dashboard, url = start_dashboard()
+    console.print(f"dashboard: {url}")
     try:
         done = app.wait(report.id, timeout="30s")  # woken by the job's end, no polling
         console.print(f"app.wait: job {done.id} {done.state}, returned {done.result}")
@@ -166,9 +211,13 @@ def main() -> None:
             )
             for run in reversed(app.schedule_runs(stored.name, limit=4)):
                 console.print(f"    {run.scheduled_for:%H:%M:%S} {run.outcome} job {run.job_id}")
+        if not ONCE:
+            wait_for_ctrl_c(url)
     finally:
-        worker.send_signal(signal.SIGTERM)
+        for process in (worker, dashboard):
+            process.send_signal(signal.SIGTERM)
         console.print(f"worker stopped with exit code {worker.wait(timeout=30)}")
+        console.print(f"dashboard stopped with exit code {dashboard.wait(timeout=30)}")
     app.close()
 
 

@@ -20,7 +20,7 @@ from due._version import __version__
 from due.app import App
 from due.clock import Clock, FakeClock, SystemClock
 from due.core.jobs import AttemptError, Job, JobState, Pieces
-from due.core.records import QueueOverview
+from due.core.records import Action, QueueOverview
 from due.core.schedules import Misfire, Overlap, Schedule
 from due.errors import (
     ArgumentsError,
@@ -67,6 +67,7 @@ __all__ = [
     "Overlap",
     "Schedule",
     # visibility
+    "Action",
     "Alert",
     "Severity",
     # time

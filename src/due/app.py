@@ -16,7 +16,7 @@ from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, overload
 
 from due.clock import Clock, SystemClock
 from due.core.jobs import Job, JobState
-from due.core.records import BatchRequest, JobFilter, NewJob, QueueOverview
+from due.core.records import Action, BatchRequest, JobFilter, NewJob, QueueOverview
 from due.core.schedules import (
     DEFAULT_ALERT_AFTER_SECONDS,
     DEFAULT_CATCH_UP_LIMIT,
@@ -297,12 +297,16 @@ class App:
         task: str | None = None,
         parent: int | None = None,
         stuck: bool = False,
+        key: str | None = None,
+        before: int | None = None,
         limit: int = 100,
     ) -> list[Job]:
         """Jobs, newest first; delayed jobs are `queued` with a future `run_at`.
 
         `parent=` lists a parent's pieces; `stuck=True` only running jobs whose
-        progress has not moved for their task's `stuck_after`.
+        progress has not moved for their task's `stuck_after`; `key=` the jobs
+        enqueued with that key; `before=` only jobs with a smaller id (the
+        next page after the last id seen).
         """
         where = JobFilter(
             queue=queue,
@@ -311,6 +315,8 @@ class App:
             limit=int(limit),
             parent=parent,
             stuck_only=stuck,
+            key=key,
+            before=None if before is None else int(before),
         )
         return self.store.job_list(where)
 
@@ -329,19 +335,44 @@ class App:
         """`wait` for async code: the event loop runs on while it waits."""
         return await self._waiter.await_job(int(job_id), _timeout(timeout))
 
-    def cancel(self, job_id: int) -> Job:
+    def cancel(self, job_id: int, *, by: str | None = None) -> Job:
         """Cancel a job. Queued or delayed: it will not run. Running: it is asked to
         stop and ends `cancelled` at its next safe point (not retried). A waiting
-        parent: it ends, and so do its unfinished pieces."""
-        return self.store.job_cancel(int(job_id))
+        parent: it ends, and so do its unfinished pieces.
 
-    def retry(self, job_id: int, *, now: bool = False) -> Job:
+        `by` (here and in every other action) records who did it in the job's
+        history (`history`), as the dashboard does."""
+        job = self.store.job_cancel(int(job_id))
+        self._note("cancel", by, job_id=job.id)
+        return job
+
+    def retry(self, job_id: int, *, now: bool = False, by: str | None = None) -> Job:
         """Put a failed or cancelled job back in its queue, with a fresh set of attempts.
 
         It is due at once, unless it was cancelled while delayed to a time still
         to come: then it keeps that time (it is put back as it was), unless `now`.
         """
-        return self.store.job_retry(int(job_id), run_now=bool(now))
+        job = self.store.job_retry(int(job_id), run_now=bool(now))
+        self._note("retry", by, job_id=job.id)
+        return job
+
+    def history(
+        self,
+        *,
+        job: int | None = None,
+        schedule: str | None = None,
+        queue: str | None = None,
+        limit: int = 100,
+    ) -> list[Action]:
+        """What was done by hand (given `by=`) to a job, a schedule or a queue:
+        the latest `limit` actions, oldest first."""
+        return self.store.action_history(
+            job_id=None if job is None else int(job), schedule=schedule, queue=queue, limit=limit
+        )
+
+    def _note(self, action: str, by: str | None, **subject: Any) -> None:
+        if by is not None:
+            self.store.action_record(action, str(by), **subject)
 
     # --- pieces and pauses ----------------------------------------------------------
 
@@ -371,17 +402,21 @@ class App:
         """How a parent stores its completion task (checked against the summary)."""
         return completion_spec(self.tasks, task)
 
-    def pause_queue(self, queue: str, *, force: bool = False) -> None:
+    def pause_queue(self, queue: str, *, force: bool = False, by: str | None = None) -> None:
         """Stop claiming the queue's jobs (running ones finish); durable until resumed.
 
         A queue that no task of this app, no job, worker or schedule uses is
         refused as a likely typo, unless `force` (to pause a queue before its
         first job)."""
-        self.store.queue_pause(self._known_queue(queue, force, "pause"), True)
+        name = self._known_queue(queue, force, "pause")
+        self.store.queue_pause(name, True)
+        self._note("pause", by, queue=name)
 
-    def resume_queue(self, queue: str, *, force: bool = False) -> None:
+    def resume_queue(self, queue: str, *, force: bool = False, by: str | None = None) -> None:
         """Claim the queue's jobs again (see pause_queue for `force`)."""
-        self.store.queue_pause(self._known_queue(queue, force, "resume"), False)
+        name = self._known_queue(queue, force, "resume")
+        self.store.queue_pause(name, False)
+        self._note("resume", by, queue=name)
 
     def _known_queue(self, queue: str, force: bool, action: str) -> str:
         name = validate_queue(queue)
@@ -395,12 +430,14 @@ class App:
             f"check the name, or {action} it anyway with --force (force=True)"
         )
 
-    def pause_group(self, parent_id: int) -> None:
+    def pause_group(self, parent_id: int, *, by: str | None = None) -> None:
         """Hold a parent's queued pieces (and those it spawns later) until resumed."""
         self.store.group_hold(int(parent_id), True)
+        self._note("pause pieces", by, job_id=int(parent_id))
 
-    def resume_group(self, parent_id: int) -> None:
+    def resume_group(self, parent_id: int, *, by: str | None = None) -> None:
         self.store.group_hold(int(parent_id), False)
+        self._note("resume pieces", by, job_id=int(parent_id))
 
     # --- schedules (scheduler/catalog.py) -------------------------------------------
 
@@ -495,16 +532,20 @@ class App:
         recorded = store.schedule_runs_since(name, since)
         return expected_runs(overview.stored, recorded, since, now, overview.created_at)
 
-    def pause_schedule(self, name: str) -> None:
+    def pause_schedule(self, name: str, *, by: str | None = None) -> None:
         """Stop starting runs; their times are recorded as skipped until resumed."""
         self._schedules.pause(name, True)
+        self._note("pause", by, schedule=name)
 
-    def resume_schedule(self, name: str) -> None:
+    def resume_schedule(self, name: str, *, by: str | None = None) -> None:
         self._schedules.pause(name, False)
+        self._note("resume", by, schedule=name)
 
-    def trigger_schedule(self, name: str) -> Job:
+    def trigger_schedule(self, name: str, *, by: str | None = None) -> Job:
         """Start a run of the schedule now, by hand."""
-        return self.get(self._schedules.trigger(name))
+        job = self.get(self._schedules.trigger(name))
+        self._note("trigger", by, schedule=name, job_id=job.id)
+        return job
 
     def remove_schedule(self, name: str) -> None:
         """Delete a schedule added at run time (its history stays)."""
@@ -557,6 +598,15 @@ class App:
             oldest_due_warning=oldest_due_warning, oldest_due_critical=oldest_due_critical
         )
         return evaluate(snapshot.take(self, window), rules)
+
+    def dashboard(self, *, token: str | None = None, basic_auth: str | None = None) -> Any:
+        """The web dashboard as a Starlette app (the extra `due[web]`), to mount in
+        your ASGI app behind your authentication, or with its own credential:
+        a bearer `token`, or `basic_auth="user:password"`."""
+        from due.web.app import create_dashboard
+        from due.web.security import Credential
+
+        return create_dashboard(self, credential=Credential.build(token, basic_auth))
 
     def queues(self) -> list[QueueOverview]:
         """Per queue: depth, due now, running, waiting, retrying, failed, stuck, when

@@ -18,7 +18,7 @@ def test_the_demo_runs_to_its_end(tmp_path: Path) -> None:
     for example in (REPOSITORY / "examples").glob("*.py"):
         shutil.copy(example, tmp_path)
     done = subprocess.run(
-        [sys.executable, "demo.py"],
+        [sys.executable, "demo.py", "--once"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -32,3 +32,5 @@ def test_the_demo_runs_to_its_end(tmp_path: Path) -> None:
     assert "6 of 6 ranges backfilled, 0 failed" in out
     assert "exported on attempt 2" in out and "tally: */2 * * * * *" in out
     assert "worker stopped with exit code 0" in out
+    assert "dashboard: http://127.0.0.1:" in out
+    assert "dashboard stopped with exit code 0" in out

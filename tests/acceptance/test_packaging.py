@@ -40,6 +40,7 @@ def metadata(tmp_path_factory: pytest.TempPathFactory) -> Message:
         names = archive.namelist()
         assert "due/py.typed" in names
         assert any(n.endswith("queries.sql") for n in names)
+        assert "due/web/templates/job.html" in names and "due/web/static/htmx.min.js" in names
         assert any(n.endswith("licenses/LICENSE") for n in names)
         text = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA")))
     return Parser().parsestr(text.decode())
@@ -57,6 +58,8 @@ def test_requirements_are_ranges_and_postgres_is_an_extra(metadata: Message) -> 
         "croniter",
         "prometheus-client",
     }
+    web = [r for r in requires if r.startswith(("starlette", "jinja2", "uvicorn"))]
+    assert len(web) == 3 and all('extra == "web"' in r for r in web), web
     psycopg = [r for r in requires if r.startswith("psycopg")]
     assert psycopg and all('extra == "postgres' in r for r in psycopg), psycopg
     # Our test tools are a dependency group, not part of what users install.

@@ -35,6 +35,7 @@ RUNS_UNTIL_STOPPED = {
     "worker": "worker.started",
     "scheduler": "worker.started",
     "metrics": "serving metrics on",
+    "dashboard": "dashboard on http://",
 }
 """Commands that run until stopped, and what each prints once it has started."""
 REPORTS_STATE = {"check": (0, 1, 2)}

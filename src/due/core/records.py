@@ -217,6 +217,21 @@ class JobFilter:
     limit: int = 100
     parent: int | None = None
     stuck_only: bool = False
+    key: str | None = None
+    before: int | None = None
+    """Only jobs with a smaller id (the next page, newest first)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """Something done by hand (cancel, retry, pause, ...), by whom, to what."""
+
+    at: datetime
+    action: str
+    by: str
+    job_id: int | None = None
+    schedule: str | None = None
+    queue: str | None = None
 
 
 def attempt_error_json(error: AttemptError) -> str:

@@ -54,17 +54,24 @@ def ended(db: Backend, job_ids: Sequence[int]) -> list[Job]:
     return [job_from_row(row) for row in rows]
 
 
+RARE_STATES = frozenset({JobState.RUNNING, JobState.WAITING, JobState.FAILED})
+"""States few of the jobs kept are in: listed through the index of active jobs."""
+
+
 def list_jobs(db: Backend, where: JobFilter) -> list[Job]:
     """Jobs matching the filter, newest first."""
+    rare = where.state in RARE_STATES
     with db.transaction(read=True) as tx:
         rows = tx.run(
-            "list_jobs",
+            "list_jobs_in_rare_state" if rare else "list_jobs",
             {
                 "queue": where.queue,
                 "state": where.state.value if where.state else None,
                 "task": where.task,
                 "limit": where.limit,
                 "parent": where.parent,
+                "key": where.key,
+                "before": where.before,
                 "stuck_only": where.stuck_only,
                 "now": tx.now,
             },
@@ -130,4 +137,5 @@ def prune(db: Backend, retention: Retention, limit: int = 10_000) -> tuple[int, 
         }
         jobs = tx.run("prune_jobs", params)
         runs = tx.run("prune_schedule_runs", params)
+        tx.run("prune_actions", params)
     return len(jobs), len(runs)

@@ -19,6 +19,7 @@ from typing import Any, Self
 from due.core.jobs import Job
 from due.core.records import (
     DEFAULT_MAX_LOST_LEASES,
+    Action,
     BatchRequest,
     ClaimedJob,
     ClaimRequest,
@@ -46,7 +47,7 @@ from due.core.schedules import (
     SyncReport,
 )
 from due.core.stats import TaskFigures
-from due.store import jobs, long_work, queues, registry, schedules, stats, work
+from due.store import actions, jobs, long_work, queues, registry, schedules, stats, work
 from due.store.backend import Backend, ChangeFeed
 
 
@@ -186,6 +187,34 @@ class Store:
 
     def job_recent_failures(self, since: datetime) -> list[dict[str, Any]]:
         return stats.recent_failures(self.backend, since)
+
+    def stats_throughput(self, until: datetime, minutes: int = 60) -> dict[str, list[int]]:
+        return actions.throughput(self.backend, until, minutes)
+
+    # --- actions by hand -------------------------------------------------------------
+
+    def action_record(
+        self,
+        action: str,
+        by: str,
+        *,
+        job_id: int | None = None,
+        schedule: str | None = None,
+        queue: str | None = None,
+    ) -> None:
+        actions.record(self.backend, action, by, job_id=job_id, schedule=schedule, queue=queue)
+
+    def action_history(
+        self,
+        *,
+        job_id: int | None = None,
+        schedule: str | None = None,
+        queue: str | None = None,
+        limit: int = 100,
+    ) -> list[Action]:
+        return actions.history(
+            self.backend, job_id=job_id, schedule=schedule, queue=queue, limit=limit
+        )
 
     # --- queues ----------------------------------------------------------------------
 

@@ -1,4 +1,11 @@
 -- columns: table, column, type, nullable, default
+due_actions | id | bigint | NO | None
+due_actions | at | timestamp with time zone | NO | None
+due_actions | action | text | NO | None
+due_actions | actor | text | NO | None
+due_actions | job_id | bigint | YES | None
+due_actions | schedule | text | YES | None
+due_actions | queue | text | YES | None
 due_job_stats | span | text | NO | None
 due_job_stats | minute | timestamp with time zone | NO | None
 due_job_stats | task | text | NO | None
@@ -97,6 +104,7 @@ due_workers | stopped_at | timestamp with time zone | YES | None
 due_workers | tasks | jsonb | NO | '[]'::jsonb
 
 -- constraints
+due_actions | due_actions_pkey | PRIMARY KEY (id)
 due_job_stats | due_job_stats_pkey | PRIMARY KEY (span, minute, task, queue, outcome, bucket, writer)
 due_job_stats | due_job_stats_span_check | CHECK ((span = ANY (ARRAY['minute'::text, 'hour'::text, 'all'::text])))
 due_jobs | due_jobs_on_piece_failure_check | CHECK ((on_piece_failure = ANY (ARRAY['continue'::text, 'fail'::text])))
@@ -116,6 +124,10 @@ due_workers | due_workers_pkey | PRIMARY KEY (id)
 due_workers | due_workers_state_check | CHECK ((state = ANY (ARRAY['running'::text, 'stopping'::text, 'stopped'::text, 'gone'::text])))
 
 -- indexes
+due_actions | due_actions_job | CREATE INDEX due_actions_job ON due_actions USING btree (job_id) WHERE (job_id IS NOT NULL)
+due_actions | due_actions_pkey | CREATE UNIQUE INDEX due_actions_pkey ON due_actions USING btree (id)
+due_actions | due_actions_queue | CREATE INDEX due_actions_queue ON due_actions USING btree (queue) WHERE (queue IS NOT NULL)
+due_actions | due_actions_schedule | CREATE INDEX due_actions_schedule ON due_actions USING btree (schedule) WHERE (schedule IS NOT NULL)
 due_job_stats | due_job_stats_pkey | CREATE UNIQUE INDEX due_job_stats_pkey ON due_job_stats USING btree (span, minute, task, queue, outcome, bucket, writer)
 due_jobs | due_jobs_active | CREATE INDEX due_jobs_active ON due_jobs USING btree (queue, state, run_at) INCLUDE (attempt, held) WHERE (state = ANY (ARRAY['queued'::text, 'running'::text, 'waiting'::text, 'failed'::text]))
 due_jobs | due_jobs_children | CREATE INDEX due_jobs_children ON due_jobs USING btree (parent_id) WHERE ((parent_id IS NOT NULL) AND (state = ANY (ARRAY['queued'::text, 'running'::text, 'waiting'::text])))
@@ -123,6 +135,7 @@ due_jobs | due_jobs_claim | CREATE INDEX due_jobs_claim ON due_jobs USING btree 
 due_jobs | due_jobs_completes | CREATE INDEX due_jobs_completes ON due_jobs USING btree (completes) WHERE (completes IS NOT NULL)
 due_jobs | due_jobs_dedupe_key | CREATE UNIQUE INDEX due_jobs_dedupe_key ON due_jobs USING btree (dedupe_key) WHERE (dedupe_key IS NOT NULL)
 due_jobs | due_jobs_failed | CREATE INDEX due_jobs_failed ON due_jobs USING btree (finished_at) WHERE (state = 'failed'::text)
+due_jobs | due_jobs_key | CREATE INDEX due_jobs_key ON due_jobs USING btree (key) WHERE (key IS NOT NULL)
 due_jobs | due_jobs_lease | CREATE INDEX due_jobs_lease ON due_jobs USING btree (lease_expires_at) WHERE (lease_expires_at IS NOT NULL)
 due_jobs | due_jobs_piece | CREATE UNIQUE INDEX due_jobs_piece ON due_jobs USING btree (parent_id, piece_key) WHERE (parent_id IS NOT NULL)
 due_jobs | due_jobs_pkey | CREATE UNIQUE INDEX due_jobs_pkey ON due_jobs USING btree (id)

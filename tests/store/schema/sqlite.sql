@@ -1,3 +1,12 @@
+-- index due_actions_job
+CREATE INDEX due_actions_job ON due_actions (job_id) WHERE job_id IS NOT NULL;
+
+-- index due_actions_queue
+CREATE INDEX due_actions_queue ON due_actions (queue) WHERE queue IS NOT NULL;
+
+-- index due_actions_schedule
+CREATE INDEX due_actions_schedule ON due_actions (schedule) WHERE schedule IS NOT NULL;
+
 -- index due_jobs_active
 CREATE INDEX due_jobs_active ON due_jobs (queue, state, run_at, attempt, held)
     WHERE state IN ('queued', 'running', 'waiting', 'failed');
@@ -19,6 +28,9 @@ CREATE UNIQUE INDEX due_jobs_dedupe_key ON due_jobs (dedupe_key) WHERE dedupe_ke
 -- index due_jobs_failed
 CREATE INDEX due_jobs_failed ON due_jobs (finished_at) WHERE state = 'failed';
 
+-- index due_jobs_key
+CREATE INDEX due_jobs_key ON due_jobs (key) WHERE key IS NOT NULL;
+
 -- index due_jobs_lease
 CREATE INDEX due_jobs_lease ON due_jobs (lease_expires_at) WHERE lease_expires_at IS NOT NULL;
 
@@ -38,6 +50,17 @@ CREATE INDEX due_schedule_runs_pending ON due_schedule_runs (schedule) WHERE out
 
 -- index due_schedules_next
 CREATE INDEX due_schedules_next ON due_schedules (next_fire_at) WHERE enabled;
+
+-- table due_actions
+CREATE TABLE due_actions (
+    id       INTEGER PRIMARY KEY,
+    at       REAL NOT NULL,
+    action   TEXT NOT NULL,
+    actor    TEXT NOT NULL,
+    job_id   INTEGER,
+    schedule TEXT,
+    queue    TEXT
+);
 
 -- table due_job_stats
 CREATE TABLE due_job_stats (

@@ -280,7 +280,29 @@ FROM (SELECT *,
       WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
         AND (%(state)s::text IS NULL OR state = %(state)s)
         AND (%(task)s::text IS NULL OR task = %(task)s)
-        AND (%(parent)s::bigint IS NULL OR parent_id = %(parent)s)) AS j
+        AND (%(parent)s::bigint IS NULL OR parent_id = %(parent)s)
+        AND (%(key)s::text IS NULL OR key = %(key)s)
+        AND (%(before)s::bigint IS NULL OR id < %(before)s)) AS j
+WHERE NOT %(stuck_only)s OR stuck
+ORDER BY id DESC
+LIMIT %(limit)s
+
+-- name: list_jobs_in_rare_state
+-- list_jobs for a state few jobs are in (running, waiting, failed): read through
+-- the index of active jobs, not the whole table newest first.
+SELECT *
+FROM (SELECT *,
+             (state = 'running' AND stuck_after IS NOT NULL
+              AND coalesce(progress_at, started_at)
+                  < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => stuck_after))
+                 AS stuck
+      FROM due_jobs
+      WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
+        AND state IN ('queued', 'running', 'waiting', 'failed') AND state = %(state)s
+        AND (%(task)s::text IS NULL OR task = %(task)s)
+        AND (%(parent)s::bigint IS NULL OR parent_id = %(parent)s)
+        AND (%(key)s::text IS NULL OR key = %(key)s)
+        AND (%(before)s::bigint IS NULL OR id < %(before)s)) AS j
 WHERE NOT %(stuck_only)s OR stuck
 ORDER BY id DESC
 LIMIT %(limit)s
@@ -989,3 +1011,32 @@ SELECT worker, count(*) AS running
 FROM due_jobs
 WHERE state = 'running' AND lease_expires_at IS NOT NULL
 GROUP BY worker
+
+-- ------------------------------------------------------------- actions by hand
+
+-- name: record_action
+INSERT INTO due_actions (at, action, actor, job_id, schedule, queue)
+VALUES (coalesce(%(now)s::timestamptz, now()), %(action)s, %(actor)s, %(job_id)s, %(schedule)s,
+        %(queue)s)
+
+-- name: list_actions
+-- The newest first (the caller shows them oldest first).
+SELECT at, action, actor, job_id, schedule, queue
+FROM due_actions
+WHERE (%(job_id)s::bigint IS NULL OR job_id = %(job_id)s)
+  AND (%(schedule)s::text IS NULL OR schedule = %(schedule)s)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+ORDER BY id DESC
+LIMIT %(limit)s
+
+-- name: prune_actions
+DELETE FROM due_actions
+WHERE at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(retention)s)
+
+-- name: queue_throughput
+-- Jobs that ended per queue and minute since `since` (from the rollups).
+SELECT queue, minute, sum(count)::bigint AS ended
+FROM due_job_stats
+WHERE span = 'minute' AND minute >= %(since)s
+  AND outcome IN ('succeeded', 'warned', 'failed', 'cancelled')
+GROUP BY queue, minute

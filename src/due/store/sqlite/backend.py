@@ -58,6 +58,7 @@ TIME_COLUMNS = frozenset(
         "now",
         "minute",
         "last_failed_at",
+        "at",
     }
 )
 JSON_COLUMNS = frozenset(

@@ -177,7 +177,27 @@ FROM (SELECT *,
       WHERE (:queue IS NULL OR queue = :queue)
         AND (:state IS NULL OR state = :state)
         AND (:task IS NULL OR task = :task)
-        AND (:parent IS NULL OR parent_id = :parent))
+        AND (:parent IS NULL OR parent_id = :parent)
+        AND (:key IS NULL OR key = :key)
+        AND (:before IS NULL OR id < :before))
+WHERE NOT :stuck_only OR stuck
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: list_jobs_in_rare_state
+-- list_jobs for a state few jobs are in (running, waiting, failed): read through
+-- the index of active jobs, not the whole table newest first.
+SELECT *
+FROM (SELECT *,
+             (state = 'running' AND stuck_after IS NOT NULL
+              AND coalesce(progress_at, started_at) < :now - stuck_after) AS stuck
+      FROM due_jobs INDEXED BY due_jobs_active
+      WHERE (:queue IS NULL OR queue = :queue)
+        AND state IN ('queued', 'running', 'waiting', 'failed') AND state = :state
+        AND (:task IS NULL OR task = :task)
+        AND (:parent IS NULL OR parent_id = :parent)
+        AND (:key IS NULL OR key = :key)
+        AND (:before IS NULL OR id < :before))
 WHERE NOT :stuck_only OR stuck
 ORDER BY id DESC
 LIMIT :limit
@@ -754,3 +774,30 @@ SELECT worker, count(*) AS running
 FROM due_jobs
 WHERE state = 'running' AND lease_expires_at IS NOT NULL
 GROUP BY worker
+
+-- ------------------------------------------------------------- actions by hand
+
+-- name: record_action
+INSERT INTO due_actions (at, action, actor, job_id, schedule, queue)
+VALUES (:now, :action, :actor, :job_id, :schedule, :queue)
+
+-- name: list_actions
+-- The newest first (the caller shows them oldest first).
+SELECT at, action, actor, job_id, schedule, queue
+FROM due_actions
+WHERE (:job_id IS NULL OR job_id = :job_id)
+  AND (:schedule IS NULL OR schedule = :schedule)
+  AND (:queue IS NULL OR queue = :queue)
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: prune_actions
+DELETE FROM due_actions WHERE at < :now - :retention
+
+-- name: queue_throughput
+-- Jobs that ended per queue and minute since `since` (from the rollups).
+SELECT queue, minute, sum(count) AS ended
+FROM due_job_stats
+WHERE span = 'minute' AND minute >= :since
+  AND outcome IN ('succeeded', 'warned', 'failed', 'cancelled')
+GROUP BY queue, minute

@@ -1,0 +1,84 @@
+"""`due dashboard`: the web dashboard, served by uvicorn (the extra `due[web]`)."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import click
+
+from due.cli.common import Settings
+from due.cli.main import main
+from due.errors import DueError
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Listen on this address.")
+@click.option("--port", default=8080, show_default=True, help="Listen on this port.")
+@click.option(
+    "--token",
+    envvar="DUE_DASHBOARD_TOKEN",
+    help="A bearer token every request must carry (or $DUE_DASHBOARD_TOKEN); "
+    "needed to listen beyond this host, unless --basic-auth is given.",
+)
+@click.option(
+    "--basic-auth",
+    envvar="DUE_DASHBOARD_BASIC_AUTH",
+    metavar="USER:PASSWORD",
+    help="HTTP basic auth instead of (or beside) a token (or $DUE_DASHBOARD_BASIC_AUTH).",
+)
+@click.pass_obj
+def dashboard(
+    settings: Settings, host: str, port: int, token: str | None, basic_auth: str | None
+) -> None:
+    """Serve the web dashboard: queues, jobs with live progress, schedules, workers,
+    alerts, and safe actions. Listens on 127.0.0.1 unless told otherwise, and
+    refuses any other address without a credential."""
+    try:
+        import uvicorn
+
+        from due.web.security import Credential, require_credential_off_loopback
+    except ImportError as error:
+        click.echo(
+            f"error: the dashboard needs the extra due[web] ({error.name} is missing): "
+            "pip install 'due[web]'",
+            err=True,
+        )
+        sys.exit(1)
+    try:
+        credential = Credential.build(token, basic_auth)
+        require_credential_off_loopback(host, credential)
+        app = settings.app
+        app.store.check_schema()
+        asgi = app.dashboard(token=token, basic_auth=basic_auth)
+    except DueError as error:
+        click.echo(f"error: {error}", err=True)
+        sys.exit(1)
+    server = _server_class()(
+        uvicorn.Config(asgi, host=host, port=port, log_level="warning", access_log=False)
+    )
+    shown = f"[{host}]" if ":" in host else host
+    click.echo(f"dashboard on http://{shown}:{port}/ (Ctrl-C stops it)", err=True)
+    server.run()
+    if not server.started:
+        click.echo(f"error: could not listen on {host}:{port}", err=True)
+        sys.exit(1)
+
+
+def _server_class() -> Any:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, but SIGTERM and SIGINT end it with exit code 0 (uvicorn
+        raises the signal again once stopped; a supervisor would see a crash)."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(signum, self.handle_exit)
+            yield
+
+    return Server

@@ -1,0 +1,301 @@
+"""The dashboard as an ASGI app: pages rendered on the server, refreshed in place
+by htmx (the live part of a page is fetched again and swapped), actions as
+POSTs that redirect back.
+
+Everything goes through the `App` (and the visibility snapshot): the dashboard
+holds no state of its own but a CSRF cookie per browser.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlencode
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from due.core.jobs import JobState
+from due.errors import DueError, JobNotFoundError, ScheduleNotFoundError
+from due.visibility.alerts import evaluate
+from due.visibility.metrics import registry_for
+from due.visibility.snapshot import take
+from due.web import views
+from due.web.security import (
+    CSRF_FIELD,
+    TOKEN_COOKIE,
+    Credential,
+    Guard,
+    csrf_ok,
+    csrf_token,
+)
+
+if TYPE_CHECKING:
+    from due.app import App
+
+HERE = Path(__file__).parent
+PAGE_SIZE = 50
+STRIP_LENGTH = 30
+THROUGHPUT_MINUTES = 60
+
+
+def create_dashboard(app: App, *, credential: Credential | None = None) -> Starlette:
+    """The dashboard of `app`, to serve or to mount in your own ASGI app (behind
+    your authentication, or with a `credential` of its own)."""
+    pages = Pages(app)
+    routes = [
+        Route("/", pages.overview, name="overview"),
+        Route("/jobs", pages.jobs, name="jobs"),
+        Route("/jobs/{job_id:int}", pages.job, name="job"),
+        Route("/schedules", pages.schedules, name="schedules"),
+        Route("/workers", pages.workers, name="workers"),
+        Route("/metrics", pages.metrics, name="metrics"),
+        Route("/login", pages.login, methods=["GET", "POST"], name="login"),
+        Route("/jobs/{job_id:int}/{action}", pages.job_action, methods=["POST"]),
+        Route("/queues/{name}/{action}", pages.queue_action, methods=["POST"]),
+        Route("/schedules/{name}/{action}", pages.schedule_action, methods=["POST"]),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    return Starlette(routes=routes, middleware=[Middleware(Guard, credential=credential)])
+
+
+class Pages:
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.templates = Environment(
+            loader=FileSystemLoader(HERE / "templates"),
+            autoescape=select_autoescape(default=True, default_for_string=True),
+        )
+        self.templates.filters.update(
+            when=views.when, seconds=views.seconds, json=views.pretty_json
+        )
+
+    def render(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
+        base = request.scope.get("root_path", "")
+        page = self.templates.get_template(name).render(
+            request=request,
+            base=base,
+            csrf_field=CSRF_FIELD,
+            csrf=csrf_token(request),
+            here=request.url.path + (f"?{request.url.query}" if request.url.query else ""),
+            **context,
+        )
+        return HTMLResponse(page, status_code=status)
+
+    # --- pages ----------------------------------------------------------------------
+
+    def overview(self, request: Request) -> Response:
+        snapshot = take(self.app)
+        rules = self.app.alert_rules()
+        throughput = self.app.store.stats_throughput(snapshot.at, THROUGHPUT_MINUTES)
+        queues = []
+        for queue in snapshot.queues:
+            age = snapshot.oldest_due_age(queue)
+            per_minute = throughput.get(queue.name, [0] * THROUGHPUT_MINUTES)
+            queues.append(
+                {
+                    "queue": queue,
+                    "age": age,
+                    "level": views.age_level(age, rules.for_queue(queue.name)),
+                    "workers": snapshot.live_workers.get(queue.name, 0),
+                    "sparkline": views.sparkline(per_minute),
+                    "last_hour": sum(per_minute),
+                }
+            )
+        return self.render(
+            request,
+            "overview.html",
+            alerts=evaluate(snapshot, rules),
+            queues=queues,
+            tasks=snapshot.tasks,
+            now=snapshot.at,
+        )
+
+    def jobs(self, request: Request) -> Response:
+        params = request.query_params
+        search = params.get("q", "").strip()
+        if search.isdigit():
+            try:
+                job = self.app.get(int(search))
+            except JobNotFoundError:
+                pass
+            else:
+                return RedirectResponse(f"{request.scope.get('root_path', '')}/jobs/{job.id}", 303)
+        before = params.get("before")
+        filters = {name: params.get(name) or None for name in ("queue", "state", "task")}
+        state = filters["state"]
+        if state is not None and state not in {s.value for s in JobState}:
+            return self.render(request, "error.html", 400, message=f"unknown state {state!r}")
+        listed = self.app.jobs(
+            **filters,  # type: ignore[arg-type]
+            key=search or None,
+            before=int(before) if before and before.isdigit() else None,
+            limit=PAGE_SIZE + 1,
+        )
+        more = len(listed) > PAGE_SIZE
+        listed = listed[:PAGE_SIZE]
+        older = None
+        if more:
+            kept = {name: value for name, value in filters.items() if value}
+            if search:
+                kept["q"] = search
+            older = urlencode({**kept, "before": listed[-1].id})
+        return self.render(
+            request,
+            "jobs.html",
+            jobs=listed,
+            filters=filters,
+            search=search,
+            older=older,
+            states=[s.value for s in JobState],
+            queues=[queue.name for queue in self.app.queues()],
+            now=self.app.store.now(),
+        )
+
+    def job(self, request: Request) -> Response:
+        job_id = request.path_params["job_id"]
+        try:
+            job = self.app.get(job_id)
+        except JobNotFoundError:
+            return self.render(request, "error.html", 404, message=f"no job {job_id}")
+        pieces = self.app.jobs(parent=job.id, limit=200) if job.pieces is not None else []
+        return self.render(
+            request,
+            "job.html",
+            job=job,
+            pieces=pieces,
+            history=self.app.history(job=job.id),
+            now=self.app.store.now(),
+        )
+
+    def schedules(self, request: Request) -> Response:
+        now = self.app.store.now()
+        rows = []
+        for overview in self.app.schedules():
+            schedule = overview.stored.schedule
+            runs = self.app.schedule_health(schedule.name, _strip_window(schedule))
+            rows.append(
+                {
+                    "overview": overview,
+                    "schedule": schedule,
+                    "words": views.in_words(schedule),
+                    "strip": runs[-STRIP_LENGTH:],
+                    "history": self.app.history(schedule=schedule.name, limit=5),
+                }
+            )
+        return self.render(request, "schedules.html", schedules=rows, now=now)
+
+    def workers(self, request: Request) -> Response:
+        snapshot = take(self.app)
+        return self.render(
+            request,
+            "workers.html",
+            workers=snapshot.workers,
+            running=snapshot.running,
+            now=snapshot.at,
+        )
+
+    def metrics(self, request: Request) -> Response:
+        return Response(generate_latest(registry_for(self.app)), media_type=CONTENT_TYPE_LATEST)
+
+    async def login(self, request: Request) -> Response:
+        target = _local_path(request.query_params.get("next"), request)
+        if request.method == "GET":
+            return self.render(request, "login.html", target=target)
+        form = await _form(request)
+        response = RedirectResponse(target, status_code=303)
+        response.set_cookie(TOKEN_COOKIE, form.get("token", ""), httponly=True, samesite="strict")
+        return response
+
+    # --- actions --------------------------------------------------------------------
+
+    async def job_action(self, request: Request) -> Response:
+        job_id = request.path_params["job_id"]
+        by = _who(request)
+        actions: dict[str, Callable[[], object]] = {
+            "cancel": lambda: self.app.cancel(job_id, by=by),
+            "retry": lambda: self.app.retry(job_id, by=by),
+            "pause-pieces": lambda: self.app.pause_group(job_id, by=by),
+            "resume-pieces": lambda: self.app.resume_group(job_id, by=by),
+        }
+        return await self.act(request, actions, f"/jobs/{job_id}")
+
+    async def queue_action(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        by = _who(request)
+        actions: dict[str, Callable[[], object]] = {
+            "pause": lambda: self.app.pause_queue(name, force=True, by=by),
+            "resume": lambda: self.app.resume_queue(name, force=True, by=by),
+        }
+        return await self.act(request, actions, "/")
+
+    async def schedule_action(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        by = _who(request)
+        actions: dict[str, Callable[[], object]] = {
+            "trigger": lambda: self.app.trigger_schedule(name, by=by),
+            "pause": lambda: self.app.pause_schedule(name, by=by),
+            "resume": lambda: self.app.resume_schedule(name, by=by),
+        }
+        return await self.act(request, actions, "/schedules")
+
+    async def act(
+        self, request: Request, actions: dict[str, Callable[[], object]], back: str
+    ) -> Response:
+        form = await _form(request)
+        if not csrf_ok(request, form.get(CSRF_FIELD)):
+            return self.render(
+                request,
+                "error.html",
+                403,
+                message="this form has expired or did not come from this dashboard "
+                "(no valid CSRF token); reload the page and try again",
+            )
+        action = actions.get(request.path_params["action"])
+        if action is None:
+            return self.render(request, "error.html", 404, message="no such action")
+        try:
+            await run_in_threadpool(action)
+        except (JobNotFoundError, ScheduleNotFoundError) as error:
+            return self.render(request, "error.html", 404, message=str(error))
+        except DueError as error:
+            return self.render(request, "error.html", 409, message=str(error))
+        target = _local_path(form.get("next"), request, default=back)
+        return RedirectResponse(target, status_code=303)
+
+
+def _strip_window(schedule: Any) -> timedelta:
+    """Long enough to hold the last STRIP_LENGTH times of the schedule."""
+    every = schedule.timing.every
+    if every is not None:
+        return timedelta(seconds=every * (STRIP_LENGTH + 1))
+    return timedelta(days=2)
+
+
+def _who(request: Request) -> str:
+    person = request.scope.get("due.who") or "anyone on this host"
+    client = request.client.host if request.client else "unknown address"
+    return f"{person} via the dashboard from {client}"
+
+
+def _local_path(target: str | None, request: Request, default: str = "/") -> str:
+    """A redirect target inside the dashboard (never another site)."""
+    base = str(request.scope.get("root_path", ""))
+    if target and target.startswith("/") and not target.startswith("//"):
+        return target if target.startswith(base) else base + target
+    return base + default
+
+
+async def _form(request: Request) -> dict[str, str]:
+    """The urlencoded form (the dashboard's forms have no files)."""
+    body = (await request.body()).decode("utf-8", errors="replace")
+    return {name: values[-1] for name, values in parse_qs(body).items()}

@@ -1,0 +1,184 @@
+"""Who may look and act, and what a browser may do with the pages.
+
+A dashboard bound to the loopback interface may go without a credential (only
+this host reaches it); bound anywhere else it needs one (`Credential`), and the
+CLI refuses to start without. Credentials are compared in constant time.
+
+Every action is a POST carrying a CSRF token: the double-submit pattern, a
+random value in a SameSite=Strict cookie that the form must echo. Every
+response denies framing, carries a strict Content-Security-Policy (scripts and
+styles from this origin only, no inline ones) and, for pages with data, is
+not cached.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import ipaddress
+import secrets
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from starlette.datastructures import MutableHeaders
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from due.errors import ConfigurationError
+
+TOKEN_COOKIE = "due_token"
+CSRF_COOKIE = "due_csrf"
+CSRF_FIELD = "csrf"
+OPEN_PATHS = ("/static/", "/login")
+
+SECURITY_HEADERS = {
+    "content-security-policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "x-frame-options": "DENY",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "same-origin",
+}
+
+
+@dataclass(frozen=True)
+class Credential:
+    """A bearer token, or a user and password for HTTP basic auth (or both)."""
+
+    token: str | None = None
+    user: str | None = None
+    password: str | None = None
+
+    @classmethod
+    def build(cls, token: str | None = None, basic_auth: str | None = None) -> Credential | None:
+        """From `--token` and `--basic-auth user:password`; None when neither is given."""
+        if token is not None and not token.strip():
+            raise ConfigurationError("the dashboard token is empty; give a long random value")
+        user = password = None
+        if basic_auth is not None:
+            user, colon, password = basic_auth.partition(":")
+            if not colon or not user or not password:
+                raise ConfigurationError(
+                    f"basic auth {basic_auth!r} is not 'user:password'; give both, "
+                    "separated by a colon"
+                )
+        if token is None and user is None:
+            return None
+        return cls(token, user, password)
+
+    def who(self, request: Request) -> str | None:
+        """The name of whoever the request proves to be, or None."""
+        header = request.headers.get("authorization", "")
+        scheme, _, value = header.partition(" ")
+        if self.token is not None:
+            offered = value if scheme.lower() == "bearer" else request.cookies.get(TOKEN_COOKIE)
+            if offered is not None and _same(offered, self.token):
+                return "token holder"
+        if self.user is not None and self.password is not None and scheme.lower() == "basic":
+            try:
+                user, _, password = base64.b64decode(value).decode().partition(":")
+            except (binascii.Error, UnicodeDecodeError):
+                return None
+            # Both compared, always: the time taken tells nothing about which was wrong.
+            user_ok = _same(user, self.user)
+            if _same(password, self.password) and user_ok:
+                return user
+        return None
+
+    def refusal(self, request: Request) -> Response:
+        if self.user is not None:
+            return PlainTextResponse(
+                "this dashboard needs a user and password",
+                status_code=401,
+                headers={"www-authenticate": 'Basic realm="due", charset="UTF-8"'},
+            )
+        if request.method == "GET" and "text/html" in request.headers.get("accept", ""):
+            root = request.scope.get("root_path", "")
+            target = f"{root}/login?next={quote(request.url.path)}"
+            return RedirectResponse(target, status_code=303)
+        return PlainTextResponse("this dashboard needs its token", status_code=401)
+
+
+def _same(offered: str, expected: str) -> bool:
+    return hmac.compare_digest(offered.encode(), expected.encode())
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def require_credential_off_loopback(host: str, credential: Credential | None) -> None:
+    """Refuse to serve job data to a network without a credential."""
+    if credential is None and not is_loopback(host):
+        raise ConfigurationError(
+            f"the dashboard would listen on {host}, beyond this host, without a credential: "
+            "give --token (or DUE_DASHBOARD_TOKEN) or --basic-auth user:password, "
+            "or bind 127.0.0.1 and put your own authentication in front"
+        )
+
+
+def csrf_token(request: Request) -> str:
+    """This browser's CSRF token (made on its first page; set by `Guard`)."""
+    token = request.cookies.get(CSRF_COOKIE) or request.scope.get("due.csrf")
+    if token is None:
+        token = secrets.token_urlsafe(32)
+        request.scope["due.csrf"] = token
+    return str(token)
+
+
+def csrf_ok(request: Request, offered: str | None) -> bool:
+    cookie = request.cookies.get(CSRF_COOKIE)
+    return bool(cookie and offered) and _same(str(offered), str(cookie))
+
+
+class Guard:
+    """ASGI middleware: the credential check, and the headers every response carries."""
+
+    def __init__(self, app: ASGIApp, credential: Credential | None) -> None:
+        self.app = app
+        self.credential = credential
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        path = request.url.path.removeprefix(scope.get("root_path", ""))
+        if self.credential is not None and not path.startswith(OPEN_PATHS):
+            who = self.credential.who(request)
+            if who is None:
+                await _with_headers(self.credential.refusal(request), scope, receive, send)
+                return
+            scope["due.who"] = who
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in SECURITY_HEADERS.items():
+                    headers.setdefault(name, value)
+                if not path.startswith("/static/"):
+                    headers["cache-control"] = "no-store"
+                token = scope.get("due.csrf")
+                if token is not None and CSRF_COOKIE not in request.cookies:
+                    headers.append(
+                        "set-cookie",
+                        f"{CSRF_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict",
+                    )
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+async def _with_headers(response: Response, scope: Scope, receive: Receive, send: Send) -> None:
+    for name, value in SECURITY_HEADERS.items():
+        response.headers.setdefault(name, value)
+    response.headers["cache-control"] = "no-store"
+    await response(scope, receive, send)

@@ -1,0 +1,273 @@
+"""The dashboard over HTTP, on both backends: every page renders, every action
+needs its CSRF token (and the credential when one is set), values from jobs
+are escaped everywhere, and the headers keep browsers from doing harm."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+from starlette.testclient import TestClient
+
+import due
+from due.clock import FakeClock
+from due.core.records import ClaimRequest, Completion, Lease, WorkerRegistration
+from due.web.security import Credential
+
+HOSTILE = "<script>alert(1)</script>"
+ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
+
+
+@pytest.fixture
+def work(app: due.App) -> due.Task:
+    @app.task(name="work", queue="emails", retry=due.Retry(max_attempts=1))
+    def work(value: str = "") -> None: ...
+
+    return work
+
+
+@pytest.fixture
+def client(app: due.App) -> Iterator[TestClient]:
+    with TestClient(app.dashboard(), base_url="http://127.0.0.1") as client:
+        yield client
+
+
+def csrf_of(client: TestClient, path: str = "/") -> str:
+    page = client.get(path)
+    assert page.status_code == 200, page.text
+    found = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert found, "the page has no form with a CSRF token"
+    return found.group(1)
+
+
+def claim_one(app: due.App, queue: str = "emails") -> due.Job:
+    (claimed,) = app.store.job_claim(ClaimRequest(queue, 1, "web-1:1:a", 30))
+    return claimed  # type: ignore[no-any-return]
+
+
+def fail(app: due.App, claimed: due.Job, message: str) -> None:
+    error = due.AttemptError(claimed.attempt, message, None, app.store.now())
+    completion = Completion(claimed.id, claimed.lease_token, due.JobState.FAILED, error=error)  # type: ignore[attr-defined]
+    app.store.job_complete([completion])
+
+
+def test_every_page_renders(app: due.App, work: due.Task, client: TestClient) -> None:
+    job = work.enqueue("hello")
+    app.add_schedule("nightly", "0 2 * * *", task=work)
+    app.store.worker_register(WorkerRegistration("web-1:1:a", "web-1", 1, {"emails": 4}))
+    overview = client.get("/")
+    assert overview.status_code == 200 and 'data-queue="emails"' in overview.text
+    assert "emails" in client.get("/jobs").text
+    page = client.get(f"/jobs/{job.id}")
+    assert page.status_code == 200 and '"hello"' in page.text.replace("&#34;", '"')
+    schedules = client.get("/schedules").text
+    assert "At 02:00 AM" in schedules and 'data-schedule="nightly"' in schedules
+    assert 'data-worker="web-1:1:a"' in client.get("/workers").text
+    metrics = client.get("/metrics")
+    assert metrics.status_code == 200 and "due_queue_oldest_due_age_seconds" in metrics.text
+    assert client.get("/jobs/999999").status_code == 404
+
+
+def test_html_from_jobs_is_escaped_on_every_page(
+    app: due.App, work: due.Task, client: TestClient
+) -> None:
+    job = work.options(key=HOSTILE).enqueue(HOSTILE)
+    claimed = claim_one(app)
+    progress = json.dumps({"done": 1, "total": 3, "message": HOSTILE})
+    app.store.job_heartbeat([Lease(claimed.id, claimed.lease_token, 30, progress)])  # type: ignore[attr-defined]
+    other = work.enqueue("x")
+    fail(app, claim_one(app), HOSTILE)
+    for path in ("/", "/jobs", f"/jobs/{job.id}", f"/jobs/{other.id}", "/jobs?state=failed"):
+        body = client.get(path).text
+        assert HOSTILE not in body, path
+    shown = client.get(f"/jobs/{job.id}").text
+    assert shown.count(ESCAPED) >= 3  # the argument, the key and the progress message
+    assert ESCAPED in client.get(f"/jobs/{other.id}").text  # the error
+    assert ESCAPED in client.get("/jobs").text  # the key in the list
+
+
+def test_an_action_without_its_csrf_token_is_refused_and_changes_nothing(
+    app: due.App, work: due.Task, client: TestClient
+) -> None:
+    job = work.enqueue()
+    refused = client.post(f"/jobs/{job.id}/cancel", data={"csrf": "forged"})
+    assert refused.status_code == 403 and "CSRF" in refused.text
+    assert client.post(f"/jobs/{job.id}/cancel").status_code == 403
+    assert app.get(job.id).state == due.JobState.QUEUED
+    token = csrf_of(client, f"/jobs/{job.id}")
+    done = client.post(f"/jobs/{job.id}/cancel", data={"csrf": token}, follow_redirects=False)
+    assert done.status_code == 303 and done.headers["location"] == f"/jobs/{job.id}"
+    assert app.get(job.id).state == due.JobState.CANCELLED
+    history = app.history(job=job.id)
+    assert [entry.action for entry in history] == ["cancel"]
+    assert "dashboard" in history[0].by
+    assert "cancel by anyone on this host via the dashboard" in client.get(f"/jobs/{job.id}").text
+
+
+def test_actions_retry_pause_and_trigger(
+    app: due.App, work: due.Task, client: TestClient, clock: FakeClock
+) -> None:
+    job = work.enqueue()
+    fail(app, claim_one(app), "boom")
+    token = csrf_of(client)
+    back = {"csrf": token, "next": f"/jobs/{job.id}"}
+    moved = client.post(f"/jobs/{job.id}/retry", data=back, follow_redirects=False)
+    assert moved.headers["location"] == f"/jobs/{job.id}"
+    assert app.get(job.id).state == due.JobState.QUEUED
+    client.post("/queues/emails/pause", data={"csrf": token})
+    assert {q.name: q.paused for q in app.queues()}["emails"] is True
+    assert app.store.job_claim(ClaimRequest("emails", 1, "w", 30)) == []
+    assert 'action="/queues/emails/resume"' in client.get("/").text
+    client.post("/queues/emails/resume", data={"csrf": token})
+    assert {q.name: q.paused for q in app.queues()}["emails"] is False
+    app.add_schedule("nightly", "0 2 * * *", task=work)
+    client.post("/schedules/nightly/pause", data={"csrf": token})
+    assert "Resume" in client.get("/schedules").text
+    client.post("/schedules/nightly/resume", data={"csrf": token})
+    before = len(app.jobs(task="work", limit=100))
+    client.post("/schedules/nightly/trigger", data={"csrf": token})
+    assert len(app.jobs(task="work", limit=100)) == before + 1
+    actions = [entry.action for entry in app.history(schedule="nightly")]
+    assert actions == ["pause", "resume", "trigger"]
+    assert [entry.action for entry in app.history(queue="emails")] == ["pause", "resume"]
+
+
+def test_a_refused_action_says_why(app: due.App, work: due.Task, client: TestClient) -> None:
+    job = work.enqueue()
+    token = csrf_of(client)
+    refused = client.post(f"/jobs/{job.id}/retry", data={"csrf": token})
+    assert refused.status_code == 409 and "queued" in refused.text
+    assert client.post("/jobs/424242/cancel", data={"csrf": token}).status_code == 404
+
+
+def test_a_redirect_never_leaves_the_dashboard(
+    app: due.App, work: due.Task, client: TestClient
+) -> None:
+    job = work.enqueue()
+    token = csrf_of(client)
+    for target in ("https://evil.example/", "//evil.example/x"):
+        done = client.post(
+            "/queues/emails/pause", data={"csrf": token, "next": target}, follow_redirects=False
+        )
+        assert done.headers["location"] == "/", target
+    assert job.id
+
+
+def test_jobs_page_pages_by_id_without_overlap(
+    app: due.App, work: due.Task, client: TestClient
+) -> None:
+    made = [job.id for job in app.enqueue_many(work.request(str(n)) for n in range(120))]
+    seen: list[int] = []
+    path = "/jobs?queue=emails"
+    while path:
+        page = client.get(path).text
+        seen.extend(int(n) for n in re.findall(r'data-job="(\d+)"', page))
+        older = re.search(r'class="older" href="([^"]+)"', page)
+        path = older.group(1).replace("&amp;", "&") if older else ""
+    assert seen == sorted(made, reverse=True)
+    assert (
+        client.get(f"/jobs?q={made[3]}", follow_redirects=False).headers["location"]
+        == f"/jobs/{made[3]}"
+    )
+    keyed = work.options(key="invoice:7").enqueue()
+    assert re.findall(r'data-job="(\d+)"', client.get("/jobs?q=invoice:7").text) == [str(keyed.id)]
+    assert client.get("/jobs?state=nonsense").status_code == 400
+
+
+def test_every_response_denies_framing_caching_and_inline_scripts(
+    app: due.App, work: due.Task, client: TestClient
+) -> None:
+    job = work.enqueue()
+    for path in ("/", f"/jobs/{job.id}", "/schedules", "/metrics"):
+        headers = client.get(path).headers
+        assert headers["x-frame-options"] == "DENY"
+        assert headers["cache-control"] == "no-store"
+        policy = headers["content-security-policy"]
+        assert "script-src 'self'" in policy and "unsafe-inline" not in policy
+        assert "frame-ancestors 'none'" in policy
+    cookie = client.get("/").headers.get("set-cookie", "") or "due_csrf already set"
+    assert "due_csrf" in cookie
+
+
+def test_with_a_token_every_page_and_action_needs_it(app: due.App, work: due.Task) -> None:
+    job = work.enqueue()
+    dashboard = app.dashboard(token="s3cret-token")
+    with TestClient(dashboard, base_url="http://10.0.0.5") as client:
+        assert client.get("/").status_code == 401
+        assert client.get("/metrics").status_code == 401
+        asked = client.get("/jobs", headers={"accept": "text/html"}, follow_redirects=False)
+        assert asked.status_code == 303 and asked.headers["location"] == "/login?next=/jobs"
+        assert client.get("/", headers={"authorization": "Bearer wrong"}).status_code == 401
+        bearer = {"authorization": "Bearer s3cret-token"}
+        assert client.get("/", headers=bearer).status_code == 200
+        page = client.get(f"/jobs/{job.id}", headers=bearer).text
+        token = re.search(r'name="csrf" value="([^"]+)"', page).group(1)  # type: ignore[union-attr]
+        assert client.post(f"/jobs/{job.id}/cancel", data={"csrf": token}).status_code == 401
+        assert app.get(job.id).state == due.JobState.QUEUED
+        client.post("/login", data={"token": "s3cret-token"})  # the browser's way: a cookie
+        assert client.get("/").status_code == 200
+        done = client.post(f"/jobs/{job.id}/cancel", data={"csrf": token}, follow_redirects=False)
+        assert done.status_code == 303 and app.get(job.id).state == due.JobState.CANCELLED
+        assert app.history(job=job.id)[0].by.startswith("token holder via the dashboard")
+
+
+def test_with_basic_auth_the_user_and_password_must_both_match(app: due.App) -> None:
+    dashboard = app.dashboard(basic_auth="ops:correct horse")
+
+    def auth(user: str, password: str) -> dict[str, str]:
+        return {
+            "authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        }
+
+    with TestClient(dashboard) as client:
+        refused = client.get("/")
+        assert refused.status_code == 401 and "Basic" in refused.headers["www-authenticate"]
+        assert client.get("/", headers=auth("ops", "wrong")).status_code == 401
+        assert client.get("/", headers=auth("root", "correct horse")).status_code == 401
+        assert client.get("/", headers=auth("ops", "correct horse")).status_code == 200
+        assert client.get("/static/due.css").status_code == 200  # no data there
+
+
+def test_credentials_are_checked_when_given() -> None:
+    with pytest.raises(due.ConfigurationError, match="user:password"):
+        Credential.build(basic_auth="no-colon")
+    with pytest.raises(due.ConfigurationError, match="empty"):
+        Credential.build(token="  ")
+    assert Credential.build() is None
+
+
+def test_pause_and_resume_a_parents_pieces(
+    app: due.App, work: due.Task, client: TestClient
+) -> None:
+    parent = app.batch(work, [("a",), ("b",)])
+    token = csrf_of(client, f"/jobs/{parent.id}")
+    assert "Pause pieces" in client.get(f"/jobs/{parent.id}").text
+    client.post(f"/jobs/{parent.id}/pause-pieces", data={"csrf": token})
+    assert all(piece.held for piece in app.jobs(parent=parent.id))
+    assert app.store.job_claim(ClaimRequest("emails", 2, "w", 30)) == []
+    client.post(f"/jobs/{parent.id}/resume-pieces", data={"csrf": token})
+    assert not any(piece.held for piece in app.jobs(parent=parent.id))
+    actions = [entry.action for entry in app.history(job=parent.id)]
+    assert actions == ["pause pieces", "resume pieces"]
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.10", "::"])
+def test_the_dashboard_refuses_to_listen_beyond_this_host_without_a_credential(
+    sqlite_url: str, host: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "due", "--url", sqlite_url, "dashboard", "--host", host],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if not k.startswith("DUE_DASHBOARD")},
+    )
+    assert done.returncode == 1
+    assert f"would listen on {host}" in done.stderr and "--token" in done.stderr
+    assert "dashboard on http" not in done.stderr
