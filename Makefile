@@ -18,12 +18,13 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[postgres-binary,redis,web]' --group dev
 	@touch $(STAMP)
 
-postgres: ## start PostgreSQL (and Redis, for the optional Redis lease) if down; faketime, promtool, chromium
+postgres: ## start PostgreSQL (and Redis, for the optional Redis lease) if down; faketime, promtool, chromium, pgbouncer
 	@scripts/ensure-postgres
 	@scripts/ensure-redis
 	@scripts/ensure-faketime
 	@scripts/ensure-promtool
 	@scripts/ensure-chromium
+	@scripts/ensure-pgbouncer
 
 demo: $(STAMP) ## the example app, its worker and dashboard on SQLite (DEMO_ARGS=--once: stop at the end)
 	cd examples && ../$(PY) demo.py $(DEMO_ARGS)
@@ -54,6 +55,7 @@ bench: $(STAMP) postgres ## run the benchmark (due and its peers, side by side)
 	$(PY) bench/run.py
 	$(PY) bench/schedule_bench.py
 	$(PY) bench/visibility_bench.py
+	$(PY) bench/pooler_bench.py
 
 clean: ## remove the environment and scratch files
 	rm -rf $(VENV) .venv-newest chaos-results bench/.venv* bench/results bench/work .pytest_cache .ruff_cache .mypy_cache

@@ -9,10 +9,12 @@ test's temporary folder, or a PostgreSQL schema of its own (selected through
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import psycopg
@@ -20,9 +22,13 @@ import pytest
 
 import due
 from due.clock import FakeClock
+from tests.helpers.pgbouncer import PgBouncer, pgbouncer_binary
 
 POSTGRES_BASE_URL = os.environ.get("DUE_TEST_POSTGRES_URL", "postgresql://127.0.0.1:5432/due_test")
 BACKENDS = ["sqlite", "postgres"]
+BACKENDS_AND_POOLER = [*BACKENDS, "pgbouncer"]
+"""For the tests that matter behind a transaction-mode pooler: a module takes
+them with `backend = backend_fixture(BACKENDS_AND_POOLER)`."""
 START = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
 
@@ -32,16 +38,38 @@ def postgres_schema_url(schema: str) -> str:
 
 
 @pytest.fixture
-def postgres_url() -> Iterator[str]:
-    """A PostgreSQL URL whose tables live in a schema made for this test."""
+def postgres_schema() -> Iterator[str]:
+    """A PostgreSQL schema made for this test (dropped afterwards)."""
     schema = f"t_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(POSTGRES_BASE_URL, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
     try:
-        yield postgres_schema_url(schema)
+        yield schema
     finally:
         with psycopg.connect(POSTGRES_BASE_URL, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture
+def postgres_url(postgres_schema: str) -> str:
+    """A PostgreSQL URL whose tables live in a schema made for this test."""
+    return postgres_schema_url(postgres_schema)
+
+
+@pytest.fixture
+def pgbouncer_url(postgres_schema: str, tmp_path: Path) -> Iterator[str]:
+    """The test's schema through a real PgBouncer in transaction mode (started for
+    this test; its server connections set the schema as they open), with
+    due_pooler=transaction: what a user behind such a pooler configures."""
+    if pgbouncer_binary() is None:
+        message = "*** PGBOUNCER IS MISSING: make test installs it (scripts/ensure-pgbouncer) ***"
+        sys.stderr.write(f"\n{message}\n")
+        pytest.skip(message)
+    database = POSTGRES_BASE_URL.rsplit("/", 1)[1].split("?")[0]
+    with PgBouncer.start(
+        tmp_dir=tmp_path / "pgbouncer", database=database, search_path=postgres_schema
+    ) as bouncer:
+        yield bouncer.url(due_pooler="transaction")
 
 
 @pytest.fixture
@@ -49,9 +77,15 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'due.db'}"
 
 
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+def backend_fixture(backends: list[str]) -> Any:
+    @pytest.fixture(params=backends)
+    def backend(request: pytest.FixtureRequest) -> str:
+        return str(request.param)
+
+    return backend
+
+
+backend = backend_fixture(BACKENDS)
 
 
 @pytest.fixture

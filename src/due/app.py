@@ -39,7 +39,7 @@ from due.request import JobRequest, prepare, validate_queue
 from due.retry import Retry
 from due.scheduler.catalog import ScheduleCatalog
 from due.scheduler.registration import ScheduleTiming, define_for_app
-from due.store import Store, open_store
+from due.store import POSTGRES_PREFIXES, Store, open_store
 from due.task import DEFAULT_QUEUE, Registry, Task, TaskConfig
 from due.visibility import snapshot
 from due.visibility.alerts import Alert, AlertRules, QueueThresholds, evaluate
@@ -79,6 +79,11 @@ class App:
 
     app = due.App()                          # ./due.db, or $DUE_DATABASE_URL
     app = due.App("postgresql://localhost/app")
+
+    Through a transaction-mode pooler (PgBouncer's pool_mode = transaction), say
+    so: `pooler="transaction"` (or `?due_pooler=transaction` in the URL), and
+    give `listen_url=` (or $DUE_LISTEN_URL) a direct URL for wake-ups, else
+    idle workers poll every 0.25 s.
     """
 
     def __init__(
@@ -88,6 +93,8 @@ class App:
         clock: Clock | None = None,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         store_options: dict[str, Any] | None = None,
+        pooler: str | None = None,
+        listen_url: str | None = None,
     ) -> None:
         self.url = resolve_url(url)
         self.clock: Clock = clock or SystemClock()
@@ -101,6 +108,16 @@ class App:
         self.queue_thresholds: dict[str, QueueThresholds] = {}
         """Alert thresholds declared with `app.queue(...)`, by queue."""
         self._store_options = dict(store_options or {})
+        if listen_url is None and self.url.startswith(POSTGRES_PREFIXES):
+            listen_url = os.environ.get("DUE_LISTEN_URL") or None
+        for name, value in (("pooler", pooler), ("listen_url", listen_url)):
+            if value is not None:
+                if not self.url.startswith(POSTGRES_PREFIXES):
+                    raise ConfigurationError(
+                        f"{name}= is for PostgreSQL (a connection pooler in front of it); "
+                        f"{self.url.split(':')[0]} has none"
+                    )
+                self._store_options[name] = value
         self._store: Store | None = None
         self._schema_checked = False
         self._lock = threading.Lock()

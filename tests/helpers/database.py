@@ -9,6 +9,7 @@ from typing import Any
 
 import psycopg
 
+from due.store.postgres.pooler import PoolerSettings
 from due.store.sqlite.backend import path_from_url
 
 
@@ -23,7 +24,10 @@ def plain_transaction(url: str) -> Iterator[Any]:
         finally:
             conn.close()
     else:
-        with psycopg.connect(url) as pg:
+        # What a user's own code does behind a transaction pooler: no prepared
+        # statements, and due's parameters are due's (libpq refuses them).
+        settings = PoolerSettings.from_url(url)
+        with psycopg.connect(settings.url, **settings.connect_options()) as pg:  # type: ignore[arg-type]
             yield pg
 
 

@@ -12,12 +12,14 @@ import pytest
 
 import due
 from due import JobState
+from tests.conftest import BACKENDS_AND_POOLER, backend_fixture
 from tests.helpers.cli import run_due
 from tests.helpers.database import plain_transaction, rows
 from tests.helpers.waiting import holds_for, wait_until
 from tests.helpers.workers import Workers
 
 pytestmark = pytest.mark.slow
+backend = backend_fixture(BACKENDS_AND_POOLER)  # also through a transaction pooler
 LEASE = 2.0
 
 

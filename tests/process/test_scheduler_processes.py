@@ -37,12 +37,16 @@ def leader_pid(url: str) -> int | None:
     return int(row[0].split(":")[1]) if row else None
 
 
+@pytest.mark.parametrize("via", ["direct", "pgbouncer"])
 def test_every_scheduled_time_runs_once_through_kill_and_pause(
-    postgres_url: str, tmp_path: Path
+    postgres_url: str, tmp_path: Path, via: str, request: pytest.FixtureRequest
 ) -> None:
-    due.App(postgres_url).migrate()
+    # The workers connect directly, or through a transaction pooler; the test
+    # reads the lease directly either way.
+    url = postgres_url if via == "direct" else str(request.getfixturevalue("pgbouncer_url"))
+    due.App(url).migrate()
     ledger = tmp_path / "ledger.txt"
-    pool = Workers(postgres_url, ledger, tmp_path)
+    pool = Workers(url, ledger, tmp_path)
     options = ("--leader-ttl", f"{TTL}s", "--lease", "3s", "-q", "default=10")
     try:
         workers = {

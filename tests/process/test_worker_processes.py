@@ -13,11 +13,12 @@ import pytest
 import due
 from due import JobState
 from tests.apps import ledger_app
-from tests.conftest import POSTGRES_BASE_URL
+from tests.conftest import BACKENDS_AND_POOLER, POSTGRES_BASE_URL, backend_fixture
 from tests.helpers.waiting import wait_until
 from tests.helpers.workers import Workers
 
 pytestmark = pytest.mark.slow
+backend = backend_fixture(BACKENDS_AND_POOLER)  # also through a transaction pooler
 LEASE = 2.0
 
 

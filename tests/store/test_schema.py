@@ -68,6 +68,7 @@ def test_both_backends_name_the_same_queries() -> None:
         "lock_migrations",
         "current_time",
         "bound_leader_transaction",
+        "bound_transaction",
         "unbounded_transaction",
     }
     assert set(SQLITE_QUERIES) == set(POSTGRES_QUERIES) - locking_only - postgres_plumbing

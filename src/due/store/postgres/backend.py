@@ -36,6 +36,7 @@ from due.errors import (
 )
 from due.store.backend import ChangeFeed, DuplicateError, LockWaitTimeout, Rows, Transaction
 from due.store.postgres.own_connection import OwnConnection
+from due.store.postgres.pooler import HINT, PollingFeed, PoolerSettings, is_pooler_breakage
 from due.store.sql import load_migrations, load_queries, require_current_schema
 
 QUERIES = load_queries("due.store.postgres")
@@ -67,9 +68,18 @@ class PostgresBackend:
     locks_rows = True
 
     def __init__(
-        self, url: str, clock: Clock, *, pool_size: int = 10, connect_timeout: float = 5.0
+        self,
+        url: str,
+        clock: Clock,
+        *,
+        pool_size: int = 10,
+        connect_timeout: float = 5.0,
+        pooler: str | None = None,
+        listen_url: str | None = None,
     ) -> None:
-        self.url = url
+        self.settings = PoolerSettings.from_url(url, pooler, listen_url)
+        self.url = url = self.settings.url
+        self._connect = {**keepalive_options(url), **self.settings.connect_options()}
         self._clock = clock
         self._connect_timeout = connect_timeout
         self._pool_size = pool_size
@@ -79,8 +89,8 @@ class PostgresBackend:
             url,
             min_size=1,
             max_size=pool_size,
-            kwargs={"autocommit": True, **keepalive_options(url)},
-            configure=_configure_pooled_connection,
+            kwargs={"autocommit": True, **self._connect},
+            configure=self._configure,
             timeout=connect_timeout,
             open=False,
             name="due",
@@ -109,6 +119,8 @@ class PostgresBackend:
                 yield PostgresTransaction(cur, self._clock.now())
                 return
             with conn.transaction():
+                if self.settings.transaction_pooler and not unbounded:
+                    cur.execute(QUERIES["bound_transaction"], TRANSACTION_BOUNDS)
                 if unbounded:
                     cur.execute(QUERIES["unbounded_transaction"])
                 if leader:
@@ -172,13 +184,21 @@ class PostgresBackend:
             yield conn
 
     def _connect_own(self) -> psycopg.Connection[Any]:
-        options: dict[str, Any] = {"autocommit": True, **keepalive_options(self.url)}
+        options: dict[str, Any] = {"autocommit": True, **self._connect}
         if "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(self.url):
             # libpq counts whole seconds, 2 at least
             options["connect_timeout"] = max(2, round(self._connect_timeout))
         conn = psycopg.connect(self.url, **options)
-        _configure_pooled_connection(conn)
+        self._configure(conn)
         return conn
+
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        if self.settings.transaction_pooler:
+            # The pooler tracks the time zone per client; the bounds would leak to
+            # other clients of the server connection: they are set per transaction.
+            conn.execute("SET TIME ZONE 'UTC'")
+        else:
+            _configure_pooled_connection(conn)
 
     def handler_pool(self) -> psycopg_pool.ConnectionPool:
         """Connections for handlers' own transactions (`ctx.transaction()`): a pool
@@ -191,7 +211,7 @@ class PostgresBackend:
                     self.url,
                     min_size=0,
                     max_size=self._pool_size,
-                    kwargs=keepalive_options(self.url),
+                    kwargs=self._connect,
                     configure=_configure_handler_connection,
                     timeout=self._connect_timeout,
                     open=False,
@@ -201,19 +221,26 @@ class PostgresBackend:
             return self._handler_pool
 
     def listen_connection(self, channel: str = NOTIFY_CHANNEL) -> psycopg.Connection[Any]:
-        """A dedicated autocommit connection (outside the pool) for LISTEN."""
-        with translate_errors(self.url):
+        """A dedicated autocommit connection (outside the pool) for LISTEN: to the
+        database URL, or to the direct `listen_url` past a transaction pooler."""
+        url = self.settings.listen_url or self.url
+        with translate_errors(url):
             conn = psycopg.connect(
-                self.url, autocommit=True, connect_timeout=5, **keepalive_options(self.url)
+                url, autocommit=True, connect_timeout=5, **keepalive_options(url)
             )
             conn.execute(f"LISTEN {channel}")
             return conn
 
     def watch_endings(self) -> ChangeFeed:
-        return NotificationFeed(self, ENDED_CHANNEL)
+        return self._feed(ENDED_CHANNEL)
 
     def watch_jobs(self) -> ChangeFeed:
-        return NotificationFeed(self, NOTIFY_CHANNEL)
+        return self._feed(NOTIFY_CHANNEL)
+
+    def _feed(self, channel: str) -> ChangeFeed:
+        if self.settings.transaction_pooler and self.settings.listen_url is None:
+            return PollingFeed(self._clock.monotonic)  # LISTEN cannot work through it
+        return NotificationFeed(self, channel)
 
     def close(self) -> None:
         self._own.close()
@@ -447,6 +474,15 @@ its transaction back. Not set on the connection of `ctx.transaction()`, where
 the handler's own code runs between statements."""
 
 
+TRANSACTION_BOUNDS = {
+    "statement": STATEMENT_TIMEOUT,
+    "lock": LOCK_TIMEOUT,
+    "idle": IDLE_IN_TRANSACTION_LIMIT,
+}
+"""The same bounds, set per transaction where session settings would leak
+(through a transaction-mode pooler, whose clients share server sessions)."""
+
+
 def _configure_pooled_connection(conn: psycopg.Connection[Any]) -> None:
     conn.execute("SET TIME ZONE 'UTC'")
     conn.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_LIMIT}'")
@@ -499,6 +535,8 @@ def translate_errors(url: str) -> Iterator[None]:
     except psycopg.errors.LockNotAvailable as error:
         raise LockWaitTimeout(f"{redact(url)}: {error}") from error
     except psycopg.Error as error:
+        if is_pooler_breakage(error):
+            raise StoreUnavailableError(f"{redact(url)}: {HINT} ({str(error).strip()})") from error
         state = error.sqlstate or ""
         if state.startswith("40") or state in ROLLED_BACK_STATES:
             raise StoreConflictError(

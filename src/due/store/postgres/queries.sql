@@ -684,6 +684,13 @@ UPDATE due_leases
 SET expires_at = coalesce(%(now)s::timestamptz, now()) - interval '1 microsecond'
 WHERE name = %(name)s AND holder = %(holder)s AND token = %(token)s
 
+-- name: bound_transaction
+-- Through a transaction-mode pooler, where a session setting would leak to other
+-- clients: the bounds of _configure_pooled_connection, for this transaction only.
+SELECT set_config('statement_timeout', %(statement)s, true),
+       set_config('lock_timeout', %(lock)s, true),
+       set_config('idle_in_transaction_session_timeout', %(idle)s, true)
+
 -- name: unbounded_transaction
 -- A transaction that builds large parameters between its statements (many
 -- pieces, a bulk enqueue) or rewrites a big table (a migration) is busy, not

@@ -1,0 +1,127 @@
+"""Through a real PgBouncer in transaction mode: what due turns off when told,
+what breaks (and how it is named) when it is not told, and where wake-ups come
+from. (The worker, rescue, scheduler and long-work tests also run through it:
+their `pgbouncer` parameter.)"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import due
+from due.store.postgres.pooler import PoolerSettings
+from tests.conftest import POSTGRES_BASE_URL
+from tests.helpers.pgbouncer import PgBouncer, pgbouncer_binary
+
+pytestmark = pytest.mark.skipif(pgbouncer_binary() is None, reason="pgbouncer is missing")
+DATABASE = POSTGRES_BASE_URL.rsplit("/", 1)[1].split("?")[0]
+
+
+@pytest.fixture
+def one_server_connection(postgres_schema: str, tmp_path: Path) -> Iterator[PgBouncer]:
+    """A bouncer lending a single server connection: every client shares its session."""
+    with PgBouncer.start(
+        tmp_dir=tmp_path / "pgbouncer",
+        database=DATABASE,
+        search_path=postgres_schema,
+        settings={"default_pool_size": 1},
+    ) as bouncer:
+        yield bouncer
+
+
+def make_app(url: str, **options: object) -> due.App:
+    app = due.App(url, **options)  # type: ignore[arg-type]
+
+    @app.task(name="work")
+    def work(n: int = 0) -> None: ...
+
+    return app
+
+
+def busy(app: due.App, times: int = 8) -> None:
+    """Enough statements for psycopg to prepare them (it does from the 5th use)."""
+    for n in range(times):
+        app.enqueue("work", args=[n])
+        app.jobs(limit=1)
+
+
+def test_told_nothing_the_breakage_is_named_with_its_fix(
+    one_server_connection: PgBouncer, postgres_url: str
+) -> None:
+    make_app(postgres_url).migrate()
+    first = make_app(one_server_connection.url())
+    second = make_app(one_server_connection.url())
+    try:
+        with pytest.raises(due.StoreError, match="due_pooler=transaction"):
+            busy(first)
+            busy(second)
+    finally:
+        first.close()
+        second.close()
+
+
+def test_told_it_prepares_nothing_and_leaves_no_session_setting_behind(
+    one_server_connection: PgBouncer, postgres_url: str
+) -> None:
+    make_app(postgres_url).migrate()
+    apps = [make_app(one_server_connection.url(due_pooler="transaction")) for _ in range(2)]
+    try:
+        for app in apps:
+            busy(app)
+        assert len(apps[0].jobs(limit=100)) == 16
+        (job,) = apps[1].jobs(limit=1)
+        apps[0].cancel(job.id)
+    finally:
+        for app in apps:
+            app.close()
+    with psycopg.connect(one_server_connection.url(), prepare_threshold=None) as plain:
+        prepared = plain.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()
+        limits = plain.execute("SELECT current_setting('statement_timeout')").fetchone()
+    assert prepared == (0,)
+    assert limits == ("0",)  # due's 60 s bound was per transaction, not the session's
+
+
+def test_with_a_listen_url_wakeups_are_notifications_and_without_one_polls(
+    pgbouncer_url: str, postgres_url: str
+) -> None:
+    direct = make_app(postgres_url)
+    direct.migrate()
+    polled = make_app(pgbouncer_url)
+    listening = make_app(pgbouncer_url, listen_url=postgres_url)
+    feeds = [polled.store.watch_jobs(), listening.store.watch_jobs()]
+    try:
+        for feed in feeds:
+            assert feed.messages(0) == [""]  # a new feed heard nothing before it
+        threading.Thread(target=lambda: direct.enqueue("work")).start()
+        heard = feeds[1].messages(5)
+        assert heard and heard[0].startswith("default ")  # the queue and its due time
+        assert feeds[0].messages(1) == [""]  # "look again", every 0.25 s
+    finally:
+        for feed in feeds:
+            feed.close()
+        for app in (direct, polled, listening):
+            app.close()
+
+
+def test_the_url_carries_the_settings_and_libpq_never_sees_them() -> None:
+    base = "postgresql://app@pgbouncer:6432/app"
+    listen = "postgresql%3A%2F%2Fapp%40primary%3A5432%2Fapp"
+    settings = PoolerSettings.from_url(
+        f"{base}?sslmode=prefer&due_pooler=transaction&due_listen_url={listen}"
+    )
+    assert settings.url == f"{base}?sslmode=prefer" and settings.transaction_pooler
+    assert settings.listen_url == "postgresql://app@primary:5432/app"
+    assert settings.connect_options() == {"prepare_threshold": None}
+    assert PoolerSettings.from_url(base, pooler="session").connect_options() == {}
+    with pytest.raises(due.ConfigurationError, match="not one of transaction, session"):
+        PoolerSettings.from_url(f"{base}?due_pooler=statement")
+    with pytest.raises(due.ConfigurationError, match="unknown due parameter"):
+        PoolerSettings.from_url(f"{base}?due_poolr=transaction")
+    with pytest.raises(due.ConfigurationError, match="listen_url is for a transaction"):
+        PoolerSettings.from_url(base, listen_url="postgresql://primary/app")
+    with pytest.raises(due.ConfigurationError, match="is for PostgreSQL"):
+        due.App("sqlite:///x.db", pooler="transaction")
