@@ -271,3 +271,25 @@ def test_the_dashboard_refuses_to_listen_beyond_this_host_without_a_credential(
     assert done.returncode == 1
     assert f"would listen on {host}" in done.stderr and "--token" in done.stderr
     assert "dashboard on http" not in done.stderr
+
+
+def test_mounted_under_a_prefix_every_link_and_redirect_stays_under_it(
+    app: due.App, work: due.Task
+) -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    job = work.enqueue()
+    outer = Starlette(routes=[Mount("/ops/due", app=app.dashboard())])
+    with TestClient(outer, base_url="http://127.0.0.1") as client:
+        page = client.get(f"/ops/due/jobs/{job.id}")
+        assert page.status_code == 200
+        assert 'href="/ops/due/static/due.css"' in page.text
+        assert f'action="/ops/due/jobs/{job.id}/cancel"' in page.text
+        assert client.get("/ops/due/static/htmx.min.js").status_code == 200
+        token = re.search(r'name="csrf" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
+        done = client.post(
+            f"/ops/due/jobs/{job.id}/cancel", data={"csrf": token}, follow_redirects=False
+        )
+        assert done.headers["location"] == f"/ops/due/jobs/{job.id}"
+        assert app.get(job.id).state == due.JobState.CANCELLED
