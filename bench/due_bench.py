@@ -89,6 +89,10 @@ class DueAdapter(common.Adapter):
     def count_rows(self) -> int:
         return len(self.app.jobs(limit=1_000_000))
 
+    def count_acknowledged(self, enqueued: int) -> int | None:
+        final = "('succeeded', 'failed', 'cancelled')"
+        return int(self.scalar(f"SELECT count(*) FROM due_jobs WHERE state IN {final}"))
+
     def queue_state(self) -> dict[str, Any]:
         states: dict[str, int] = {}
         for job in self.app.jobs(limit=100_000):

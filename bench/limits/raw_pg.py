@@ -85,6 +85,9 @@ class RawPg(common.Adapter):
     def count_rows(self) -> int:
         return int(common.pg_scalar(self.db, "SELECT count(*) FROM jobs"))
 
+    def count_acknowledged(self, enqueued: int) -> int | None:
+        return int(common.pg_scalar(self.db, "SELECT count(*) FROM jobs WHERE state = 'done'"))
+
     def run_worker(self, concurrency: int | None) -> None:
         batch = concurrency or 1
         with psycopg.connect(common.pg_url(self.db), autocommit=True) as conn:

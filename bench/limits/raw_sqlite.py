@@ -99,6 +99,10 @@ class RawSqlite(common.Adapter):
     def count_rows(self) -> int:
         return int(common.sqlite_scalar(self.db, "SELECT count(*) FROM jobs"))
 
+    def count_acknowledged(self, enqueued: int) -> int | None:
+        sql = "SELECT count(*) FROM jobs WHERE state = 'done'"
+        return int(common.sqlite_scalar(self.db, sql))
+
     def run_worker(self, concurrency: int | None) -> None:
         batch = concurrency or 1
         conn = connect(self.db)

@@ -105,6 +105,11 @@ class PgQueuerAdapter(common.Adapter):
     def count_rows(self) -> int:
         return int(common.pg_scalar(self.db, "SELECT count(*) FROM pgqueuer"))
 
+    def count_acknowledged(self, enqueued: int) -> int | None:
+        # pgqueuer deletes a job's row when it completes (and logs it, buffered):
+        # a row gone from its queue table is a job acknowledged.
+        return enqueued - int(common.pg_scalar(self.db, "SELECT count(*) FROM pgqueuer"))
+
     def queue_state(self) -> dict[str, Any]:
         sql = (
             "SELECT coalesce(json_object_agg(status, n), '{}') FROM "

@@ -136,6 +136,10 @@ class Procrastinate(common.Adapter):
     def count_rows(self) -> int:
         return int(common.pg_scalar(self.db, "SELECT count(*) FROM procrastinate_jobs"))
 
+    def count_acknowledged(self, enqueued: int) -> int | None:
+        sql = "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('succeeded', 'failed')"
+        return int(common.pg_scalar(self.db, sql))
+
     def queue_state(self) -> dict[str, Any]:
         sql = (
             "SELECT coalesce(json_object_agg(status, n), '{}') FROM "
