@@ -108,8 +108,6 @@ class App:
         self.queue_thresholds: dict[str, QueueThresholds] = {}
         """Alert thresholds declared with `app.queue(...)`, by queue."""
         self._store_options = dict(store_options or {})
-        if listen_url is None and self.url.startswith(POSTGRES_PREFIXES):
-            listen_url = os.environ.get("DUE_LISTEN_URL") or None
         for name, value in (("pooler", pooler), ("listen_url", listen_url)):
             if value is not None:
                 if not self.url.startswith(POSTGRES_PREFIXES):
@@ -124,6 +122,8 @@ class App:
         self._waiter = JobWaiter(lambda: self.store)
         # Fail on a bad URL now, not at the first enqueue in production.
         self._validate_url()
+        if self.url.startswith(POSTGRES_PREFIXES):
+            self._pooler_options(pooler, listen_url)
 
     def _validate_url(self) -> None:
         from due.store import POSTGRES_PREFIXES, SQLITE_PREFIX, require_postgres_driver
@@ -136,6 +136,17 @@ class App:
             from due.store.sqlite.backend import path_from_url
 
             path_from_url(self.url)
+
+    def _pooler_options(self, pooler: str | None, listen_url: str | None) -> None:
+        """Check the pooler settings now; $DUE_LISTEN_URL counts only behind a
+        transaction-mode pooler (it is ignored for a direct connection)."""
+        from due.store.postgres.pooler import PoolerSettings
+
+        settings = PoolerSettings.from_url(self.url, pooler, listen_url)
+        environment = os.environ.get("DUE_LISTEN_URL")
+        if settings.transaction_pooler and listen_url is None and environment:
+            PoolerSettings.from_url(self.url, pooler, environment)
+            self._store_options["listen_url"] = environment
 
     def __repr__(self) -> str:
         return f"<due.App {self.url.split('@')[-1]} tasks={len(self.tasks)}>"

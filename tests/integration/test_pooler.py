@@ -117,6 +117,9 @@ def test_the_url_carries_the_settings_and_libpq_never_sees_them() -> None:
     assert settings.listen_url == "postgresql://app@primary:5432/app"
     assert settings.connect_options() == {"prepare_threshold": None}
     assert PoolerSettings.from_url(base, pooler="session").connect_options() == {}
+    spaced = f"{base}?options=-c%20statement_timeout%3D5s&application_name=my%20app"
+    assert PoolerSettings.from_url(spaced).url == spaced  # untouched: libpq decodes it
+    assert PoolerSettings.from_url(f"{spaced}&due_pooler=transaction").url == spaced
     with pytest.raises(due.ConfigurationError, match="not one of transaction, session"):
         PoolerSettings.from_url(f"{base}?due_pooler=statement")
     with pytest.raises(due.ConfigurationError, match="unknown due parameter"):

@@ -15,6 +15,7 @@ from due.core.jobs import AttemptError
 from due.core.records import (
     ClaimRequest,
     Completion,
+    Lease,
     Retention,
     UnknownTaskSweep,
     WorkerRegistration,
@@ -252,3 +253,16 @@ def test_schedule_runs_since_lists_the_recorded_runs_of_a_window_oldest_first(
     assert [run.job_id for run in runs] == [first.id, second.id]
     recent = app.store.schedule_runs_since("tick", clock.now() - timedelta(minutes=5))
     assert [run.job_id for run in recent] == [second.id]
+
+
+def test_a_job_released_after_a_cancel_request_is_counted_cancelled_and_one_handed_back_is_not(
+    app: due.App, work: due.Task
+) -> None:
+    work.enqueue(1), work.enqueue(2)
+    asked, other = claim(app, 2)
+    app.store.job_cancel(asked.id)  # running: asked to stop
+    leases = [Lease(job.id, job.lease_token, LEASE) for job in (asked, other)]
+    assert app.store.job_release(leases, "worker stopping") == {asked.id, other.id}
+    assert app.get(asked.id).state == JobState.CANCELLED
+    assert app.get(other.id).state == JobState.QUEUED
+    assert counts(app) == {"cancelled": 1}

@@ -120,18 +120,18 @@ def test_actions_retry_pause_and_trigger(
     moved = client.post(f"/jobs/{job.id}/retry", data=back, follow_redirects=False)
     assert moved.headers["location"] == f"/jobs/{job.id}"
     assert app.get(job.id).state == due.JobState.QUEUED
-    client.post("/queues/emails/pause", data={"csrf": token})
+    client.post("/queues/pause", data={"csrf": token, "name": "emails"})
     assert {q.name: q.paused for q in app.queues()}["emails"] is True
     assert app.store.job_claim(ClaimRequest("emails", 1, "w", 30)) == []
-    assert 'action="/queues/emails/resume"' in client.get("/").text
-    client.post("/queues/emails/resume", data={"csrf": token})
+    assert 'action="/queues/resume"' in client.get("/").text
+    client.post("/queues/resume", data={"csrf": token, "name": "emails"})
     assert {q.name: q.paused for q in app.queues()}["emails"] is False
     app.add_schedule("nightly", "0 2 * * *", task=work)
-    client.post("/schedules/nightly/pause", data={"csrf": token})
+    client.post("/schedules/pause", data={"csrf": token, "name": "nightly"})
     assert "Resume" in client.get("/schedules").text
-    client.post("/schedules/nightly/resume", data={"csrf": token})
+    client.post("/schedules/resume", data={"csrf": token, "name": "nightly"})
     before = len(app.jobs(task="work", limit=100))
-    client.post("/schedules/nightly/trigger", data={"csrf": token})
+    client.post("/schedules/trigger", data={"csrf": token, "name": "nightly"})
     assert len(app.jobs(task="work", limit=100)) == before + 1
     actions = [entry.action for entry in app.history(schedule="nightly")]
     assert actions == ["pause", "resume", "trigger"]
@@ -153,7 +153,9 @@ def test_a_redirect_never_leaves_the_dashboard(
     token = csrf_of(client)
     for target in ("https://evil.example/", "//evil.example/x"):
         done = client.post(
-            "/queues/emails/pause", data={"csrf": token, "next": target}, follow_redirects=False
+            "/queues/pause",
+            data={"csrf": token, "name": "emails", "next": target},
+            follow_redirects=False,
         )
         assert done.headers["location"] == "/", target
     assert job.id
@@ -293,3 +295,62 @@ def test_mounted_under_a_prefix_every_link_and_redirect_stays_under_it(
         )
         assert done.headers["location"] == f"/ops/due/jobs/{job.id}"
         assert app.get(job.id).state == due.JobState.CANCELLED
+
+
+def test_names_with_any_character_act_on_exactly_that_schedule(
+    app: due.App, work: due.Task, client: TestClient
+) -> None:
+    odd = "reports/../daily?x=1#top"
+    app.add_schedule(odd, "0 2 * * *", task=work)
+    app.add_schedule("daily", "0 3 * * *", task=work)
+    token = csrf_of(client, "/schedules")
+    done = client.post("/schedules/pause", data={"csrf": token, "name": odd})
+    assert done.status_code == 200
+    paused = {o.stored.name: o.stored.paused for o in app.schedules()}
+    assert paused == {odd: True, "daily": False}
+
+
+def test_loopback_only_answers_to_loopback_names_and_refuses_foreign_posts(
+    app: due.App, work: due.Task
+) -> None:
+    from due.web.app import create_dashboard
+    from due.web.security import LOOPBACK_NAMES
+
+    job = work.enqueue()
+    dashboard = create_dashboard(app, allowed_hosts=LOOPBACK_NAMES)
+    with TestClient(dashboard, base_url="http://127.0.0.1:8080") as client:
+        assert client.get("/").status_code == 200
+        rebound = client.get("/", headers={"host": "evil.example:8080"})
+        assert rebound.status_code == 403 and "host name" in rebound.text
+        assert client.get("/", headers={"host": "[::1]:8080"}).status_code == 200
+        token = csrf_of(client)
+        for origin in ("http://evil.example", "null"):
+            refused = client.post(
+                f"/jobs/{job.id}/cancel", data={"csrf": token}, headers={"origin": origin}
+            )
+            assert refused.status_code == 403, origin
+        assert app.get(job.id).state == due.JobState.QUEUED
+        same = client.post(
+            f"/jobs/{job.id}/cancel",
+            data={"csrf": token},
+            headers={"origin": "http://127.0.0.1:8080"},
+            follow_redirects=False,
+        )
+        assert same.status_code == 303 and app.get(job.id).state == due.JobState.CANCELLED
+
+
+def test_a_wrong_token_at_login_sets_nothing_and_says_so(app: due.App) -> None:
+    with TestClient(app.dashboard(token="s3cret-token")) as client:
+        refused = client.post("/login", data={"token": "guess"}, follow_redirects=False)
+        assert refused.status_code == 401 and "not this dashboard" in refused.text
+        assert "due_token" not in refused.headers.get("set-cookie", "")
+        assert client.post("/login", content=b"token=" + b"x" * 100_000).status_code == 401
+
+
+def test_odd_input_gets_an_answer_not_an_error(app: due.App, work: due.Task) -> None:
+    with TestClient(app.dashboard(basic_auth="ops:pw")) as client:
+        odd = {"authorization": "Basic \u00e9t\u00e9".encode("latin-1")}
+        assert client.get("/", headers=odd).status_code == 401
+    with TestClient(app.dashboard()) as client:
+        for path in ("/jobs?q=\u00b2", "/jobs?before=\u00b2", "/jobs?q=" + "9" * 30):
+            assert client.get(path).status_code == 200, path

@@ -40,7 +40,12 @@ def dashboard(
     try:
         import uvicorn
 
-        from due.web.security import Credential, require_credential_off_loopback
+        from due.web.app import create_dashboard
+        from due.web.security import (
+            LOOPBACK_NAMES,
+            Credential,
+            require_credential_off_loopback,
+        )
     except ImportError as error:
         click.echo(
             f"error: the dashboard needs the extra due[web] ({error.name} is missing): "
@@ -53,7 +58,10 @@ def dashboard(
         require_credential_off_loopback(host, credential)
         app = settings.app
         app.store.check_schema()
-        asgi = app.dashboard(token=token, basic_auth=basic_auth)
+        # Without a credential it serves loopback only: answer only to loopback
+        # names too (a re-pointed DNS name must not make it another site's).
+        hosts = None if credential is not None else LOOPBACK_NAMES | {host}
+        asgi = create_dashboard(app, credential=credential, allowed_hosts=hosts)
     except DueError as error:
         click.echo(f"error: {error}", err=True)
         sys.exit(1)

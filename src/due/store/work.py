@@ -252,6 +252,7 @@ def release(db: Backend, leases: Sequence[Lease], reason: str) -> set[int]:
             [{"id": lease.job_id, "token": lease.lease_token} for lease in leases],
             {"reason": reason, "now": tx.now},
         )
+        count_endings(tx, rows)  # the cancelled ones (a job handed back is no end)
         settle(tx, [row for row in rows if row["state"] != "queued"])  # cancelled
     return {row["id"] for row in rows}
 

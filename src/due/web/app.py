@@ -8,8 +8,9 @@ holds no state of its own but a CSRF cookie per browser.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlencode
@@ -28,6 +29,7 @@ from due.core.jobs import JobState
 from due.errors import DueError, JobNotFoundError, ScheduleNotFoundError
 from due.visibility.alerts import evaluate
 from due.visibility.metrics import registry_for
+from due.visibility.schedule_health import expected_runs
 from due.visibility.snapshot import take
 from due.web import views
 from due.web.security import (
@@ -45,13 +47,22 @@ if TYPE_CHECKING:
 HERE = Path(__file__).parent
 PAGE_SIZE = 50
 STRIP_LENGTH = 30
+MAX_STRIP_WINDOW = timedelta(days=31)
+MAX_FORM_BYTES = 64 * 1024
 THROUGHPUT_MINUTES = 60
 
 
-def create_dashboard(app: App, *, credential: Credential | None = None) -> Starlette:
+def create_dashboard(
+    app: App,
+    *,
+    credential: Credential | None = None,
+    allowed_hosts: frozenset[str] | None = None,
+) -> Starlette:
     """The dashboard of `app`, to serve or to mount in your own ASGI app (behind
-    your authentication, or with a `credential` of its own)."""
-    pages = Pages(app)
+    your authentication, or with a `credential` of its own). `allowed_hosts`:
+    the only Host headers answered (the CLI's loopback guard against DNS
+    rebinding); None answers any."""
+    pages = Pages(app, credential)
     routes = [
         Route("/", pages.overview, name="overview"),
         Route("/jobs", pages.jobs, name="jobs"),
@@ -61,16 +72,20 @@ def create_dashboard(app: App, *, credential: Credential | None = None) -> Starl
         Route("/metrics", pages.metrics, name="metrics"),
         Route("/login", pages.login, methods=["GET", "POST"], name="login"),
         Route("/jobs/{job_id:int}/{action}", pages.job_action, methods=["POST"]),
-        Route("/queues/{name}/{action}", pages.queue_action, methods=["POST"]),
-        Route("/schedules/{name}/{action}", pages.schedule_action, methods=["POST"]),
+        # Queue and schedule names travel in the form, not the path: a name may hold
+        # any character ("/", "..", "?"), and a path would be read differently.
+        Route("/queues/{action}", pages.queue_action, methods=["POST"]),
+        Route("/schedules/{action}", pages.schedule_action, methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    return Starlette(routes=routes, middleware=[Middleware(Guard, credential=credential)])
+    guard = Middleware(Guard, credential=credential, allowed_hosts=allowed_hosts)
+    return Starlette(routes=routes, middleware=[guard])
 
 
 class Pages:
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: App, credential: Credential | None = None) -> None:
         self.app = app
+        self.credential = credential
         self.templates = Environment(
             loader=FileSystemLoader(HERE / "templates"),
             autoescape=select_autoescape(default=True, default_for_string=True),
@@ -123,7 +138,7 @@ class Pages:
     def jobs(self, request: Request) -> Response:
         params = request.query_params
         search = params.get("q", "").strip()
-        if search.isdigit():
+        if _job_id(search) is not None:
             try:
                 job = self.app.get(int(search))
             except JobNotFoundError:
@@ -138,7 +153,7 @@ class Pages:
         listed = self.app.jobs(
             **filters,  # type: ignore[arg-type]
             key=search or None,
-            before=int(before) if before and before.isdigit() else None,
+            before=_job_id(before),
             limit=PAGE_SIZE + 1,
         )
         more = len(listed) > PAGE_SIZE
@@ -178,11 +193,14 @@ class Pages:
         )
 
     def schedules(self, request: Request) -> Response:
-        now = self.app.store.now()
+        store = self.app.store
+        now = store.now()
         rows = []
-        for overview in self.app.schedules():
+        for overview in self.app.schedules():  # read once, not once per schedule
             schedule = overview.stored.schedule
-            runs = self.app.schedule_health(schedule.name, _strip_window(schedule))
+            since = now - _strip_window(schedule, now)
+            recorded = store.schedule_runs_since(schedule.name, since)
+            runs = expected_runs(overview.stored, recorded, since, now, overview.created_at)
             rows.append(
                 {
                     "overview": overview,
@@ -212,8 +230,13 @@ class Pages:
         if request.method == "GET":
             return self.render(request, "login.html", target=target)
         form = await _form(request)
+        token = form.get("token", "")
+        if self.credential is None or not self.credential.token_matches(token):
+            return self.render(request, "login.html", 401, target=target, refused=True)
         response = RedirectResponse(target, status_code=303)
-        response.set_cookie(TOKEN_COOKIE, form.get("token", ""), httponly=True, samesite="strict")
+        # Lax: a link to a page from elsewhere (an alert in a chat) opens it
+        # signed in; the actions still need their CSRF token.
+        response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="lax")
         return response
 
     # --- actions --------------------------------------------------------------------
@@ -230,28 +253,32 @@ class Pages:
         return await self.act(request, actions, f"/jobs/{job_id}")
 
     async def queue_action(self, request: Request) -> Response:
-        name = request.path_params["name"]
-        by = _who(request)
+        form = await _form(request)
+        name, by = form.get("name", ""), _who(request)
         actions: dict[str, Callable[[], object]] = {
             "pause": lambda: self.app.pause_queue(name, force=True, by=by),
             "resume": lambda: self.app.resume_queue(name, force=True, by=by),
         }
-        return await self.act(request, actions, "/")
+        return await self.act(request, actions, "/", form)
 
     async def schedule_action(self, request: Request) -> Response:
-        name = request.path_params["name"]
-        by = _who(request)
+        form = await _form(request)
+        name, by = form.get("name", ""), _who(request)
         actions: dict[str, Callable[[], object]] = {
             "trigger": lambda: self.app.trigger_schedule(name, by=by),
             "pause": lambda: self.app.pause_schedule(name, by=by),
             "resume": lambda: self.app.resume_schedule(name, by=by),
         }
-        return await self.act(request, actions, "/schedules")
+        return await self.act(request, actions, "/schedules", form)
 
     async def act(
-        self, request: Request, actions: dict[str, Callable[[], object]], back: str
+        self,
+        request: Request,
+        actions: dict[str, Callable[[], object]],
+        back: str,
+        form: dict[str, str] | None = None,
     ) -> Response:
-        form = await _form(request)
+        form = await _form(request) if form is None else form
         if not csrf_ok(request, form.get(CSRF_FIELD)):
             return self.render(
                 request,
@@ -273,12 +300,21 @@ class Pages:
         return RedirectResponse(target, status_code=303)
 
 
-def _strip_window(schedule: Any) -> timedelta:
-    """Long enough to hold the last STRIP_LENGTH times of the schedule."""
+def _strip_window(schedule: Any, now: datetime) -> timedelta:
+    """Long enough to hold the last STRIP_LENGTH times of the schedule (its
+    period from two consecutive times to come), a month at most."""
     every = schedule.timing.every
-    if every is not None:
-        return timedelta(seconds=every * (STRIP_LENGTH + 1))
-    return timedelta(days=2)
+    if every is None:
+        first, second = itertools.islice(schedule.timing.firings_after(now), 2)
+        every = (second - first).total_seconds()
+    return min(timedelta(seconds=every * (STRIP_LENGTH + 1)), MAX_STRIP_WINDOW)
+
+
+def _job_id(text: str | None) -> int | None:
+    """A job id typed or linked (digits, in range), else None."""
+    if text and text.isascii() and text.isdecimal() and len(text) <= 18:
+        return int(text)
+    return None
 
 
 def _who(request: Request) -> str:
@@ -296,6 +332,12 @@ def _local_path(target: str | None, request: Request, default: str = "/") -> str
 
 
 async def _form(request: Request) -> dict[str, str]:
-    """The urlencoded form (the dashboard's forms have no files)."""
-    body = (await request.body()).decode("utf-8", errors="replace")
-    return {name: values[-1] for name, values in parse_qs(body).items()}
+    """The urlencoded form (the dashboard's forms have no files, and are small:
+    a bigger body is not read past MAX_FORM_BYTES)."""
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            return {}
+    text = body.decode("utf-8", errors="replace")
+    return {name: values[-1] for name, values in parse_qs(text).items()}

@@ -19,7 +19,7 @@ import hmac
 import ipaddress
 import secrets
 from dataclasses import dataclass
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
@@ -80,13 +80,16 @@ class Credential:
         if self.user is not None and self.password is not None and scheme.lower() == "basic":
             try:
                 user, _, password = base64.b64decode(value).decode().partition(":")
-            except (binascii.Error, UnicodeDecodeError):
+            except (binascii.Error, ValueError):  # UnicodeDecodeError is a ValueError
                 return None
             # Both compared, always: the time taken tells nothing about which was wrong.
             user_ok = _same(user, self.user)
             if _same(password, self.password) and user_ok:
                 return user
         return None
+
+    def token_matches(self, offered: str) -> bool:
+        return self.token is not None and _same(offered, self.token)
 
     def refusal(self, request: Request) -> Response:
         if self.user is not None:
@@ -142,9 +145,15 @@ def csrf_ok(request: Request, offered: str | None) -> bool:
 class Guard:
     """ASGI middleware: the credential check, and the headers every response carries."""
 
-    def __init__(self, app: ASGIApp, credential: Credential | None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        credential: Credential | None,
+        allowed_hosts: frozenset[str] | None = None,
+    ) -> None:
         self.app = app
         self.credential = credential
+        self.allowed_hosts = allowed_hosts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -152,6 +161,10 @@ class Guard:
             return
         request = Request(scope)
         path = request.url.path.removeprefix(scope.get("root_path", ""))
+        refused = self._refused_origin(request)
+        if refused is not None:
+            await _with_headers(PlainTextResponse(refused, status_code=403), scope, receive, send)
+            return
         if self.credential is not None and not path.startswith(OPEN_PATHS):
             who = self.credential.who(request)
             if who is None:
@@ -167,7 +180,7 @@ class Guard:
                 if not path.startswith("/static/"):
                     headers["cache-control"] = "no-store"
                 token = scope.get("due.csrf")
-                if token is not None and CSRF_COOKIE not in request.cookies:
+                if token is not None and not request.cookies.get(CSRF_COOKIE):
                     headers.append(
                         "set-cookie",
                         f"{CSRF_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict",
@@ -175,6 +188,33 @@ class Guard:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+    def _refused_origin(self, request: Request) -> str | None:
+        """Why a request from elsewhere is refused, or None.
+
+        A dashboard on loopback answers only to loopback names: a page whose own
+        name was re-pointed at 127.0.0.1 (DNS rebinding) would otherwise read it
+        as its own origin. And a POST from a page of another origin is refused,
+        whatever its cookies say.
+        """
+        host = _hostname(request.headers.get("host", ""))
+        if self.allowed_hosts is not None and host not in self.allowed_hosts:
+            return f"this dashboard does not answer to the host name {host!r}"
+        origin = request.headers.get("origin")
+        own = request.headers.get("host", "")
+        if request.method == "POST" and origin is not None and urlsplit(origin).netloc != own:
+            return "a form from another site may not act on this dashboard"  # "null" too
+        return None
+
+
+def _hostname(host_header: str) -> str:
+    """The name in a Host header, without its port ("[::1]:8080" -> "::1")."""
+    if host_header.startswith("["):
+        return host_header[1:].partition("]")[0]
+    return host_header.rpartition(":")[0] if host_header.count(":") == 1 else host_header
+
+
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
 async def _with_headers(response: Response, scope: Scope, receive: Receive, send: Send) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import psycopg
 
@@ -57,15 +57,21 @@ class PoolerSettings:
         """Take `due_pooler` and `due_listen_url` out of the URL's query; the
         keyword arguments, when given, win over them."""
         parts = urlsplit(url)
-        query = parse_qsl(parts.query, keep_blank_values=True)
-        own = {name: value for name, value in query if name.startswith("due_")}
+        # The query is cut as written, never re-encoded: libpq reads %20 as a
+        # space and a + as a plus (options=-c%20statement_timeout%3D5s).
+        pairs = [pair for pair in parts.query.split("&") if pair]
+        own = {
+            unquote(name): unquote(value)
+            for name, _, value in (pair.partition("=") for pair in pairs)
+            if unquote(name).startswith("due_")
+        }
         unknown = set(own) - {POOLER_PARAMETER, LISTEN_URL_PARAMETER}
         if unknown:
             raise ConfigurationError(
                 f"unknown due parameter in the database URL: {', '.join(sorted(unknown))}; "
                 f"due reads {POOLER_PARAMETER} and {LISTEN_URL_PARAMETER}"
             )
-        rest = [(name, value) for name, value in query if not name.startswith("due_")]
+        rest = [pair for pair in pairs if not unquote(pair.partition("=")[0]).startswith("due_")]
         mode = pooler if pooler is not None else own.get(POOLER_PARAMETER)
         if mode is not None and mode not in POOLER_MODES:
             raise ConfigurationError(
@@ -84,7 +90,7 @@ class PoolerSettings:
             raise ConfigurationError(
                 f"listen_url must be a postgresql:// URL to PostgreSQL itself, got {listen!r}"
             )
-        clean = urlunsplit(parts._replace(query=urlencode(rest)))
+        clean = url if not own else urlunsplit(parts._replace(query="&".join(rest)))
         return cls(clean, transaction, listen)
 
     def connect_options(self) -> dict[str, object]:

@@ -403,7 +403,7 @@ SET state = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'queued' END,
 FROM unnest(%(id)b::bigint[], %(token)b::bigint[]) AS r(id, token)
 WHERE j.id IN (SELECT id FROM locked)
   AND j.id = r.id AND j.lease_token = r.token
-RETURNING j.id, j.state, j.parent_id, j.completes, j.pieces_total,
+RETURNING j.id, j.state, j.task, j.queue, j.parent_id, j.completes, j.pieces_total,
           CASE WHEN j.state = 'queued' THEN  -- wake workers for the job due again
               pg_notify('due_jobs', j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text
           WHEN j.state IN ('succeeded', 'failed', 'cancelled') THEN  -- wake app.wait()

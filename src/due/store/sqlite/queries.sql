@@ -264,7 +264,7 @@ SET state = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'queued' END,
         'attempt', attempt, 'kind', 'released', 'error', :reason, 'traceback', NULL,
         'at', strftime('%Y-%m-%dT%H:%M:%f+00:00', :now, 'unixepoch')))
 WHERE id = :id AND lease_token = :token AND state = 'running'
-RETURNING id, state, queue, run_at, parent_id, completes, pieces_total
+RETURNING id, state, task, queue, run_at, parent_id, completes, pieces_total
 
 -- name: next_due
 -- When the next job of these tasks in this queue is due (the worker sleeps
