@@ -151,6 +151,9 @@ def start_dashboard() -> tuple[subprocess.Popen[bytes], str]:
 def wait_for_ctrl_c(url: str) -> None:
     console.rule("the dashboard")
     console.print(f"dashboard: {url}  (the worker and the scheduler run on; Ctrl-C stops them)")
+    # Ctrl-C, or SIGTERM from whatever started the demo: stop the children gracefully.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         while True:
             time.sleep(3600)
