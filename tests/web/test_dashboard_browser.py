@@ -24,7 +24,7 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SCREENSHOTS = REPOSITORY / "docs" / "screenshots"
 
 try:
-    from playwright.sync_api import Browser, Page, sync_playwright
+    from playwright.sync_api import Browser, Locator, Page, sync_playwright
 except ImportError:  # pragma: no cover - the dev environment has it
     sync_playwright = None  # type: ignore[assignment]
 
@@ -132,6 +132,13 @@ def shot(page: Page, name: str, tmp_path: Path) -> None:
     assert (folder / f"{name}.png").stat().st_size > 10_000
 
 
+def submit(page: Page, button: Locator) -> None:
+    """Click a form's button and wait for the page it leads to (POST, then the
+    redirect back): the next step never races the navigation."""
+    with page.expect_navigation(wait_until="load"):
+        button.click()
+
+
 def progress_of(page: Page) -> float:
     value = page.locator("#job-progress").get_attribute("value", timeout=10_000)
     return float(value or 0)
@@ -159,7 +166,7 @@ def test_every_page_loads_and_a_running_job_shows_its_progress_then_cancels(
     assert "step " in page.locator(".progress-message").inner_text()
     if backend == "sqlite":
         shot(page, "job", tmp_path)
-    page.get_by_role("button", name="Cancel").click()
+    submit(page, page.get_by_role("button", name="Cancel"))
     wait_until(lambda: "cancelled" in page.locator("h1 .state").inner_text(), what="cancelled")
     ended = app.get(job.id)
     assert ended.state == due.JobState.CANCELLED and ended.result is None
@@ -178,9 +185,9 @@ def test_retry_a_failed_job_from_its_page(
     assert failed.state == due.JobState.FAILED
     page.goto(f"{dashboard}/jobs/{job.id}")
     assert "the export server said no" in page.locator(".history").inner_text()
-    page.get_by_role("button", name="Retry").click()
+    submit(page, page.get_by_role("button", name="Retry"))
     wait_until(lambda: app.get(job.id).state == due.JobState.SUCCEEDED, what="the retry")
-    page.reload()
+    page.goto(f"{dashboard}/jobs/{job.id}")
     assert "retry by" in page.locator(".history").inner_text()
 
 
@@ -189,11 +196,11 @@ def test_pause_a_queue_and_claims_stop_until_resumed(
 ) -> None:
     page.goto(dashboard + "/")
     row = page.locator('tr[data-queue="default"]')
-    row.get_by_role("button", name="Pause").click()
+    submit(page, row.get_by_role("button", name="Pause"))
     page.locator('tr[data-queue="default"] .badge.paused').wait_for(timeout=10_000)
     job = app.enqueue("tick")
     holds_for(lambda: app.get(job.id).state == due.JobState.QUEUED, 1.5, what="the pause")
-    page.locator('tr[data-queue="default"]').get_by_role("button", name="Resume").click()
+    submit(page, page.locator('tr[data-queue="default"]').get_by_role("button", name="Resume"))
     wait_until(lambda: app.get(job.id).state == due.JobState.SUCCEEDED, what="the job to run")
 
 
@@ -203,7 +210,7 @@ def test_trigger_a_schedule_now(
     app.add_schedule("yearly", "0 0 1 1 *", task="tick")
     page.goto(dashboard + "/schedules")
     section = page.locator('section[data-schedule="yearly"]')
-    section.get_by_role("button", name="Run now").click()
+    submit(page, section.get_by_role("button", name="Run now"))
     runs = wait_until(lambda: app.jobs(task="tick"), what="the triggered run")
     assert runs[0].schedule == "yearly"
     wait_until(lambda: app.get(runs[0].id).state == due.JobState.SUCCEEDED, what="the run")

@@ -30,7 +30,7 @@ from due.errors import DueError, JobNotFoundError, ScheduleNotFoundError
 from due.visibility.alerts import evaluate
 from due.visibility.metrics import registry_for
 from due.visibility.schedule_health import expected_runs
-from due.visibility.snapshot import take
+from due.visibility.snapshot import WORKERS_SHOWN, take
 from due.web import views
 from due.web.security import (
     CSRF_FIELD,
@@ -213,13 +213,13 @@ class Pages:
         return self.render(request, "schedules.html", schedules=rows, now=now)
 
     def workers(self, request: Request) -> Response:
-        snapshot = take(self.app)
+        store = self.app.store  # the workers and their jobs, not the whole snapshot
         return self.render(
             request,
             "workers.html",
-            workers=snapshot.workers,
-            running=snapshot.running,
-            now=snapshot.at,
+            workers=store.worker_list(WORKERS_SHOWN),
+            running=store.worker_running_counts(),
+            now=store.now(),
         )
 
     def metrics(self, request: Request) -> Response:
