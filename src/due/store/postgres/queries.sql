@@ -959,22 +959,26 @@ SET count = s.count + excluded.count, duration_sum = s.duration_sum + excluded.d
 
 -- name: fold_stats
 -- Rows of one span older than `before` become rows of the next span (minutes
--- into hours, hours into `all`), one writer; drop_stats then deletes them.
+-- into hours, hours into `all`), one writer. Moved in one statement: the rows
+-- deleted are exactly the rows summed, so a late increment committed meanwhile
+-- is never deleted unfolded (under READ COMMITTED an INSERT ... SELECT and a
+-- DELETE after it would each take their own snapshot).
+WITH moved AS (
+    DELETE FROM due_job_stats
+    WHERE span = %(span)s AND minute < %(before)s
+    RETURNING minute, task, queue, outcome, bucket, count, duration_sum
+)
 INSERT INTO due_job_stats AS s (span, minute, task, queue, outcome, bucket, writer, count,
                                 duration_sum)
 SELECT %(into)s,
        CASE WHEN %(into)s = 'hour' THEN date_trunc('hour', minute)
             ELSE 'epoch'::timestamptz END,
        task, queue, outcome, bucket, 0, sum(count), sum(duration_sum)
-FROM due_job_stats
-WHERE span = %(span)s AND minute < %(before)s
+FROM moved
 GROUP BY 2, task, queue, outcome, bucket
 ORDER BY 2, task, queue, outcome, bucket
 ON CONFLICT (span, minute, task, queue, outcome, bucket, writer) DO UPDATE
 SET count = s.count + excluded.count, duration_sum = s.duration_sum + excluded.duration_sum
-
--- name: drop_stats
-DELETE FROM due_job_stats WHERE span = %(span)s AND minute < %(before)s
 
 -- name: job_stats
 -- Counts and duration sums per task, queue, outcome and duration bucket, in
