@@ -23,6 +23,7 @@ import pytest
 import due
 from due.clock import FakeClock
 from tests.helpers.pgbouncer import PgBouncer, pgbouncer_binary
+from tests.helpers.workers import Workers
 
 POSTGRES_BASE_URL = os.environ.get("DUE_TEST_POSTGRES_URL", "postgresql://127.0.0.1:5432/due_test")
 BACKENDS = ["sqlite", "postgres"]
@@ -105,6 +106,14 @@ def app(backend_url: str, clock: FakeClock) -> Iterator[due.App]:
     application.migrate()
     yield application
     application.close()
+
+
+@pytest.fixture
+def workers(backend_url: str, tmp_path: Path) -> Iterator[Workers]:
+    """Real worker processes on the test's database, killed at the end."""
+    pool = Workers(backend_url, tmp_path / "ledger.txt", tmp_path)
+    yield pool
+    pool.stop_all()
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -36,13 +35,6 @@ def app(backend_url: str) -> Iterator[due.App]:
         application.tasks.add(due.Task(application, task.fn, task.name, task.config))
     yield application
     application.close()
-
-
-@pytest.fixture
-def workers(backend_url: str, tmp_path: Path) -> Iterator[Workers]:
-    pool = Workers(backend_url, tmp_path / "ledger.txt", tmp_path)
-    yield pool
-    pool.stop_all()
 
 
 def ended(app: due.App, ids: list[int]) -> bool:

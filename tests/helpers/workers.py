@@ -149,5 +149,15 @@ class Workers:
                 worker.process.wait(timeout=10)
 
 
+def app_with_tasks_of(url: str, source: due.App) -> due.App:
+    """A migrated app on `url` that knows `source`'s tasks (the tests' own app on
+    the test's database, as the worker processes see it)."""
+    application = due.App(url)
+    application.migrate()
+    for task in source.tasks:
+        application.tasks.add(due.Task(application, task.fn, task.name, task.config))
+    return application
+
+
 def job_state(app: due.App, job_id: int) -> due.Job:
     return app.get(job_id)

@@ -16,7 +16,7 @@ import pytest
 
 import due
 from tests.helpers.waiting import holds_for, wait_until
-from tests.helpers.workers import REPOSITORY, WorkerProcess, Workers
+from tests.helpers.workers import REPOSITORY, WorkerProcess, Workers, app_with_tasks_of
 
 pytestmark = pytest.mark.slow
 APP = "tests.apps.dashboard_app:app"
@@ -49,19 +49,9 @@ def browser() -> Iterator[Browser]:
 def app(backend_url: str) -> Iterator[due.App]:
     from tests.apps import dashboard_app
 
-    application = due.App(backend_url)
-    application.migrate()
-    for task in dashboard_app.app.tasks:
-        application.tasks.add(due.Task(application, task.fn, task.name, task.config))
+    application = app_with_tasks_of(backend_url, dashboard_app.app)
     yield application
     application.close()
-
-
-@pytest.fixture
-def workers(backend_url: str, tmp_path: Path) -> Iterator[Workers]:
-    pool = Workers(backend_url, tmp_path / "ledger.txt", tmp_path)
-    yield pool
-    pool.stop_all()
 
 
 @pytest.fixture
