@@ -56,6 +56,7 @@ bench: $(STAMP) postgres ## run the benchmark (due and its peers, side by side)
 	$(PY) bench/schedule_bench.py
 	$(PY) bench/visibility_bench.py
 	$(PY) bench/pooler_bench.py
+	$(PY) bench/timers_bench.py
 
 clean: ## remove the environment and scratch files
 	rm -rf $(VENV) .venv-newest chaos-results bench/.venv* bench/results bench/work .pytest_cache .ruff_cache .mypy_cache

@@ -71,7 +71,8 @@ def test_both_backends_name_the_same_queries() -> None:
         "bound_transaction",
         "unbounded_transaction",
     }
-    single_writer_only = {"drop_stats"}  # PostgreSQL moves and deletes in one statement
+    # PostgreSQL moves and deletes in one statement; its claim promotes timers itself
+    single_writer_only = {"drop_stats", "promote_timers"}
     expected = set(POSTGRES_QUERIES) - locking_only - postgres_plumbing | single_writer_only
     assert set(SQLITE_QUERIES) == expected
 
@@ -107,6 +108,7 @@ def test_postgres_claim_can_use_the_partial_claim_index(postgres_url: str) -> No
         params = {
             "queue": "q",
             "limit": 10,
+            "promote": 500,
             "worker": "w",
             "lease": 10.0,
             "leases": "{}",
@@ -117,10 +119,13 @@ def test_postgres_claim_can_use_the_partial_claim_index(postgres_url: str) -> No
             row[0] for row in conn.execute("EXPLAIN " + POSTGRES_QUERIES["claim_jobs"], params)
         )
     assert "due_jobs_claim" in plan, plan
+    assert "due_jobs_timers" in plan, plan
 
 
 @pytest.mark.parametrize("query", ["due_queues", "fail_unknown_tasks"])
-def test_sqlite_maintenance_queries_use_the_claim_index(sqlite_url: str, query: str) -> None:
+def test_sqlite_maintenance_queries_use_the_index_of_active_jobs(
+    sqlite_url: str, query: str
+) -> None:
     app = due.App(sqlite_url)
     app.migrate()
     app.close()
@@ -136,7 +141,7 @@ def test_sqlite_maintenance_queries_use_the_claim_index(sqlite_url: str, query: 
     with sqlite3.connect(path_from_url(sqlite_url)) as conn:
         plan = conn.execute("EXPLAIN QUERY PLAN " + SQLITE_QUERIES[query], params).fetchall()
     details = " | ".join(row[3] for row in plan)
-    assert "due_jobs_claim" in details, details
+    assert "due_jobs_active" in details, details
 
 
 @pytest.mark.parametrize("query", ["due_queues", "fail_unknown_tasks"])

@@ -189,6 +189,7 @@ def _copy_rows(
             job.unique_for,
             now,
             job.stuck_after,
+            run_at > now,  # timer: due later, kept out of the claim index
         )
         for job_id, job, run_at in zip(ids, jobs, run_ats, strict=True)
     ]

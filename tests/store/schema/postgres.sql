@@ -54,6 +54,7 @@ due_jobs | on_piece_failure | text | NO | 'continue'::text
 due_jobs | completes | bigint | YES | None
 due_jobs | held | boolean | NO | false
 due_jobs | warning | text | YES | None
+due_jobs | timer | boolean | NO | false
 due_leases | name | text | NO | None
 due_leases | holder | text | NO | None
 due_leases | token | bigint | NO | None
@@ -131,16 +132,17 @@ due_actions | due_actions_schedule | CREATE INDEX due_actions_schedule ON due_ac
 due_job_stats | due_job_stats_pkey | CREATE UNIQUE INDEX due_job_stats_pkey ON due_job_stats USING btree (span, minute, task, queue, outcome, bucket, writer)
 due_jobs | due_jobs_active | CREATE INDEX due_jobs_active ON due_jobs USING btree (queue, state, run_at) INCLUDE (attempt, held) WHERE (state = ANY (ARRAY['queued'::text, 'running'::text, 'waiting'::text, 'failed'::text]))
 due_jobs | due_jobs_children | CREATE INDEX due_jobs_children ON due_jobs USING btree (parent_id) WHERE ((parent_id IS NOT NULL) AND (state = ANY (ARRAY['queued'::text, 'running'::text, 'waiting'::text])))
-due_jobs | due_jobs_claim | CREATE INDEX due_jobs_claim ON due_jobs USING btree (queue, priority DESC, run_at, id) WHERE ((state = 'queued'::text) AND (NOT held))
+due_jobs | due_jobs_claim | CREATE INDEX due_jobs_claim ON due_jobs USING btree (queue, priority DESC, run_at, id) WHERE ((state = 'queued'::text) AND (NOT held) AND (NOT timer))
 due_jobs | due_jobs_completes | CREATE INDEX due_jobs_completes ON due_jobs USING btree (completes) WHERE (completes IS NOT NULL)
 due_jobs | due_jobs_dedupe_key | CREATE UNIQUE INDEX due_jobs_dedupe_key ON due_jobs USING btree (dedupe_key) WHERE (dedupe_key IS NOT NULL)
 due_jobs | due_jobs_failed | CREATE INDEX due_jobs_failed ON due_jobs USING btree (finished_at) WHERE (state = 'failed'::text)
 due_jobs | due_jobs_key | CREATE INDEX due_jobs_key ON due_jobs USING btree (key) WHERE (key IS NOT NULL)
-due_jobs | due_jobs_lease | CREATE INDEX due_jobs_lease ON due_jobs USING btree (lease_expires_at) WHERE (lease_expires_at IS NOT NULL)
 due_jobs | due_jobs_piece | CREATE UNIQUE INDEX due_jobs_piece ON due_jobs USING btree (parent_id, piece_key) WHERE (parent_id IS NOT NULL)
 due_jobs | due_jobs_pkey | CREATE UNIQUE INDEX due_jobs_pkey ON due_jobs USING btree (id)
+due_jobs | due_jobs_running | CREATE INDEX due_jobs_running ON due_jobs USING btree (id) WHERE (state = 'running'::text)
 due_jobs | due_jobs_schedule_active | CREATE INDEX due_jobs_schedule_active ON due_jobs USING btree (schedule) WHERE ((schedule IS NOT NULL) AND (state = ANY (ARRAY['queued'::text, 'running'::text, 'waiting'::text])))
 due_jobs | due_jobs_schedule_run | CREATE UNIQUE INDEX due_jobs_schedule_run ON due_jobs USING btree (schedule, scheduled_for) WHERE (schedule IS NOT NULL)
+due_jobs | due_jobs_timers | CREATE INDEX due_jobs_timers ON due_jobs USING btree (queue, run_at, id) WHERE ((state = 'queued'::text) AND timer)
 due_leases | due_leases_pkey | CREATE UNIQUE INDEX due_leases_pkey ON due_leases USING btree (name)
 due_queues | due_queues_pkey | CREATE UNIQUE INDEX due_queues_pkey ON due_queues USING btree (name)
 due_schedule_runs | due_schedule_runs_pending | CREATE INDEX due_schedule_runs_pending ON due_schedule_runs USING btree (schedule) WHERE (outcome = 'pending'::text)

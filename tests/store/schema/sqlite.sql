@@ -17,7 +17,7 @@ CREATE INDEX due_jobs_children ON due_jobs (parent_id)
 
 -- index due_jobs_claim
 CREATE INDEX due_jobs_claim ON due_jobs (queue, priority DESC, run_at, id)
-    WHERE state = 'queued' AND NOT held;
+    WHERE state = 'queued' AND NOT held AND NOT timer;
 
 -- index due_jobs_completes
 CREATE INDEX due_jobs_completes ON due_jobs (completes) WHERE completes IS NOT NULL;
@@ -31,11 +31,11 @@ CREATE INDEX due_jobs_failed ON due_jobs (finished_at) WHERE state = 'failed';
 -- index due_jobs_key
 CREATE INDEX due_jobs_key ON due_jobs (key) WHERE key IS NOT NULL;
 
--- index due_jobs_lease
-CREATE INDEX due_jobs_lease ON due_jobs (lease_expires_at) WHERE lease_expires_at IS NOT NULL;
-
 -- index due_jobs_piece
 CREATE UNIQUE INDEX due_jobs_piece ON due_jobs (parent_id, piece_key) WHERE parent_id IS NOT NULL;
+
+-- index due_jobs_running
+CREATE INDEX due_jobs_running ON due_jobs (id) WHERE state = 'running';
 
 -- index due_jobs_schedule_active
 CREATE INDEX due_jobs_schedule_active ON due_jobs (schedule)
@@ -44,6 +44,10 @@ CREATE INDEX due_jobs_schedule_active ON due_jobs (schedule)
 -- index due_jobs_schedule_run
 CREATE UNIQUE INDEX due_jobs_schedule_run ON due_jobs (schedule, scheduled_for)
     WHERE schedule IS NOT NULL;
+
+-- index due_jobs_timers
+CREATE INDEX due_jobs_timers ON due_jobs (queue, run_at, id)
+    WHERE state = 'queued' AND timer;
 
 -- index due_schedule_runs_pending
 CREATE INDEX due_schedule_runs_pending ON due_schedule_runs (schedule) WHERE outcome = 'pending';
@@ -108,7 +112,7 @@ CREATE TABLE due_jobs (
     errors           TEXT    NOT NULL DEFAULT '[]',
     result           TEXT
 , schedule TEXT, scheduled_for REAL, cancel_requested INTEGER NOT NULL DEFAULT 0, checkpoint TEXT, progress TEXT, progress_at REAL, stuck_after REAL, parent_id INTEGER, piece_key TEXT, pieces_total INTEGER NOT NULL DEFAULT 0, pieces_done INTEGER NOT NULL DEFAULT 0, pieces_failed INTEGER NOT NULL DEFAULT 0, on_complete TEXT, on_piece_failure TEXT NOT NULL DEFAULT 'continue'
-    CHECK (on_piece_failure IN ('continue', 'fail')), completes INTEGER, held INTEGER NOT NULL DEFAULT 0, warning TEXT);
+    CHECK (on_piece_failure IN ('continue', 'fail')), completes INTEGER, held INTEGER NOT NULL DEFAULT 0, warning TEXT, timer INTEGER NOT NULL DEFAULT 0);
 
 -- table due_leases
 CREATE TABLE due_leases (

@@ -59,6 +59,7 @@ COPY_TYPES = {
         "float8",
         "timestamptz",
         "float8",
+        "bool",
     ],
 }
 

@@ -31,11 +31,15 @@ INSERT INTO due_schema_migrations (version, name) VALUES (%(version)s, %(name)s)
 SELECT coalesce(%(now)s::timestamptz, now()) AS now
 
 -- name: insert_job
-INSERT INTO due_jobs (task, queue, priority, payload, run_at, max_attempts,
+-- A job due later waits among the timers (`timer`), out of the claim index.
+INSERT INTO due_jobs (task, queue, priority, payload, run_at, timer, max_attempts,
                       key, dedupe_key, unique_for, stuck_after, created_at)
 VALUES (%(task)s, %(queue)s, %(priority)s, %(payload)s::jsonb,
         coalesce(%(run_at)s::timestamptz,
                  coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(delay)s)),
+        coalesce(%(run_at)s::timestamptz,
+                 coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(delay)s))
+            > coalesce(%(now)s::timestamptz, now()),
         %(max_attempts)s, %(key)s, %(key)s, %(unique_for)s, %(stuck_after)s,
         coalesce(%(now)s::timestamptz, now()))
 ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
@@ -50,10 +54,10 @@ SELECT coalesce(%(now)s::timestamptz, now()) AS now,
              FROM generate_series(1, %(count)s)) AS ids
 
 -- name: insert_jobs
-INSERT INTO due_jobs (id, task, queue, priority, payload, run_at, max_attempts,
+INSERT INTO due_jobs (id, task, queue, priority, payload, run_at, timer, max_attempts,
                       key, dedupe_key, unique_for, stuck_after, created_at)
 SELECT j.id, j.task, j.queue, j.priority, j.payload::jsonb, j.run_at,
-       j.max_attempts, j.key, j.key, j.unique_for, j.stuck_after, %(now)s::timestamptz
+       j.run_at > %(now)s::timestamptz, j.max_attempts, j.key, j.key, j.unique_for, j.stuck_after, %(now)s::timestamptz
 FROM unnest(%(id)b::bigint[], %(task)b::text[], %(queue)b::text[], %(priority)b::int[],
             %(payload)b::text[], %(run_at)b::timestamptz[], %(max_attempts)b::int[],
             %(key)b::text[], %(unique_for)b::float8[], %(stuck_after)b::float8[])
@@ -65,7 +69,7 @@ RETURNING id
 -- The bulk fast path for a batch without keys (nothing to deduplicate):
 -- rows are streamed in binary, ids reserved by reserve_ids.
 COPY due_jobs (id, task, queue, priority, payload, run_at, max_attempts, key, dedupe_key,
-               unique_for, created_at, stuck_after)
+               unique_for, created_at, stuck_after, timer)
 FROM STDIN (FORMAT BINARY)
 
 -- name: notify_queues
@@ -90,10 +94,54 @@ UPDATE due_jobs SET dedupe_key = NULL WHERE id = %(id)s
 -- name: claim_jobs
 -- SKIP LOCKED lets concurrent claimers take disjoint rows without waiting.
 -- The lease length is per task (`leases`, a JSON object) or the default.
+-- The candidates are the first `limit` rows of the claim index and the first
+-- `promote` due timers of the queue (run_at order); the best `limit` of them
+-- by priority are claimed, and the due timers not claimed move into the claim
+-- index (`promoted`). One statement: a delayed job starts at its run_at, and
+-- competes by priority from then on.
 -- `id = ANY(ARRAY(...))` keeps the update on the primary key whatever the
 -- statistics say (an IN or a join may turn into a scan of the whole table).
+WITH open AS (
+    SELECT NOT EXISTS (SELECT 1 FROM due_queues WHERE name = %(queue)s AND paused) AS yes
+),
+timers AS MATERIALIZED (
+    SELECT id, priority, run_at, held, task
+    FROM due_jobs
+    WHERE state = 'queued' AND timer AND queue = %(queue)s
+      AND run_at <= coalesce(%(now)s::timestamptz, now())
+    ORDER BY run_at, id
+    LIMIT %(promote)s
+    FOR UPDATE SKIP LOCKED
+),
+ready AS MATERIALIZED (
+    SELECT id, priority, run_at
+    FROM due_jobs
+    WHERE state = 'queued' AND NOT held AND NOT timer
+      AND queue = %(queue)s
+      AND run_at <= coalesce(%(now)s::timestamptz, now())
+      AND (%(tasks)b::text[] IS NULL OR task = ANY(%(tasks)b::text[]))
+      AND (SELECT yes FROM open)
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+chosen AS MATERIALIZED (
+    SELECT id
+    FROM (SELECT id, priority, run_at FROM ready
+          UNION ALL
+          SELECT id, priority, run_at FROM timers
+          WHERE NOT held AND (%(tasks)b::text[] IS NULL OR task = ANY(%(tasks)b::text[]))
+            AND (SELECT yes FROM open)) AS candidates
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+),
+promoted AS (
+    UPDATE due_jobs SET timer = false
+    WHERE id = ANY(ARRAY(SELECT id FROM timers EXCEPT ALL SELECT id FROM chosen))
+)
 UPDATE due_jobs AS j
 SET state = 'running',
+    timer = false,
     attempt = j.attempt + 1,
     lease_token = j.lease_token + 1,
     lease_expires_at = coalesce(%(now)s::timestamptz, now()) + make_interval(
@@ -101,18 +149,7 @@ SET state = 'running',
     started_at = coalesce(%(now)s::timestamptz, now()),
     progress_at = NULL,
     worker = %(worker)s
-WHERE j.id = ANY(ARRAY(
-    SELECT id
-    FROM due_jobs
-    WHERE state = 'queued' AND NOT held
-      AND queue = %(queue)s
-      AND run_at <= coalesce(%(now)s::timestamptz, now())
-      AND (%(tasks)b::text[] IS NULL OR task = ANY(%(tasks)b::text[]))
-      AND NOT EXISTS (SELECT 1 FROM due_queues WHERE name = %(queue)s AND paused)
-    ORDER BY priority DESC, run_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-))
+WHERE j.id = ANY(ARRAY(SELECT id FROM chosen))
 RETURNING j.id, j.task, j.queue, j.priority, j.payload, j.attempt, j.max_attempts,
           j.lease_token, j.lease_expires_at, j.run_at, j.created_at, j.scheduled_for,
           j.checkpoint, j.parent_id, j.completes, j.pieces_total
@@ -191,6 +228,7 @@ SET state = c.state,
     run_at = CASE WHEN c.state = 'queued'
                   THEN coalesce(%(now)s::timestamptz, now()) + make_interval(secs => c.retry_in)
                   ELSE j.run_at END,
+    timer = c.state = 'queued' AND c.retry_in > 0,  -- a retry after a backoff waits as a timer
     finished_at = CASE WHEN c.state IN ('succeeded', 'failed', 'cancelled')
                        THEN coalesce(%(now)s::timestamptz, now()) END,
     lease_expires_at = NULL,
@@ -359,6 +397,7 @@ SET state = 'queued',
     dedupe_key = key,
     run_at = CASE WHEN %(run_now)s OR run_at < coalesce(%(now)s::timestamptz, now())
                   THEN coalesce(%(now)s::timestamptz, now()) ELSE run_at END,
+    timer = NOT %(run_now)s AND run_at > coalesce(%(now)s::timestamptz, now()),
     attempt = 0,
     lost_leases = 0,
     cancel_requested = false,
@@ -412,25 +451,36 @@ RETURNING j.id, j.state, j.task, j.queue, j.parent_id, j.completes, j.pieces_tot
 
 -- name: next_due
 -- When the next job of these tasks in this queue is due (the worker sleeps
--- until then). A skip scan of the claim index: for each priority level
--- present, the earliest run_at; O(levels x log n), with no index of its own.
--- A paused queue has no next due time (a resume notifies its workers).
+-- until then): the earliest of the claim index and of the timers. The claim
+-- index is read by a skip scan: for each priority level present, the earliest
+-- run_at; O(levels x log n), with no index of its own. The timers are in
+-- run_at order already. A paused queue has no next due time (a resume
+-- notifies its workers).
 WITH RECURSIVE levels(priority) AS (
     SELECT max(priority) FROM due_jobs
-    WHERE state = 'queued' AND NOT held AND queue = %(queue)s
+    WHERE state = 'queued' AND NOT held AND NOT timer AND queue = %(queue)s
     UNION ALL
     SELECT (SELECT max(priority) FROM due_jobs
-            WHERE state = 'queued' AND NOT held AND queue = %(queue)s
+            WHERE state = 'queued' AND NOT held AND NOT timer AND queue = %(queue)s
               AND priority < levels.priority)
     FROM levels
     WHERE levels.priority IS NOT NULL
+),
+due_times(run_at) AS (
+    SELECT (SELECT min(run_at) FROM due_jobs
+            WHERE state = 'queued' AND NOT held AND NOT timer AND queue = %(queue)s
+              AND priority = levels.priority AND task = ANY(%(tasks)b::text[]))
+    FROM levels
+    WHERE priority IS NOT NULL
+    UNION ALL
+    SELECT (SELECT run_at FROM due_jobs
+            WHERE state = 'queued' AND timer AND queue = %(queue)s AND NOT held
+              AND task = ANY(%(tasks)b::text[])
+            ORDER BY run_at LIMIT 1)
 )
-SELECT min((SELECT min(run_at) FROM due_jobs
-            WHERE state = 'queued' AND NOT held AND queue = %(queue)s
-              AND priority = levels.priority AND task = ANY(%(tasks)b::text[]))) AS run_at
-FROM levels
-WHERE priority IS NOT NULL
-  AND NOT EXISTS (SELECT 1 FROM due_queues WHERE name = %(queue)s AND paused)
+SELECT min(run_at) AS run_at
+FROM due_times
+WHERE NOT EXISTS (SELECT 1 FROM due_queues WHERE name = %(queue)s AND paused)
 
 -- name: fail_unknown_tasks
 -- Jobs that no live worker of their queue knows, due for the whole grace period
@@ -576,9 +626,10 @@ RETURNING scheduled_for
 UPDATE due_schedules SET missed_total = missed_total + %(missed)s WHERE name = %(name)s
 
 -- name: insert_scheduled_job
-INSERT INTO due_jobs (task, queue, priority, payload, run_at, max_attempts, schedule,
+INSERT INTO due_jobs (task, queue, priority, payload, run_at, timer, max_attempts, schedule,
                       scheduled_for, created_at)
-VALUES (%(task)s, %(queue)s, %(priority)s, %(payload)s::jsonb, %(run_at)s, %(max_attempts)s,
+VALUES (%(task)s, %(queue)s, %(priority)s, %(payload)s::jsonb, %(run_at)s,
+        %(run_at)s::timestamptz > coalesce(%(now)s::timestamptz, now()), %(max_attempts)s,
         %(name)s, %(scheduled_for)s, coalesce(%(now)s::timestamptz, now()))
 ON CONFLICT (schedule, scheduled_for) WHERE schedule IS NOT NULL DO NOTHING
 RETURNING id, pg_notify('due_jobs', queue || ' ' || extract(epoch FROM run_at)::text)::text

@@ -23,10 +23,11 @@ SELECT max(version) AS version FROM due_schema_migrations
 INSERT INTO due_schema_migrations (version, name, applied_at) VALUES (:version, :name, :now)
 
 -- name: insert_job
-INSERT INTO due_jobs (task, queue, priority, payload, run_at, max_attempts,
+-- A job due later waits among the timers (`timer`), out of the claim index.
+INSERT INTO due_jobs (task, queue, priority, payload, run_at, timer, max_attempts,
                       key, dedupe_key, unique_for, stuck_after, created_at)
 VALUES (:task, :queue, :priority, :payload, coalesce(:run_at, :now + :delay),
-        :max_attempts, :key, :key, :unique_for, :stuck_after, :now)
+        coalesce(:run_at, :now + :delay) > :now, :max_attempts, :key, :key, :unique_for, :stuck_after, :now)
 ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id, run_at, created_at
 
@@ -44,9 +45,9 @@ SELECT :now AS now, json_group_array(id) AS ids FROM ids
 -- name: insert_jobs
 -- One row of a batch with keys (run for each row); a row whose key is held
 -- returns nothing, and is settled one by one (steps.py).
-INSERT INTO due_jobs (id, task, queue, priority, payload, run_at, max_attempts,
+INSERT INTO due_jobs (id, task, queue, priority, payload, run_at, timer, max_attempts,
                       key, dedupe_key, unique_for, stuck_after, created_at)
-VALUES (:id, :task, :queue, :priority, :payload, :run_at, :max_attempts,
+VALUES (:id, :task, :queue, :priority, :payload, :run_at, :run_at > :now, :max_attempts,
         :key, :key, :unique_for, :stuck_after, :now)
 ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id
@@ -55,8 +56,8 @@ RETURNING id
 -- The bulk path for a batch without keys (nothing to deduplicate), run with
 -- executemany: ids reserved by reserve_ids, columns in steps._copy_rows' order.
 INSERT INTO due_jobs (id, task, queue, priority, payload, run_at, max_attempts, key,
-                      dedupe_key, unique_for, created_at, stuck_after)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                      dedupe_key, unique_for, created_at, stuck_after, timer)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 
 -- name: notify_queues
 -- Nothing to send: SQLite's workers see any commit (PRAGMA data_version).
@@ -75,6 +76,19 @@ WHERE dedupe_key = :key
 -- name: release_key
 UPDATE due_jobs SET dedupe_key = NULL WHERE id = :id
 
+-- name: promote_timers
+-- Timers of the queue that are due join the claim index, in run_at order, at
+-- most :promote per claim: run in the claim's transaction, before claim_jobs,
+-- so the claim that follows sees them (a delayed job starts at its run_at).
+UPDATE due_jobs SET timer = 0
+WHERE id IN (
+    SELECT id
+    FROM due_jobs INDEXED BY due_jobs_timers
+    WHERE state = 'queued' AND timer AND queue = :queue AND run_at <= :now
+    ORDER BY run_at, id
+    LIMIT :promote
+)
+
 -- name: claim_jobs
 -- The lease length is per task (:leases, a JSON object) or the default.
 -- INDEXED BY: walk the claim index in claim order and stop at :limit; without
@@ -91,7 +105,7 @@ SET state = 'running',
 WHERE id IN (
     SELECT id
     FROM due_jobs INDEXED BY due_jobs_claim
-    WHERE state = 'queued' AND NOT held
+    WHERE state = 'queued' AND NOT held AND NOT timer
       AND queue = :queue
       AND run_at <= :now
       AND (:tasks IS NULL OR task IN (SELECT value FROM json_each(:tasks)))
@@ -121,6 +135,7 @@ SET state = :state,
     result = CASE WHEN :state = 'succeeded' THEN :result ELSE result END,
     warning = CASE WHEN :state = 'succeeded' THEN :warning ELSE warning END,
     run_at = CASE WHEN :state = 'queued' THEN :now + :retry_in ELSE run_at END,
+    timer = :state = 'queued' AND :retry_in > 0,  -- a retry after a backoff waits as a timer
     finished_at = CASE WHEN :state IN ('succeeded', 'failed', 'cancelled') THEN :now END,
     lease_expires_at = NULL,
     lost_leases = 0,
@@ -226,6 +241,7 @@ UPDATE due_jobs
 SET state = 'queued',
     dedupe_key = key,
     run_at = CASE WHEN :run_now OR run_at < :now THEN :now ELSE run_at END,
+    timer = NOT :run_now AND run_at > :now,
     attempt = 0,
     lost_leases = 0,
     cancel_requested = 0,
@@ -244,9 +260,12 @@ WHERE id = :id AND state IN ('failed', 'cancelled') AND pieces_total = 0
 RETURNING *
 
 -- name: due_queues
+-- Through the index of active jobs, which holds the timers too (the state
+-- IN term lets SQLite see that its partial index applies).
 SELECT DISTINCT queue
-FROM due_jobs
-WHERE state = 'queued' AND NOT held AND run_at <= :now
+FROM due_jobs INDEXED BY due_jobs_active
+WHERE state IN ('queued', 'running', 'waiting', 'failed')
+  AND state = 'queued' AND NOT held AND run_at <= :now
 ORDER BY queue
 
 -- name: release_jobs
@@ -268,34 +287,46 @@ RETURNING id, state, task, queue, run_at, parent_id, completes, pieces_total
 
 -- name: next_due
 -- When the next job of these tasks in this queue is due (the worker sleeps
--- until then). A skip scan of the claim index: for each priority level
--- present, the earliest run_at; O(levels x log n), with no index of its own.
--- A paused queue has no next due time (its workers poll until it resumes).
+-- until then): the earliest of the claim index and of the timers. The claim
+-- index is read by a skip scan: for each priority level present, the earliest
+-- run_at; O(levels x log n), with no index of its own. The timers are in
+-- run_at order already. A paused queue has no next due time (its workers
+-- poll until it resumes).
 WITH RECURSIVE levels(priority) AS (
     SELECT max(priority) FROM due_jobs INDEXED BY due_jobs_claim
-    WHERE state = 'queued' AND NOT held AND queue = :queue
+    WHERE state = 'queued' AND NOT held AND NOT timer AND queue = :queue
     UNION ALL
     SELECT (SELECT max(priority) FROM due_jobs INDEXED BY due_jobs_claim
-            WHERE state = 'queued' AND NOT held AND queue = :queue
+            WHERE state = 'queued' AND NOT held AND NOT timer AND queue = :queue
               AND priority < levels.priority)
     FROM levels
     WHERE levels.priority IS NOT NULL
-)
-SELECT min((SELECT min(run_at) FROM due_jobs INDEXED BY due_jobs_claim
-            WHERE state = 'queued' AND NOT held AND queue = :queue
+),
+due_times(run_at) AS (
+    SELECT (SELECT min(run_at) FROM due_jobs INDEXED BY due_jobs_claim
+            WHERE state = 'queued' AND NOT held AND NOT timer AND queue = :queue
               AND priority = levels.priority
-              AND task IN (SELECT value FROM json_each(:tasks)))) AS run_at
-FROM levels
-WHERE priority IS NOT NULL
-  AND NOT EXISTS (SELECT 1 FROM due_queues WHERE name = :queue AND paused)
+              AND task IN (SELECT value FROM json_each(:tasks)))
+    FROM levels
+    WHERE priority IS NOT NULL
+    UNION ALL
+    SELECT (SELECT run_at FROM due_jobs INDEXED BY due_jobs_timers
+            WHERE state = 'queued' AND timer AND queue = :queue AND NOT held
+              AND task IN (SELECT value FROM json_each(:tasks))
+            ORDER BY run_at LIMIT 1)
+)
+SELECT min(run_at) AS run_at
+FROM due_times
+WHERE NOT EXISTS (SELECT 1 FROM due_queues WHERE name = :queue AND paused)
 
 -- name: fail_unknown_tasks
 -- Jobs that no live worker of their queue knows, due for the whole grace period
 -- (a deploy that never finished, a typo): failed with the reason, kept, and
 -- retryable once a worker knows the task. "Live": registered as running or
 -- stopping and seen within `alive` seconds; the caller, which does not know the
--- task (it knows `tasks`), is one of them.
-UPDATE due_jobs
+-- task (it knows `tasks`), is one of them. Through the index of active jobs,
+-- which holds the timers too.
+UPDATE due_jobs INDEXED BY due_jobs_active
 SET state = 'failed',
     finished_at = :now,
     dedupe_key = NULL,
@@ -306,7 +337,8 @@ SET state = 'failed',
         'error', 'unknown task ' || task || ': no live worker of queue ' || queue
             || ' knew it within ' || :grace_text || ' of its due time',
         'traceback', NULL, 'at', strftime('%Y-%m-%dT%H:%M:%f+00:00', :now, 'unixepoch')))
-WHERE state = 'queued' AND NOT held
+WHERE state IN ('queued', 'running', 'waiting', 'failed')
+  AND state = 'queued' AND NOT held
   AND queue IN (SELECT value FROM json_each(:queues))
   AND task NOT IN (SELECT value FROM json_each(:tasks))
   AND run_at < :now - :grace
@@ -407,9 +439,10 @@ RETURNING scheduled_for
 UPDATE due_schedules SET missed_total = missed_total + :missed WHERE name = :name
 
 -- name: insert_scheduled_job
-INSERT INTO due_jobs (task, queue, priority, payload, run_at, max_attempts, schedule,
+INSERT INTO due_jobs (task, queue, priority, payload, run_at, timer, max_attempts, schedule,
                       scheduled_for, created_at)
-VALUES (:task, :queue, :priority, :payload, :run_at, :max_attempts, :name, :scheduled_for, :now)
+VALUES (:task, :queue, :priority, :payload, :run_at, :run_at > :now, :max_attempts, :name,
+        :scheduled_for, :now)
 ON CONFLICT (schedule, scheduled_for) WHERE schedule IS NOT NULL DO NOTHING
 RETURNING id
 

@@ -1,0 +1,364 @@
+"""Millions of timers: do jobs scheduled for later slow down today's work?
+
+    .venv/bin/python bench/timers_bench.py [--backend sqlite|postgres|both]
+                                           [--timers 10000000] [--finished 1000000]
+                                           [--drain 20000] [--runs 3]
+
+Each backend is measured twice in one database: first nearly empty, then with
+--timers jobs due over the next month at priorities above the measured jobs'
+(the worst case: a claim that ordered by priority first would walk past all of
+them) and --finished succeeded jobs, written by SQL (COPY-like, one statement),
+not through enqueue. One worker process (`due worker`, concurrency 100, no
+scheduler) runs throughout; each measure is repeated --runs times and the
+median is reported:
+
+drain     --drain no-op jobs enqueued while the queue is paused, then resumed:
+          jobs / (last acknowledgement as the database recorded it - resume)
+pickup    200 jobs enqueued one by one 20 ms apart to the idle worker:
+          started_at - created_at (database times), p50 and p99 in ms
+late      200 jobs enqueued due 0.5 to 2.5 s later: started_at - run_at,
+          p50 and p99 in ms (the issue's bar: p99 within 50 ms)
+enqueue   2,000 single `task.enqueue` calls, jobs/s
+
+One JSON line per result on stdout, also appended to bench/results/results.jsonl,
+and a table at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import common
+import due
+
+HERE = Path(__file__).parent
+TASK = "noop"
+
+SQLITE_TIMERS = """
+WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {count})
+INSERT INTO due_jobs (task, queue, priority, state, payload, run_at, timer, max_attempts,
+                      created_at)
+SELECT 'noop', 'default', 1 + i % 10, 'queued', '{{"args":[],"kwargs":{{}}}}',
+       {now} + 3600 + (i % 2592000), 1, 3, {now}
+FROM n
+"""
+SQLITE_FINISHED = """
+WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {count})
+INSERT INTO due_jobs (task, queue, state, payload, run_at, attempt, max_attempts,
+                      created_at, started_at, finished_at)
+SELECT 'noop', 'default', 'succeeded', '{{"args":[],"kwargs":{{}}}}',
+       {now} - 3600 + (i % 3000), 1, 3, {now} - 3601, {now} - 3600 + (i % 3000),
+       {now} - 3600 + (i % 3000)
+FROM n
+"""
+POSTGRES_TIMERS = """
+INSERT INTO due_jobs (task, queue, priority, state, payload, run_at, timer, max_attempts,
+                      created_at)
+SELECT 'noop', 'default', 1 + i % 10, 'queued', '{{"args":[],"kwargs":{{}}}}'::jsonb,
+       to_timestamp({now} + 3600 + (i % 2592000)), true, 3, to_timestamp({now})
+FROM generate_series(1, {count}) AS i
+"""
+POSTGRES_FINISHED = """
+INSERT INTO due_jobs (task, queue, state, payload, run_at, attempt, max_attempts,
+                      created_at, started_at, finished_at)
+SELECT 'noop', 'default', 'succeeded', '{{"args":[],"kwargs":{{}}}}'::jsonb,
+       to_timestamp({now} - 3600 + (i % 3000)), 1, 3, to_timestamp({now} - 3601),
+       to_timestamp({now} - 3600 + (i % 3000)), to_timestamp({now} - 3600 + (i % 3000))
+FROM generate_series(1, {count}) AS i
+"""
+
+
+def make_app(url: str) -> tuple[due.App, due.Task[Any, Any]]:
+    app = due.App(url)
+
+    @app.task(name=TASK)
+    async def noop(n: int) -> None: ...
+
+    return app, noop
+
+
+# The worker process imports this module by name and takes `app` from it.
+if os.environ.get("DUE_TIMERS_BENCH_URL"):
+    app, _ = make_app(os.environ["DUE_TIMERS_BENCH_URL"])
+
+
+def url_for(backend: str) -> str:
+    if backend == "sqlite":
+        path = HERE / "work" / "db" / "timers.db"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        return f"sqlite:///{path}"
+    common.recreate_pg_db("due_bench_due_timers")
+    return common.pg_url("due_bench_due_timers")
+
+
+def fill(backend: str, url: str, timers: int, finished: int) -> float:
+    """Seconds taken to write the rows (and analyze them)."""
+    started = time.monotonic()
+    now = time.time()
+    if backend == "sqlite":
+        import sqlite3
+
+        conn = sqlite3.connect(url.split(":///", 1)[1])
+        with conn:
+            conn.execute(SQLITE_TIMERS.format(count=timers, now=now))
+            conn.execute(SQLITE_FINISHED.format(count=finished, now=now))
+        conn.execute("ANALYZE")
+        conn.close()
+    else:
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(POSTGRES_TIMERS.format(count=timers, now=now))
+            conn.execute(POSTGRES_FINISHED.format(count=finished, now=now))
+            conn.execute("VACUUM ANALYZE due_jobs")
+    return time.monotonic() - started
+
+
+def start_worker(url: str, log: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "DUE_TIMERS_BENCH_URL": url, "PYTHONPATH": str(HERE)}
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "due",
+                "worker",
+                "--app",
+                "timers_bench:app",
+                "-c",
+                "100",
+                "--no-scheduler",
+                "--log-level",
+                "warning",
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def stop_worker(proc: subprocess.Popen[bytes]) -> None:
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def wait_ended(app: due.App, ids: list[int], timeout: float = 300.0) -> list[due.Job]:
+    deadline = time.monotonic() + timeout
+    last = max(ids)
+    while time.monotonic() < deadline:
+        job = app.get(last)
+        if job.state is due.JobState.SUCCEEDED:
+            jobs = [app.get(job_id) for job_id in ids]
+            if all(j.state is due.JobState.SUCCEEDED for j in jobs):
+                return jobs
+        time.sleep(0.05)
+    raise TimeoutError(f"jobs {ids[0]}..{last} did not all succeed within {timeout:.0f} s")
+
+
+def measure_drain(url: str, app: due.App, noop: due.Task[Any, Any], count: int) -> dict[str, Any]:
+    app.pause_queue("default")
+    ids = [job.id for job in app.enqueue_many([noop.request(n) for n in range(count)])]
+    time.sleep(0.5)  # the worker is idle, waiting on the paused queue
+    resumed = datetime.now(UTC)
+    app.resume_queue("default")
+    deadline = time.monotonic() + 300
+    while (ended := ended_between(url, ids[0], ids[-1]))[0] < count:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{count - ended[0]} of {count} jobs did not end in 300 s")
+        time.sleep(0.05)
+    seconds = ended[1] - resumed.timestamp()
+    return {"jobs_per_s": count / seconds, "seconds": seconds}
+
+
+def ended_between(url: str, first: int, last: int) -> tuple[int, float]:
+    """How many of the jobs first..last succeeded, and the epoch of the last
+    acknowledgement (as the database recorded it)."""
+    if url.startswith("sqlite"):
+        import sqlite3
+
+        conn = sqlite3.connect(url.split(":///", 1)[1], timeout=10)
+        try:
+            count, at = conn.execute(
+                "SELECT count(*), coalesce(max(finished_at), 0) FROM due_jobs "
+                "WHERE id BETWEEN ? AND ? AND state = 'succeeded'",
+                (first, last),
+            ).fetchone()
+        finally:
+            conn.close()
+        return int(count), float(at)
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        count, at = conn.execute(
+            "SELECT count(*), coalesce(extract(epoch FROM max(finished_at)), 0)::float8 "
+            "FROM due_jobs WHERE id BETWEEN %s AND %s AND state = 'succeeded'",
+            (first, last),
+        ).fetchone()  # type: ignore[misc]
+    return int(count), float(at)
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    return {
+        "p50_ms": 1000 * statistics.median(ordered),
+        "p99_ms": 1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
+        "max_ms": 1000 * ordered[-1],
+    }
+
+
+def measure_pickup(app: due.App, noop: due.Task[Any, Any], count: int = 200) -> dict[str, Any]:
+    ids = []
+    for n in range(count):
+        ids.append(noop.enqueue(n).id)
+        time.sleep(0.02)
+    jobs = wait_ended(app, ids)
+    return percentiles(
+        [(job.started_at - job.created_at).total_seconds() for job in jobs if job.started_at]
+    )
+
+
+def measure_lateness(app: due.App, noop: due.Task[Any, Any], count: int = 200) -> dict[str, Any]:
+    base = datetime.now(UTC) + timedelta(seconds=0.5)
+    ids = [
+        job.id
+        for job in app.enqueue_many(
+            [
+                noop.options(run_at=base + timedelta(seconds=2 * n / count)).request(n)
+                for n in range(count)
+            ]
+        )
+    ]
+    jobs = wait_ended(app, ids)
+    return percentiles(
+        [(job.started_at - job.run_at).total_seconds() for job in jobs if job.started_at]
+    )
+
+
+def measure_enqueue(noop: due.Task[Any, Any], count: int = 2000) -> dict[str, Any]:
+    started = time.perf_counter()
+    for n in range(count):
+        noop.enqueue(n)
+    return {"jobs_per_s": count / (time.perf_counter() - started)}
+
+
+def measure(
+    url: str, app: due.App, noop: due.Task[Any, Any], drain: int
+) -> dict[str, dict[str, Any]]:
+    results = {
+        "drain": measure_drain(url, app, noop, drain),
+        "pickup": measure_pickup(app, noop),
+        "late": measure_lateness(app, noop),
+        "enqueue": measure_enqueue(noop),
+    }
+    return results
+
+
+def record(rec: dict[str, Any]) -> None:
+    line = json.dumps(rec)
+    print(line, flush=True)
+    results = HERE / "results"
+    results.mkdir(exist_ok=True)
+    with (results / "results.jsonl").open("a") as out:
+        out.write(line + "\n")
+
+
+def run_backend(backend: str, args: argparse.Namespace) -> dict[str, dict[str, list[dict]]]:
+    url = url_for(backend)
+    app, noop = make_app(url)
+    app.migrate()
+    log = HERE / "work" / "logs" / f"timers-{backend}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    worker = start_worker(url, log)
+    table: dict[str, dict[str, list[dict]]] = {}
+    try:
+        time.sleep(2)
+        for phase in ("empty", "timers"):
+            if phase == "timers":
+                seconds = fill(backend, url, args.timers, args.finished)
+                record(
+                    {
+                        "bench": "timers",
+                        "backend": backend,
+                        "fill_s": seconds,
+                        "timers": args.timers,
+                        "finished": args.finished,
+                    }
+                )
+            for run in range(args.runs):
+                for name, values in measure(url, app, noop, args.drain).items():
+                    rec = {
+                        "bench": "timers",
+                        "backend": backend,
+                        "phase": phase,
+                        "measure": name,
+                        "run": run,
+                        **values,
+                    }
+                    record(rec)
+                    table.setdefault(name, {}).setdefault(phase, []).append(values)
+    finally:
+        stop_worker(worker)
+        app.close()
+    return table
+
+
+def median_of(runs: list[dict[str, Any]], key: str) -> float:
+    return statistics.median(run[key] for run in runs)
+
+
+def report(backend: str, table: dict[str, dict[str, list[dict]]], args: argparse.Namespace) -> str:
+    lines = [
+        f"\n### {backend}: empty table vs {args.timers:,} timers + {args.finished:,} finished "
+        f"(medians of {args.runs})\n",
+        "| measure | empty | with timers | ratio |",
+        "|---|---|---|---|",
+    ]
+    for name, key in (
+        ("drain, jobs/s", ("drain", "jobs_per_s")),
+        ("pickup p50 ms", ("pickup", "p50_ms")),
+        ("pickup p99 ms", ("pickup", "p99_ms")),
+        ("delayed job lateness p50 ms", ("late", "p50_ms")),
+        ("delayed job lateness p99 ms", ("late", "p99_ms")),
+        ("single enqueue, jobs/s", ("enqueue", "jobs_per_s")),
+    ):
+        measure_name, field = key
+        empty = median_of(table[measure_name]["empty"], field)
+        full = median_of(table[measure_name]["timers"], field)
+        lines.append(f"| {name} | {empty:,.1f} | {full:,.1f} | {full / empty:.2f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="both")
+    parser.add_argument("--timers", type=int, default=10_000_000)
+    parser.add_argument("--finished", type=int, default=1_000_000)
+    parser.add_argument("--drain", type=int, default=20_000)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    backends = ["sqlite", "postgres"] if args.backend == "both" else [args.backend]
+    reports = [report(backend, run_backend(backend, args), args) for backend in backends]
+    print("\n".join(reports))
+
+
+if __name__ == "__main__":
+    main()
