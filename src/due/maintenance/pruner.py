@@ -1,9 +1,12 @@
 """The pruner: finished jobs and schedule history older than the retention go.
 
-Only the scheduler's leader prunes, every few minutes, in bounded batches, so
-the tables (and the claim index, which never holds finished rows anyway) stay
-small. Jobs still queued, running or waiting are never pruned, nor is the
-newest job (its id is the high-water mark that keeps SQLite ids unique).
+Only the scheduler's leader prunes, every minute, in batches of its own
+transaction each (short locks), batch after batch until nothing older than the
+retention is left (at most MAX_BATCHES per run, so a huge first backlog does
+not hold the leader's loop): a steady 1,000 jobs/s is 60,000 rows a minute, and
+one batch per run would let the table grow without end. Jobs still queued,
+running or waiting are never pruned, nor is the newest job (its id is the
+high-water mark that keeps SQLite ids unique).
 """
 
 from __future__ import annotations
@@ -17,18 +20,26 @@ from due.service import Calls
 from due.store import Store
 
 log = logging.getLogger("due.maintenance")
-PRUNE_INTERVAL_SECONDS = 300.0
+PRUNE_INTERVAL_SECONDS = 60.0
 BATCH = 10_000
+MAX_BATCHES = 100
 
 
 class Pruner:
     def __init__(
-        self, *, store: Store, call: Calls, leading: Callable[[], bool], retention: Retention
+        self,
+        *,
+        store: Store,
+        call: Calls,
+        leading: Callable[[], bool],
+        retention: Retention,
+        batch: int = BATCH,
     ) -> None:
         self._store = store
         self._call = call
         self._leading = leading
         self._retention = retention
+        self._batch = batch
 
     def interval(self) -> float:
         return PRUNE_INTERVAL_SECONDS
@@ -37,7 +48,14 @@ class Pruner:
         if not self._leading():
             return 0, 0
         await self._call(self._store.stats_fold)
-        jobs, runs = await self._call(self._store.job_prune, self._retention, BATCH)
+        jobs = runs = 0
+        for _ in range(MAX_BATCHES):
+            batch_jobs, batch_runs = await self._call(
+                self._store.job_prune, self._retention, self._batch
+            )
+            jobs, runs = jobs + batch_jobs, runs + batch_runs
+            if max(batch_jobs, batch_runs) < self._batch or not self._leading():
+                break
         if jobs or runs:
             event(
                 log,
