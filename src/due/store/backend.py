@@ -23,8 +23,10 @@ with parameters given as Python values:
 Capabilities the operations ask about, instead of asking which backend it is:
 `locks_rows` (PostgreSQL: rows are locked, so parents are locked before their
 pieces and rescues skip what others hold; SQLite has one writer at a time)
-and `single_writer` (SQLite: the worker folds its acknowledgements into its
-claims, one commit for both).
+`single_writer` (SQLite: the worker folds its acknowledgements into its
+claims, one commit for both; a claim promotes due timers in a statement of its
+own) and `leaves_dead_rows` (PostgreSQL: updates and deletes leave row versions
+that only a vacuum clears).
 """
 
 from __future__ import annotations
@@ -106,6 +108,7 @@ class Backend(Protocol):
     url: str
     single_writer: bool
     locks_rows: bool
+    leaves_dead_rows: bool
 
     def transaction(
         self,

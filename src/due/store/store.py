@@ -227,6 +227,9 @@ class Store:
     def queue_in_use(self, queue: str) -> bool:
         return queues.in_use(self.backend, queue)
 
+    def job_vacuum_if_needed(self) -> dict[str, Any] | None:
+        return jobs.vacuum_if_needed(self.backend)
+
     def queue_due_names(self) -> list[str]:
         return work.due_queues(self.backend)
 

@@ -3,7 +3,7 @@
     producer (one per queue) ──claim──► runner ──► executor ──► ledger ──► completer ──► store
         ▲   owns its queue's ledger (slots, ready jobs, unwritten outcomes)
         └── wake-ups, slots freed, due times
-    heartbeater, trust watch (leases) · rescuer, unknown-task reaper, pruner · scheduler
+    heartbeater, trust watch (leases) · rescuer, unknown-task reaper, pruner, vacuum · scheduler
 
 This module assembles them, each given only what it uses, and runs the
 process's life cycle; none of them knows the worker.
@@ -52,6 +52,7 @@ from due.logs import event
 from due.maintenance.pruner import Pruner
 from due.maintenance.rescuer import Rescuer
 from due.maintenance.unknown_tasks import UnknownTaskReaper
+from due.maintenance.vacuum import Vacuum
 from due.scheduler.leader import DatabaseLeases, Leadership, RedisLeases
 from due.scheduler.service import Scheduler
 from due.service import run_forever, wait_for_any
@@ -141,6 +142,11 @@ class Worker:
             call=self.call,
             leading=lambda: self.scheduler is not None and self.scheduler.leadership.is_leader,
             retention=settings.retention,
+        )
+        self.vacuum = Vacuum(
+            store=self.store,
+            call=self.call,
+            leading=lambda: self.scheduler is not None and self.scheduler.leadership.is_leader,
         )
         self._stop_requested: asyncio.Event | None = None
         self._hard_stop: asyncio.Event | None = None
@@ -284,6 +290,7 @@ class Worker:
                 ("unknown_tasks", self.unknown_tasks, None),
                 *((("scheduler", self.scheduler, None),) if self.scheduler else ()),
                 ("pruner", self.pruner, None),
+                ("vacuum", self.vacuum, None),
             )
         ]
         event(

@@ -67,6 +67,7 @@ COPY_TYPES = {
 class PostgresBackend:
     single_writer = False
     locks_rows = True
+    leaves_dead_rows = True
 
     def __init__(
         self,

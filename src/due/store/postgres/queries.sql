@@ -1102,3 +1102,17 @@ FROM due_job_stats
 WHERE span = 'minute' AND minute >= %(since)s
   AND outcome IN ('succeeded', 'warned', 'failed', 'cancelled')
 GROUP BY queue, minute
+
+-- name: job_table_health
+-- Row versions left by updates and deletes, as the server's statistics count
+-- them (updated within a second of each commit), and when a vacuum last ran.
+SELECT n_live_tup AS live, n_dead_tup AS dead,
+       extract(epoch FROM coalesce(%(now)s::timestamptz, now())
+                          - greatest(last_vacuum, last_autovacuum))::float8 AS since_vacuum
+FROM pg_stat_user_tables
+WHERE relid = 'due_jobs'::regclass
+
+-- name: vacuum_jobs
+-- Autocommitted (VACUUM refuses a transaction block); a vacuum already at work
+-- on the table (autovacuum's) is not waited for.
+VACUUM (ANALYZE, SKIP_LOCKED) due_jobs

@@ -87,6 +87,7 @@ def path_from_url(url: str) -> str:
 
 class SQLiteBackend:
     single_writer = True
+    leaves_dead_rows = False
     locks_rows = False
 
     def __init__(
