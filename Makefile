@@ -3,9 +3,11 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+SOAK_MINUTES ?= 30
+SOAK_BACKEND ?= postgres
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test test-newest-python test-sqlite chaos check bench postgres clean
+.PHONY: help demo test test-newest-python test-sqlite chaos check bench soak postgres clean
 
 help: ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -57,6 +59,9 @@ bench: $(STAMP) postgres ## run the benchmark (due and its peers, side by side)
 	$(PY) bench/visibility_bench.py
 	$(PY) bench/pooler_bench.py
 	$(PY) bench/timers_bench.py
+
+soak: $(STAMP) postgres ## a steady 1,000 jobs/s for SOAK_MINUTES (30) on SOAK_BACKEND (postgres): does anything decay?
+	$(PY) bench/soak.py --minutes $(SOAK_MINUTES) --backend $(SOAK_BACKEND)
 
 clean: ## remove the environment and scratch files
 	rm -rf $(VENV) .venv-newest chaos-results bench/.venv* bench/results bench/work .pytest_cache .ruff_cache .mypy_cache

@@ -49,8 +49,24 @@ class DueAdapter(common.Adapter):
     def version(self) -> str:
         return due.__version__
 
+    @classmethod
+    def add_arguments(cls, parser: common.argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--processes",
+            type=int,
+            default=1,
+            help="worker processes against the one database (each with --concurrency)",
+        )
+
+    def variant(self) -> str:
+        return f"_p{self.args.processes}" if self.args.processes > 1 else ""
+
+    def worker_args(self) -> list[str]:
+        return ["--processes", str(self.args.processes)]
+
     def setting(self, concurrency: int | None) -> str:
-        return f"concurrency={concurrency or DEFAULT_CONCURRENCY}"
+        processes = f", processes={self.args.processes}" if self.args.processes > 1 else ""
+        return f"concurrency={concurrency or DEFAULT_CONCURRENCY}{processes}"
 
     def url(self) -> str:
         if self.backend == "postgres":
@@ -101,6 +117,10 @@ class DueAdapter(common.Adapter):
 
     # -- worker side
     def run_worker(self, concurrency: int | None) -> None:
+        # Forked before any connection opens; the driver stops the whole group.
+        for _ in range(self.args.processes - 1):
+            if os.fork() == 0:
+                break
         configure_logging("text", os.environ.get("DUE_BENCH_LOG_LEVEL", "warning"))
         logging.getLogger("due").setLevel(logging.WARNING)
         app, _ = make_app(self.url())

@@ -108,7 +108,14 @@ def cases(sz: Sizes) -> list[Case]:
             300,
             skip=frozenset({"huey"}),
         ),
-        Case("drain", "noop", ("--task", "noop", "--n", f"{sz.drain}", *drain), everyone, 330),
+        Case(
+            "drain",
+            "noop",
+            ("--task", "noop", "--n", f"{sz.drain}", *drain),
+            everyone,
+            330,
+            extra=(("due", ("--processes", "2")),),  # two worker processes, one database
+        ),
         Case(
             "drain",
             "sleep10",
