@@ -21,7 +21,9 @@ late      200 jobs enqueued due 0.5 to 2.5 s later: started_at - run_at,
 enqueue   2,000 single `task.enqueue` calls, jobs/s
 
 One JSON line per result on stdout, also appended to bench/results/results.jsonl,
-and a table at the end.
+and a table at the end. The worker's concurrency and log level can be changed
+with DUE_BENCH_CONCURRENCY and DUE_BENCH_LOG_LEVEL (bench/shards_bench.py starts
+its workers through this module too).
 """
 
 from __future__ import annotations
