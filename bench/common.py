@@ -230,6 +230,21 @@ def spawn(cmd: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Pop
         )
 
 
+def spawn_due_worker(
+    module: str, url_variable: str, url: str, log_path: Path, *options: str
+) -> subprocess.Popen[bytes]:
+    """`due worker --app <module>:app <options>` for the due-only benchmarks: the
+    module (in bench/) builds its `app` from the URL in `url_variable`."""
+    cmd = [sys.executable, "-m", "due", "worker", "--app", f"{module}:app", *options]
+    bench_dir = str(Path(__file__).parent)
+    return spawn(cmd, log_path, {url_variable: url, "PYTHONPATH": bench_dir})
+
+
+def stop_due_worker(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (a graceful stop), SIGKILL after 30 s."""
+    kill_group(proc, signal.SIGTERM, timeout=30)
+
+
 def kill_group(
     proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL, timeout: float = 10
 ) -> None:

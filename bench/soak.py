@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sqlite3
 import statistics
 import subprocess
@@ -71,24 +70,10 @@ def url_for(backend: str) -> str:
 
 
 def start_worker(url: str, retention: str, log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "DUE_SOAK_URL": url, "PYTHONPATH": str(HERE)}
-    command = [
-        sys.executable, "-m", "due", "worker", "--app", "soak:app", "-c", "50",
-        "--retention-succeeded", retention, "--log-level", "warning",
-    ]  # fmt: skip
-    with log.open("wb") as out:
-        return subprocess.Popen(
-            command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-
-
-def stop_worker(proc: subprocess.Popen[bytes]) -> None:
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    return common.spawn_due_worker(
+        "soak", "DUE_SOAK_URL", url, log,
+        "-c", "50", "--retention-succeeded", retention, "--log-level", "warning",
+    )  # fmt: skip
 
 
 class Database:
@@ -225,7 +210,7 @@ def soak(args: argparse.Namespace) -> list[dict[str, Any]]:
                 record({k: v for k, v in rec.items() if k != "latencies"})
                 windows.append(rec)
     finally:
-        stop_worker(worker)
+        common.stop_due_worker(worker)
         db.close()
         app.close()
     return windows

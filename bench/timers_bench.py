@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -98,10 +97,7 @@ if os.environ.get("DUE_TIMERS_BENCH_URL"):
 
 def url_for(backend: str) -> str:
     if backend == "sqlite":
-        path = HERE / "work" / "db" / "timers.db"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        path = common.fresh_sqlite_path(HERE / "work" / "db" / "timers.db")
         return f"sqlite:///{path}"
     common.recreate_pg_db("due_bench_due_timers")
     return common.pg_url("due_bench_due_timers")
@@ -131,36 +127,20 @@ def fill(backend: str, url: str, timers: int, finished: int) -> float:
 
 
 def start_worker(url: str, log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "DUE_TIMERS_BENCH_URL": url, "PYTHONPATH": str(HERE)}
-    with log.open("wb") as out:
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "due",
-                "worker",
-                "--app",
-                "timers_bench:app",
-                "-c",
-                os.environ.get("DUE_BENCH_CONCURRENCY", "100"),
-                "--no-scheduler",
-                "--log-level",
-                os.environ.get("DUE_BENCH_LOG_LEVEL", "warning"),
-            ],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    return common.spawn_due_worker(
+        "timers_bench",
+        "DUE_TIMERS_BENCH_URL",
+        url,
+        log,
+        "-c",
+        os.environ.get("DUE_BENCH_CONCURRENCY", "100"),
+        "--no-scheduler",
+        "--log-level",
+        os.environ.get("DUE_BENCH_LOG_LEVEL", "warning"),
+    )
 
 
-def stop_worker(proc: subprocess.Popen[bytes]) -> None:
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+stop_worker = common.stop_due_worker
 
 
 def wait_ended(app: due.App, ids: list[int], timeout: float = 300.0) -> list[due.Job]:
