@@ -3,12 +3,26 @@ the server's autovacuum runs (this test's server runs with it off)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import psycopg
+import pytest
 
 import due
+from due.clock import FakeClock
 from due.core.records import ClaimRequest, Completion
+from due.maintenance.vacuum import FIRST_WAIT_SECONDS, Vacuum
 from due.store.jobs import VACUUM_DEAD_ROWS
 from tests.helpers.database import rows
+
+T = TypeVar("T")
+
+
+async def call(fn: Callable[..., T], *args: Any) -> T:
+    return fn(*args)
 
 
 def dead_rows(url: str) -> int:
@@ -16,26 +30,75 @@ def dead_rows(url: str) -> int:
     return int(dead)
 
 
-def test_the_job_table_is_vacuumed_when_its_dead_rows_pile_up(
-    app: due.App, backend: str, backend_url: str
-) -> None:
+def leave_dead_rows(app: due.App, url: str, backend: str) -> None:
+    """Run enough jobs to leave VACUUM_DEAD_ROWS dead row versions, and wait for
+    the server's statistics to count them (they lag commits by about a second)."""
+
     @app.task(name="work")
     def work() -> None: ...
 
-    assert app.store.job_vacuum_if_needed() is None  # nothing to clear
-    count = VACUUM_DEAD_ROWS + 2_000
-    app.enqueue_many([work.request() for _ in range(count)])
+    app.enqueue_many([work.request() for _ in range(VACUUM_DEAD_ROWS + 2_000)])
     while claimed := app.store.job_claim(ClaimRequest("default", 1000, "w", 30)):
         app.store.job_complete(
             [Completion(j.id, j.lease_token, due.JobState.SUCCEEDED, "null") for j in claimed]
         )
+    deadline = time.monotonic() + 15
+    while backend != "sqlite" and dead_rows(url) < VACUUM_DEAD_ROWS:
+        assert time.monotonic() < deadline, "the statistics never counted the dead rows"
+        time.sleep(0.2)
+
+
+def test_the_job_table_is_vacuumed_when_its_dead_rows_pile_up(
+    app: due.App, backend: str, backend_url: str
+) -> None:
+    assert app.store.job_vacuum_if_needed() is None  # nothing to clear
+    leave_dead_rows(app, backend_url, backend)
     if backend == "sqlite":  # a deleted or updated row leaves nothing behind to vacuum
         assert app.store.job_vacuum_if_needed() is None
         return
-    deadline = time.monotonic() + 15  # the server's statistics lag commits by about a second
-    while dead_rows(backend_url) < VACUUM_DEAD_ROWS and time.monotonic() < deadline:
-        time.sleep(0.2)
     vacuumed = app.store.job_vacuum_if_needed()
     assert vacuumed is not None and vacuumed["dead"] >= VACUUM_DEAD_ROWS, vacuumed
+    assert vacuumed["dead_after"] < VACUUM_DEAD_ROWS
     assert dead_rows(backend_url) < VACUUM_DEAD_ROWS
     assert app.store.job_vacuum_if_needed() is None
+
+
+@pytest.fixture
+def postgres_app(postgres_url: str, clock: FakeClock) -> Iterator[due.App]:
+    """The vacuum is PostgreSQL's alone."""
+    app = due.App(postgres_url, clock=clock)
+    app.migrate()
+    yield app
+    app.close()
+
+
+def test_a_vacuum_an_old_snapshot_holds_back_waits_longer_each_time(
+    postgres_app: due.App, postgres_url: str, clock: FakeClock
+) -> None:
+    app = postgres_app
+    with psycopg.connect(postgres_url) as reader:
+        reader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        reader.execute("SELECT count(*) FROM due_jobs").fetchone()  # its snapshot is taken
+        leave_dead_rows(app, postgres_url, "postgres")
+        vacuum = Vacuum(store=app.store, call=call, leading=lambda: True, clock=clock)
+        assert asyncio.run(vacuum.run_once())  # it ran, and cleared nothing
+        assert dead_rows(postgres_url) >= VACUUM_DEAD_ROWS
+        assert not asyncio.run(vacuum.run_once())  # it waits
+        clock.advance(FIRST_WAIT_SECONDS)
+        assert asyncio.run(vacuum.run_once())
+        clock.advance(FIRST_WAIT_SECONDS)
+        assert not asyncio.run(vacuum.run_once())  # twice as long now
+        reader.rollback()
+    clock.advance(FIRST_WAIT_SECONDS)
+    assert asyncio.run(vacuum.run_once())  # the snapshot is gone: cleared
+    assert dead_rows(postgres_url) < VACUUM_DEAD_ROWS
+
+
+def test_the_vacuum_runs_without_the_sessions_statement_limit(postgres_app: due.App) -> None:
+    backend: Any = postgres_app.store.backend
+    with backend.transaction(single=True, unbounded=True) as tx:
+        tx.cursor.execute("SHOW statement_timeout")
+        assert tx.cursor.fetchone()["statement_timeout"] == "0"
+    with backend.transaction(single=True) as tx:  # set back for every other statement
+        tx.cursor.execute("SHOW statement_timeout")
+        assert tx.cursor.fetchone()["statement_timeout"] == "1min"

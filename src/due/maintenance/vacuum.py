@@ -6,6 +6,11 @@ vacuum clears it. due asks autovacuum to run often on `due_jobs` (migration
 0009), but a server may run it rarely, or not at all; every few seconds the
 leader looks at the table's dead rows and vacuums when they pass a bound
 (store/jobs.py's vacuum_if_needed). SQLite needs none of this.
+
+A vacuum cannot clear rows an older snapshot may still see (a long transaction,
+a replica's feedback): when one cleared less than half, the next waits a
+minute, then two, up to half an hour, instead of scanning the table every few
+seconds for nothing; one that clears resets the wait.
 """
 
 from __future__ import annotations
@@ -13,19 +18,27 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from due.clock import Clock
 from due.logs import event
 from due.service import Calls
 from due.store import Store
 
 log = logging.getLogger("due.maintenance")
 VACUUM_CHECK_SECONDS = 10.0
+FIRST_WAIT_SECONDS = 60.0
+LONGEST_WAIT_SECONDS = 1800.0
 
 
 class Vacuum:
-    def __init__(self, *, store: Store, call: Calls, leading: Callable[[], bool]) -> None:
+    def __init__(
+        self, *, store: Store, call: Calls, leading: Callable[[], bool], clock: Clock
+    ) -> None:
         self._store = store
         self._call = call
         self._leading = leading
+        self._clock = clock
+        self._not_before = float("-inf")
+        self._wait = FIRST_WAIT_SECONDS
 
     def interval(self) -> float:
         return VACUUM_CHECK_SECONDS
@@ -34,8 +47,26 @@ class Vacuum:
         """Whether the table was vacuumed."""
         if not self._leading() or not self._store.backend.leaves_dead_rows:
             return False
+        if self._clock.monotonic() < self._not_before:
+            return False
         vacuumed = await self._call(self._store.job_vacuum_if_needed)
         if vacuumed is None:
             return False
         event(log, "maintenance.vacuumed", table="due_jobs", **vacuumed)
+        after = vacuumed["dead_after"]
+        if after is not None and after * 2 > vacuumed["dead"]:
+            event(
+                log,
+                "maintenance.vacuum_held_back",
+                logging.WARNING,
+                table="due_jobs",
+                dead=after,
+                next_in=self._wait,
+                hint="an old snapshot keeps the dead rows: a long transaction, or a "
+                "replica's hot_standby_feedback (see pg_stat_activity.backend_xmin)",
+            )
+            self._not_before = self._clock.monotonic() + self._wait
+            self._wait = min(self._wait * 2, LONGEST_WAIT_SECONDS)
+        else:
+            self._wait = FIRST_WAIT_SECONDS
         return True

@@ -122,7 +122,9 @@ class Backend(Protocol):
 
         `read`: reads only; `single`: one statement, which PostgreSQL runs in
         autocommit (no BEGIN and COMMIT round trips); `unbounded`: bulk work the
-        user asked for (no statement, lock or idle limits); `leader`: the leader's
+        user asked for, or maintenance that takes as long as the table is big
+        (no statement, lock or idle limits; with `single`, no statement limit);
+        `leader`: the leader's
         fenced transaction (PostgreSQL ends it if it idles 2 s: a paused leader
         must not hold the lease row)."""
 

@@ -147,25 +147,35 @@ VACUUM_DEAD_SHARE = 0.10
 
 def vacuum_if_needed(db: Backend) -> dict[str, Any] | None:
     """Vacuum the job table when its dead row versions pass 10,000 and a tenth of
-    its live rows; the figures, when it did; None otherwise (and always on SQLite,
-    which reuses a deleted row's space without a vacuum).
+    its live rows: the counts before and after (`dead`, `dead_after`) when it
+    did, None otherwise (and always on SQLite, which reuses a deleted row's space
+    without a vacuum).
 
     Every job is inserted, updated twice and deleted: on PostgreSQL each leaves
     a dead row version in the table and in the claim index, which every claim
     walks past until a vacuum clears it. The table's settings ask autovacuum to
     run often (migration 0009), but a server may run it rarely or not at all
     (`autovacuum = off`): at 1,000 jobs/s claim latency grew from 2 ms to 16 ms
-    within 90 s on such a server. This is the fallback, run by the leader."""
+    within 90 s on such a server. This is the fallback, run by the leader. The
+    vacuum has no statement limit: it takes as long as the table needs."""
     if not db.leaves_dead_rows:
         return None
+    health = _table_health(db)
+    if health is None:
+        return None
+    live, dead = health
+    if dead < max(VACUUM_DEAD_ROWS, VACUUM_DEAD_SHARE * live):
+        return None
+    with db.transaction(single=True, unbounded=True) as tx:
+        tx.run("vacuum_jobs")
+    after = _table_health(db)
+    return {"live": live, "dead": dead, "dead_after": after[1] if after else None}
+
+
+def _table_health(db: Backend) -> tuple[int, int] | None:
+    """(live, dead) row versions of the job table, as the server counts them."""
     with db.transaction(read=True) as tx:
         rows = tx.run("job_table_health", {"now": tx.now})
     if not rows:
         return None
-    health = rows[0]
-    live, dead = int(health["live"] or 0), int(health["dead"] or 0)
-    if dead < max(VACUUM_DEAD_ROWS, VACUUM_DEAD_SHARE * live):
-        return None
-    with db.transaction(single=True) as tx:
-        tx.run("vacuum_jobs")
-    return {"live": live, "dead": dead, "since_vacuum": health["since_vacuum"]}
+    return int(rows[0]["live"] or 0), int(rows[0]["dead"] or 0)

@@ -147,6 +147,7 @@ class Worker:
             store=self.store,
             call=self.call,
             leading=lambda: self.scheduler is not None and self.scheduler.leadership.is_leader,
+            clock=self.clock,
         )
         self._stop_requested: asyncio.Event | None = None
         self._hard_stop: asyncio.Event | None = None

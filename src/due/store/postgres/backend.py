@@ -118,6 +118,16 @@ class PostgresBackend:
             conn.cursor(row_factory=dict_row) as cur,
         ):
             if read or single:  # autocommitted statements: no BEGIN/COMMIT round trips
+                if unbounded and not self.settings.transaction_pooler:
+                    # A statement that may not run in a transaction block (VACUUM):
+                    # the session's bound is lifted for it, and set back after.
+                    cur.execute("SET statement_timeout = 0")
+                    try:
+                        yield PostgresTransaction(cur, self._clock.now())
+                    finally:
+                        with contextlib.suppress(psycopg.Error):
+                            cur.execute(f"SET statement_timeout = '{STATEMENT_TIMEOUT}'")
+                    return
                 yield PostgresTransaction(cur, self._clock.now())
                 return
             with conn.transaction():

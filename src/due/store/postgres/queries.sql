@@ -1105,10 +1105,8 @@ GROUP BY queue, minute
 
 -- name: job_table_health
 -- Row versions left by updates and deletes, as the server's statistics count
--- them (updated within a second of each commit), and when a vacuum last ran.
-SELECT n_live_tup AS live, n_dead_tup AS dead,
-       extract(epoch FROM coalesce(%(now)s::timestamptz, now())
-                          - greatest(last_vacuum, last_autovacuum))::float8 AS since_vacuum
+-- them (updated within a second of each commit; at once by a vacuum).
+SELECT n_live_tup AS live, n_dead_tup AS dead
 FROM pg_stat_user_tables
 WHERE relid = 'due_jobs'::regclass
 
