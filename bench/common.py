@@ -341,6 +341,15 @@ def pg_scalar(db: str, sql: str) -> Any:
     return row[0] if row else None
 
 
+def fresh_due_url(backend: str, name: str) -> str:
+    """An empty database for a due-only benchmark: bench/work/db/<name>.db, or
+    the PostgreSQL database due_bench_due_<name>, recreated."""
+    if backend == "sqlite":
+        return f"sqlite:///{fresh_sqlite_path(WORK_DIR / 'db' / f'{name}.db')}"
+    recreate_pg_db(f"due_bench_due_{name}")
+    return pg_url(f"due_bench_due_{name}")
+
+
 def fresh_sqlite_path(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     for suffix in ("", "-wal", "-shm", "-journal"):

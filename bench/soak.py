@@ -61,14 +61,6 @@ if os.environ.get("DUE_SOAK_URL"):
     app, _ = make_app(os.environ["DUE_SOAK_URL"])
 
 
-def url_for(backend: str) -> str:
-    if backend == "sqlite":
-        path = common.fresh_sqlite_path(HERE / "work" / "db" / "soak.db")
-        return f"sqlite:///{path}"
-    common.recreate_pg_db("due_bench_due_soak")
-    return common.pg_url("due_bench_due_soak")
-
-
 def start_worker(url: str, retention: str, log: Path) -> subprocess.Popen[bytes]:
     return common.spawn_due_worker(
         "soak", "DUE_SOAK_URL", url, log,
@@ -162,7 +154,7 @@ def record(rec: dict[str, Any]) -> None:
 
 
 def soak(args: argparse.Namespace) -> list[dict[str, Any]]:
-    url = url_for(args.backend)
+    url = common.fresh_due_url(args.backend, "soak")
     app, task = make_app(url)
     app.migrate()
     log = HERE / "work" / "logs" / f"soak-{args.backend}.log"

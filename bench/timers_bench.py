@@ -95,14 +95,6 @@ if os.environ.get("DUE_TIMERS_BENCH_URL"):
     app, _ = make_app(os.environ["DUE_TIMERS_BENCH_URL"])
 
 
-def url_for(backend: str) -> str:
-    if backend == "sqlite":
-        path = common.fresh_sqlite_path(HERE / "work" / "db" / "timers.db")
-        return f"sqlite:///{path}"
-    common.recreate_pg_db("due_bench_due_timers")
-    return common.pg_url("due_bench_due_timers")
-
-
 def fill(backend: str, url: str, timers: int, finished: int) -> float:
     """Seconds taken to write the rows (and analyze them)."""
     started = time.monotonic()
@@ -264,7 +256,7 @@ def record(rec: dict[str, Any]) -> None:
 
 
 def run_backend(backend: str, args: argparse.Namespace) -> dict[str, dict[str, list[dict]]]:
-    url = url_for(backend)
+    url = common.fresh_due_url(backend, "timers")
     app, noop = make_app(url)
     app.migrate()
     log = HERE / "work" / "logs" / f"timers-{backend}.log"

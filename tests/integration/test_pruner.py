@@ -4,19 +4,12 @@ past its retention, batch after batch, not one batch per run."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Any, TypeVar
 
 import due
 from due.clock import FakeClock
 from due.core.records import ClaimRequest, Completion, Retention
 from due.maintenance.pruner import Pruner
-
-T = TypeVar("T")
-
-
-async def call(fn: Callable[..., T], *args: Any) -> T:
-    return fn(*args)
+from due.worker.calls import StoreCalls
 
 
 def finish_jobs(app: due.App, task: due.Task, count: int) -> None:
@@ -36,7 +29,7 @@ def test_one_run_prunes_every_batch_past_the_retention(app: due.App, clock: Fake
     finish_jobs(app, work, 3)  # younger than the retention: kept
     pruner = Pruner(
         store=app.store,
-        call=call,
+        call=StoreCalls(1, "pruner"),
         leading=lambda: True,
         retention=Retention(succeeded=86400),
         batch=10,

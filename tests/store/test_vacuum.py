@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 import psycopg
 import pytest
@@ -16,13 +15,8 @@ from due.clock import FakeClock
 from due.core.records import ClaimRequest, Completion
 from due.maintenance.vacuum import FIRST_WAIT_SECONDS, Vacuum
 from due.store.jobs import VACUUM_DEAD_ROWS
+from due.worker.calls import StoreCalls
 from tests.helpers.database import rows
-
-T = TypeVar("T")
-
-
-async def call(fn: Callable[..., T], *args: Any) -> T:
-    return fn(*args)
 
 
 def dead_rows(url: str) -> int:
@@ -63,24 +57,16 @@ def test_the_job_table_is_vacuumed_when_its_dead_rows_pile_up(
     assert app.store.job_vacuum_if_needed() is None
 
 
-@pytest.fixture
-def postgres_app(postgres_url: str, clock: FakeClock) -> Iterator[due.App]:
-    """The vacuum is PostgreSQL's alone."""
-    app = due.App(postgres_url, clock=clock)
-    app.migrate()
-    yield app
-    app.close()
-
-
+@pytest.mark.parametrize("backend", ["postgres"])  # the vacuum is PostgreSQL's alone
 def test_a_vacuum_an_old_snapshot_holds_back_waits_longer_each_time(
-    postgres_app: due.App, postgres_url: str, clock: FakeClock
+    app: due.App, postgres_url: str, clock: FakeClock
 ) -> None:
-    app = postgres_app
+    calls = StoreCalls(1, "vacuum")
     with psycopg.connect(postgres_url) as reader:
         reader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         reader.execute("SELECT count(*) FROM due_jobs").fetchone()  # its snapshot is taken
         leave_dead_rows(app, postgres_url, "postgres")
-        vacuum = Vacuum(store=app.store, call=call, leading=lambda: True, clock=clock)
+        vacuum = Vacuum(store=app.store, call=calls, leading=lambda: True, clock=clock)
         assert asyncio.run(vacuum.run_once())  # it ran, and cleared nothing
         assert dead_rows(postgres_url) >= VACUUM_DEAD_ROWS
         assert not asyncio.run(vacuum.run_once())  # it waits
@@ -92,10 +78,12 @@ def test_a_vacuum_an_old_snapshot_holds_back_waits_longer_each_time(
     clock.advance(FIRST_WAIT_SECONDS)
     assert asyncio.run(vacuum.run_once())  # the snapshot is gone: cleared
     assert dead_rows(postgres_url) < VACUUM_DEAD_ROWS
+    calls.close()
 
 
-def test_the_vacuum_runs_without_the_sessions_statement_limit(postgres_app: due.App) -> None:
-    backend: Any = postgres_app.store.backend
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_the_vacuum_runs_without_the_sessions_statement_limit(app: due.App) -> None:
+    backend: Any = app.store.backend
     with backend.transaction(single=True, unbounded=True) as tx:
         tx.cursor.execute("SHOW statement_timeout")
         assert tx.cursor.fetchone()["statement_timeout"] == "0"

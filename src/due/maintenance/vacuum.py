@@ -45,9 +45,7 @@ class Vacuum:
 
     async def run_once(self) -> bool:
         """Whether the table was vacuumed."""
-        if not self._leading() or not self._store.backend.leaves_dead_rows:
-            return False
-        if self._clock.monotonic() < self._not_before:
+        if not self._leading() or self._clock.monotonic() < self._not_before:
             return False
         vacuumed = await self._call(self._store.job_vacuum_if_needed)
         if vacuumed is None:

@@ -175,7 +175,7 @@ def vacuum_if_needed(db: Backend) -> dict[str, Any] | None:
 def _table_health(db: Backend) -> tuple[int, int] | None:
     """(live, dead) row versions of the job table, as the server counts them."""
     with db.transaction(read=True) as tx:
-        rows = tx.run("job_table_health", {"now": tx.now})
+        rows = tx.run("job_table_health")
     if not rows:
         return None
     return int(rows[0]["live"] or 0), int(rows[0]["dead"] or 0)
