@@ -277,8 +277,10 @@ def test_lookahead_follows_job_duration_and_is_released_first_at_shutdown(app: d
         producer.claim_seconds = 0.005
         producer.job_seconds = 3600.0
         assert producer.lookahead == 0  # long jobs: never hold one back from other workers
-        producer.job_seconds = 0.01
-        assert producer.lookahead == 2  # short jobs: as many as finish during one claim
+        producer.job_seconds = 0.005
+        assert producer.lookahead == 4  # never more than its slots
+        producer.job_seconds = 0.02
+        assert producer.lookahead == 2  # short jobs: twice as many as finish during one claim
         running = asyncio.create_task(worker.run())
         for _ in range(200):
             if len(started) == 4 and len(producer.ready) == 2:

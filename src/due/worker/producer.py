@@ -8,13 +8,16 @@ the store's next due time, so a delayed job starts on time without a
 notification. A poll every `poll_interval` covers a lost wake-up.
 
 Lookahead: a slot that frees would otherwise stay idle for a whole claim
-round trip. So the producer also claims a few jobs ahead — as many as its
-slots finish during one claim, estimated from the measured job duration and
-claim latency, at most half its concurrency — and starts one the instant a
-slot frees. For long jobs that estimate is zero: no job ever waits behind a
-long one in this worker while another worker could run it. Jobs claimed
-ahead are leased and heartbeated like running ones, and released at once on
-shutdown.
+round trip. So the producer also claims a few jobs ahead and starts one the
+instant a slot frees: twice as many as its slots finish during one claim
+(estimated from the measured job duration and claim latency), at most its
+concurrency. Twice, because claims follow one another: a slot that frees just
+after a claim left is refilled by the next one, two claim durations later.
+With once as many, a queue of 10 ms jobs kept 45 of its 50 slots busy on
+average; with twice, 48. For long jobs that estimate is zero: no job ever
+waits behind a long one in this worker while another worker could run it.
+Jobs claimed ahead are leased and heartbeated like running ones, and released
+at once on shutdown.
 
 The producer owns its queue's ledger (ledger.py): the slots, the jobs held
 ready, the outcomes waiting to be written, and with them the back-pressure.
@@ -98,7 +101,7 @@ class QueueProducer:
         if self.job_seconds is None or self.claim_seconds is None:
             return 0
         finishing = self.concurrency * self.claim_seconds / max(self.job_seconds, 1e-4)
-        return min(self.concurrency // 2, math.floor(finishing + 0.5))
+        return min(self.concurrency, math.floor(2 * finishing + 0.5))
 
     def wanted(self) -> int:
         return self.free_slots + self.lookahead - len(self.jobs.ready)
