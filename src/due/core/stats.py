@@ -50,6 +50,23 @@ WINDOWS: dict[str, timedelta] = {
 """The recent windows every figure is given for (and "total", since the start)."""
 
 
+FINAL_OUTCOMES = {
+    "succeeded": Outcome.SUCCEEDED,
+    "failed": Outcome.FAILED,
+    "cancelled": Outcome.CANCELLED,
+}
+
+
+def outcome_of(state: str, *, requeued: Outcome | None, warned: bool = False) -> Outcome | None:
+    """What a job's new state counts as: back in the queue, `requeued` (retried,
+    or rescued) or nothing; a final state itself (a success with a warning, as
+    warned); waiting, or still running, is no end (None)."""
+    outcome = requeued if state == "queued" else FINAL_OUTCOMES.get(state)
+    if outcome is Outcome.SUCCEEDED and warned:
+        return Outcome.WARNED
+    return outcome
+
+
 def bucket_of(seconds: float | None) -> int:
     """The index of the histogram bucket `seconds` falls in (NO_DURATION for None)."""
     if seconds is None or not math.isfinite(seconds):

@@ -25,8 +25,11 @@ Capabilities the operations ask about, instead of asking which backend it is:
 pieces and rescues skip what others hold; SQLite has one writer at a time)
 `single_writer` (SQLite: the worker folds its acknowledgements into its
 claims, one commit for both; a claim promotes due timers in a statement of its
-own) and `leaves_dead_rows` (PostgreSQL: updates and deletes leave row versions
-that only a vacuum clears).
+own), `leaves_dead_rows` (PostgreSQL: updates and deletes leave row versions
+that only a vacuum clears) and `counting_statements` (PostgreSQL: the statement
+that writes acknowledgements counts their ends in due_job_stats itself, in a
+data-modifying WITH, so a batch is one round trip; elsewhere the operation
+counts them with `count_endings`).
 """
 
 from __future__ import annotations
@@ -109,6 +112,7 @@ class Backend(Protocol):
     single_writer: bool
     locks_rows: bool
     leaves_dead_rows: bool
+    counting_statements: bool
 
     def transaction(
         self,

@@ -18,15 +18,21 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from due.core.records import Completion
-from due.core.stats import Ending, Outcome, TaskFigures, tally, task_figures, window_starts
+from due.core.stats import (
+    Ending,
+    Outcome,
+    TaskFigures,
+    outcome_of,
+    tally,
+    task_figures,
+    window_starts,
+)
 from due.store.backend import Backend, Transaction
 
 MINUTES_KEPT = timedelta(hours=2)
 """Minute rows older than this are folded into hour rows."""
 HOURS_KEPT = timedelta(hours=48)
 """Hour rows older than this are folded into one row per key ("all")."""
-
-FINAL = {"succeeded": Outcome.SUCCEEDED, "failed": Outcome.FAILED, "cancelled": Outcome.CANCELLED}
 
 
 def count_endings(
@@ -47,11 +53,10 @@ def count_endings(
     for row in rows:
         state = row["state"]
         completion = completions.get(row["id"]) if completions else None
-        outcome = requeued if state == "queued" else FINAL.get(state)
+        warned = completion is not None and bool(completion.warning)
+        outcome = outcome_of(state, requeued=requeued, warned=warned)
         if outcome is None:
             continue
-        if outcome is Outcome.SUCCEEDED and completion is not None and completion.warning:
-            outcome = Outcome.WARNED
         seconds = completion.seconds if completion is not None else row.get("seconds")
         endings.append(Ending(row["task"], row["queue"], outcome, seconds))
         if state == "succeeded" and row.get("schedule"):

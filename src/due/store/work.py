@@ -27,7 +27,7 @@ from due.core.records import (
     attempt_error_json,
     read_claimed,
 )
-from due.core.stats import Outcome
+from due.core.stats import Outcome, bucket_of, outcome_of
 from due.errors import StoreError
 from due.retry import judge_lost_lease
 from due.store import batches
@@ -58,7 +58,7 @@ def complete_and_claim(
     claims, nor the other acknowledgements."""
     try:
         with db.transaction() as tx:
-            applied = _complete_in(tx, completions)
+            applied = _complete_in(db, tx, completions)
             rows = _claim_in(db, tx, request)
     except StoreError as error:
         if not completions or not batches.refused(error):
@@ -161,35 +161,44 @@ def complete(db: Backend, completions: Sequence[Completion]) -> set[int]:
 
 @retried_on_conflict
 def _complete_batch(db: Backend, completions: Sequence[Completion]) -> set[int]:
-    with db.transaction() as tx:
-        return _complete_in(tx, completions)
+    # Where the statement counts its own ends and no parent is settled, it is
+    # the whole transaction: autocommitted, one round trip.
+    alone = db.counting_statements and not any(c.settles for c in completions)
+    with db.transaction(single=alone) as tx:
+        return _complete_in(db, tx, completions)
 
 
-def _complete_in(tx: Transaction, completions: Sequence[Completion]) -> set[int]:
+def _complete_in(db: Backend, tx: Transaction, completions: Sequence[Completion]) -> set[int]:
     if not completions:
         return set()
     lock_parents(tx, [c.job_id for c in completions if c.settles])
-    rows = tx.run_each(
-        "complete_jobs",
-        [
-            {
-                "id": c.job_id,
-                "token": c.lease_token,
-                "state": c.state.value,
-                "result": c.result,
-                "error": c.error_json(),
-                "retry_in": c.retry_in,
-                "progress": c.progress,
-                "warning": c.warning,
-            }
-            for c in completions
-        ],
-        {"now": tx.now},
-    )
-    by_id = {c.job_id: c for c in completions}
-    count_endings(tx, rows, requeued=Outcome.RETRIED, completions=by_id)
+    rows = tx.run_each("complete_jobs", [_ending(c) for c in completions], {"now": tx.now})
+    if not db.counting_statements:
+        by_id = {c.job_id: c for c in completions}
+        count_endings(tx, rows, requeued=Outcome.RETRIED, completions=by_id)
     settle(tx, rows)
     return {row["id"] for row in rows}
+
+
+def _ending(completion: Completion) -> dict[str, Any]:
+    """A completion as complete_jobs takes it, with what it counts as (where the
+    statement counts its ends itself)."""
+    outcome = outcome_of(
+        completion.state.value, requeued=Outcome.RETRIED, warned=bool(completion.warning)
+    )
+    return {
+        "id": completion.job_id,
+        "token": completion.lease_token,
+        "state": completion.state.value,
+        "result": completion.result,
+        "error": completion.error_json(),
+        "retry_in": completion.retry_in,
+        "progress": completion.progress,
+        "warning": completion.warning,
+        "outcome": outcome.value if outcome is not None else None,
+        "bucket": bucket_of(completion.seconds),
+        "seconds": completion.seconds or 0.0,
+    }
 
 
 @retried_on_conflict

@@ -68,6 +68,7 @@ class PostgresBackend:
     single_writer = False
     locks_rows = True
     leaves_dead_rows = True
+    counting_statements = True
 
     def __init__(
         self,

@@ -162,6 +162,10 @@ RETURNING j.id, j.task, j.queue, j.priority, j.payload, j.attempt, j.max_attempt
 -- Batch statements (heartbeat, complete, rescue, release) first lock their
 -- rows in id order, whatever plan the join below gets: two batches about the
 -- same jobs (a heartbeat and an acknowledgement) can then never deadlock.
+-- They find the locked rows with `id = ANY(ARRAY(SELECT id FROM locked))`: a
+-- list computed once and looked up by primary key. With `id IN (SELECT ...)`
+-- the planner, expecting one row from unnest, rescanned the locked rows once
+-- per job (an acknowledgement of 100 jobs: 4.2 ms; with the list, 2.6 ms).
 -- The heartbeat skips rows locked by someone else (a handler's own open
 -- transaction holding its job's row): those are neither renewed nor lost this
 -- time, and every other lease of the worker is renewed without waiting.
@@ -179,7 +183,7 @@ renewed AS (
                            THEN coalesce(%(now)s::timestamptz, now()) ELSE j.progress_at END
     FROM unnest(%(id)b::bigint[], %(token)b::bigint[], %(lease)b::float8[],
                 %(progress)b::text[]) AS h(id, token, lease, progress)
-    WHERE j.id IN (SELECT id FROM locked)
+    WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
       AND j.id = h.id AND j.lease_token = h.token
     RETURNING j.id, j.cancel_requested
 )
@@ -207,7 +211,7 @@ renewed AS (
                            THEN coalesce(%(now)s::timestamptz, now()) ELSE j.progress_at END
     FROM unnest(%(id)b::bigint[], %(token)b::bigint[], %(lease)b::float8[],
                 %(progress)b::text[]) AS h(id, token, lease, progress)
-    WHERE j.id IN (SELECT id FROM locked)
+    WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
       AND j.id = h.id AND j.lease_token = h.token
     RETURNING j.id, j.cancel_requested
 )
@@ -215,44 +219,70 @@ SELECT l.id, r.id IS NOT NULL AS renewed, coalesce(r.cancel_requested, false) AS
 FROM locked l LEFT JOIN renewed r ON r.id = l.id
 
 -- name: complete_jobs
--- One statement for a batch of attempt endings; each row is fenced by its
--- token, so a stale worker's write matches nothing.
+-- One statement for a batch of attempt endings, with their counts: each row is
+-- fenced by its token, so a stale worker's write matches nothing (and counts
+-- nothing); the ends written are counted in due_job_stats (outcome and
+-- duration bucket as the caller computed them, NULL outcome: no end, as for
+-- record_endings) and a schedule's success is noted, in the same statement, so
+-- an acknowledgement that settles no parent is one round trip, not four.
 WITH locked AS MATERIALIZED (  -- row locks taken in id order: batches never deadlock
     SELECT id FROM due_jobs WHERE id = ANY(%(id)b::bigint[]) ORDER BY id FOR NO KEY UPDATE
+),
+done AS (
+    UPDATE due_jobs AS j
+    SET state = c.state,
+        lease_token = j.lease_token + 1,  -- the attempt is over: its token is stale now
+        result = CASE WHEN c.state = 'succeeded' THEN c.result::jsonb ELSE j.result END,
+        warning = CASE WHEN c.state = 'succeeded' THEN c.warning ELSE j.warning END,
+        run_at = CASE WHEN c.state = 'queued'
+                      THEN coalesce(%(now)s::timestamptz, now()) + make_interval(secs => c.retry_in)
+                      ELSE j.run_at END,
+        timer = c.state = 'queued' AND c.retry_in > 0,  -- a retry after a backoff waits as a timer
+        finished_at = CASE WHEN c.state IN ('succeeded', 'failed', 'cancelled')
+                           THEN coalesce(%(now)s::timestamptz, now()) END,
+        lease_expires_at = NULL,
+        lost_leases = 0,
+        progress = coalesce(c.progress::jsonb, j.progress),
+        last_error = coalesce(c.error::jsonb ->> 'error', j.last_error),
+        errors = CASE WHEN c.error IS NULL THEN j.errors
+                      ELSE j.errors || jsonb_build_array(c.error::jsonb) END,
+        dedupe_key = CASE WHEN c.state IN ('failed', 'cancelled')
+                            OR (c.state = 'succeeded' AND coalesce(j.unique_for, 0) <= 0)
+                          THEN NULL ELSE j.dedupe_key END
+    FROM unnest(%(id)b::bigint[], %(token)b::bigint[], %(state)b::text[], %(result)b::text[],
+                %(error)b::text[], %(retry_in)b::float8[], %(progress)b::text[],
+                %(warning)b::text[], %(outcome)b::text[], %(bucket)b::int[],
+                %(seconds)b::float8[])
+         AS c(id, token, state, result, error, retry_in, progress, warning, outcome, bucket,
+              seconds)
+    WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
+      AND j.id = c.id AND j.lease_token = c.token
+    RETURNING j.id, j.task, j.queue, j.schedule, j.state, j.parent_id, j.completes,
+              j.pieces_total, j.cancel_requested, c.outcome, c.bucket, c.seconds,
+              CASE WHEN j.state = 'queued' THEN  -- wake workers for the job due again
+                  pg_notify('due_jobs', j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text
+              WHEN j.state IN ('succeeded', 'failed', 'cancelled') THEN  -- wake app.wait()
+                  pg_notify('due_ended', '')::text
+              END AS notified
+),
+counted AS (  -- as record_endings: this session's rows, so sessions never wait on each other
+    INSERT INTO due_job_stats AS s (span, minute, task, queue, outcome, bucket, writer, count,
+                                    duration_sum)
+    SELECT 'minute', date_trunc('minute', coalesce(%(now)s::timestamptz, now())),
+           task, queue, outcome, bucket, pg_backend_pid(), count(*), sum(seconds)
+    FROM done
+    WHERE outcome IS NOT NULL
+    GROUP BY task, queue, outcome, bucket
+    ON CONFLICT (span, minute, task, queue, outcome, bucket, writer) DO UPDATE
+    SET count = s.count + excluded.count, duration_sum = s.duration_sum + excluded.duration_sum
+),
+noted AS (  -- as note_schedule_success
+    UPDATE due_schedules
+    SET last_success_at = coalesce(%(now)s::timestamptz, now())
+    WHERE name IN (SELECT schedule FROM done WHERE state = 'succeeded')
 )
-UPDATE due_jobs AS j
-SET state = c.state,
-    lease_token = j.lease_token + 1,  -- the attempt is over: its token is stale now
-    result = CASE WHEN c.state = 'succeeded' THEN c.result::jsonb ELSE j.result END,
-    warning = CASE WHEN c.state = 'succeeded' THEN c.warning ELSE j.warning END,
-    run_at = CASE WHEN c.state = 'queued'
-                  THEN coalesce(%(now)s::timestamptz, now()) + make_interval(secs => c.retry_in)
-                  ELSE j.run_at END,
-    timer = c.state = 'queued' AND c.retry_in > 0,  -- a retry after a backoff waits as a timer
-    finished_at = CASE WHEN c.state IN ('succeeded', 'failed', 'cancelled')
-                       THEN coalesce(%(now)s::timestamptz, now()) END,
-    lease_expires_at = NULL,
-    lost_leases = 0,
-    progress = coalesce(c.progress::jsonb, j.progress),
-    last_error = coalesce(c.error::jsonb ->> 'error', j.last_error),
-    errors = CASE WHEN c.error IS NULL THEN j.errors
-                  ELSE j.errors || jsonb_build_array(c.error::jsonb) END,
-    dedupe_key = CASE WHEN c.state IN ('failed', 'cancelled')
-                        OR (c.state = 'succeeded' AND coalesce(j.unique_for, 0) <= 0)
-                      THEN NULL ELSE j.dedupe_key END
-FROM unnest(%(id)b::bigint[], %(token)b::bigint[], %(state)b::text[], %(result)b::text[],
-            %(error)b::text[], %(retry_in)b::float8[], %(progress)b::text[],
-            %(warning)b::text[])
-     AS c(id, token, state, result, error, retry_in, progress, warning)
-WHERE j.id IN (SELECT id FROM locked)
-  AND j.id = c.id AND j.lease_token = c.token
-RETURNING j.id, j.task, j.queue, j.schedule, j.state, j.parent_id, j.completes, j.pieces_total,
-          j.cancel_requested,
-          CASE WHEN j.state = 'queued' THEN  -- wake workers for the job due again
-              pg_notify('due_jobs', j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text
-          WHEN j.state IN ('succeeded', 'failed', 'cancelled') THEN  -- wake app.wait()
-              pg_notify('due_ended', '')::text
-          END AS notified
+SELECT id, task, queue, schedule, state, parent_id, completes, pieces_total, cancel_requested
+FROM done
 
 -- name: select_expired
 -- Running jobs whose worker stopped renewing the lease. The task is never
@@ -289,7 +319,7 @@ SET state = CASE WHEN j.cancel_requested THEN 'cancelled'
     dedupe_key = CASE WHEN r.gives_up OR j.cancel_requested THEN NULL ELSE j.dedupe_key END
 FROM unnest(%(id)b::bigint[], %(token)b::bigint[], %(gives_up)b::boolean[],
             %(error)b::text[]) AS r(id, token, gives_up, error)
-WHERE j.id IN (SELECT id FROM locked) AND j.id = r.id AND j.lease_token = r.token
+WHERE j.id = ANY(ARRAY(SELECT id FROM locked)) AND j.id = r.id AND j.lease_token = r.token
   AND j.state = 'running' AND j.lease_expires_at < coalesce(%(now)s::timestamptz, now())
 RETURNING j.id, j.task, j.queue, j.state, j.parent_id, j.completes, j.pieces_total,
           CASE WHEN j.state = 'queued' THEN  -- wake workers for the job due again
@@ -440,7 +470,7 @@ SET state = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'queued' END,
         'attempt', j.attempt, 'kind', 'released', 'error', %(reason)s::text, 'traceback', NULL,
         'at', coalesce(%(now)s::timestamptz, now())))
 FROM unnest(%(id)b::bigint[], %(token)b::bigint[]) AS r(id, token)
-WHERE j.id IN (SELECT id FROM locked)
+WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
   AND j.id = r.id AND j.lease_token = r.token
 RETURNING j.id, j.state, j.task, j.queue, j.parent_id, j.completes, j.pieces_total,
           CASE WHEN j.state = 'queued' THEN  -- wake workers for the job due again

@@ -88,6 +88,7 @@ def path_from_url(url: str) -> str:
 class SQLiteBackend:
     single_writer = True
     leaves_dead_rows = False
+    counting_statements = False
     locks_rows = False
 
     def __init__(
