@@ -364,6 +364,9 @@ def read_claimed(
             )
             record = AttemptError(row["attempt"], reason[:2000], None, None)
             failure = Completion(row["id"], row["lease_token"], JobState.FAILED, error=record)
+            failure.settles = bool(
+                row.get("parent_id") or row.get("completes") or row.get("pieces_total")
+            )
             unreadable.append(failure)
     claimed.sort(key=lambda job: (-job.priority, job.run_at, job.id))
     return claimed, unreadable

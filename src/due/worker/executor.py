@@ -104,7 +104,7 @@ class Executor:
             return self._attempt(task, job, context, outcome, seconds)
         except Exception as error:
             # Nothing may leave a job without an outcome: not even a step of ours.
-            return Attempt(self.crashed(job, error), seconds)
+            return Attempt(self.crashed(job, error, context), seconds)
 
     def _attempt(
         self,
@@ -136,7 +136,9 @@ class Executor:
         straggler = outcome.straggler if isinstance(outcome, _TimedOut) else None
         return Attempt(completion, seconds, straggler)
 
-    def crashed(self, job: ClaimedJob, error: Exception) -> Completion:
+    def crashed(
+        self, job: ClaimedJob, error: Exception, context: Context | None = None
+    ) -> Completion:
         """The end of an attempt that due itself could not carry through (a bug, a
         value it could not handle): failed with the reason, retried per the policy."""
         task = self._tasks.get(job.task)
@@ -147,7 +149,9 @@ class Executor:
             at=self._clock.now() or self._clock.wall(),
             kind="error",
         )
-        return self._after_failure(task, job, record, error)
+        completion = self._after_failure(task, job, record, error)
+        completion.settles = self._settles(job, context)
+        return completion
 
     def _stopped(
         self,

@@ -83,7 +83,8 @@ class Runner:
             log.exception("job.executor_crashed job=%s", running.job.id)
             running.finished = True
             if not running.lost:
-                jobs.record_outcome(running, self._executor.crashed(running.job, error))
+                crashed = self._executor.crashed(running.job, error, running.context)
+                jobs.record_outcome(running, crashed)
             jobs.handler_ended()
             return
         running.seconds = attempt.seconds
