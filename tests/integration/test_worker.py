@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import psycopg
 import pytest
 
 import due
@@ -363,3 +365,106 @@ def test_claims_stop_while_too_many_ended_jobs_await_their_acknowledgement(
         run(scenario)
     finally:
         app.close()
+
+
+def test_on_postgres_claims_and_acknowledgements_take_no_database_thread(
+    postgres_url: str,
+) -> None:
+    """They run on the event loop's own connections (the loop lane), never on
+    the worker's database threads."""
+    app = due.App(postgres_url)
+    app.migrate()
+
+    @app.task(name="quick")
+    async def quick(n: int) -> int:
+        return n
+
+    async def scenario() -> None:
+        worker = make_worker(app)
+        called: list[str] = []
+        for name in ("job_claim", "job_complete", "job_claim_on_loop", "job_complete_on_loop"):
+            real = getattr(app.store, name)
+            setattr(app.store, name, _recorded(name, real, called))  # a spy, still real
+        running = asyncio.create_task(worker.run())
+        try:
+            jobs = app.enqueue_many([quick.request(n) for n in range(20)])
+            await async_wait_until(
+                lambda: all(app.get(job.id).state == JobState.SUCCEEDED for job in jobs)
+            )
+            assert sorted(app.get(job.id).result for job in jobs) == list(range(20))
+        finally:
+            worker.request_stop()
+            await asyncio.wait_for(running, 10)
+            app.close()
+        assert {"job_claim_on_loop", "job_complete_on_loop"} <= set(called)
+        assert "job_claim" not in called and "job_complete" not in called
+
+    run(scenario)
+
+
+def _recorded(name: str, call: Callable[..., Any], called: list[str]) -> Callable[..., Any]:
+    if asyncio.iscoroutinefunction(call):
+
+        async def recorded_async(*args: Any) -> Any:
+            called.append(name)
+            return await call(*args)
+
+        return recorded_async
+
+    def recorded(*args: Any) -> Any:
+        called.append(name)
+        return call(*args)
+
+    return recorded
+
+
+def test_when_the_loop_lane_fails_the_thread_path_writes_instead(
+    postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The worker's connections cut by the server (as a restart or a failover
+    would): the claims and acknowledgements that failed on the lane go through
+    the threads, and every job is written and counted once."""
+    name = f"due-lane-{uuid.uuid4().hex[:8]}"
+    app = due.App(f"{postgres_url}&application_name={name}")
+    app.migrate()
+
+    @app.task(name="quick")
+    async def quick(n: int) -> int:
+        return n
+
+    def cut_the_workers_connections() -> int:
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE application_name = %s",
+                (name,),
+            ).fetchall()
+        return len(rows)
+
+    async def scenario() -> None:
+        worker = make_worker(app)
+        running = asyncio.create_task(worker.run())
+        web = due.App(postgres_url)  # another process's app: not cut
+        web.task(name="quick")(quick.fn)
+        try:
+            (first,) = web.enqueue_many([quick.request(0)])
+            await async_wait_until(lambda: web.get(first.id).state == JobState.SUCCEEDED)
+            with caplog.at_level("INFO", logger="due.worker"):
+                assert cut_the_workers_connections() > 0
+                jobs = web.enqueue_many([quick.request(n) for n in range(1, 21)])
+                await async_wait_until(
+                    lambda: all(web.get(job.id).state == JobState.SUCCEEDED for job in jobs),
+                    timeout=20,
+                    what="every job written after the cut",
+                )
+            assert "worker.loop_lane_failed" in caplog.text
+            assert sorted(web.get(job.id).result for job in jobs) == list(range(1, 21))
+            (figures,) = [f for f in web.store.stats_figures() if f.task == "quick"]
+            assert figures.window("total").counts["succeeded"] == 21  # each once
+        finally:
+            worker.request_stop()
+            await asyncio.wait_for(running, 10)
+            web.close()
+            app.close()
+
+    run(scenario)

@@ -194,6 +194,23 @@ def test_pieces_end_their_parent_which_runs_its_completion_once(
     assert done.result == {"completion": completion.id}
 
 
+def test_a_pieces_end_that_does_not_say_it_settles_is_still_counted_on_its_parent(
+    app: due.App, tasks: dict[str, due.Task]
+) -> None:
+    """An acknowledgement whose completion does not know its job is a piece (an
+    end due itself built after a crash) goes the one-statement way on
+    PostgreSQL; the parent is settled after it, in a transaction of its own."""
+    parent = app.batch("piece", [(n,) for n in range(2)])
+    first, second = claim(app, limit=2)
+    for job in (first, second):
+        unaware = ended(job.id, job.lease_token)
+        unaware.settles = False
+        assert app.store.job_complete([unaware]) == {job.id}
+    done = app.get(parent.id)
+    assert done.pieces == due.Pieces(total=2, succeeded=2, failed=0)
+    assert done.state == JobState.SUCCEEDED
+
+
 def test_a_failed_piece_fails_the_parent_and_cancels_the_rest(
     app: due.App, tasks: dict[str, due.Task]
 ) -> None:

@@ -92,6 +92,17 @@ class AsyncTransaction(Protocol):
     async def copy(self, query: str, rows: Sequence[tuple[Any, ...]]) -> None: ...
 
 
+class Lane(Protocol):
+    """Autocommitted statements from the worker's event loop, without a thread
+    (PostgreSQL's async connections: postgres/loop_lane.py)."""
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    def statement(self) -> AbstractAsyncContextManager[AsyncTransaction]: ...
+
+
 class ChangeFeed(Protocol):
     """Tells a waiting thread that something it waits for may have happened."""
 
@@ -161,5 +172,10 @@ class Backend(Protocol):
         """A feed of jobs becoming claimable ('<queue> <run_at epoch>') and of
         running jobs asked to stop ('!cancel <id>') on PostgreSQL; of any commit
         ("") on SQLite."""
+
+    def loop_lane(self, connections: int) -> Lane | None:
+        """Up to `connections` connections for the worker's claims and
+        acknowledgements on its event loop; None where every call goes through
+        a thread (SQLite)."""
 
     def close(self) -> None: ...

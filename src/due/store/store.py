@@ -48,7 +48,7 @@ from due.core.schedules import (
 )
 from due.core.stats import TaskFigures
 from due.store import actions, jobs, long_work, queues, registry, schedules, stats, work
-from due.store.backend import Backend, ChangeFeed
+from due.store.backend import Backend, ChangeFeed, Lane
 
 
 class Store:
@@ -130,6 +130,20 @@ class Store:
         self, completions: Sequence[Completion], request: ClaimRequest
     ) -> tuple[set[int], list[ClaimedJob]]:
         return work.complete_and_claim(self.backend, completions, request)
+
+    def loop_lane(self, connections: int) -> Lane | None:
+        """Connections for claims and acknowledgements from a worker's event loop
+        (PostgreSQL), to open and close in that loop; None on SQLite."""
+        return self.backend.loop_lane(connections)
+
+    async def job_claim_on_loop(self, lane: Lane, request: ClaimRequest) -> list[ClaimedJob]:
+        return await work.claim_on_loop(self.backend, lane, request)
+
+    async def job_complete_on_loop(
+        self, lane: Lane, completions: Sequence[Completion]
+    ) -> set[int] | None:
+        """The ids written, or None: this batch takes the thread path (job_complete)."""
+        return await work.complete_on_loop(self.backend, lane, completions)
 
     def job_heartbeat(self, leases: Sequence[Lease]) -> HeartbeatReply:
         return work.heartbeat(self.backend, leases)

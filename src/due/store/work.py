@@ -8,6 +8,8 @@ a batch the database refuses is written again job by job (batches.py).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import json
 from collections.abc import Sequence
@@ -30,8 +32,8 @@ from due.core.records import (
 from due.core.stats import Outcome, bucket_of, outcome_of
 from due.errors import StoreError
 from due.retry import judge_lost_lease
-from due.store import batches
-from due.store.backend import Backend, LockWaitTimeout, Rows, Transaction
+from due.store import batches, pieces
+from due.store.backend import Backend, Lane, LockWaitTimeout, Rows, Transaction
 from due.store.conflicts import retried_on_conflict
 from due.store.settling import lock_parents, settle
 from due.store.sql import describe_seconds
@@ -67,18 +69,32 @@ def complete_and_claim(
     return applied, _readable(db, rows)
 
 
+async def claim_on_loop(db: Backend, lane: Lane, request: ClaimRequest) -> list[ClaimedJob]:
+    """`claim` from the event loop, where the claim is one statement (PostgreSQL's
+    claim_jobs promotes the due timers itself)."""
+    async with lane.statement() as tx:
+        rows = await tx.run("claim_jobs", _claim_params(tx.now, request))
+    claimed, unreadable = read_claimed(rows)
+    if unreadable:  # rare: failed on the thread path, with its batch rules
+        # The claim has committed: the jobs read are this worker's whatever
+        # happens here (an unreadable one not failed now is rescued later).
+        with contextlib.suppress(StoreError):
+            await asyncio.to_thread(complete, db, unreadable)
+    return claimed
+
+
 def _claim_in(db: Backend, tx: Transaction, request: ClaimRequest) -> Rows:
     """The claim's statements: the due timers of the queue join the claim index,
     and the best due jobs are leased. With one writer (SQLite) the promotion is a
     statement of its own in the claim's transaction, which costs no round trip;
     PostgreSQL's claim_jobs does both in one statement."""
-    params = _claim_params(tx, request)
+    params = _claim_params(tx.now, request)
     if db.single_writer:
         tx.run("promote_timers", params)
     return tx.run("claim_jobs", params)
 
 
-def _claim_params(tx: Transaction, request: ClaimRequest) -> dict[str, Any]:
+def _claim_params(now: Any, request: ClaimRequest) -> dict[str, Any]:
     return {
         "queue": request.queue,
         "limit": request.limit,
@@ -87,15 +103,16 @@ def _claim_params(tx: Transaction, request: ClaimRequest) -> dict[str, Any]:
         "lease": float(request.lease_seconds),
         "leases": json.dumps(dict(request.task_leases or {})),
         "tasks": list(request.tasks) if request.tasks is not None else None,
-        "now": tx.now,
+        "now": now,
     }
 
 
 def _readable(db: Backend, rows: Rows) -> list[ClaimedJob]:
     """The claimed jobs; those whose stored values cannot be read fail alone."""
     claimed, unreadable = read_claimed(rows)
-    if unreadable:
-        complete(db, unreadable)
+    if unreadable:  # the claim has committed: the jobs read are this worker's regardless
+        with contextlib.suppress(StoreError):
+            complete(db, unreadable)
     return claimed
 
 
@@ -159,25 +176,71 @@ def complete(db: Backend, completions: Sequence[Completion]) -> set[int]:
     return batches.complete_each(functools.partial(_complete_batch, db), completions)
 
 
+async def complete_on_loop(
+    db: Backend, lane: Lane, completions: Sequence[Completion]
+) -> set[int] | None:
+    """`complete` from the event loop, for a batch that is one statement there
+    (counted by the statement, settling no parent); None for any other batch,
+    which takes the thread path."""
+    if not completions or not _alone(db, completions):
+        return None
+    async with lane.statement() as tx:
+        rows = await tx.run_each(
+            "complete_jobs", [_ending(c) for c in completions], {"now": tx.now}
+        )
+    if any(pieces.concerns_a_parent(row) for row in rows):
+        await asyncio.to_thread(_settle_apart, db, rows)
+    return {row["id"] for row in rows}
+
+
+def _alone(db: Backend, completions: Sequence[Completion]) -> bool:
+    """Whether the batch is its whole transaction: its statement counts its own
+    ends and it settles no parent (autocommitted, one round trip)."""
+    return db.counting_statements and not any(c.settles for c in completions)
+
+
 @retried_on_conflict
 def _complete_batch(db: Backend, completions: Sequence[Completion]) -> set[int]:
-    # Where the statement counts its own ends and no parent is settled, it is
-    # the whole transaction: autocommitted, one round trip.
-    alone = db.counting_statements and not any(c.settles for c in completions)
-    with db.transaction(single=alone) as tx:
+    if _alone(db, completions):
+        with db.transaction(single=True) as tx:
+            rows = _write_completions(db, tx, completions)
+        _settle_apart(db, rows)
+        return {row["id"] for row in rows}
+    with db.transaction() as tx:
         return _complete_in(db, tx, completions)
 
 
 def _complete_in(db: Backend, tx: Transaction, completions: Sequence[Completion]) -> set[int]:
+    rows = _write_completions(db, tx, completions)
+    settle(tx, rows)
+    return {row["id"] for row in rows}
+
+
+def _write_completions(db: Backend, tx: Transaction, completions: Sequence[Completion]) -> Rows:
+    """The fenced write of the ends, counted; the parents of those that say they
+    settle one locked first. Returns the rows written."""
     if not completions:
-        return set()
+        return []
     lock_parents(tx, [c.job_id for c in completions if c.settles])
     rows = tx.run_each("complete_jobs", [_ending(c) for c in completions], {"now": tx.now})
     if not db.counting_statements:
         by_id = {c.job_id: c for c in completions}
         count_endings(tx, rows, requeued=Outcome.RETRIED, completions=by_id)
-    settle(tx, rows)
-    return {row["id"] for row in rows}
+    return rows
+
+
+@retried_on_conflict
+def _settle_apart(db: Backend, rows: Rows) -> None:
+    """Settle, in a transaction of their own (parents locked first), the rows a
+    statement on its own wrote that concern a parent after all: a completion
+    that did not say it settles one must still be counted on it, late rather
+    than never."""
+    concerned = [row for row in rows if pieces.concerns_a_parent(row)]
+    if not concerned:
+        return
+    with db.transaction() as tx:
+        lock_parents(tx, [row["id"] for row in concerned])
+        settle(tx, concerned)
 
 
 def _ending(completion: Completion) -> dict[str, Any]:

@@ -3,6 +3,8 @@
 The store is synchronous (one implementation per backend, shared with the
 API); the worker's loop hands each call to a thread so it never blocks. The
 heartbeat gets a pool of its own so a slow claim can never delay a renewal.
+(On PostgreSQL the claims and acknowledgements go from the loop itself, on
+the store's loop lane, and come here only when the lane fails them.)
 
 A call may be given a deadline. A call past it is abandoned: the caller gets
 `StoreUnavailableError` at once, and the pool is replaced by a fresh one, so

@@ -56,6 +56,7 @@ from due.maintenance.vacuum import Vacuum
 from due.scheduler.leader import DatabaseLeases, Leadership, RedisLeases
 from due.scheduler.service import Scheduler
 from due.service import run_forever, wait_for_any
+from due.store.backend import Lane
 from due.worker.calls import StoreCalls
 from due.worker.completer import Completer
 from due.worker.executor import Executor
@@ -68,6 +69,7 @@ from due.worker.settings import MAX_CLAIM_BATCH, WorkerSettings
 from due.worker.wakeups import Wakeups
 
 log = logging.getLogger("due.worker")
+LANE_FAILURE_LOG_SECONDS = 60.0
 
 
 class Worker:
@@ -151,6 +153,10 @@ class Worker:
         )
         self._stop_requested: asyncio.Event | None = None
         self._hard_stop: asyncio.Event | None = None
+        self._lane: Lane | None = None
+        """Claims and acknowledgements from the loop, without a thread (PostgreSQL);
+        opened by run(), in its loop."""
+        self._lane_failure_said_at = float("-inf")
 
     def _scheduler(self) -> Scheduler:
         url = self.settings.leader_url
@@ -177,7 +183,13 @@ class Worker:
     async def _claim(self, jobs: RunningJobs, limit: int) -> list[ClaimedJob]:
         """Claim jobs; with a single-writer store, the pending outcomes ride along."""
         if not self.store.single_writer:
-            return await self.call(self.store.job_claim, self._claim_request(jobs.queue, limit))
+            request = self._claim_request(jobs.queue, limit)
+            if self._lane is not None:
+                try:
+                    return await self.store.job_claim_on_loop(self._lane, request)
+                except StoreError as error:
+                    self._lane_failed("claim", error)
+            return await self.call(self.store.job_claim, request)
         outcomes = self.completer.take()
         # Slots the carried outcomes free are free once the claim commits with them.
         freed = jobs.slots_freed_by_writing(sum(1 for r, _ in outcomes if r.jobs is jobs))
@@ -197,6 +209,13 @@ class Worker:
         return await self.call(self.store.job_next_due, queue, self.task_names)
 
     async def _write_outcomes(self, completions: Sequence[Completion]) -> set[int]:
+        if self._lane is not None:
+            try:
+                written = await self.store.job_complete_on_loop(self._lane, completions)
+                if written is not None:
+                    return written
+            except StoreError as error:
+                self._lane_failed("acknowledgement", error)
         return await self.call(self.store.job_complete, completions)
 
     async def _renew(self, leases: Sequence[Lease], deadline: float) -> HeartbeatReply:
@@ -252,6 +271,15 @@ class Worker:
     def _on_cancel(self, job_id: int) -> None:
         self.runner.request_cancel(job_id, "notification")
 
+    def _lane_failed(self, call: str, error: StoreError) -> None:
+        """A statement the loop's connections could not carry goes through a thread
+        instead (where an outage is met, and logged, as everywhere else): said at
+        INFO once a minute, at DEBUG in between."""
+        now, level = self.clock.monotonic(), logging.DEBUG
+        if now - self._lane_failure_said_at >= LANE_FAILURE_LOG_SECONDS:
+            self._lane_failure_said_at, level = now, logging.INFO
+        event(log, "worker.loop_lane_failed", level, call=call, error=str(error))
+
     # --- life cycle ----------------------------------------------------------------
 
     def request_stop(self) -> None:
@@ -264,9 +292,23 @@ class Worker:
 
     async def run(self) -> None:
         """Run until `request_stop()`; returns after a clean shutdown."""
-        loop = asyncio.get_running_loop()
         self._stop_requested = asyncio.Event()
         self._hard_stop = asyncio.Event()
+        lane = self.store.loop_lane(len(self.producers) + 1)  # the claimers, the completer
+        try:
+            if lane is not None:
+                await lane.open()
+                self._lane = lane
+            await self._run()
+        finally:
+            self._lane = None  # a straggling call takes a thread
+            if lane is not None:
+                await lane.close()
+        event(log, "worker.stopped", worker=self.settings.worker_id)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._stop_requested is not None
         claims_stop, services_stop = asyncio.Event(), asyncio.Event()
         await self._register()
         if self.scheduler is not None:
@@ -309,6 +351,8 @@ class Worker:
             await asyncio.gather(*claimers, return_exceptions=True)
             await self._drain_and_release()
         finally:
+            claims_stop.set()  # already, unless the wait above was cut short
+            await asyncio.gather(*claimers, return_exceptions=True)
             services_stop.set()
             await asyncio.gather(*services, return_exceptions=True)
             if self.scheduler is not None:
@@ -318,7 +362,6 @@ class Worker:
             self.call.close()
             self._heartbeat_call.close()
             self._handler_threads.shutdown(wait=False, cancel_futures=True)
-        event(log, "worker.stopped", worker=self.settings.worker_id)
 
     async def _register(self) -> None:
         backoff = 0.2

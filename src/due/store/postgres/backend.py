@@ -20,7 +20,7 @@ import threading
 import weakref
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import psycopg_pool
@@ -38,6 +38,9 @@ from due.store.backend import ChangeFeed, DuplicateError, LockWaitTimeout, Rows,
 from due.store.postgres.own_connection import OwnConnection
 from due.store.postgres.pooler import HINT, PollingFeed, PoolerSettings, is_pooler_breakage
 from due.store.sql import load_migrations, load_queries, require_current_schema
+
+if TYPE_CHECKING:
+    from due.store.postgres.loop_lane import LoopLane
 
 QUERIES = load_queries("due.store.postgres")
 MIGRATIONS = load_migrations("due.store.postgres")
@@ -206,12 +209,28 @@ class PostgresBackend:
         return conn
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        for setting in self._session_settings():
+            conn.execute(setting)
+
+    def _session_settings(self) -> tuple[str, ...]:
         if self.settings.transaction_pooler:
             # The pooler tracks the time zone per client; the bounds would leak to
             # other clients of the server connection: they are set per transaction.
-            conn.execute("SET TIME ZONE 'UTC'")
-        else:
-            _configure_pooled_connection(conn)
+            return (UTC_SESSION,)
+        return SESSION_SETTINGS
+
+    def loop_lane(self, connections: int) -> LoopLane:
+        """Async connections for the worker's claims and acknowledgements."""
+        from due.store.postgres.loop_lane import LoopLane
+
+        return LoopLane(
+            self.url,
+            self._connect,
+            self._session_settings(),
+            self._clock.now,
+            self._connect_timeout,
+            connections,
+        )
 
     def handler_pool(self) -> psycopg_pool.ConnectionPool:
         """Connections for handlers' own transactions (`ctx.transaction()`): a pool
@@ -338,9 +357,16 @@ class PostgresTransaction:
 class AsyncPostgresTransaction:
     locks_rows = True
 
-    def __init__(self, cursor: psycopg.AsyncCursor[dict[str, Any]], now: datetime | None) -> None:
+    def __init__(
+        self,
+        cursor: psycopg.AsyncCursor[dict[str, Any]],
+        now: datetime | None,
+        to_utc: bool = True,
+    ) -> None:
         self.cursor = cursor
         self._now = now
+        self._to_utc = to_utc
+        """Put times in UTC (a caller's connection; not one of due's own sessions)."""
 
     @property
     def now(self) -> datetime | None:
@@ -349,7 +375,7 @@ class AsyncPostgresTransaction:
     async def run(self, query: str, params: Mapping[str, Any] | None = None) -> Rows:
         await self.cursor.execute(QUERIES[query], _encoded(params or {}))
         rows = await self.cursor.fetchall() if returns_rows(self.cursor) else []
-        return [_utc(row) for row in rows]
+        return [_utc(row) for row in rows] if self._to_utc else rows
 
     async def run_each(
         self, query: str, rows: Sequence[Mapping[str, Any]], params: Mapping[str, Any] | None = None
@@ -496,15 +522,19 @@ TRANSACTION_BOUNDS = {
 (through a transaction-mode pooler, whose clients share server sessions)."""
 
 
-def _configure_pooled_connection(conn: psycopg.Connection[Any]) -> None:
-    conn.execute("SET TIME ZONE 'UTC'")
-    conn.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_LIMIT}'")
-    conn.execute(f"SET statement_timeout = '{STATEMENT_TIMEOUT}'")
-    conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'")
+UTC_SESSION = "SET TIME ZONE 'UTC'"
+SESSION_SETTINGS = (
+    UTC_SESSION,
+    f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_LIMIT}'",
+    f"SET statement_timeout = '{STATEMENT_TIMEOUT}'",
+    f"SET lock_timeout = '{LOCK_TIMEOUT}'",
+)
+"""How due's own sessions start (through a transaction-mode pooler: only the
+time zone; the bounds are set per transaction there)."""
 
 
 def _configure_handler_connection(conn: psycopg.Connection[Any]) -> None:
-    conn.execute("SET TIME ZONE 'UTC'")
+    conn.execute(UTC_SESSION)
     conn.commit()  # handed out idle; the handler's transaction starts afresh
 
 

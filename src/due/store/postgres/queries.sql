@@ -276,10 +276,15 @@ counted AS (  -- as record_endings: this session's rows, so sessions never wait 
     ON CONFLICT (span, minute, task, queue, outcome, bucket, writer) DO UPDATE
     SET count = s.count + excluded.count, duration_sum = s.duration_sum + excluded.duration_sum
 ),
+succeeded_schedules AS MATERIALIZED (  -- locked in name order, as everywhere
+    SELECT name FROM due_schedules
+    WHERE name IN (SELECT schedule FROM done WHERE state = 'succeeded')
+    ORDER BY name FOR NO KEY UPDATE
+),
 noted AS (  -- as note_schedule_success
     UPDATE due_schedules
     SET last_success_at = coalesce(%(now)s::timestamptz, now())
-    WHERE name IN (SELECT schedule FROM done WHERE state = 'succeeded')
+    WHERE name = ANY(ARRAY(SELECT name FROM succeeded_schedules))
 )
 SELECT id, task, queue, schedule, state, parent_id, completes, pieces_total, cancel_requested
 FROM done

@@ -179,6 +179,10 @@ class SQLiteBackend:
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
         return conn
 
+    def loop_lane(self, connections: int) -> None:
+        """None: one writer at a time, its commit the cost; calls take a thread."""
+        return None
+
     def close(self) -> None:
         with self._lock:
             for conn in self._connections:
