@@ -119,7 +119,7 @@ class Database:
         row = self.conn.execute(
             "SELECT pg_total_relation_size('due_jobs'), n_live_tup, n_dead_tup, "
             "autovacuum_count, autoanalyze_count "
-            "FROM pg_stat_user_tables WHERE relname = 'due_jobs'"
+            "FROM pg_stat_user_tables WHERE relid = 'due_jobs'::regclass"
         ).fetchone()
         return {
             "bytes": row[0],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pytest
@@ -9,7 +10,12 @@ import pytest
 import due
 from due import JobState
 from due.clock import FakeClock
-from due.core.records import ClaimRequest, UnknownTaskSweep, WorkerRegistration
+from due.core.records import (
+    ClaimRequest,
+    Completion,
+    UnknownTaskSweep,
+    WorkerRegistration,
+)
 from tests.conftest import START
 
 
@@ -153,3 +159,40 @@ def test_next_due_is_the_earliest_across_every_priority(
     other.options(delay="1m", priority=3).enqueue()  # earlier, but not a task this worker knows
     assert app.store.job_next_due("default", ["work"]) == START + timedelta(minutes=20)
     assert app.store.job_next_due("default", ["other"]) == START + timedelta(minutes=1)
+
+
+def test_the_loop_lane_claims_and_acknowledges_as_the_thread_path_does(
+    app: due.App, work: due.Task, backend: str, clock: FakeClock
+) -> None:
+    """PostgreSQL's claims and acknowledgements from an event loop: the same
+    leases (on the store's clock), the same fenced write, the same counts; a
+    batch that settles a parent is left to the thread path. SQLite has none."""
+    lane = app.store.loop_lane(2)
+    if backend == "sqlite":
+        assert lane is None
+        return
+    assert lane is not None
+    jobs = [work.enqueue(n) for n in range(3)]
+
+    async def scenario() -> None:
+        await lane.open()
+        try:
+            request = ClaimRequest("default", 2, "looping", 10)
+            claimed = await app.store.job_claim_on_loop(lane, request)
+            assert [job.id for job in claimed] == [jobs[0].id, jobs[1].id]
+            assert claimed[0].lease_expires_at == START + timedelta(seconds=10)
+            first, second = claimed
+            done = Completion(first.id, first.lease_token, JobState.SUCCEEDED, result="null")
+            stale = Completion(second.id, second.lease_token + 1, JobState.SUCCEEDED)
+            assert await app.store.job_complete_on_loop(lane, [done, stale]) == {first.id}
+            settling = Completion(second.id, second.lease_token, JobState.FAILED, settles=True)
+            assert await app.store.job_complete_on_loop(lane, [settling]) is None
+        finally:
+            await lane.close()
+
+    asyncio.run(scenario())
+    assert app.get(jobs[0].id).state == JobState.SUCCEEDED
+    assert app.get(jobs[1].id).state == JobState.RUNNING  # the stale write changed nothing
+    assert app.get(jobs[2].id).state == JobState.QUEUED
+    (figures,) = [f for f in app.store.stats_figures() if f.task == "work"]
+    assert figures.window("total").counts["succeeded"] == 1  # counted once, by the statement
