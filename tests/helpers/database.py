@@ -42,3 +42,15 @@ def table_rows(url: str, query: str) -> list[tuple[Any, ...]] | None:
         return rows(url, query)
     except (sqlite3.OperationalError, psycopg.errors.UndefinedTable):
         return None
+
+
+def cut_sessions(admin_url: str, application_name: str) -> int:
+    """End, from the server, every session of that application name (what a
+    restart or a failover does to them); returns how many were ended."""
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name = %s",
+            (application_name,),
+        ).fetchone()
+    return int(row[0]) if row else 0

@@ -8,7 +8,6 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import psycopg
 import pytest
 
 import due
@@ -18,6 +17,7 @@ from due.core.records import ClaimRequest
 from due.store import open_store
 from due.worker.settings import WorkerSettings
 from due.worker.worker import Worker
+from tests.helpers.database import cut_sessions
 from tests.helpers.waiting import async_wait_until
 
 
@@ -432,15 +432,6 @@ def test_when_the_loop_lane_fails_the_thread_path_writes_instead(
     async def quick(n: int) -> int:
         return n
 
-    def cut_the_workers_connections() -> int:
-        with psycopg.connect(postgres_url, autocommit=True) as conn:
-            rows = conn.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                " WHERE application_name = %s",
-                (name,),
-            ).fetchall()
-        return len(rows)
-
     async def scenario() -> None:
         worker = make_worker(app)
         running = asyncio.create_task(worker.run())
@@ -450,7 +441,7 @@ def test_when_the_loop_lane_fails_the_thread_path_writes_instead(
             (first,) = web.enqueue_many([quick.request(0)])
             await async_wait_until(lambda: web.get(first.id).state == JobState.SUCCEEDED)
             with caplog.at_level("INFO", logger="due.worker"):
-                assert cut_the_workers_connections() > 0
+                assert cut_sessions(postgres_url, name) > 0
                 jobs = web.enqueue_many([quick.request(n) for n in range(1, 21)])
                 await async_wait_until(
                     lambda: all(web.get(job.id).state == JobState.SUCCEEDED for job in jobs),

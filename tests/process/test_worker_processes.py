@@ -7,13 +7,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import psycopg
 import pytest
 
 import due
 from due import JobState
 from tests.apps import ledger_app
 from tests.conftest import BACKENDS_AND_POOLER, POSTGRES_BASE_URL, backend_fixture
+from tests.helpers.database import cut_sessions
 from tests.helpers.waiting import wait_until
 from tests.helpers.workers import Workers
 
@@ -190,12 +190,8 @@ def test_the_worker_rides_out_lost_database_connections(postgres_url: str, tmp_p
         workers.wait_ready(worker)
         first = app.enqueue("work")
         wait_until(lambda: app.get(first.id).state == JobState.SUCCEEDED, what="the first job")
-        with psycopg.connect(POSTGRES_BASE_URL, autocommit=True) as admin:
-            cut = admin.execute(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE application_name = 'due-test-worker'"
-            ).fetchone()
-        assert cut and cut[0] >= 3, "the worker's connections (pool and LISTEN) should be cut"
+        cut = cut_sessions(POSTGRES_BASE_URL, "due-test-worker")
+        assert cut >= 3, "the worker's connections (pool and LISTEN) should be cut"
         second = app.enqueue("work")
         wait_until(
             lambda: app.get(second.id).state == JobState.SUCCEEDED,

@@ -13,7 +13,7 @@ import pytest
 import due
 from due.store.postgres.backend import PostgresBackend
 from tests.conftest import POSTGRES_BASE_URL
-from tests.helpers.database import rows
+from tests.helpers.database import cut_sessions, rows
 from tests.helpers.waiting import wait_until
 
 
@@ -100,13 +100,7 @@ def test_cut_connections_cost_at_most_one_failed_call(named_url: str) -> None:
     try:
         t.enqueue(0)
         name = named_url.rsplit("application_name=", 1)[1]
-        with psycopg.connect(POSTGRES_BASE_URL, autocommit=True) as admin:
-            cut = admin.execute(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE application_name = %s",
-                (name,),
-            ).fetchone()
-        assert cut and cut[0] >= 1
+        assert cut_sessions(POSTGRES_BASE_URL, name) >= 1
         outcomes = []
         for n in (1, 2):
             try:
