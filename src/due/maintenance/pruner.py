@@ -12,6 +12,7 @@ high-water mark that keeps SQLite ids unique).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 
@@ -35,12 +36,15 @@ class Pruner:
         leading: Callable[[], bool],
         retention: Retention,
         batch: int = BATCH,
+        table_work: asyncio.Lock | None = None,
     ) -> None:
         self._store = store
         self._call = call
         self._leading = leading
         self._retention = retention
         self._batch = batch
+        self.table_work = table_work or asyncio.Lock()
+        """Held for a whole round, shared with the vacuum (maintenance/vacuum.py)."""
 
     def interval(self) -> float:
         return PRUNE_INTERVAL_SECONDS
@@ -48,6 +52,10 @@ class Pruner:
     async def run_once(self) -> tuple[int, int]:
         if not self._leading():
             return 0, 0
+        async with self.table_work:
+            return await self._prune()
+
+    async def _prune(self) -> tuple[int, int]:
         await self._call(self._store.stats_fold)
         jobs = runs = 0
         for _ in range(MAX_BATCHES):

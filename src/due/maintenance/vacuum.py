@@ -10,11 +10,16 @@ leader looks at the table's dead rows and vacuums when they pass a bound
 A vacuum cannot clear rows an older snapshot may still see (a long transaction,
 a replica's feedback): when one cleared less than half, the next waits a
 minute, then two, up to half an hour, instead of scanning the table every few
-seconds for nothing; one that clears resets the wait.
+seconds for nothing; one that clears resets the wait. The vacuum never runs
+during a round of the pruner (they share a lock): rows the pruner deleted
+while a vacuum ran would count as rows it could not clear, and a soak at
+1,000 jobs/s saw the vacuum wait a minute, and dead rows pass 160,000, for
+that alone.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 
@@ -31,12 +36,19 @@ LONGEST_WAIT_SECONDS = 1800.0
 
 class Vacuum:
     def __init__(
-        self, *, store: Store, call: Calls, leading: Callable[[], bool], clock: Clock
+        self,
+        *,
+        store: Store,
+        call: Calls,
+        leading: Callable[[], bool],
+        clock: Clock,
+        table_work: asyncio.Lock | None = None,
     ) -> None:
         self._store = store
         self._call = call
         self._leading = leading
         self._clock = clock
+        self._table_work = table_work or asyncio.Lock()
         self._not_before = float("-inf")
         self._wait = FIRST_WAIT_SECONDS
 
@@ -47,7 +59,8 @@ class Vacuum:
         """Whether the table was vacuumed."""
         if not self._leading() or self._clock.monotonic() < self._not_before:
             return False
-        vacuumed = await self._call(self._store.job_vacuum_if_needed)
+        async with self._table_work:  # not while the pruner deletes
+            vacuumed = await self._call(self._store.job_vacuum_if_needed)
         if vacuumed is None:
             return False
         event(log, "maintenance.vacuumed", table="due_jobs", **vacuumed)

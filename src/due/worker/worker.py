@@ -150,6 +150,7 @@ class Worker:
             call=self.call,
             leading=lambda: self.scheduler is not None and self.scheduler.leadership.is_leader,
             clock=self.clock,
+            table_work=self.pruner.table_work,  # never during a prune
         )
         self._stop_requested: asyncio.Event | None = None
         self._hard_stop: asyncio.Event | None = None
