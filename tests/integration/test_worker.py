@@ -367,17 +367,24 @@ def test_claims_stop_while_too_many_ended_jobs_await_their_acknowledgement(
         app.close()
 
 
-def test_on_postgres_claims_and_acknowledgements_take_no_database_thread(
-    postgres_url: str,
-) -> None:
-    """They run on the event loop's own connections (the loop lane), never on
-    the worker's database threads."""
-    app = due.App(postgres_url)
+def quick_app(url: str) -> tuple[due.App, due.Task[Any, Any]]:
+    """A migrated app (real clock) with a task that returns its argument."""
+    app = due.App(url)
     app.migrate()
 
     @app.task(name="quick")
     async def quick(n: int) -> int:
         return n
+
+    return app, quick
+
+
+def test_on_postgres_claims_and_acknowledgements_take_no_database_thread(
+    postgres_url: str,
+) -> None:
+    """They run on the event loop's own connections (the loop lane), never on
+    the worker's database threads."""
+    app, quick = quick_app(postgres_url)
 
     async def scenario() -> None:
         worker = make_worker(app)
@@ -425,12 +432,7 @@ def test_when_the_loop_lane_fails_the_thread_path_writes_instead(
     would): the claims and acknowledgements that failed on the lane go through
     the threads, and every job is written and counted once."""
     name = f"due-lane-{uuid.uuid4().hex[:8]}"
-    app = due.App(f"{postgres_url}&application_name={name}")
-    app.migrate()
-
-    @app.task(name="quick")
-    async def quick(n: int) -> int:
-        return n
+    app, quick = quick_app(f"{postgres_url}&application_name={name}")
 
     async def scenario() -> None:
         worker = make_worker(app)

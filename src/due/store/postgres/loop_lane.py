@@ -9,14 +9,14 @@ in-process on 40,000 no-op jobs, six interleaved pairs: median 15,975 jobs/s
 against 14,043 through the threads, faster in every pair (docs/scaling.md).
 
 The lane is a small async pool opened in the worker's loop and closed with
-it, a connection for each queue's claims and one for the acknowledgements,
-so they run side by side as they did on threads. Sessions are set up as the store's
-own (UTC, statement, lock and idle bounds; none of them through a
-transaction-mode pooler). A statement that fails here is written again by the
-caller on the thread path, which has the retries and the rules for stale or
-refused batches; a connection that broke is discarded by the pool, and one
-whose prepared statements went stale (another process migrated the table)
-is closed, so the next statement gets a fresh session.
+it: a connection for each queue's claims and one for the acknowledgements,
+so they run side by side as they did on threads. Sessions are set up as the
+store's own (UTC and the statement, lock and idle bounds; through a
+transaction-mode pooler, UTC only, as there). A statement that fails here is
+written again by the caller on the thread path, which has the retries and
+the rules for stale or refused batches; a connection that broke is discarded
+by the pool, and one whose prepared statements went stale (another process
+migrated the table) is closed, so the next statement gets a fresh session.
 """
 
 from __future__ import annotations
