@@ -71,7 +71,8 @@ def test_a_vacuum_an_old_snapshot_holds_back_waits_longer_each_time(
         vacuum = Vacuum(store=app.store, call=calls, leading=lambda: True, clock=clock)
         assert asyncio.run(vacuum.run_once())  # it ran, and cleared nothing
         assert dead_rows(postgres_url) >= VACUUM_DEAD_ROWS
-        assert not asyncio.run(vacuum.run_once())  # it waits
+        assert asyncio.run(vacuum.run_once())  # once may be lagging statistics: again
+        assert not asyncio.run(vacuum.run_once())  # twice in a row: it waits
         clock.advance(FIRST_WAIT_SECONDS)
         assert asyncio.run(vacuum.run_once())
         clock.advance(FIRST_WAIT_SECONDS)

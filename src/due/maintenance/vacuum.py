@@ -8,9 +8,13 @@ leader looks at the table's dead rows and vacuums when they pass a bound
 (store/jobs.py's vacuum_if_needed). SQLite needs none of this.
 
 A vacuum cannot clear rows an older snapshot may still see (a long transaction,
-a replica's feedback): when one cleared less than half, the next waits a
-minute, then two, up to half an hour, instead of scanning the table every few
-seconds for nothing; one that clears resets the wait. The vacuum never runs
+a replica's feedback): when two in a row cleared less than half, the next
+waits a minute, then two, up to half an hour, instead of scanning the table
+every few seconds for nothing; one that clears resets the wait. Not after one
+alone: a backend reports its deletes to the statistics up to seconds after
+it commits, so the count read after a vacuum that followed a prune may hold
+rows the vacuum never saw as dead (a 30-minute soak saw one such false
+alarm, and dead rows reach 175,000 during the minute it waited). The vacuum never runs
 during a round of the pruner (they share a lock): rows the pruner deleted
 while a vacuum ran would count as rows it could not clear, and a soak at
 1,000 jobs/s saw the vacuum wait a minute, and dead rows pass 160,000, for
@@ -51,6 +55,8 @@ class Vacuum:
         self._table_work = table_work or asyncio.Lock()
         self._not_before = float("-inf")
         self._wait = FIRST_WAIT_SECONDS
+        self._held_back = 0
+        """Vacuums in a row that cleared less than half."""
 
     def interval(self) -> float:
         return VACUUM_CHECK_SECONDS
@@ -65,7 +71,11 @@ class Vacuum:
             return False
         event(log, "maintenance.vacuumed", table="due_jobs", **vacuumed)
         after = vacuumed["dead_after"]
-        if after is not None and after * 2 > vacuumed["dead"]:
+        if after is None or after * 2 <= vacuumed["dead"]:
+            self._held_back, self._wait = 0, FIRST_WAIT_SECONDS
+            return True
+        self._held_back += 1
+        if self._held_back >= 2:  # once may be the statistics lagging behind
             event(
                 log,
                 "maintenance.vacuum_held_back",
@@ -78,6 +88,4 @@ class Vacuum:
             )
             self._not_before = self._clock.monotonic() + self._wait
             self._wait = min(self._wait * 2, LONGEST_WAIT_SECONDS)
-        else:
-            self._wait = FIRST_WAIT_SECONDS
         return True
