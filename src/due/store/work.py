@@ -76,10 +76,7 @@ async def claim_on_loop(db: Backend, lane: Lane, request: ClaimRequest) -> list[
         rows = await tx.run("claim_jobs", _claim_params(tx.now, request))
     claimed, unreadable = read_claimed(rows)
     if unreadable:  # rare: failed on the thread path, with its batch rules
-        # The claim has committed: the jobs read are this worker's whatever
-        # happens here (an unreadable one not failed now is rescued later).
-        with contextlib.suppress(StoreError):
-            await asyncio.to_thread(complete, db, unreadable)
+        await asyncio.to_thread(_fail_unreadable, db, unreadable)
     return claimed
 
 
@@ -110,10 +107,18 @@ def _claim_params(now: Any, request: ClaimRequest) -> dict[str, Any]:
 def _readable(db: Backend, rows: Rows) -> list[ClaimedJob]:
     """The claimed jobs; those whose stored values cannot be read fail alone."""
     claimed, unreadable = read_claimed(rows)
-    if unreadable:  # the claim has committed: the jobs read are this worker's regardless
-        with contextlib.suppress(StoreError):
-            complete(db, unreadable)
+    if unreadable:
+        _fail_unreadable(db, unreadable)
     return claimed
+
+
+def _fail_unreadable(db: Backend, unreadable: Sequence[Completion]) -> None:
+    """End the claimed jobs whose stored values cannot be read. The claim has
+    committed, so the jobs that were read are this worker's whatever happens
+    here: a failure to write these ends is not the claim's (a job not failed
+    now is rescued when its lease expires)."""
+    with contextlib.suppress(StoreError):
+        complete(db, unreadable)
 
 
 def heartbeat(db: Backend, leases: Sequence[Lease]) -> HeartbeatReply:
@@ -186,7 +191,7 @@ async def complete_on_loop(
         return None
     async with lane.statement() as tx:
         rows = await tx.run_each(
-            "complete_jobs", [_ending(c) for c in completions], {"now": tx.now}
+            "complete_jobs", [_ending(c, counted=True) for c in completions], {"now": tx.now}
         )
     if any(pieces.concerns_a_parent(row) for row in rows):
         await asyncio.to_thread(_settle_apart, db, rows)
@@ -222,8 +227,10 @@ def _write_completions(db: Backend, tx: Transaction, completions: Sequence[Compl
     if not completions:
         return []
     lock_parents(tx, [c.job_id for c in completions if c.settles])
-    rows = tx.run_each("complete_jobs", [_ending(c) for c in completions], {"now": tx.now})
-    if not db.counting_statements:
+    counted = db.counting_statements
+    endings = [_ending(c, counted) for c in completions]
+    rows = tx.run_each("complete_jobs", endings, {"now": tx.now})
+    if not counted:
         by_id = {c.job_id: c for c in completions}
         count_endings(tx, rows, requeued=Outcome.RETRIED, completions=by_id)
     return rows
@@ -243,13 +250,11 @@ def _settle_apart(db: Backend, rows: Rows) -> None:
         settle(tx, concerned)
 
 
-def _ending(completion: Completion) -> dict[str, Any]:
-    """A completion as complete_jobs takes it, with what it counts as (where the
-    statement counts its ends itself)."""
-    outcome = outcome_of(
-        completion.state.value, requeued=Outcome.RETRIED, warned=bool(completion.warning)
-    )
-    return {
+def _ending(completion: Completion, counted: bool) -> dict[str, Any]:
+    """A completion as complete_jobs takes it; with what it counts as when the
+    statement counts its ends itself (`counted`: otherwise count_endings counts
+    them from the rows written)."""
+    ending = {
         "id": completion.job_id,
         "token": completion.lease_token,
         "state": completion.state.value,
@@ -258,10 +263,15 @@ def _ending(completion: Completion) -> dict[str, Any]:
         "retry_in": completion.retry_in,
         "progress": completion.progress,
         "warning": completion.warning,
-        "outcome": outcome.value if outcome is not None else None,
-        "bucket": bucket_of(completion.seconds),
-        "seconds": completion.seconds or 0.0,
     }
+    if counted:
+        outcome = outcome_of(
+            completion.state.value, requeued=Outcome.RETRIED, warned=bool(completion.warning)
+        )
+        ending["outcome"] = outcome.value if outcome is not None else None
+        ending["bucket"] = bucket_of(completion.seconds)
+        ending["seconds"] = completion.seconds or 0.0
+    return ending
 
 
 @retried_on_conflict
