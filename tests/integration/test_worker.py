@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import psycopg
 import pytest
 
 import due
@@ -428,32 +429,46 @@ def _recorded(name: str, call: Callable[..., Any], called: list[str]) -> Callabl
 def test_when_the_loop_lane_fails_the_thread_path_writes_instead(
     postgres_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The worker's connections cut by the server (as a restart or a failover
-    would): the claims and acknowledgements that failed on the lane go through
-    the threads, and every job is written and counted once."""
+    """The server ends the worker's sessions while an acknowledgement waits on
+    a row lock (a restart or a failover mid-statement): the end is written
+    through the threads instead, once, and counted once."""
     name = f"due-lane-{uuid.uuid4().hex[:8]}"
-    app, quick = quick_app(f"{postgres_url}&application_name={name}")
+    app = due.App(f"{postgres_url}&application_name={name}")
+    app.migrate()
+    gate = asyncio.Event()
+
+    @app.task(name="gated")
+    async def gated(n: int) -> int:
+        await gate.wait()
+        return n
 
     async def scenario() -> None:
         worker = make_worker(app)
         running = asyncio.create_task(worker.run())
         web = due.App(postgres_url)  # another process's app: not cut
-        web.task(name="quick")(quick.fn)
+        web.task(name="gated")(gated.fn)
         try:
-            (first,) = web.enqueue_many([quick.request(0)])
-            await async_wait_until(lambda: web.get(first.id).state == JobState.SUCCEEDED)
-            with caplog.at_level("INFO", logger="due.worker"):
-                assert cut_sessions(postgres_url, name) > 0
-                jobs = web.enqueue_many([quick.request(n) for n in range(1, 21)])
-                await async_wait_until(
-                    lambda: all(web.get(job.id).state == JobState.SUCCEEDED for job in jobs),
-                    timeout=20,
-                    what="every job written after the cut",
-                )
+            (job,) = web.enqueue_many([gated.request(7)])
+            await async_wait_until(lambda: web.get(job.id).state == JobState.RUNNING)
+            with psycopg.connect(postgres_url) as admin:  # a transaction holding its row
+                admin.execute("SELECT 1 FROM due_jobs WHERE id = %s FOR UPDATE", (job.id,))
+                with caplog.at_level("INFO", logger="due.worker"):
+                    gate.set()
+                    await async_wait_until(
+                        lambda: waiting_on_a_lock(postgres_url, name),
+                        what="the acknowledgement to wait on the row lock",
+                    )
+                    assert cut_sessions(postgres_url, name) > 0
+                    admin.commit()
+                    await async_wait_until(
+                        lambda: web.get(job.id).state == JobState.SUCCEEDED,
+                        timeout=20,
+                        what="the end written through the threads",
+                    )
             assert "worker.loop_lane_failed" in caplog.text
-            assert sorted(web.get(job.id).result for job in jobs) == list(range(1, 21))
-            (figures,) = [f for f in web.store.stats_figures() if f.task == "quick"]
-            assert figures.window("total").counts["succeeded"] == 21  # each once
+            assert web.get(job.id).result == 7
+            (figures,) = [f for f in web.store.stats_figures() if f.task == "gated"]
+            assert figures.window("total").counts["succeeded"] == 1  # once
         finally:
             worker.request_stop()
             await asyncio.wait_for(running, 10)
@@ -461,3 +476,13 @@ def test_when_the_loop_lane_fails_the_thread_path_writes_instead(
             app.close()
 
     run(scenario)
+
+
+def waiting_on_a_lock(url: str, application_name: str) -> bool:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE application_name = %s AND wait_event_type = 'Lock'",
+            (application_name,),
+        ).fetchone()
+    return bool(row and row[0])

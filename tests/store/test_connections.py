@@ -3,6 +3,7 @@ enqueue skips the pool) and the pool behind it (for every other thread)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import uuid
@@ -11,6 +12,7 @@ import psycopg
 import pytest
 
 import due
+from due.core.records import ClaimRequest
 from due.store.postgres.backend import PostgresBackend
 from tests.conftest import POSTGRES_BASE_URL
 from tests.helpers.database import cut_sessions, rows
@@ -95,24 +97,62 @@ def test_enqueues_from_many_threads_each_land_once(postgres_url: str) -> None:
         app.close()
 
 
-def test_cut_connections_cost_at_most_one_failed_call(named_url: str) -> None:
+def test_connections_the_server_ended_while_idle_cost_no_failed_call(named_url: str) -> None:
+    """A restart or a failover ends every idle session: the next enqueue, on the
+    store's own connection or on one of its pool's, must not be the one that
+    finds out (a web request would fail for it)."""
     app, t = make_app(named_url)
+    backend = app.store.backend
+    assert isinstance(backend, PostgresBackend)
     try:
-        t.enqueue(0)
+        t.enqueue(0)  # the store's own connection
+        with backend._own.borrow():  # held here: this enqueue takes the pool's
+            t.enqueue(1)
         name = named_url.rsplit("application_name=", 1)[1]
-        assert cut_sessions(POSTGRES_BASE_URL, name) >= 1
-        outcomes = []
-        for n in (1, 2):
-            try:
-                t.enqueue(n)
-                outcomes.append("ok")
-            except due.StoreUnavailableError as error:
-                assert "unreachable" in str(error) or "connection" in str(error)
-                outcomes.append("unavailable")
-        assert outcomes[-1] == "ok", outcomes
+        assert cut_sessions(POSTGRES_BASE_URL, name) >= 2, "own and pooled sessions"
+        wait_until(
+            lambda: (
+                not rows(
+                    POSTGRES_BASE_URL,
+                    f"SELECT 1 FROM pg_stat_activity WHERE application_name = '{name}'",
+                )
+            ),
+            what="the ended sessions to be gone",
+        )
+        t.enqueue(2)  # on the own connection again: found ended, replaced
+        with backend._own.borrow():
+            t.enqueue(3)  # from the pool: its ended connection discarded on checkout
         landed = {int(n) for (n,) in rows(named_url, "SELECT payload->'args'->>0 FROM due_jobs")}
-        expected = {0} | {n for n, outcome in zip((1, 2), outcomes, strict=True) if outcome == "ok"}
-        assert landed == expected
+        assert landed == {0, 1, 2, 3}
+    finally:
+        app.close()
+
+
+def test_the_loop_lane_replaces_a_connection_the_server_ended_while_idle(
+    named_url: str,
+) -> None:
+    """The worker's claims from its event loop: after a restart the next claim
+    runs on a new session, not failing over to a thread (nor failing)."""
+    app, t = make_app(named_url)
+    lane = app.store.loop_lane(1)
+    assert lane is not None
+    name = named_url.rsplit("application_name=", 1)[1]
+    t.enqueue(0)
+    t.enqueue(1)
+
+    async def scenario() -> list[int]:
+        await lane.open()
+        try:
+            request = ClaimRequest("default", 1, "looping", 10)
+            claimed = [job.id for job in await app.store.job_claim_on_loop(lane, request)]
+            assert cut_sessions(POSTGRES_BASE_URL, name) >= 1
+            claimed += [job.id for job in await app.store.job_claim_on_loop(lane, request)]
+            return claimed
+        finally:
+            await lane.close()
+
+    try:
+        assert len(set(asyncio.run(scenario()))) == 2
     finally:
         app.close()
 

@@ -35,7 +35,7 @@ from due.errors import (
     StoreUnavailableError,
 )
 from due.store.backend import ChangeFeed, DuplicateError, LockWaitTimeout, Rows, Transaction
-from due.store.postgres.own_connection import OwnConnection
+from due.store.postgres.own_connection import OwnConnection, check_idle
 from due.store.postgres.pooler import HINT, PollingFeed, PoolerSettings, is_pooler_breakage
 from due.store.sql import load_migrations, load_queries, require_current_schema
 
@@ -97,6 +97,7 @@ class PostgresBackend:
             max_size=pool_size,
             kwargs={"autocommit": True, **self._connect},
             configure=self._configure,
+            check=check_idle,
             timeout=connect_timeout,
             open=False,
             name="due",
@@ -245,6 +246,7 @@ class PostgresBackend:
                     max_size=self._pool_size,
                     kwargs=self._connect,
                     configure=_configure_handler_connection,
+                    check=check_idle,
                     timeout=self._connect_timeout,
                     open=False,
                     name="due-handlers",

@@ -14,7 +14,8 @@ so they run side by side as they did on threads. Sessions are set up as the
 store's own (UTC and the statement, lock and idle bounds; through a
 transaction-mode pooler, UTC only, as there). A statement that fails here is
 written again by the caller on the thread path, which has the retries and
-the rules for stale or refused batches; a connection that broke is discarded
+the rules for stale or refused batches; a connection the server ended while
+idle is replaced on checkout, one that broke during a statement is discarded
 by the pool, and one whose prepared statements went stale (another process
 migrated the table) is closed, so the next statement gets a fresh session.
 """
@@ -31,6 +32,7 @@ import psycopg_pool
 from psycopg.rows import dict_row
 
 from due.store.postgres.backend import AsyncPostgresTransaction, translate_errors
+from due.store.postgres.own_connection import check_idle_async
 
 CHECKOUT_SECONDS = 1.0
 """How long a statement waits for a connection of the lane before the caller
@@ -57,6 +59,7 @@ class LoopLane:
             max_size=max(1, connections),
             kwargs={**options, "autocommit": True},
             configure=self._configure,
+            check=check_idle_async,
             timeout=connect_timeout,
             open=False,
             name="due-loop",

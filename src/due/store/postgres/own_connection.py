@@ -6,11 +6,17 @@ thread finds it free; any other thread uses the pool at once, so no thread
 waits for another or shares its transaction. Like a pooled connection, it is
 left idle after each use, replaced when the server cut it or when it has
 lived an hour, and refused once the store is closed.
+
+A connection the server ended while it sat idle (a restart, a failover, an
+administrator's `pg_terminate_backend`) is found before it is used, not by the
+caller's statement failing: `dropped_by_server` checks it on every borrow,
+and the pools run the same check on every checkout.
 """
 
 from __future__ import annotations
 
 import contextlib
+import select
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -89,13 +95,48 @@ class OwnConnection:
             raise psycopg_pool.PoolClosed("the store was closed (app.close())")
         conn = self._conn
         if conn is not None and not conn.closed:
-            if self._monotonic() - self._born < self._max_lifetime:
+            if self._monotonic() - self._born < self._max_lifetime and not dropped_by_server(conn):
                 return conn
             conn.close()
         self._conn = None
         conn = self._conn = self._connect()
         self._born = self._monotonic()
         return conn
+
+
+def dropped_by_server(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    """Whether an idle connection has something to read: a server ends a session
+    by sending a FATAL error and closing the socket, which an idle connection only
+    sees when its next statement fails. due's sessions other than LISTEN ones are
+    sent nothing while idle, so anything waiting means the session is gone (or,
+    rarely, a notice: then a new session costs one connect). One poll of the
+    socket, a few microseconds."""
+    if conn.closed:
+        return True
+    try:
+        readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+    except (OSError, ValueError, psycopg.OperationalError):
+        return True  # no usable socket
+    return bool(readable)
+
+
+def check_idle(conn: psycopg.Connection[Any]) -> None:
+    """psycopg_pool's `check` on checkout: a connection the server ended is
+    discarded (and another taken or made) before the caller's statement. It is
+    closed here: libpq does not know yet, and the pool keeps an open one."""
+    if dropped_by_server(conn):
+        conn.close()
+        raise psycopg.OperationalError(ENDED_WHILE_IDLE)
+
+
+async def check_idle_async(conn: psycopg.AsyncConnection[Any]) -> None:
+    """`check_idle` for an async pool."""
+    if dropped_by_server(conn):
+        await conn.close()
+        raise psycopg.OperationalError(ENDED_WHILE_IDLE)
+
+
+ENDED_WHILE_IDLE = "the server ended this session while it was idle"
 
 
 def _leave_idle(conn: psycopg.Connection[Any]) -> None:
