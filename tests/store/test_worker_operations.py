@@ -13,6 +13,7 @@ from due.clock import FakeClock
 from due.core.records import (
     ClaimRequest,
     Completion,
+    Retention,
     UnknownTaskSweep,
     WorkerRegistration,
 )
@@ -139,6 +140,23 @@ def test_workers_register_report_in_and_go(app: due.App, clock: FakeClock) -> No
     assert listed["host:2:bb"].state == "running"
     assert listed["host:1:aa"].state == "stopped"
     assert listed["host:1:aa"].stopped_at == START + timedelta(seconds=40)
+
+
+def test_workers_unseen_for_longer_than_the_retention_are_pruned(
+    app: due.App, clock: FakeClock
+) -> None:
+    """Every process that ever started registered itself: without pruning, each
+    deploy would add rows for ever (listed, and read by the unknown-task reaper)."""
+    app.store.worker_register(WorkerRegistration("old:1:aa", "old", 1, {"emails": 4}))
+    app.store.worker_set_state("old:1:aa", "stopped")
+    clock.advance("25d")
+    app.store.worker_register(WorkerRegistration("recent:2:bb", "recent", 2, {"emails": 4}))
+    app.store.worker_set_state("recent:2:bb", "stopped")
+    app.store.worker_register(WorkerRegistration("live:3:cc", "live", 3, {"emails": 4}))
+    clock.advance("6d")
+    app.store.worker_touch("live:3:cc")  # reports in: seen now
+    app.store.job_prune(Retention(7 * 86400, 30 * 86400))  # the longer one counts: 30 days
+    assert sorted(w.id for w in app.store.worker_list()) == ["live:3:cc", "recent:2:bb"]
 
 
 def claimed_lease(claimed):  # type: ignore[no-untyped-def]

@@ -125,8 +125,9 @@ def retry(db: Backend, job_id: int, run_now: bool = False) -> Job:
 
 def prune(db: Backend, retention: Retention, limit: int = 10_000) -> tuple[int, int]:
     """Delete finished jobs older than their outcome's retention (never the newest
-    job, nor one whose key still deduplicates), and schedule runs older than the
-    longer retention; returns (jobs, runs) deleted, at most `limit` of each."""
+    job, nor one whose key still deduplicates), and schedule runs, actions and
+    worker processes unseen for longer than the longer retention; returns
+    (jobs, runs) deleted, at most `limit` of each."""
     with db.transaction() as tx:
         params = {
             "retention_succeeded": float(retention.succeeded),
@@ -138,6 +139,7 @@ def prune(db: Backend, retention: Retention, limit: int = 10_000) -> tuple[int, 
         jobs = tx.run("prune_jobs", params)
         runs = tx.run("prune_schedule_runs", params)
         tx.run("prune_actions", params)
+        tx.run("prune_workers", params)
     return len(jobs), len(runs)
 
 

@@ -1130,6 +1130,13 @@ LIMIT %(limit)s
 DELETE FROM due_actions
 WHERE at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(retention)s)
 
+-- name: prune_workers
+-- Worker processes not seen for longer than the retention: long stopped or
+-- gone (a live one reports in every few seconds). Without this, every
+-- process that ever started would stay listed, and each deploy adds some.
+DELETE FROM due_workers
+WHERE last_seen_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(retention)s)
+
 -- name: queue_throughput
 -- Jobs that ended per queue and minute since `since` (from the rollups).
 SELECT queue, minute, sum(count)::bigint AS ended

@@ -827,6 +827,12 @@ LIMIT :limit
 -- name: prune_actions
 DELETE FROM due_actions WHERE at < :now - :retention
 
+-- name: prune_workers
+-- Worker processes not seen for longer than the retention: long stopped or
+-- gone (a live one reports in every few seconds). Without this, every
+-- process that ever started would stay listed, and each deploy adds some.
+DELETE FROM due_workers WHERE last_seen_at < :now - :retention
+
 -- name: queue_throughput
 -- Jobs that ended per queue and minute since `since` (from the rollups).
 SELECT queue, minute, sum(count) AS ended
