@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -46,11 +47,20 @@ def table_rows(url: str, query: str) -> list[tuple[Any, ...]] | None:
 
 def cut_sessions(admin_url: str, application_name: str) -> int:
     """End, from the server, every session of that application name (what a
-    restart or a failover does to them); returns how many were ended."""
+    restart or a failover does to them); returns how many were ended, once
+    they are gone (pg_terminate_backend only signals them: until each has
+    exited and sent its client the FATAL message, an idle one looks alive)."""
+    query = "SELECT pid FROM pg_stat_activity WHERE application_name = %s"
     with psycopg.connect(admin_url, autocommit=True) as admin:
-        row = admin.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE application_name = %s",
-            (application_name,),
-        ).fetchone()
-    return int(row[0]) if row else 0
+        pids = [pid for (pid,) in admin.execute(query, (application_name,)).fetchall()]
+        for pid in pids:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            alive = admin.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,)
+            ).fetchone()
+            if not alive or not alive[0]:
+                break
+            time.sleep(0.01)
+    return len(pids)
