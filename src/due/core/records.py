@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -320,56 +320,98 @@ def _readable_errors(errors: Any) -> tuple[AttemptError, ...]:
     return (AttemptError(0, f"unreadable error history: {str(errors)[:500]}", None, None),)
 
 
-def claimed_job_from_row(row: Mapping[str, Any]) -> ClaimedJob:
-    """Build a ClaimedJob from a claim row already in Python types (ValueError,
-    TypeError or KeyError when its stored values cannot be read)."""
-    args, kwargs = _arguments(row["payload"])
-    return ClaimedJob(
-        id=row["id"],
-        task=row["task"],
-        queue=row["queue"],
-        priority=row["priority"],
-        args=args,
-        kwargs=kwargs,
-        attempt=row["attempt"],
-        max_attempts=row["max_attempts"],
-        lease_token=row["lease_token"],
-        lease_expires_at=row["lease_expires_at"],
-        run_at=row["run_at"],
-        created_at=row["created_at"],
-        scheduled_for=row.get("scheduled_for"),
-        checkpoint=row.get("checkpoint"),
-        parent_id=row.get("parent_id"),
-        completes=row.get("completes"),
-        has_pieces=bool(row.get("pieces_total")),
-    )
+CLAIM_COLUMNS = (
+    "id",
+    "task",
+    "queue",
+    "priority",
+    "payload",
+    "attempt",
+    "max_attempts",
+    "lease_token",
+    "lease_expires_at",
+    "run_at",
+    "created_at",
+    "scheduled_for",
+    "checkpoint",
+    "parent_id",
+    "completes",
+    "pieces_total",
+)
+"""What a claim returns, in this order (each backend's claim_jobs), with the
+payload and checkpoint as JSON text: decoded here, once, into what the job
+needs (a row of tuples is built in a third of the time of a row of dicts)."""
 
 
 def read_claimed(
-    rows: Iterable[Mapping[str, Any]],
-    convert: Callable[[dict[str, Any]], dict[str, Any]] = dict,
+    columns: Sequence[str], rows: Iterable[Sequence[Any]]
 ) -> tuple[list[ClaimedJob], list[Completion]]:
-    """Claimed rows as jobs to run, in claim order. A row whose stored values
-    cannot be read (changed outside due, or by a bug) must not stop the claim of
-    the others: it becomes the failure of its own job, with the reason."""
+    """Claimed rows (tuples in CLAIM_COLUMNS order) as jobs to run, in claim
+    order. A row whose stored values cannot be read (changed outside due, or by
+    a bug) must not stop the claim of the others: it becomes the failure of its
+    own job, with the reason."""
+    if tuple(columns) != CLAIM_COLUMNS:
+        raise RuntimeError(f"a claim returned {tuple(columns)}, not {CLAIM_COLUMNS}")
     claimed: list[ClaimedJob] = []
     unreadable: list[Completion] = []
     for row in rows:
         try:
-            claimed.append(claimed_job_from_row(convert(dict(row))))
+            claimed.append(_claimed_job(*row))
         except (ValueError, TypeError, KeyError, AttributeError) as error:
-            reason = (
-                f"its stored arguments could not be read ({type(error).__name__}: {error}); "
-                "was the row changed outside due? Correct it, then retry the job"
-            )
-            record = AttemptError(row["attempt"], reason[:2000], None, None)
-            failure = Completion(row["id"], row["lease_token"], JobState.FAILED, error=record)
-            failure.settles = bool(
-                row.get("parent_id") or row.get("completes") or row.get("pieces_total")
-            )
-            unreadable.append(failure)
+            unreadable.append(_unreadable(dict(zip(CLAIM_COLUMNS, row, strict=True)), error))
     claimed.sort(key=lambda job: (-job.priority, job.run_at, job.id))
     return claimed, unreadable
+
+
+def _claimed_job(
+    id: int,
+    task: str,
+    queue: str,
+    priority: int,
+    payload: str,
+    attempt: int,
+    max_attempts: int,
+    lease_token: int,
+    lease_expires_at: datetime,
+    run_at: datetime,
+    created_at: datetime,
+    scheduled_for: datetime | None,
+    checkpoint: str | None,
+    parent_id: int | None,
+    completes: int | None,
+    pieces_total: int,
+) -> ClaimedJob:
+    args, kwargs = _arguments(payload)
+    return ClaimedJob(
+        id,
+        task,
+        queue,
+        priority,
+        args,
+        kwargs,
+        attempt,
+        max_attempts,
+        lease_token,
+        lease_expires_at,
+        run_at,
+        created_at,
+        scheduled_for,
+        None if checkpoint is None else json.loads(checkpoint),
+        parent_id,
+        completes,
+        bool(pieces_total),
+    )
+
+
+def _unreadable(row: Mapping[str, Any], error: Exception) -> Completion:
+    reason = (
+        f"its stored arguments could not be read ({type(error).__name__}: {error}); "
+        "was the row changed outside due? Correct it, then retry the job"
+    )
+    record = AttemptError(row["attempt"], reason[:2000], None, None)
+    failure = Completion(row["id"], row["lease_token"], JobState.FAILED, error=record)
+    failure.settles = bool(row["parent_id"] or row["completes"] or row["pieces_total"])
+    return failure
 
 
 RETRY_RULE = (

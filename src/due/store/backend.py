@@ -42,6 +42,8 @@ from typing import Any, Protocol
 from due.errors import StoreError, StoreUnavailableError
 
 Rows = list[dict[str, Any]]
+Values = tuple[tuple[str, ...], list[tuple[Any, ...]]]
+"""Column names, and the rows as tuples (`Transaction.run_values`)."""
 
 
 class DuplicateError(StoreError):
@@ -68,6 +70,10 @@ class Transaction(Protocol):
 
     def run(self, query: str, params: Mapping[str, Any] | None = None) -> Rows: ...
 
+    def run_values(self, query: str, params: Mapping[str, Any] | None = None) -> Values:
+        """`run` for a hot statement: column names, and rows as tuples, with
+        times as datetimes but JSON as the statement returns it (text)."""
+
     def run_each(
         self, query: str, rows: Sequence[Mapping[str, Any]], params: Mapping[str, Any] | None = None
     ) -> Rows: ...
@@ -84,6 +90,8 @@ class AsyncTransaction(Protocol):
     def now(self) -> Any: ...
 
     async def run(self, query: str, params: Mapping[str, Any] | None = None) -> Rows: ...
+
+    async def run_values(self, query: str, params: Mapping[str, Any] | None = None) -> Values: ...
 
     async def run_each(
         self, query: str, rows: Sequence[Mapping[str, Any]], params: Mapping[str, Any] | None = None

@@ -33,7 +33,7 @@ from due.core.stats import Outcome, bucket_of, outcome_of
 from due.errors import StoreError
 from due.retry import judge_lost_lease
 from due.store import batches, pieces
-from due.store.backend import Backend, Lane, LockWaitTimeout, Rows, Transaction
+from due.store.backend import Backend, Lane, LockWaitTimeout, Rows, Transaction, Values
 from due.store.conflicts import retried_on_conflict
 from due.store.settling import lock_parents, settle
 from due.store.sql import describe_seconds
@@ -47,8 +47,8 @@ due at the same instant gets there over a few claims, in run_at order."""
 def claim(db: Backend, request: ClaimRequest) -> list[ClaimedJob]:
     """Lease up to `request.limit` due jobs of its queue."""
     with db.transaction(single=not db.single_writer) as tx:
-        rows = _claim_in(db, tx, request)
-    return _readable(db, rows)
+        values = _claim_in(db, tx, request)
+    return _readable(db, values)
 
 
 def complete_and_claim(
@@ -61,26 +61,26 @@ def complete_and_claim(
     try:
         with db.transaction() as tx:
             applied = _complete_in(db, tx, completions)
-            rows = _claim_in(db, tx, request)
+            values = _claim_in(db, tx, request)
     except StoreError as error:
         if not completions or not batches.refused(error):
             raise
         return complete(db, completions), claim(db, request)
-    return applied, _readable(db, rows)
+    return applied, _readable(db, values)
 
 
 async def claim_on_loop(db: Backend, lane: Lane, request: ClaimRequest) -> list[ClaimedJob]:
     """`claim` from the event loop, where the claim is one statement (PostgreSQL's
     claim_jobs promotes the due timers itself)."""
     async with lane.statement() as tx:
-        rows = await tx.run("claim_jobs", _claim_params(tx.now, request))
-    claimed, unreadable = read_claimed(rows)
+        columns, rows = await tx.run_values("claim_jobs", _claim_params(tx.now, request))
+    claimed, unreadable = read_claimed(columns, rows)
     if unreadable:  # rare: failed on the thread path, with its batch rules
         await asyncio.to_thread(_fail_unreadable, db, unreadable)
     return claimed
 
 
-def _claim_in(db: Backend, tx: Transaction, request: ClaimRequest) -> Rows:
+def _claim_in(db: Backend, tx: Transaction, request: ClaimRequest) -> Values:
     """The claim's statements: the due timers of the queue join the claim index,
     and the best due jobs are leased. With one writer (SQLite) the promotion is a
     statement of its own in the claim's transaction, which costs no round trip;
@@ -88,7 +88,7 @@ def _claim_in(db: Backend, tx: Transaction, request: ClaimRequest) -> Rows:
     params = _claim_params(tx.now, request)
     if db.single_writer:
         tx.run("promote_timers", params)
-    return tx.run("claim_jobs", params)
+    return tx.run_values("claim_jobs", params)
 
 
 def _claim_params(now: Any, request: ClaimRequest) -> dict[str, Any]:
@@ -104,9 +104,9 @@ def _claim_params(now: Any, request: ClaimRequest) -> dict[str, Any]:
     }
 
 
-def _readable(db: Backend, rows: Rows) -> list[ClaimedJob]:
+def _readable(db: Backend, values: Values) -> list[ClaimedJob]:
     """The claimed jobs; those whose stored values cannot be read fail alone."""
-    claimed, unreadable = read_claimed(rows)
+    claimed, unreadable = read_claimed(*values)
     if unreadable:
         _fail_unreadable(db, unreadable)
     return claimed

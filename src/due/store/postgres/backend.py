@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 import psycopg_pool
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 from psycopg.types.json import Jsonb
 
 from due.clock import Clock
@@ -34,7 +34,14 @@ from due.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from due.store.backend import ChangeFeed, DuplicateError, LockWaitTimeout, Rows, Transaction
+from due.store.backend import (
+    ChangeFeed,
+    DuplicateError,
+    LockWaitTimeout,
+    Rows,
+    Transaction,
+    Values,
+)
 from due.store.postgres.own_connection import OwnConnection, check_idle
 from due.store.postgres.pooler import HINT, PollingFeed, PoolerSettings, is_pooler_breakage
 from due.store.sql import load_migrations, load_queries, require_current_schema
@@ -343,6 +350,12 @@ class PostgresTransaction:
         rows = self.cursor.fetchall() if returns_rows(self.cursor) else []
         return [_utc(row) for row in rows] if self._to_utc else rows
 
+    def run_values(self, query: str, params: Mapping[str, Any] | None = None) -> Values:
+        with self.cursor.connection.cursor(row_factory=tuple_row) as cursor:
+            cursor.execute(QUERIES[query], _encoded(params or {}))
+            rows = cursor.fetchall() if returns_rows(cursor) else []
+            return _values(cursor, rows, self._to_utc)
+
     def run_each(
         self, query: str, rows: Sequence[Mapping[str, Any]], params: Mapping[str, Any] | None = None
     ) -> Rows:
@@ -378,6 +391,12 @@ class AsyncPostgresTransaction:
         await self.cursor.execute(QUERIES[query], _encoded(params or {}))
         rows = await self.cursor.fetchall() if returns_rows(self.cursor) else []
         return [_utc(row) for row in rows] if self._to_utc else rows
+
+    async def run_values(self, query: str, params: Mapping[str, Any] | None = None) -> Values:
+        async with self.cursor.connection.cursor(row_factory=tuple_row) as cursor:
+            await cursor.execute(QUERIES[query], _encoded(params or {}))
+            rows = await cursor.fetchall() if returns_rows(cursor) else []
+            return _values(cursor, rows, self._to_utc)
 
     async def run_each(
         self, query: str, rows: Sequence[Mapping[str, Any]], params: Mapping[str, Any] | None = None
@@ -420,6 +439,19 @@ def _copy_rows(rows: Sequence[tuple[Any, ...]], types: list[str]) -> Iterator[Se
 
 def _unchanged(text: str) -> str:
     return text
+
+
+def _values(
+    cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any],
+    rows: list[tuple[Any, ...]],
+    to_utc: bool,
+) -> Values:
+    names = tuple(column.name for column in cursor.description or ())
+    if to_utc:
+        rows = [
+            tuple(v.astimezone(UTC) if isinstance(v, datetime) else v for v in row) for row in rows
+        ]
+    return names, rows
 
 
 def _utc(row: dict[str, Any]) -> dict[str, Any]:

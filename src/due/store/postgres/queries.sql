@@ -101,6 +101,7 @@ UPDATE due_jobs SET dedupe_key = NULL WHERE id = %(id)s
 -- competes by priority from then on.
 -- `id = ANY(ARRAY(...))` keeps the update on the primary key whatever the
 -- statistics say (an IN or a join may turn into a scan of the whole table).
+-- Columns in core.records.CLAIM_COLUMNS' order; JSON as text, decoded once there.
 WITH open AS (
     SELECT NOT EXISTS (SELECT 1 FROM due_queues WHERE name = %(queue)s AND paused) AS yes
 ),
@@ -150,9 +151,10 @@ SET state = 'running',
     progress_at = NULL,
     worker = %(worker)s
 WHERE j.id = ANY(ARRAY(SELECT id FROM chosen))
-RETURNING j.id, j.task, j.queue, j.priority, j.payload, j.attempt, j.max_attempts,
-          j.lease_token, j.lease_expires_at, j.run_at, j.created_at, j.scheduled_for,
-          j.checkpoint, j.parent_id, j.completes, j.pieces_total
+RETURNING j.id, j.task, j.queue, j.priority, j.payload::text AS payload, j.attempt,
+          j.max_attempts, j.lease_token, j.lease_expires_at, j.run_at, j.created_at,
+          j.scheduled_for, j.checkpoint::text AS checkpoint, j.parent_id, j.completes,
+          j.pieces_total
 
 -- name: heartbeat
 -- Fencing: a job's lease_token changes whenever an attempt starts (claim) or

@@ -29,7 +29,7 @@ from typing import Any
 
 from due.clock import Clock, SystemClock
 from due.errors import ConfigurationError, NotMigratedError, StoreError, StoreUnavailableError
-from due.store.backend import ChangeFeed, DuplicateError, Rows, Transaction
+from due.store.backend import ChangeFeed, DuplicateError, Rows, Transaction, Values
 from due.store.sql import load_migrations, load_queries, require_current_schema
 
 QUERIES = load_queries("due.store.sqlite")
@@ -277,6 +277,19 @@ class SQLiteTransaction:
                         row[name] = convert(value)
         return rows
 
+    def run_values(self, query: str, params: Mapping[str, Any] | None = None) -> Values:
+        cursor = self._cursor
+        cursor.execute(QUERIES[query], _encoded(params) if params else {})
+        description = cursor.description
+        if description is None:
+            return (), []
+        names = tuple(column[0] for column in description)
+        times = [i for i, name in enumerate(names) if name in TIME_COLUMNS]
+        rows = cursor.fetchall()
+        if times:
+            rows = [_with_times(row, times) for row in rows]
+        return names, rows
+
     def run_each(
         self, query: str, rows: Sequence[Mapping[str, Any]], params: Mapping[str, Any] | None = None
     ) -> Rows:
@@ -386,6 +399,14 @@ def _value(value: Any) -> Any:
     if isinstance(value, list | tuple | dict):
         return json.dumps(value)
     return value
+
+
+def _with_times(row: tuple[Any, ...], positions: list[int]) -> tuple[Any, ...]:
+    values = list(row)
+    for i in positions:
+        if values[i] is not None:
+            values[i] = _time(values[i])
+    return tuple(values)
 
 
 def to_datetime(value: float) -> datetime:

@@ -113,6 +113,7 @@ WHERE id IN (
     ORDER BY priority DESC, run_at, id
     LIMIT :limit
 )
+-- Columns in core.records.CLAIM_COLUMNS' order; JSON as text, decoded once there.
 RETURNING id, task, queue, priority, payload, attempt, max_attempts,
           lease_token, lease_expires_at, run_at, created_at, scheduled_for, checkpoint, parent_id,
           completes, pieces_total
