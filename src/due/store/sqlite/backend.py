@@ -4,7 +4,11 @@ Durability first: WAL with `synchronous=FULL`, because an acknowledged
 enqueue is a promise (a power cut must not take it back). Every writing
 transaction is `BEGIN IMMEDIATE`, so writers queue on SQLite's single write
 lock (bounded by `busy_timeout`) instead of failing halfway; claims are
-therefore serialised and no row is ever claimed twice.
+therefore serialised and no row is ever claimed twice. Writers of one process
+queue on a lock of the process first (`writer_lock`): SQLite's own wait for a
+busy lock sleeps 1, 2, 5, 10 ms and more between tries, which stalled the
+worker's claims behind its own acknowledgements and heartbeats; a lock held
+in the process wakes the next writer the instant it is released.
 
 Each thread gets its own connection (sqlite3 connections are not shared
 across threads). Times are stored as REAL Unix seconds and "now" is this
@@ -85,6 +89,20 @@ def path_from_url(url: str) -> str:
     return path
 
 
+_WRITER_LOCKS: dict[str, threading.RLock] = {}
+_WRITER_LOCKS_LOCK = threading.Lock()
+
+
+def writer_lock(path: str) -> threading.RLock:
+    """The lock this process's writers of that database file take in turn (one
+    per file, whichever backends open it). Re-entrant, so that a thread opening
+    a second write transaction inside its first meets SQLite's own refusal, as
+    before, and not a deadlock."""
+    key = os.path.realpath(path)
+    with _WRITER_LOCKS_LOCK:
+        return _WRITER_LOCKS.setdefault(key, threading.RLock())
+
+
 class SQLiteBackend:
     single_writer = True
     leaves_dead_rows = False
@@ -101,6 +119,7 @@ class SQLiteBackend:
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        self._writer = writer_lock(self.path)
 
     # --- transactions -------------------------------------------------------------
 
@@ -118,13 +137,21 @@ class SQLiteBackend:
             if read:
                 yield SQLiteTransaction(conn, self._now())
                 return
-            conn.execute("BEGIN IMMEDIATE")
+            if not self._writer.acquire(timeout=self._busy_timeout):
+                raise StoreUnavailableError(
+                    f"SQLite database {self.path} stayed locked by another writer of this "
+                    f"process for {self._busy_timeout:g}s"
+                )
             try:
-                yield SQLiteTransaction(conn, self._now())
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield SQLiteTransaction(conn, self._now())
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+            finally:
+                self._writer.release()
 
     @contextlib.contextmanager
     def on_connection(self, connection: Any, call: str) -> Iterator[Transaction]:
