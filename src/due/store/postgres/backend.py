@@ -42,7 +42,7 @@ from due.store.backend import (
     Transaction,
     Values,
 )
-from due.store.postgres.own_connection import OwnConnection, check_idle
+from due.store.postgres.own_connection import OwnConnection, live_connection
 from due.store.postgres.pooler import HINT, PollingFeed, PoolerSettings, is_pooler_breakage
 from due.store.sql import load_migrations, load_queries, require_current_schema
 
@@ -104,7 +104,6 @@ class PostgresBackend:
             max_size=pool_size,
             kwargs={"autocommit": True, **self._connect},
             configure=self._configure,
-            check=check_idle,
             timeout=connect_timeout,
             open=False,
             name="due",
@@ -183,7 +182,7 @@ class PostgresBackend:
     def handler_transaction(self) -> Iterator[tuple[Any, Transaction]]:
         with (
             translate_errors(self.url),
-            self.handler_pool().connection() as conn,
+            live_connection(self.handler_pool()) as conn,
             conn.transaction(),
             conn.cursor(row_factory=dict_row) as cur,
         ):
@@ -204,7 +203,7 @@ class PostgresBackend:
             if own is not None:
                 yield own
                 return
-        with self._pool.connection() as conn:
+        with live_connection(self._pool) as conn:
             yield conn
 
     def _connect_own(self) -> psycopg.Connection[Any]:
@@ -253,7 +252,6 @@ class PostgresBackend:
                     max_size=self._pool_size,
                     kwargs=self._connect,
                     configure=_configure_handler_connection,
-                    check=check_idle,
                     timeout=self._connect_timeout,
                     open=False,
                     name="due-handlers",

@@ -32,7 +32,7 @@ import psycopg_pool
 from psycopg.rows import dict_row
 
 from due.store.postgres.backend import AsyncPostgresTransaction, translate_errors
-from due.store.postgres.own_connection import check_idle_async
+from due.store.postgres.own_connection import live_async_connection
 
 CHECKOUT_SECONDS = 1.0
 """How long a statement waits for a connection of the lane before the caller
@@ -59,7 +59,6 @@ class LoopLane:
             max_size=max(1, connections),
             kwargs={**options, "autocommit": True},
             configure=self._configure,
-            check=check_idle_async,
             timeout=connect_timeout,
             open=False,
             name="due-loop",
@@ -81,7 +80,7 @@ class LoopLane:
         """A connection of the lane for one autocommitted statement."""
         with translate_errors(self._url):
             async with (
-                self._pool.connection(timeout=CHECKOUT_SECONDS) as conn,
+                live_async_connection(self._pool, CHECKOUT_SECONDS) as conn,
                 conn.cursor(row_factory=dict_row) as cur,
             ):
                 try:

@@ -7,10 +7,11 @@ waits for another or shares its transaction. Like a pooled connection, it is
 left idle after each use, replaced when the server cut it or when it has
 lived an hour, and refused once the store is closed.
 
-A connection the server ended while it sat idle (a restart, a failover, an
-administrator's `pg_terminate_backend`) is found before it is used, not by the
-caller's statement failing: `dropped_by_server` checks it on every borrow,
-and the pools run the same check on every checkout.
+A connection the server ended while it sat idle (a restart, a failover that
+closed its sessions, an administrator's `pg_terminate_backend`) is found
+before it is used, not by the caller's statement failing: `dropped_by_server`
+checks it on every borrow, and on every checkout from the pools
+(`live_connection`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import select
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -110,33 +111,58 @@ def dropped_by_server(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[An
     sees when its next statement fails. due's sessions other than LISTEN ones are
     sent nothing while idle, so anything waiting means the session is gone (or,
     rarely, a notice: then a new session costs one connect). One poll of the
-    socket, a few microseconds."""
+    socket, a few microseconds. (A server host that vanished without closing
+    its sockets leaves nothing to read: the keepalives and the TCP user timeout
+    fail such a connection during its next statement.)"""
     if conn.closed:
         return True
     try:
-        readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
-    except (OSError, ValueError, psycopg.OperationalError):
-        return True  # no usable socket
+        fd = conn.pgconn.socket
+    except psycopg.OperationalError:
+        return True  # libpq has no socket for it: it is broken
+    return _readable(fd)
+
+
+def _readable(fd: int) -> bool:
+    if hasattr(select, "poll"):  # any descriptor number (select() stops at 1024)
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(0))
+    readable, _, _ = select.select([fd], [], [], 0)  # Windows: sockets only, no limit
     return bool(readable)
 
 
-def check_idle(conn: psycopg.Connection[Any]) -> None:
-    """psycopg_pool's `check` on checkout: a connection the server ended is
-    discarded (and another taken or made) before the caller's statement. It is
-    closed here: libpq does not know yet, and the pool keeps an open one."""
-    if dropped_by_server(conn):
-        conn.close()
-        raise psycopg.OperationalError(ENDED_WHILE_IDLE)
+@contextlib.contextmanager
+def live_connection(pool: psycopg_pool.ConnectionPool) -> Iterator[psycopg.Connection[Any]]:
+    """A connection of the pool that the server has not ended while it sat idle:
+    each one found ended is closed (the pool discards it) and the next taken at
+    once. (psycopg_pool's own `check` would wait 1, 2, 4 s between two failed
+    checks, and after a restart every idle connection of the pool has failed.)"""
+    for _ in range(pool.max_size):
+        with pool.connection() as conn:
+            if dropped_by_server(conn):
+                conn.close()
+                continue
+            yield conn
+            return
+    with pool.connection() as conn:  # every idle one was ended: this one is new
+        yield conn
 
 
-async def check_idle_async(conn: psycopg.AsyncConnection[Any]) -> None:
-    """`check_idle` for an async pool."""
-    if dropped_by_server(conn):
-        await conn.close()
-        raise psycopg.OperationalError(ENDED_WHILE_IDLE)
-
-
-ENDED_WHILE_IDLE = "the server ended this session while it was idle"
+@contextlib.asynccontextmanager
+async def live_async_connection(
+    pool: psycopg_pool.AsyncConnectionPool, timeout: float
+) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    """`live_connection` for an async pool, each checkout within `timeout`."""
+    for _ in range(pool.max_size):
+        async with pool.connection(timeout=timeout) as conn:
+            if dropped_by_server(conn):
+                await conn.close()
+                continue
+            yield conn
+            return
+    async with pool.connection(timeout=timeout) as conn:
+        yield conn
 
 
 def _leave_idle(conn: psycopg.Connection[Any]) -> None:
