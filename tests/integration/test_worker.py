@@ -14,7 +14,7 @@ import pytest
 import due
 from due import JobState
 from due.clock import FakeClock
-from due.core.records import ClaimRequest
+from due.core.records import ClaimRequest, Retention
 from due.store import open_store
 from due.worker.settings import WorkerSettings
 from due.worker.worker import Worker
@@ -174,6 +174,29 @@ def test_heartbeats_renew_every_lease_the_worker_holds(app: due.App, clock: Fake
             assert running.handle is not None
             running.handle.cancel()
         await settle()
+
+    run(scenario)
+
+
+def test_a_worker_whose_row_was_pruned_registers_again_at_its_next_heartbeat(
+    app: due.App, clock: FakeClock
+) -> None:
+    """A worker paused past the retention is marked gone and pruned; when it
+    wakes, its next report finds no row and registers it again (otherwise the
+    unknown-task reaper of other workers would count it as absent for good)."""
+
+    async def scenario() -> None:
+        worker = make_worker(app)
+        await worker._register()
+        clock.advance("1m")
+        assert app.store.worker_mark_gone(30) == [worker.settings.worker_id]  # paused
+        clock.advance("31d")
+        app.store.job_prune(Retention())
+        assert app.store.worker_list() == []
+        await worker.heartbeater.run_once()
+        (again,) = app.store.worker_list()
+        assert again.id == worker.settings.worker_id and again.state == "running"
+        assert again.queues == {"default": 10}
 
     run(scenario)
 

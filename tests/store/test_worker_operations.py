@@ -153,10 +153,17 @@ def test_workers_unseen_for_longer_than_the_retention_are_pruned(
     app.store.worker_register(WorkerRegistration("recent:2:bb", "recent", 2, {"emails": 4}))
     app.store.worker_set_state("recent:2:bb", "stopped")
     app.store.worker_register(WorkerRegistration("live:3:cc", "live", 3, {"emails": 4}))
+    app.store.worker_register(WorkerRegistration("paused:4:dd", "paused", 4, {"emails": 4}))
     clock.advance("6d")
-    app.store.worker_touch("live:3:cc")  # reports in: seen now
+    assert app.store.worker_touch("live:3:cc")  # reports in: seen now
     app.store.job_prune(Retention(7 * 86400, 30 * 86400))  # the longer one counts: 30 days
-    assert sorted(w.id for w in app.store.worker_list()) == ["live:3:cc", "recent:2:bb"]
+    listed = ["live:3:cc", "paused:4:dd", "recent:2:bb"]
+    assert sorted(w.id for w in app.store.worker_list()) == listed  # never one running
+    assert app.store.worker_mark_gone(30) == ["paused:4:dd"]  # silent for 6 days
+    clock.advance("31d")
+    app.store.job_prune(Retention(7 * 86400, 30 * 86400))
+    assert [w.id for w in app.store.worker_list()] == ["live:3:cc"]  # not marked gone
+    assert not app.store.worker_touch("paused:4:dd")  # it wakes up: not registered any more
 
 
 def claimed_lease(claimed):  # type: ignore[no-untyped-def]

@@ -51,10 +51,11 @@ def register_worker(db: Backend, registration: WorkerRegistration) -> None:
         tx.run("register_worker", params)
 
 
-def touch_worker(db: Backend, worker: str) -> None:
-    """Record that a worker is alive."""
+def touch_worker(db: Backend, worker: str) -> bool:
+    """Record that a worker is alive; False when it is not registered (its row
+    was pruned while it was silent: it registers again)."""
     with db.transaction(single=True) as tx:
-        tx.run("touch_worker", {"id": worker, "now": tx.now})
+        return bool(tx.run("touch_worker", {"id": worker, "now": tx.now}))
 
 
 def set_worker_state(db: Backend, worker: str, state: str) -> None:

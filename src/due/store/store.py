@@ -307,8 +307,9 @@ class Store:
     def worker_register(self, registration: WorkerRegistration) -> None:
         registry.register_worker(self.backend, registration)
 
-    def worker_touch(self, worker: str) -> None:
-        registry.touch_worker(self.backend, worker)
+    def worker_touch(self, worker: str) -> bool:
+        """False when the worker is not registered (pruned while silent)."""
+        return registry.touch_worker(self.backend, worker)
 
     def worker_set_state(self, worker: str, state: str) -> None:
         registry.set_worker_state(self.backend, worker, state)

@@ -223,9 +223,13 @@ class Worker:
         return await self._heartbeat_call.within(deadline, self.store.job_heartbeat, leases)
 
     async def _touch(self, deadline: float) -> None:
-        await self._heartbeat_call.within(
+        found = await self._heartbeat_call.within(
             deadline, self.store.worker_touch, self.settings.worker_id
         )
+        if not found:  # pruned while this process was silent (paused, cut off)
+            await self._heartbeat_call.within(
+                deadline, self.store.worker_register, self._registration()
+            )
 
     def _outcome_recorded(self) -> None:
         self.completer.wake.set()
@@ -368,14 +372,7 @@ class Worker:
         backoff = 0.2
         while True:
             try:
-                registration = WorkerRegistration(
-                    self.settings.worker_id,
-                    socket.gethostname(),
-                    os.getpid(),
-                    self.settings.queues,
-                    self.task_names,
-                )
-                await self.call(self.store.worker_register, registration)
+                await self.call(self.store.worker_register, self._registration())
                 database_now = await self.call(self.store.now)
                 self._database_offset = database_now - self.clock.wall()
                 return
@@ -383,6 +380,15 @@ class Worker:
                 event(log, "worker.waiting_for_database", logging.WARNING, error=str(error))
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
+
+    def _registration(self) -> WorkerRegistration:
+        return WorkerRegistration(
+            self.settings.worker_id,
+            socket.gethostname(),
+            os.getpid(),
+            self.settings.queues,
+            self.task_names,
+        )
 
     async def _sync_schedules(self) -> None:
         report = await self.call(self.app.sync_schedules)

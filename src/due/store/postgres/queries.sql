@@ -555,11 +555,13 @@ VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(tasks)s::jsonb,
         coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()), 'running')
 
 -- name: touch_worker
--- A worker marked gone that reports in again (it was paused) is running again.
+-- A worker marked gone that reports in again (it was paused) is running again;
+-- one whose row was pruned meanwhile finds none, and registers again.
 UPDATE due_workers
 SET last_seen_at = coalesce(%(now)s::timestamptz, now()),
     state = CASE WHEN state = 'gone' THEN 'running' ELSE state END
 WHERE id = %(id)s
+RETURNING id
 
 -- name: set_worker_state
 UPDATE due_workers
@@ -1133,11 +1135,12 @@ DELETE FROM due_actions
 WHERE at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(retention)s)
 
 -- name: prune_workers
--- Worker processes not seen for longer than the retention: long stopped or
--- gone (a live one reports in every few seconds). Without this, every
--- process that ever started would stay listed, and each deploy adds some.
+-- Worker processes stopped or gone, and not seen for longer than the
+-- retention. Without this, every process that ever started would stay
+-- listed, and each deploy adds some. (One that comes back registers again.)
 DELETE FROM due_workers
-WHERE last_seen_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(retention)s)
+WHERE state IN ('stopped', 'gone')
+  AND last_seen_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(retention)s)
 
 -- name: queue_throughput
 -- Jobs that ended per queue and minute since `since` (from the rollups).

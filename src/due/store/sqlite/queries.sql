@@ -354,11 +354,13 @@ INSERT INTO due_workers (id, host, pid, queues, tasks, started_at, last_seen_at,
 VALUES (:id, :host, :pid, :queues, :tasks, :now, :now, 'running')
 
 -- name: touch_worker
--- A worker marked gone that reports in again (it was paused) is running again.
+-- A worker marked gone that reports in again (it was paused) is running again;
+-- one whose row was pruned meanwhile finds none, and registers again.
 UPDATE due_workers
 SET last_seen_at = :now,
     state = CASE WHEN state = 'gone' THEN 'running' ELSE state END
 WHERE id = :id
+RETURNING id
 
 -- name: set_worker_state
 UPDATE due_workers
@@ -829,10 +831,11 @@ LIMIT :limit
 DELETE FROM due_actions WHERE at < :now - :retention
 
 -- name: prune_workers
--- Worker processes not seen for longer than the retention: long stopped or
--- gone (a live one reports in every few seconds). Without this, every
--- process that ever started would stay listed, and each deploy adds some.
-DELETE FROM due_workers WHERE last_seen_at < :now - :retention
+-- Worker processes stopped or gone, and not seen for longer than the
+-- retention. Without this, every process that ever started would stay
+-- listed, and each deploy adds some. (One that comes back registers again.)
+DELETE FROM due_workers
+WHERE state IN ('stopped', 'gone') AND last_seen_at < :now - :retention
 
 -- name: queue_throughput
 -- Jobs that ended per queue and minute since `since` (from the rollups).
