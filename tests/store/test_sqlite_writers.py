@@ -4,8 +4,11 @@ lock sleeps between tries: 1, 2, 5 ms and up to 100 ms)."""
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from pathlib import Path
+
+import pytest
 
 import due
 from due.store.sqlite.backend import writer_lock
@@ -75,3 +78,50 @@ def test_one_lock_per_database_file(tmp_path: Path) -> None:
     first = str(tmp_path / "a.db")
     assert writer_lock(first) is writer_lock(str(tmp_path / "." / "a.db"))
     assert writer_lock(first) is not writer_lock(str(tmp_path / "b.db"))
+
+
+def test_a_writer_of_another_process_delays_a_write_no_longer_than_its_busy_timeout(
+    sqlite_url: str,
+) -> None:
+    """Another process holds the file's write lock (here, a connection of our
+    own outside due): due tries again until its busy timeout, then says so,
+    having written nothing; its connection keeps its full busy timeout."""
+    app, t = make_app(sqlite_url, busy_timeout=0.3)
+    path = app.store.backend.path  # type: ignore[attr-defined]
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        with pytest.raises(due.StoreUnavailableError, match="stayed locked by another writer"):
+            t.enqueue(1)
+        other.execute("COMMIT")
+        t.enqueue(2)
+        assert [job.args for job in app.jobs()] == [(2,)]
+        conn = app.store.backend._connection()  # type: ignore[attr-defined]
+        assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 300
+    finally:
+        other.close()
+        app.close()
+
+
+def test_a_write_goes_through_once_another_process_lets_go(sqlite_url: str) -> None:
+    app, t = make_app(sqlite_url)
+    path = app.store.backend.path  # type: ignore[attr-defined]
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    done = threading.Event()
+
+    def enqueue() -> None:
+        t.enqueue(1)
+        done.set()
+
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        writer = threading.Thread(target=enqueue)
+        writer.start()
+        assert not done.wait(0.2), "the enqueue did not wait for the other writer"
+        other.execute("COMMIT")
+        assert done.wait(10)
+        writer.join(10)
+        assert [job.args for job in app.jobs()] == [(1,)]
+    finally:
+        other.close()
+        app.close()

@@ -8,7 +8,10 @@ therefore serialised and no row is ever claimed twice. Writers of one process
 queue on a lock of the process first (`writer_lock`): SQLite's own wait for a
 busy lock sleeps 1, 2, 5, 10 ms and more between tries, which stalled the
 worker's claims behind its own acknowledgements and heartbeats; a lock held
-in the process wakes the next writer the instant it is released.
+in the process wakes the next writer the instant it is released. Against
+another process's writer, due tries again every millisecond
+(`_begin_immediate`), not after SQLite's growing sleeps, so a web process's
+enqueue beside a busy worker gets its turn within milliseconds.
 
 Each thread gets its own connection (sqlite3 connections are not shared
 across threads). Times are stored as REAL Unix seconds and "now" is this
@@ -89,6 +92,14 @@ def path_from_url(url: str) -> str:
     return path
 
 
+SHORT_BUSY_WAIT = "PRAGMA busy_timeout = 1"
+"""While taking the write lock: SQLite sleeps 1 ms and says busy."""
+
+
+def _locked(error: sqlite3.OperationalError) -> bool:
+    return "locked" in str(error) or "busy" in str(error)
+
+
 _WRITER_LOCKS: dict[str, threading.RLock] = {}
 _WRITER_LOCKS_LOCK = threading.Lock()
 
@@ -137,13 +148,15 @@ class SQLiteBackend:
             if read:
                 yield SQLiteTransaction(conn, self._now())
                 return
+            asked = self._clock.monotonic()
             if not self._writer.acquire(timeout=self._busy_timeout):
                 raise StoreUnavailableError(
                     f"SQLite database {self.path} stayed locked by another writer of this "
                     f"process for {self._busy_timeout:g}s"
                 )
             try:
-                conn.execute("BEGIN IMMEDIATE")
+                waited = self._clock.monotonic() - asked
+                self._begin_immediate(conn, self._busy_timeout - waited)
                 try:
                     yield SQLiteTransaction(conn, self._now())
                 except BaseException:
@@ -152,6 +165,26 @@ class SQLiteBackend:
                 conn.execute("COMMIT")
             finally:
                 self._writer.release()
+
+    def _begin_immediate(self, conn: sqlite3.Connection, patience: float) -> None:
+        """Take the file's write lock, trying again about every millisecond for
+        `patience` seconds while another process holds it. SQLite's own wait
+        sleeps longer and longer between tries (1, 2, 5 ... 100 ms): against a
+        worker that writes back to back, a web process's enqueue waited 190 ms
+        at the 99th percentile for a lock free most of the time, 9 ms at the
+        median. Each try here waits 1 ms inside SQLite (busy_timeout = 1)."""
+        conn.execute(SHORT_BUSY_WAIT)
+        try:
+            for _ in range(max(1, round(patience * 1000))):
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    return
+                except sqlite3.OperationalError as error:
+                    if not _locked(error):
+                        raise
+            conn.execute("BEGIN IMMEDIATE")  # the last try: its error is the caller's
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
 
     @contextlib.contextmanager
     def on_connection(self, connection: Any, call: str) -> Iterator[Transaction]:
@@ -480,7 +513,7 @@ def translate_errors(path: str) -> Iterator[None]:
             raise DuplicateError(f"SQLite database {path}: {error}") from error
         raise StoreError(f"SQLite database {path}: {error}") from error
     except sqlite3.OperationalError as error:
-        if "locked" in str(error) or "busy" in str(error):
+        if _locked(error):
             raise StoreUnavailableError(
                 f"SQLite database {path} stayed locked by another writer: {error}"
             ) from error
