@@ -357,7 +357,7 @@ def read_claimed(
     for row in rows:
         try:
             claimed.append(_claimed_job(*row))
-        except (ValueError, TypeError, KeyError, AttributeError) as error:
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as error:
             unreadable.append(_unreadable(dict(zip(CLAIM_COLUMNS, row, strict=True)), error))
     claimed.sort(key=lambda job: (-job.priority, job.run_at, job.id))
     return claimed, unreadable
