@@ -4,6 +4,7 @@ lock sleeps between tries: 1, 2, 5 ms and up to 100 ms)."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from pathlib import Path
@@ -125,3 +126,39 @@ def test_a_write_goes_through_once_another_process_lets_go(sqlite_url: str) -> N
     finally:
         other.close()
         app.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX")
+def test_a_child_forked_while_a_writer_holds_the_lock_can_write(sqlite_url: str) -> None:
+    """A process forked while another of its threads held the writer lock: that
+    thread does not exist in the child, and nothing there would release it."""
+    app, _ = make_app(sqlite_url, busy_timeout=1)
+    lock = writer_lock(app.store.backend.path)  # type: ignore[attr-defined]
+    held, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lock:
+            held.set()
+            done.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(10)
+        pid = os.fork()
+        if pid == 0:  # the child: write, and say how it went
+            code = 1
+            try:
+                child, child_task = make_app(sqlite_url, busy_timeout=1)
+                child_task.enqueue(7)
+                child.close()
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, "the child could not write"
+    finally:
+        done.set()
+        holder.join(10)
+    assert [job.args for job in app.jobs()] == [(7,)]
+    app.close()

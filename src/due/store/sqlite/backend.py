@@ -100,8 +100,27 @@ def _locked(error: sqlite3.OperationalError) -> bool:
     return "locked" in str(error) or "busy" in str(error)
 
 
-_WRITER_LOCKS: dict[str, threading.RLock] = {}
-_WRITER_LOCKS_LOCK = threading.Lock()
+class _WriterLocks:
+    """The process's writer locks, one per database file."""
+
+    def __init__(self) -> None:
+        self.guard = threading.Lock()
+        self.by_file: dict[str, threading.RLock] = {}
+
+    def renew(self) -> None:
+        """New locks, none held (in a forked child)."""
+        self.guard = threading.Lock()
+        self.by_file = {}
+
+    def get(self, key: str) -> threading.RLock:
+        lock = self.by_file.get(key)
+        if lock is None:
+            with self.guard:
+                lock = self.by_file.setdefault(key, threading.RLock())
+        return lock
+
+
+_WRITER_LOCKS = _WriterLocks()
 
 
 def writer_lock(path: str) -> threading.RLock:
@@ -109,9 +128,17 @@ def writer_lock(path: str) -> threading.RLock:
     per file, whichever backends open it). Re-entrant, so that a thread opening
     a second write transaction inside its first meets SQLite's own refusal, as
     before, and not a deadlock."""
-    key = os.path.realpath(path)
-    with _WRITER_LOCKS_LOCK:
-        return _WRITER_LOCKS.setdefault(key, threading.RLock())
+    return _WRITER_LOCKS.get(os.path.realpath(path))
+
+
+def _unlock_in_child() -> None:
+    """A child forked while one of the parent's threads held a writer lock would
+    inherit it held, by a thread it does not have: the child starts with its own."""
+    _WRITER_LOCKS.renew()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_unlock_in_child)
 
 
 class SQLiteBackend:
@@ -130,7 +157,7 @@ class SQLiteBackend:
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
-        self._writer = writer_lock(self.path)
+        self._writer_key = os.path.realpath(self.path)
 
     # --- transactions -------------------------------------------------------------
 
@@ -149,7 +176,8 @@ class SQLiteBackend:
                 yield SQLiteTransaction(conn, self._now())
                 return
             asked = self._clock.monotonic()
-            if not self._writer.acquire(timeout=self._busy_timeout):
+            writer = _WRITER_LOCKS.get(self._writer_key)  # looked up: a forked child has new ones
+            if not writer.acquire(timeout=self._busy_timeout):
                 raise StoreUnavailableError(
                     f"SQLite database {self.path} stayed locked by another writer of this "
                     f"process for {self._busy_timeout:g}s"
@@ -164,7 +192,7 @@ class SQLiteBackend:
                     raise
                 conn.execute("COMMIT")
             finally:
-                self._writer.release()
+                writer.release()
 
     def _begin_immediate(self, conn: sqlite3.Connection, patience: float) -> None:
         """Take the file's write lock, trying again about every millisecond for
