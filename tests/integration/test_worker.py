@@ -506,6 +506,31 @@ def test_when_the_loop_lane_fails_the_thread_path_writes_instead(
     run(scenario)
 
 
+def test_a_failing_loop_lane_is_said_at_info_once_a_minute(
+    app: due.App, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every claim may fall back while the database is away: the log says so
+    once a minute, not once per claim."""
+    worker = make_worker(app)
+    error = due.StoreUnavailableError("the database is away")
+    with caplog.at_level("DEBUG", logger="due.worker"):
+        for _ in range(3):
+            worker._lane_failed("claim", error)
+            clock.advance("20s")
+        worker._lane_failed("acknowledgement", error)  # 60 s after the first
+    said = [
+        (r.levelname, getattr(r, "fields", {}).get("call"))
+        for r in caplog.records
+        if getattr(r, "event", "") == "worker.loop_lane_failed"
+    ]
+    assert said == [
+        ("INFO", "claim"),
+        ("DEBUG", "claim"),
+        ("DEBUG", "claim"),
+        ("INFO", "acknowledgement"),
+    ]
+
+
 def waiting_on_a_lock(url: str, application_name: str) -> bool:
     """Whether that application's acknowledgement waits on a row lock."""
     with psycopg.connect(url, autocommit=True) as conn:
