@@ -197,10 +197,10 @@ class SQLiteBackend:
     def _begin_immediate(self, conn: sqlite3.Connection, patience: float) -> None:
         """Take the file's write lock, trying again about every millisecond for
         `patience` seconds while another process holds it. SQLite's own wait
-        sleeps longer and longer between tries (1, 2, 5 ... 100 ms): against a
-        worker that writes back to back, a web process's enqueue waited 190 ms
-        at the 99th percentile for a lock free most of the time, 9 ms at the
-        median. Each try here waits 1 ms inside SQLite (busy_timeout = 1)."""
+        sleeps longer and longer between tries (1, 2, 5 ... 100 ms): beside a
+        worker draining flat out, a web process's enqueue waited 430 ms at the
+        99th percentile, 11 to 12 ms with these tries (bench/sqlite_contention.py).
+        Each try waits 1 ms inside SQLite (busy_timeout = 1)."""
         conn.execute(SHORT_BUSY_WAIT)
         try:
             for _ in range(max(1, round(patience * 1000))):
