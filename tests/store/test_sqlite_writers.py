@@ -1,6 +1,7 @@
 """SQLite: the writers of one process take turns on a lock of the process, so a
 writer waits exactly as long as the one before it (SQLite's own wait for a busy
-lock sleeps between tries: 1, 2, 5 ms and up to 100 ms)."""
+lock sleeps between tries: 1, 2, 5 ms and up to 100 ms); a writer of another
+process is waited for within the busy timeout."""
 
 from __future__ import annotations
 
@@ -25,25 +26,36 @@ def make_app(url: str, **store_options: float) -> tuple[due.App, due.Task[..., N
     return app, t
 
 
+class BackgroundEnqueue:
+    """`task.enqueue(n)` on a thread of its own: has it gone through yet?"""
+
+    def __init__(self, task: due.Task[..., None], n: int) -> None:
+        self.done = threading.Event()
+        self._thread = threading.Thread(target=self._enqueue, args=(task, n))
+        self._thread.start()
+
+    def _enqueue(self, task: due.Task[..., None], n: int) -> None:
+        task.enqueue(n)
+        self.done.set()
+
+    def finished(self, timeout: float) -> bool:
+        if not self.done.wait(timeout):
+            return False
+        self._thread.join(10)
+        return True
+
+
 def test_every_write_of_the_process_waits_for_the_writer_lock(sqlite_url: str) -> None:
     """Any app on the same file, any thread: held here, no write goes through."""
     app, t = make_app(sqlite_url)
     other, _ = make_app(sqlite_url)  # a second app on the same file, in this process
     lock = writer_lock(app.store.backend.path)  # type: ignore[attr-defined]
-    done = threading.Event()
-
-    def enqueue() -> None:
-        t.enqueue(1)
-        done.set()
-
     try:
         with lock:
-            writer = threading.Thread(target=enqueue)
-            writer.start()
-            assert not done.wait(0.3), "the enqueue did not wait for the writer lock"
+            writer = BackgroundEnqueue(t, 1)
+            assert not writer.finished(0.3), "the enqueue did not wait for the writer lock"
             assert other.jobs() == []  # readers do not wait
-        assert done.wait(10)
-        writer.join(10)
+        assert writer.finished(10)
         assert [job.args for job in other.jobs()] == [(1,)]
     finally:
         other.close()
@@ -108,20 +120,12 @@ def test_a_write_goes_through_once_another_process_lets_go(sqlite_url: str) -> N
     app, t = make_app(sqlite_url)
     path = app.store.backend.path  # type: ignore[attr-defined]
     other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    done = threading.Event()
-
-    def enqueue() -> None:
-        t.enqueue(1)
-        done.set()
-
     try:
         other.execute("BEGIN IMMEDIATE")
-        writer = threading.Thread(target=enqueue)
-        writer.start()
-        assert not done.wait(0.2), "the enqueue did not wait for the other writer"
+        writer = BackgroundEnqueue(t, 1)
+        assert not writer.finished(0.2), "the enqueue did not wait for the other writer"
         other.execute("COMMIT")
-        assert done.wait(10)
-        writer.join(10)
+        assert writer.finished(10)
         assert [job.args for job in app.jobs()] == [(1,)]
     finally:
         other.close()

@@ -104,13 +104,12 @@ class _WriterLocks:
     """The process's writer locks, one per database file."""
 
     def __init__(self) -> None:
-        self.guard = threading.Lock()
-        self.by_file: dict[str, threading.RLock] = {}
+        self.renew()
 
     def renew(self) -> None:
-        """New locks, none held (in a forked child)."""
+        """New locks, none held (also in a forked child)."""
         self.guard = threading.Lock()
-        self.by_file = {}
+        self.by_file: dict[str, threading.RLock] = {}
 
     def get(self, key: str) -> threading.RLock:
         lock = self.by_file.get(key)
@@ -350,13 +349,11 @@ class SQLiteTransaction:
         return to_datetime(self._now)
 
     def run(self, query: str, params: Mapping[str, Any] | None = None) -> Rows:
-        cursor = self._cursor
-        cursor.execute(QUERIES[query], _encoded(params) if params else {})
-        description = cursor.description
+        description = self._execute(query, params)
         if description is None:
             return []
         names, conversions = _row_plan(description)
-        rows = [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
+        rows = [dict(zip(names, values, strict=True)) for values in self._cursor.fetchall()]
         if conversions:
             for row in rows:
                 for name, convert in conversions:
@@ -366,17 +363,21 @@ class SQLiteTransaction:
         return rows
 
     def run_values(self, query: str, params: Mapping[str, Any] | None = None) -> Values:
-        cursor = self._cursor
-        cursor.execute(QUERIES[query], _encoded(params) if params else {})
-        description = cursor.description
+        description = self._execute(query, params)
         if description is None:
             return (), []
-        names = tuple(column[0] for column in description)
-        times = [i for i, name in enumerate(names) if name in TIME_COLUMNS]
-        rows = cursor.fetchall()
+        names, times = _values_plan(description)
+        rows = self._cursor.fetchall()
         if times:
             rows = [_with_times(row, times) for row in rows]
         return names, rows
+
+    def _execute(
+        self, query: str, params: Mapping[str, Any] | None
+    ) -> tuple[tuple[Any, ...], ...] | None:
+        """Run the statement; its result's description (None: it returns no rows)."""
+        self._cursor.execute(QUERIES[query], _encoded(params) if params else {})
+        return self._cursor.description
 
     def run_each(
         self, query: str, rows: Sequence[Mapping[str, Any]], params: Mapping[str, Any] | None = None
@@ -489,7 +490,7 @@ def _value(value: Any) -> Any:
     return value
 
 
-def _with_times(row: tuple[Any, ...], positions: list[int]) -> tuple[Any, ...]:
+def _with_times(row: tuple[Any, ...], positions: tuple[int, ...]) -> tuple[Any, ...]:
     values = list(row)
     for i in positions:
         if values[i] is not None:
@@ -514,6 +515,16 @@ def _row_plan(
         if name in TIME_COLUMNS or name in JSON_COLUMNS
     )
     return names, conversions
+
+
+@functools.lru_cache(maxsize=64)
+def _values_plan(
+    description: tuple[tuple[Any, ...], ...],
+) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """`_row_plan` for `run_values`: the names, and the positions of the times
+    (JSON stays text)."""
+    names = tuple(column[0] for column in description)
+    return names, tuple(i for i, name in enumerate(names) if name in TIME_COLUMNS)
 
 
 def _time(value: Any) -> Any:
