@@ -3,11 +3,12 @@ big table.
 
     .venv/bin/python bench/visibility_bench.py [--backend sqlite|postgres|both]
                                                [--finished 1000000] [--queued 100000]
-                                               [--repeat 15]
+                                               [--future 0] [--repeat 15]
 
 The table holds --finished finished jobs (97% succeeded, 2% failed, 1% cancelled,
-finished over the last 7 days), --queued queued jobs (half due, half delayed) over
-3 queues and 10 tasks, counts and durations as two days of busy minutes and
+finished over the last 7 days), --queued queued jobs (half due, half delayed by up
+to an hour), --future jobs scheduled over the next month at higher priorities
+(the issue's ten million timers: `--future 10000000`), over 3 queues and 10 tasks, counts and durations as two days of busy minutes and
 hours would leave them, and 5 schedules. Rows are written by SQL, not through
 enqueue: this measures reading, not filling.
 
@@ -56,24 +57,27 @@ DAY = 86400.0
 SQLITE_FILL = """
 WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {count})
 INSERT INTO due_jobs (task, queue, state, payload, run_at, attempt, max_attempts,
-                      created_at, started_at, finished_at, last_error)
+                      created_at, started_at, finished_at, last_error, priority, timer)
 SELECT 'task_' || (i % {tasks}), {queue}, {state}, '{{"args":[],"kwargs":{{}}}}',
-       {run_at}, {attempt}, 3, {run_at} - 1, {started}, {finished}, {error}
+       {run_at}, {attempt}, 3, {run_at} - 1, {started}, {finished}, {error}, {priority},
+       {state} = 'queued' AND {run_at} > {now}
 FROM n
 """
 
 POSTGRES_FILL = """
 INSERT INTO due_jobs (task, queue, state, payload, run_at, attempt, max_attempts,
-                      created_at, started_at, finished_at, last_error)
+                      created_at, started_at, finished_at, last_error, priority, timer)
 SELECT 'task_' || (i % {tasks}), {queue}, {state}, '{{"args":[],"kwargs":{{}}}}'::jsonb,
        to_timestamp({run_at}), {attempt}, 3, to_timestamp({run_at} - 1),
-       to_timestamp({started}), to_timestamp({finished}), {error}
+       to_timestamp({started}), to_timestamp({finished}), {error}, {priority},
+       {state} = 'queued' AND {run_at} > {now}
 FROM generate_series(1, {count}) AS i
 """
 
 
-def job_rows(now: float, finished: int, queued: int) -> dict[str, dict[str, Any]]:
-    """The SQL expressions (over i) of each column, for one fill statement."""
+def job_rows(now: float, finished: int, queued: int, future: int) -> dict[str, dict[str, Any]]:
+    """The SQL expressions (over i) of each column, for one fill statement (a
+    queued job due later is a timer, as enqueue writes it)."""
     queue = "CASE i % 3 WHEN 0 THEN 'default' WHEN 1 THEN 'emails' ELSE 'bulk' END"
     finished_at = f"{now} - (i % 604800)"
     return {
@@ -87,6 +91,7 @@ def job_rows(now: float, finished: int, queued: int) -> dict[str, dict[str, Any]
             started=f"{finished_at} - 1",
             finished=finished_at,
             error="CASE WHEN i % 100 BETWEEN 97 AND 98 THEN 'ValueError: bad input' END",
+            priority="0",
         ),
         "queued": dict(
             count=queued,
@@ -97,6 +102,18 @@ def job_rows(now: float, finished: int, queued: int) -> dict[str, dict[str, Any]
             started="NULL",
             finished="NULL",
             error="NULL",
+            priority="0",
+        ),
+        "future": dict(
+            count=future,
+            queue=queue,
+            state="'queued'",
+            run_at=f"{now} + 3600 + (i % {30 * int(DAY)})",
+            attempt="0",
+            started="NULL",
+            finished="NULL",
+            error="NULL",
+            priority="1 + i % 9",
         ),
     }
 
@@ -131,14 +148,16 @@ def make_app(url: str) -> due.App:
     return app
 
 
-def fill(backend: str, url: str, finished: int, queued: int) -> None:
+def fill(backend: str, url: str, rows: dict[str, int]) -> None:
     app = make_app(url)
     app.migrate()
     app.close()
     now = time.time()
+    template = SQLITE_FILL if backend == "sqlite" else POSTGRES_FILL
     statements = [
-        (SQLITE_FILL if backend == "sqlite" else POSTGRES_FILL).format(tasks=TASKS, **columns)
-        for columns in job_rows(now, finished, queued).values()
+        template.format(tasks=TASKS, now=now, **columns)
+        for columns in job_rows(now, rows["finished"], rows["queued"], rows["future"]).values()
+        if columns["count"] > 0
     ]
     stats = stats_rows(now)
     if backend == "sqlite":
@@ -247,7 +266,7 @@ def dashboard_pages(
     from starlette.testclient import TestClient
 
     app = due.App(url)
-    middle = (rows["finished"] + rows["queued"]) // 3
+    middle = sum(rows.values()) // 3
     pages = {
         "dashboard_overview": "/",
         "dashboard_jobs": "/jobs",
@@ -284,7 +303,8 @@ def record(
         "lib": "due",
         "backend": backend,
         "test": f"visibility_{test}",
-        "setting": f"{rows['finished']} finished, {rows['queued']} queued",
+        "setting": f"{rows['finished']} finished, {rows['queued']} queued, "
+        f"{rows['future']} future",
         "version": due.__version__,
         "ts": round(time.time(), 3),
         "value": figures["median_ms"],
@@ -303,12 +323,11 @@ def record(
     return result
 
 
-def measure(backend: str, finished: int, queued: int, repeat: int) -> list[dict[str, Any]]:
+def measure(backend: str, rows: dict[str, int], repeat: int) -> list[dict[str, Any]]:
     url = url_for(backend)
     started = time.perf_counter()
-    fill(backend, url, finished, queued)
+    fill(backend, url, rows)
     print(f"# {backend}: filled in {time.perf_counter() - started:.0f}s", file=sys.stderr)
-    rows = {"finished": finished, "queued": queued}
     return [
         *dashboard_pages(backend, url, repeat, rows),
         record(backend, "status", timed(run_command(url, "status"), repeat), rows),
@@ -323,13 +342,15 @@ def main() -> None:
     parser.add_argument("--backend", default="both", choices=["sqlite", "postgres", "both"])
     parser.add_argument("--finished", type=int, default=1_000_000)
     parser.add_argument("--queued", type=int, default=100_000)
+    parser.add_argument("--future", type=int, default=0)
     parser.add_argument("--repeat", type=int, default=15)
     args = parser.parse_args()
     common.exit_on_sigterm()
     backends = ["sqlite", "postgres"] if args.backend == "both" else [args.backend]
     results = []
     for backend in backends:
-        results.extend(measure(backend, args.finished, args.queued, args.repeat))
+        rows = {"finished": args.finished, "queued": args.queued, "future": args.future}
+        results.extend(measure(backend, rows, args.repeat))
     print("\n| backend | test | median | max | under 200 ms |\n|---|---|---|---|---|")
     for row in results:
         values = row["values"]
