@@ -8,9 +8,10 @@ big table.
 The table holds --finished finished jobs (97% succeeded, 2% failed, 1% cancelled,
 finished over the last 7 days), --queued queued jobs (half due, half delayed by up
 to an hour), --future jobs scheduled over the next month at higher priorities
-(the issue's ten million timers: `--future 10000000`), over 3 queues and 10 tasks, counts and durations as two days of busy minutes and
-hours would leave them, and 5 schedules. Rows are written by SQL, not through
-enqueue: this measures reading, not filling.
+(the issue's ten million timers: `--future 10000000`), over 3 queues and 10
+tasks, counts and durations as two days of busy minutes and hours would leave
+them, and 5 schedules. Rows are written by SQL, not through enqueue: this
+measures reading, not filling.
 
 status   `due status` in-process (click's runner: the App, its connection, every
          query and the rendering; not the interpreter's start-up)
@@ -303,8 +304,7 @@ def record(
         "lib": "due",
         "backend": backend,
         "test": f"visibility_{test}",
-        "setting": f"{rows['finished']} finished, {rows['queued']} queued, "
-        f"{rows['future']} future",
+        "setting": f"{rows['finished']} finished, {rows['queued']} queued, {rows['future']} future",
         "version": due.__version__,
         "ts": round(time.time(), 3),
         "value": figures["median_ms"],
