@@ -639,7 +639,10 @@ class App:
     def queues(self) -> list[QueueOverview]:
         """Per queue: depth, due now, running, waiting, retrying, failed, stuck, when
         its oldest due job became due, and whether it is paused. Lists the queues
-        of this app's tasks and of workers and schedules even when they hold no job."""
+        of this app's tasks and of workers and schedules even when they hold no job.
+        Each count stops at COUNT_LIMIT (10,000; `QueueOverview.at_least` names
+        those that reached it), so that a look costs the same however many jobs
+        are scheduled ahead."""
         overviews = {queue.name: queue for queue in self.store.queue_overview()}
         for name in self.tasks.queues():
             overviews.setdefault(name, QueueOverview(name, 0, 0, 0, 0, 0, None, False))

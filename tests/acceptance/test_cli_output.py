@@ -71,9 +71,11 @@ def test_status_json_counts_failed_and_retrying_and_lists_ended_queues(
         "oldest_due_age_seconds",
         "paused",
         "scheduled",
+        "at_least",
         "live_workers",
     }
     assert queues["later"]["scheduled"] == 1 and queues["later"]["live_workers"] == 0
+    assert queues["later"]["at_least"] == []
     assert status["active_jobs"] == [] and dt.datetime.fromisoformat(status["now"]).tzinfo
 
 

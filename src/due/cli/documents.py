@@ -76,7 +76,7 @@ def queue_document(
         "name": queue.name,
         "queued": queue.queued,
         "due": queue.due,
-        "scheduled": queue.queued - queue.due,
+        "scheduled": queue.scheduled,
         "running": queue.running,
         "waiting": queue.waiting,
         "retrying": queue.retrying,
@@ -85,6 +85,7 @@ def queue_document(
         "oldest_due_at": iso(queue.oldest_due_at),
         "oldest_due_age_seconds": age,
         "paused": queue.paused,
+        "at_least": sorted(queue.at_least),
         **({} if workers is None else {"live_workers": workers}),
     }
 

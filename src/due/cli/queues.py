@@ -106,12 +106,12 @@ def status(settings: Settings, running_limit: int, as_json: bool) -> None:
 def _queue_row(queue: QueueOverview, now: datetime, workers: int) -> list[Text | str]:
     return [
         queue.name,
-        str(queue.queued),
-        str(queue.due),
-        str(queue.running),
-        str(queue.waiting),
-        str(queue.retrying),
-        Text(str(queue.failed), style="red") if queue.failed else "0",
+        queue.shown("queued"),
+        queue.shown("due"),
+        queue.shown("running"),
+        queue.shown("waiting"),
+        queue.shown("retrying"),
+        Text(queue.shown("failed"), style="red") if queue.failed else "0",
         Text(str(queue.stuck), style="red") if queue.stuck else "0",
         age_text(queue, now),
         Text("0", style="red") if queue.due and not workers else str(workers),

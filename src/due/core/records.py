@@ -440,12 +440,22 @@ class WorkerInfo:
     """The tasks it knows (what the unknown-task reaper asks of live workers)."""
 
 
+COUNT_LIMIT = 10_000
+"""Queue figures are counted up to this many jobs each; a figure past it is
+shown as "10000+" (`QueueOverview.at_least` names it). Counting on would read
+every one of ten million jobs scheduled for next month at each look at the
+queues; ten thousand index entries take a few milliseconds."""
+
+COUNTED_FIGURES = ("due", "scheduled", "running", "waiting", "retrying", "failed")
+
+
 @dataclass(frozen=True, slots=True)
 class QueueOverview:
     """A queue now: how deep, how late, how it fails, whether paused."""
 
     name: str
     queued: int
+    """Due now and scheduled for later (`due + scheduled`)."""
     due: int
     running: int
     waiting: int
@@ -456,30 +466,49 @@ class QueueOverview:
     """Queued again after a failed or lost attempt (waiting out its backoff, or due)."""
     failed: int = 0
     """Failed for good and kept (until pruned), retryable by hand."""
+    scheduled: int = 0
+    """Queued for later: a delay, a run_at, a retry's backoff still to run."""
+    at_least: frozenset[str] = frozenset()
+    """The figures that reached COUNT_LIMIT: there are at least that many."""
+
+    def shown(self, figure: str) -> str:
+        """A figure as people read it: "10000+" when there are at least that many."""
+        value = getattr(self, figure)
+        return f"{value}+" if figure in self.at_least else str(value)
 
 
 def queue_overviews(
-    rows: list[dict[str, Any]], paused: Mapping[str, bool], known: Iterable[str]
+    rows: list[dict[str, Any]],
+    paused: Mapping[str, bool],
+    known: Iterable[str],
+    limit: int = COUNT_LIMIT,
 ) -> list[QueueOverview]:
     """Every queue, from the per-queue counts of a backend's `queue_overview`
-    (rows in Python types), the paused states, and the names known without jobs."""
+    (rows in Python types, each count read up to `limit + 1`), the paused
+    states, and the names known without jobs."""
     by_name = {row["queue"]: row for row in rows}
     names = sorted(set(by_name) | set(paused) | set(known))
-    return [_overview(name, by_name.get(name), paused.get(name, False)) for name in names]
+    return [_overview(name, by_name.get(name), paused.get(name, False), limit) for name in names]
 
 
-def _overview(name: str, row: dict[str, Any] | None, paused: bool) -> QueueOverview:
+def _overview(name: str, row: dict[str, Any] | None, paused: bool, limit: int) -> QueueOverview:
     if row is None:
         return QueueOverview(name, 0, 0, 0, 0, 0, None, paused)
+    counts = {figure: min(row[figure], limit) for figure in COUNTED_FIGURES}
+    at_least = {figure for figure in COUNTED_FIGURES if row[figure] > limit}
+    if at_least & {"due", "scheduled"}:
+        at_least.add("queued")
     return QueueOverview(
         name,
-        row["queued"],
-        row["due"],
-        row["running"],
-        row["waiting"],
+        counts["due"] + counts["scheduled"],
+        counts["due"],
+        counts["running"],
+        counts["waiting"],
         row["stuck"],
         row["oldest_due"],
         paused,
-        row["retrying"],
-        row["failed"],
+        counts["retrying"],
+        counts["failed"],
+        counts["scheduled"],
+        frozenset(at_least),
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from due.core.records import QueueOverview, queue_overviews
+from due.core.records import COUNT_LIMIT, QueueOverview, queue_overviews
 from due.store.backend import Backend
 
 
@@ -11,16 +11,17 @@ def pause(db: Backend, queue: str, paused: bool) -> None:
         tx.run("set_queue_paused", {"name": queue, "paused": paused, "now": tx.now})
 
 
-def overview(db: Backend) -> list[QueueOverview]:
-    """Every queue with jobs (active or failed), paused, served or scheduled."""
+def overview(db: Backend, limit: int = COUNT_LIMIT) -> list[QueueOverview]:
+    """Every queue with jobs (active or failed), paused, served or scheduled;
+    each figure counted up to `limit` (past it: "at least", see COUNT_LIMIT)."""
     with db.transaction(read=True) as tx:
         paused = {row["name"]: bool(row["paused"]) for row in tx.run("queue_states")}
-        rows = tx.run("queue_overview", {"now": tx.now})
+        rows = tx.run("queue_overview", {"now": tx.now, "limit": limit + 1})
         stuck = {row["queue"]: row["stuck"] for row in tx.run("queue_stuck", {"now": tx.now})}
         known = [row["name"] for row in tx.run("known_queue_names")]
     for row in rows:
         row["stuck"] = stuck.get(row["queue"], 0)
-    return queue_overviews(rows, paused, known)
+    return queue_overviews(rows, paused, known, limit)
 
 
 def in_use(db: Backend, queue: str) -> bool:

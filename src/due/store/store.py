@@ -18,6 +18,7 @@ from typing import Any, Self
 
 from due.core.jobs import Job
 from due.core.records import (
+    COUNT_LIMIT,
     DEFAULT_MAX_LOST_LEASES,
     Action,
     BatchRequest,
@@ -235,8 +236,8 @@ class Store:
     def queue_pause(self, queue: str, paused: bool) -> None:
         queues.pause(self.backend, queue, paused)
 
-    def queue_overview(self) -> list[QueueOverview]:
-        return queues.overview(self.backend)
+    def queue_overview(self, limit: int = COUNT_LIMIT) -> list[QueueOverview]:
+        return queues.overview(self.backend, limit)
 
     def queue_in_use(self, queue: str) -> bool:
         return queues.in_use(self.backend, queue)

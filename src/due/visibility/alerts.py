@@ -145,8 +145,8 @@ def _queue_alerts(snapshot: Snapshot, rules: AlertRules) -> list[Alert]:
                     Severity.CRITICAL,
                     "no_worker",
                     subject,
-                    f"{queue.due} due job{'s' if queue.due != 1 else ''} and no live worker "
-                    "serves it",
+                    f"{queue.shown('due')} due job{'s' if queue.due != 1 else ''} and no live "
+                    "worker serves it",
                 )
             )
         if queue.stuck:

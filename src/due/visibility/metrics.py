@@ -109,7 +109,7 @@ def _queue_families(snapshot: Snapshot) -> Iterator[Metric]:
         values = {
             "queued": queue.queued,
             "due": queue.due,
-            "scheduled": queue.queued - queue.due,
+            "scheduled": queue.scheduled,
             "running": queue.running,
             "waiting": queue.waiting,
             "retrying": queue.retrying,

@@ -345,6 +345,9 @@ FROM due_jobs
 WHERE id = %(id)s
 
 -- name: list_jobs
+-- Newest first, from `before` back: `id < coalesce(before, <largest id>)` is a
+-- bound the index scan starts from, also in a generic plan (a statement
+-- prepared by psycopg), where `before IS NULL OR id < before` is not.
 SELECT *
 FROM (SELECT *,
              (state = 'running' AND stuck_after IS NOT NULL
@@ -357,14 +360,15 @@ FROM (SELECT *,
         AND (%(task)s::text IS NULL OR task = %(task)s)
         AND (%(parent)s::bigint IS NULL OR parent_id = %(parent)s)
         AND (%(key)s::text IS NULL OR key = %(key)s)
-        AND (%(before)s::bigint IS NULL OR id < %(before)s)) AS j
+        AND id < coalesce(%(before)s::bigint, 9223372036854775807)) AS j
 WHERE NOT %(stuck_only)s OR stuck
 ORDER BY id DESC
 LIMIT %(limit)s
 
 -- name: list_jobs_in_rare_state
--- list_jobs for a state few jobs are in (running, waiting, failed): read through
--- the index of active jobs, not the whole table newest first.
+-- list_jobs for a state few jobs are in (running, waiting, failed): read newest
+-- first through the index of those states (due_jobs_rare), not back through
+-- the primary key past every newer job.
 SELECT *
 FROM (SELECT *,
              (state = 'running' AND stuck_after IS NOT NULL
@@ -373,11 +377,11 @@ FROM (SELECT *,
                  AS stuck
       FROM due_jobs
       WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
-        AND state IN ('queued', 'running', 'waiting', 'failed') AND state = %(state)s
+        AND state IN ('running', 'waiting', 'failed') AND state = %(state)s
         AND (%(task)s::text IS NULL OR task = %(task)s)
         AND (%(parent)s::bigint IS NULL OR parent_id = %(parent)s)
         AND (%(key)s::text IS NULL OR key = %(key)s)
-        AND (%(before)s::bigint IS NULL OR id < %(before)s)) AS j
+        AND id < coalesce(%(before)s::bigint, 9223372036854775807)) AS j
 WHERE NOT %(stuck_only)s OR stuck
 ORDER BY id DESC
 LIMIT %(limit)s
@@ -983,24 +987,52 @@ RETURNING name, pg_notify('due_jobs', name || ' 0')::text AS notified
 SELECT name, paused, updated_at FROM due_queues ORDER BY name
 
 -- name: queue_overview
--- Per queue: depth, due now, running, waiting, retrying (queued again after a
--- failed or lost attempt), failed (kept until pruned), and when its oldest due
--- job became due. An index-only scan of due_jobs_active: finished rows are
--- never read.
-SELECT queue,
-       count(*) FILTER (WHERE state = 'queued') AS queued,
-       count(*) FILTER (WHERE state = 'queued'
-                          AND run_at <= coalesce(%(now)s::timestamptz, now())) AS due,
-       count(*) FILTER (WHERE state = 'running') AS running,
-       count(*) FILTER (WHERE state = 'waiting') AS waiting,
-       min(run_at) FILTER (WHERE state = 'queued' AND NOT held
-                             AND run_at <= coalesce(%(now)s::timestamptz, now())) AS oldest_due,
-       count(*) FILTER (WHERE state = 'queued' AND attempt > 0) AS retrying,
-       count(*) FILTER (WHERE state = 'failed') AS failed
-FROM due_jobs
-WHERE state IN ('queued', 'running', 'waiting', 'failed')
-GROUP BY queue
-ORDER BY queue
+-- Per queue: due now, scheduled (due later), running, waiting, retrying
+-- (queued again after a failed or lost attempt), failed (kept until pruned),
+-- and when its oldest due job became due. Each count reads at most %(limit)s
+-- entries of an index (a count that reaches it means "at least"), so a queue
+-- with ten million jobs scheduled for next month costs what one with
+-- %(limit)s does; the queues are found by one probe each into the index of
+-- active jobs, never by reading its rows.
+WITH RECURSIVE queues(queue) AS (
+    (SELECT queue FROM due_jobs
+     WHERE state IN ('queued', 'running', 'waiting', 'failed')
+     ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM due_jobs j
+            WHERE j.state IN ('queued', 'running', 'waiting', 'failed') AND j.queue > q.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM queues q
+    WHERE q.queue IS NOT NULL
+)
+SELECT q.queue,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM due_jobs WHERE queue = q.queue AND state = 'queued'
+              AND run_at <= coalesce(%(now)s::timestamptz, now())
+            LIMIT %(limit)s) AS c) AS due,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM due_jobs WHERE queue = q.queue AND state = 'queued'
+              AND run_at > coalesce(%(now)s::timestamptz, now())
+            LIMIT %(limit)s) AS c) AS scheduled,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM due_jobs WHERE queue = q.queue AND state = 'running'
+            LIMIT %(limit)s) AS c) AS running,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM due_jobs WHERE queue = q.queue AND state = 'waiting'
+            LIMIT %(limit)s) AS c) AS waiting,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM due_jobs WHERE queue = q.queue AND state = 'queued' AND attempt > 0
+            LIMIT %(limit)s) AS c) AS retrying,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM due_jobs WHERE queue = q.queue AND state = 'failed'
+            LIMIT %(limit)s) AS c) AS failed,
+       (SELECT run_at FROM due_jobs
+        WHERE queue = q.queue AND state = 'queued' AND NOT held
+          AND run_at <= coalesce(%(now)s::timestamptz, now())
+        ORDER BY run_at LIMIT 1) AS oldest_due
+FROM queues q
+WHERE q.queue IS NOT NULL
+ORDER BY q.queue
 
 -- name: queue_stuck
 -- Running jobs whose progress has not moved for their task's stuck_after.

@@ -3,6 +3,9 @@
 -- :now is always given (the injected clock, or this host's clock).
 -- Every writing transaction is BEGIN IMMEDIATE, so SQLite's single writer
 -- serialises claims: no row is claimed twice.
+-- SQLite reads a partial index only for a query whose WHERE repeats the
+-- index's own terms: hence `state IN (...)` before `state = ...` wherever the
+-- index of active jobs or of the rare states (running, waiting, failed) serves.
 
 -- name: create_migrations_table
 CREATE TABLE IF NOT EXISTS due_schema_migrations (
@@ -155,7 +158,7 @@ RETURNING id, task, schedule, state, queue, run_at, parent_id, completes, pieces
 -- consulted, so a process that does not know the task rescues it too.
 SELECT id, lease_token, attempt, max_attempts, lost_leases, worker, parent_id, completes
 FROM due_jobs
-WHERE state = 'running' AND lease_expires_at < :now
+WHERE state IN ('running', 'waiting', 'failed') AND state = 'running' AND lease_expires_at < :now
 ORDER BY lease_expires_at
 LIMIT :limit
 
@@ -185,6 +188,9 @@ FROM due_jobs
 WHERE id = :id
 
 -- name: list_jobs
+-- Newest first, from `before` back: `id < coalesce(:before, <largest id>)` is a
+-- bound the read starts from, where `:before IS NULL OR id < :before` had it
+-- walk back from the newest job (731 ms for a page with 7,000,000 newer jobs).
 SELECT *
 FROM (SELECT *,
              (state = 'running' AND stuck_after IS NOT NULL
@@ -195,25 +201,26 @@ FROM (SELECT *,
         AND (:task IS NULL OR task = :task)
         AND (:parent IS NULL OR parent_id = :parent)
         AND (:key IS NULL OR key = :key)
-        AND (:before IS NULL OR id < :before))
+        AND id < coalesce(:before, 9223372036854775807))
 WHERE NOT :stuck_only OR stuck
 ORDER BY id DESC
 LIMIT :limit
 
 -- name: list_jobs_in_rare_state
--- list_jobs for a state few jobs are in (running, waiting, failed): read through
--- the index of active jobs, not the whole table newest first.
+-- list_jobs for a state few jobs are in (running, waiting, failed): read newest
+-- first through the index of those states, not back through the whole table
+-- past every newer job.
 SELECT *
 FROM (SELECT *,
              (state = 'running' AND stuck_after IS NOT NULL
               AND coalesce(progress_at, started_at) < :now - stuck_after) AS stuck
-      FROM due_jobs INDEXED BY due_jobs_active
+      FROM due_jobs INDEXED BY due_jobs_rare
       WHERE (:queue IS NULL OR queue = :queue)
-        AND state IN ('queued', 'running', 'waiting', 'failed') AND state = :state
+        AND state IN ('running', 'waiting', 'failed') AND state = :state
         AND (:task IS NULL OR task = :task)
         AND (:parent IS NULL OR parent_id = :parent)
         AND (:key IS NULL OR key = :key)
-        AND (:before IS NULL OR id < :before))
+        AND id < coalesce(:before, 9223372036854775807))
 WHERE NOT :stuck_only OR stuck
 ORDER BY id DESC
 LIMIT :limit
@@ -380,7 +387,7 @@ SELECT * FROM due_workers ORDER BY started_at DESC LIMIT :limit
 
 -- name: any_expired
 -- A read-only look before taking the write lock for a rescue.
-SELECT 1 AS found FROM due_jobs WHERE state = 'running' AND lease_expires_at < :now LIMIT 1
+SELECT 1 AS found FROM due_jobs WHERE state IN ('running', 'waiting', 'failed') AND state = 'running' AND lease_expires_at < :now LIMIT 1
 
 -- ---------------------------------------------------------------- schedules
 
@@ -697,28 +704,68 @@ RETURNING name
 SELECT name, paused, updated_at FROM due_queues ORDER BY name
 
 -- name: queue_overview
--- Per queue: depth, due now, running, waiting, retrying (queued again after a
--- failed or lost attempt), failed (kept until pruned), and when its oldest due
--- job became due. The covering index due_jobs_active alone is read: finished
--- rows never are.
-SELECT queue,
-       count(*) FILTER (WHERE state = 'queued') AS queued,
-       count(*) FILTER (WHERE state = 'queued' AND run_at <= :now) AS due,
-       count(*) FILTER (WHERE state = 'running') AS running,
-       count(*) FILTER (WHERE state = 'waiting') AS waiting,
-       min(run_at) FILTER (WHERE state = 'queued' AND NOT held AND run_at <= :now) AS oldest_due,
-       count(*) FILTER (WHERE state = 'queued' AND attempt > 0) AS retrying,
-       count(*) FILTER (WHERE state = 'failed') AS failed
-FROM due_jobs INDEXED BY due_jobs_active
-WHERE state IN ('queued', 'running', 'waiting', 'failed')
-GROUP BY queue
-ORDER BY queue
+-- Per queue: due now, scheduled (due later), running, waiting, retrying
+-- (queued again after a failed or lost attempt), failed (kept until pruned),
+-- and when its oldest due job became due. Each count reads at most :limit
+-- entries of an index (a count that reaches it means "at least"), so a queue
+-- with ten million jobs scheduled for next month costs what one with :limit
+-- does; the queues are found by one probe each into the index of active jobs,
+-- never by reading its rows. (The state IN terms let SQLite see that the
+-- partial index applies.)
+WITH RECURSIVE queues(queue) AS (
+    SELECT (SELECT queue FROM due_jobs INDEXED BY due_jobs_active
+            WHERE state IN ('queued', 'running', 'waiting', 'failed')
+            ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM due_jobs AS j INDEXED BY due_jobs_active
+            WHERE j.state IN ('queued', 'running', 'waiting', 'failed') AND j.queue > q.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM queues AS q
+    WHERE q.queue IS NOT NULL
+)
+SELECT q.queue,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM due_jobs INDEXED BY due_jobs_active
+            WHERE queue = q.queue AND state IN ('queued', 'running', 'waiting', 'failed')
+              AND state = 'queued' AND run_at <= :now
+            LIMIT :limit)) AS due,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM due_jobs INDEXED BY due_jobs_active
+            WHERE queue = q.queue AND state IN ('queued', 'running', 'waiting', 'failed')
+              AND state = 'queued' AND run_at > :now
+            LIMIT :limit)) AS scheduled,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM due_jobs INDEXED BY due_jobs_active
+            WHERE queue = q.queue AND state IN ('queued', 'running', 'waiting', 'failed')
+              AND state = 'running'
+            LIMIT :limit)) AS running,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM due_jobs INDEXED BY due_jobs_active
+            WHERE queue = q.queue AND state IN ('queued', 'running', 'waiting', 'failed')
+              AND state = 'waiting'
+            LIMIT :limit)) AS waiting,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM due_jobs INDEXED BY due_jobs_retrying
+            WHERE queue = q.queue AND state = 'queued' AND attempt > 0
+            LIMIT :limit)) AS retrying,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM due_jobs INDEXED BY due_jobs_active
+            WHERE queue = q.queue AND state IN ('queued', 'running', 'waiting', 'failed')
+              AND state = 'failed'
+            LIMIT :limit)) AS failed,
+       (SELECT run_at FROM due_jobs INDEXED BY due_jobs_active
+        WHERE queue = q.queue AND state IN ('queued', 'running', 'waiting', 'failed')
+          AND state = 'queued' AND NOT held AND run_at <= :now
+        ORDER BY run_at LIMIT 1) AS oldest_due
+FROM queues AS q
+WHERE q.queue IS NOT NULL
+ORDER BY q.queue
 
 -- name: queue_stuck
 -- Running jobs whose progress has not moved for their task's stuck_after.
 SELECT queue, count(*) AS stuck
 FROM due_jobs
-WHERE state = 'running' AND lease_expires_at IS NOT NULL AND stuck_after IS NOT NULL
+WHERE state IN ('running', 'waiting', 'failed') AND state = 'running' AND lease_expires_at IS NOT NULL AND stuck_after IS NOT NULL
   AND coalesce(progress_at, started_at) < :now - stuck_after
 GROUP BY queue
 
@@ -808,7 +855,7 @@ GROUP BY q.key
 -- name: running_per_worker
 SELECT worker, count(*) AS running
 FROM due_jobs
-WHERE state = 'running' AND lease_expires_at IS NOT NULL
+WHERE state IN ('running', 'waiting', 'failed') AND state = 'running' AND lease_expires_at IS NOT NULL
 GROUP BY worker
 
 -- ------------------------------------------------------------- actions by hand
