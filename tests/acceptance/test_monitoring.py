@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import due
-from due.core.records import WorkerRegistration
+from due.core.records import COUNT_LIMIT, WorkerRegistration
 from due.testing import drain
 from tests.helpers.cli import PLAIN_ENVIRONMENT, run_due
 from tests.helpers.waiting import wait_until
@@ -26,6 +26,7 @@ DOCUMENTED = {
     "due_jobs",
     "due_job_duration_seconds",
     "due_queue_jobs",
+    "due_queue_jobs_at_least",
     "due_queue_paused",
     "due_queue_oldest_due_age_seconds",
     "due_schedule_last_success_timestamp_seconds",
@@ -111,6 +112,8 @@ def test_metrics_serve_every_documented_family_with_its_values(backend_url: str)
             app.enqueue("report", (rows,))
         drain(app)
         app.enqueue("report", (4,), delay="1h")
+        later = due.JobRequest("report", (5,), delay="1h", queue="bulk")
+        app.enqueue_many([later] * (COUNT_LIMIT + 1))
         app.pause_queue("reports")
         live_worker(app, "reports")
         app.add_schedule("hourly", every="1h", task="report", args=(1,))
@@ -137,6 +140,10 @@ def test_metrics_serve_every_documented_family_with_its_values(backend_url: str)
     assert value("due_queue_jobs", queue="reports", state="queued") == 1
     assert value("due_queue_jobs", queue="reports", state="scheduled") == 1
     assert value("due_queue_jobs", queue="reports", state="failed") == 1
+    assert value("due_queue_jobs_at_least", queue="reports", state="scheduled") == 0
+    assert value("due_queue_jobs", queue="bulk", state="scheduled") == COUNT_LIMIT
+    assert value("due_queue_jobs_at_least", queue="bulk", state="scheduled") == 1
+    assert value("due_queue_jobs_at_least", queue="bulk", state="due") == 0
     assert value("due_queue_paused", queue="reports") == 1
     assert value("due_queue_oldest_due_age_seconds", queue="reports") == 0
     assert value("due_workers_alive", queue="reports") == 1

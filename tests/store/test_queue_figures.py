@@ -13,7 +13,8 @@ import pytest
 
 import due
 from due.clock import FakeClock
-from due.core.records import COUNT_LIMIT, ClaimRequest
+from due.core.records import COUNT_LIMIT, COUNTED_FIGURES, ClaimRequest
+from due.store.postgres.backend import QUERIES as POSTGRES_QUERIES
 from due.store.sqlite.backend import QUERIES, path_from_url
 from due.testing import drain
 from tests.conftest import START
@@ -74,11 +75,21 @@ def test_a_figure_past_its_limit_says_at_least(
 def test_the_statement_reads_no_further_than_the_limit(
     app: due.App, tasks: dict[str, due.Task[..., None]]
 ) -> None:
-    """Capping in Python would hide a statement that counts every job."""
-    app.enqueue_many([tasks["ok"].request(n) for n in range(9)])
+    """Each count stops in the statement: capping in Python would hide one that
+    reads every job."""
+    for _ in range(3):
+        tasks["flaky"].enqueue()  # retrying, and scheduled
+        tasks["broken"].enqueue()  # failed
+    drain(app)
+    app.enqueue_many([tasks["ok"].request(n) for n in range(6)])
+    app.store.job_claim(ClaimRequest("default", 3, "w", 30.0))  # 3 running, 3 due
+    for n in range(3):
+        app.batch(tasks["ok"], [(n,)])  # a waiting parent (in "default"), its piece due
     with app.store.backend.transaction(read=True) as tx:
-        (row,) = tx.run("queue_overview", {"now": tx.now, "limit": 4})
-    assert row["due"] == 4 and row["scheduled"] == 0
+        rows = tx.run("queue_overview", {"now": tx.now, "limit": 2})
+    (row,) = [row for row in rows if row["queue"] == "default"]
+    assert {figure: row[figure] for figure in COUNTED_FIGURES} == dict.fromkeys(COUNTED_FIGURES, 2)
+    assert figures(app).waiting == 3  # (what the limit cut)
 
 
 def test_the_default_limit_holds_through_the_app(
@@ -113,7 +124,12 @@ def test_sqlite_reads_an_index_not_the_table(app: due.App, query: str) -> None:
     }
     with sqlite3.connect(path_from_url(app.url)) as conn:
         plan = conn.execute(f"EXPLAIN QUERY PLAN {QUERIES[query]}", params).fetchall()
-    scans = [row[3] for row in plan if row[3].startswith("SCAN due_jobs")]
+    scans = [
+        row[3]
+        for row in plan
+        if row[3].startswith("SCAN ")
+        and not row[3].startswith(("SCAN q", "SCAN (subquery", "SCAN CONSTANT ROW"))
+    ]  # every read of a table (any alias), not of the statement's own subqueries
     assert all("INDEX" in scan for scan in scans), plan
 
 
@@ -126,3 +142,19 @@ def test_sqlite_starts_a_page_of_jobs_at_its_bound(app: due.App) -> None:
     with sqlite3.connect(path_from_url(app.url)) as conn:
         plan = conn.execute(f"EXPLAIN QUERY PLAN {QUERIES['list_jobs']}", params).fetchall()
     assert any("rowid<" in row[3] for row in plan), plan
+
+
+@pytest.mark.parametrize("backend", ["postgres"])
+@pytest.mark.parametrize("query", ["select_expired", "any_expired", "list_jobs_in_rare_state"])
+def test_postgres_finds_running_and_failed_jobs_through_their_index(
+    app: due.App, query: str
+) -> None:
+    """With due_jobs_running gone, the rare-state index serves its readers."""
+    params = {"now": None, "limit": 10, "queue": None, "state": "running", "task": None}
+    params |= {"parent": None, "key": None, "before": None, "stuck_only": False}
+    backend: Any = app.store.backend
+    with backend.transaction() as tx:
+        tx.cursor.execute("SET LOCAL enable_seqscan = off")  # an empty table, else scanned
+        tx.cursor.execute(f"EXPLAIN {POSTGRES_QUERIES[query]}", params)
+        plan = "\n".join(row["QUERY PLAN"] for row in tx.cursor.fetchall())
+    assert "due_jobs_rare" in plan, plan

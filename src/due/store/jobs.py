@@ -55,7 +55,8 @@ def ended(db: Backend, job_ids: Sequence[int]) -> list[Job]:
 
 
 RARE_STATES = frozenset({JobState.RUNNING, JobState.WAITING, JobState.FAILED})
-"""States few of the jobs kept are in: listed through the index of active jobs."""
+"""States few of the jobs kept are in: listed newest first through their own
+index (due_jobs_rare), not back through every newer job."""
 
 
 def list_jobs(db: Backend, where: JobFilter) -> list[Job]:

@@ -6,6 +6,7 @@ number of `due metrics` processes (or dashboards) on any host serve the same.
 | `due_jobs_total` | counter | task, queue, outcome (see core.stats.Outcome) |
 | `due_job_duration_seconds` | histogram | task, queue |
 | `due_queue_jobs` | gauge | queue, state (QUEUE_STATES below) |
+| `due_queue_jobs_at_least` | gauge | queue, state: 1 when due_queue_jobs reached its limit |
 | `due_queue_paused` | gauge | queue |
 | `due_queue_oldest_due_age_seconds` | gauge | queue |
 | `due_schedule_last_success_timestamp_seconds` | gauge | schedule |
@@ -31,6 +32,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from due.core.records import COUNT_LIMIT
 from due.core.stats import DURATION_BUCKETS
 from due.visibility.alerts import AlertRules, Severity, evaluate
 from due.visibility.snapshot import Snapshot, take
@@ -96,6 +98,11 @@ def _queue_families(snapshot: Snapshot) -> Iterator[Metric]:
     jobs = GaugeMetricFamily(
         "due_queue_jobs", "Jobs per queue and state", labels=["queue", "state"]
     )
+    at_least = GaugeMetricFamily(
+        "due_queue_jobs_at_least",
+        f"1 when due_queue_jobs stopped counting at its limit ({COUNT_LIMIT}): at least that many",
+        labels=["queue", "state"],
+    )
     paused = GaugeMetricFamily("due_queue_paused", "1 when the queue is paused", labels=["queue"])
     age = GaugeMetricFamily(
         "due_queue_oldest_due_age_seconds",
@@ -118,10 +125,11 @@ def _queue_families(snapshot: Snapshot) -> Iterator[Metric]:
         }
         for state in QUEUE_STATES:
             jobs.add_metric([queue.name, state], values[state])
+            at_least.add_metric([queue.name, state], 1 if state in queue.at_least else 0)
         paused.add_metric([queue.name], 1 if queue.paused else 0)
         age.add_metric([queue.name], snapshot.oldest_due_age(queue) or 0.0)
         workers.add_metric([queue.name], snapshot.live_workers.get(queue.name, 0))
-    yield from (jobs, paused, age, workers)
+    yield from (jobs, at_least, paused, age, workers)
 
 
 def _schedule_families(snapshot: Snapshot) -> Iterator[Metric]:
