@@ -98,6 +98,9 @@ def _log_end(running: RunningJob, completion: Completion, applied: bool) -> None
             reason="the lease was lost before the result was written",
         )
         return
+    name, level = _end_event(completion)
+    if not log.isEnabledFor(level):
+        return  # a line per job: its fields are built only when it is written
     fields = {
         "job": job.id,
         "task": job.task,
@@ -106,16 +109,26 @@ def _log_end(running: RunningJob, completion: Completion, applied: bool) -> None
         "duration_ms": None if running.seconds is None else round(running.seconds * 1000, 1),
     }
     error = completion.error.error if completion.error else None
-    if completion.state == JobState.SUCCEEDED and completion.warning is not None:
-        event(log, "job.warned", logging.WARNING, **fields, warning=completion.warning)
-    elif completion.state == JobState.SUCCEEDED:
-        event(log, "job.succeeded", logging.INFO, **fields)
-    elif completion.state == JobState.QUEUED:
-        retry_in = round(completion.retry_in or 0, 3)
-        event(log, "job.retrying", logging.WARNING, **fields, retry_in=retry_in, error=error)
-    elif completion.state == JobState.WAITING:
-        event(log, "job.waiting", logging.INFO, **fields)
-    elif completion.state == JobState.CANCELLED:
-        event(log, "job.cancelled", logging.INFO, **fields)
-    else:
-        event(log, "job.failed", logging.ERROR, **fields, error=error)
+    if name == "job.warned":
+        fields["warning"] = completion.warning
+    elif name == "job.retrying":
+        fields |= {"retry_in": round(completion.retry_in or 0, 3), "error": error}
+    elif name == "job.failed":
+        fields["error"] = error
+    event(log, name, level, **fields)
+
+
+def _end_event(completion: Completion) -> tuple[str, int]:
+    """The log event of an attempt's end, and its level."""
+    state = completion.state
+    if state == JobState.SUCCEEDED:
+        if completion.warning is None:
+            return "job.succeeded", logging.INFO
+        return "job.warned", logging.WARNING
+    if state == JobState.QUEUED:
+        return "job.retrying", logging.WARNING
+    if state == JobState.WAITING:
+        return "job.waiting", logging.INFO
+    if state == JobState.CANCELLED:
+        return "job.cancelled", logging.INFO
+    return "job.failed", logging.ERROR

@@ -74,9 +74,9 @@ class Executor:
         self.threads_busy = 0
         """Handler threads executing right now (stragglers past their timeout included)."""
 
-    def context_for(self, job: ClaimedJob) -> Context | None:
+    def context_for(self, job: ClaimedJob, task: Task[Any, Any]) -> Context | None:
         """The context a job's handler will get (None when it declares none)."""
-        if self._tasks.get(job.task).context_parameter is None:
+        if task.context_parameter is None:
             return None
         return Context.for_job(job, self._app)
 
@@ -85,11 +85,13 @@ class Executor:
         job: ClaimedJob,
         context: Context | None = None,
         trusted: Callable[[], bool] | None = None,
+        task: Task[Any, Any] | None = None,
     ) -> Attempt:
-        """Run one attempt. `trusted` says whether its lease is still trusted: asked
-        once more right before the handler starts (a paused process may wake up
-        past its deadline), so a handler never starts on a lease already gone."""
-        task = self._tasks.get(job.task)
+        """Run one attempt (of `task`, looked up by the job's name if not given).
+        `trusted` says whether its lease is still trusted: asked once more right
+        before the handler starts (a paused process may wake up past its
+        deadline), so a handler never starts on a lease already gone."""
+        task = task or self._tasks.get(job.task)
         args, kwargs = job.args, job.kwargs
         if task.context_parameter:
             context = context or Context.for_job(job, self._app)

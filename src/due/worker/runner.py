@@ -48,7 +48,7 @@ class Runner:
         task = self._app.tasks.get(job.task)
         lease = task.config.lease or self._default_lease
         running = RunningJob(job, task, jobs, lease, trusted_until(claimed_at, lease))
-        running.context = self._executor.context_for(job)
+        running.context = self._executor.context_for(job, task)
         if running.context is not None:
             running.context.trusted = lambda: self._trusts(running)
         jobs.hold(running)
@@ -58,14 +58,15 @@ class Runner:
         return self._clock.monotonic() <= running.trusted_until
 
     def launch(self, running: RunningJob, jobs: RunningJobs) -> None:
-        job = running.job
-        event(log, "job.started", logging.DEBUG, job=job.id, task=job.task, attempt=job.attempt)
+        if log.isEnabledFor(logging.DEBUG):  # its fields are built only for a line written
+            job = running.job
+            event(log, "job.started", logging.DEBUG, job=job.id, task=job.task, attempt=job.attempt)
         running.handle = asyncio.create_task(self._execute(running, jobs))
 
     async def _execute(self, running: RunningJob, jobs: RunningJobs) -> None:
         try:
             attempt = await self._executor.run(
-                running.job, running.context, lambda: self._trusts(running)
+                running.job, running.context, lambda: self._trusts(running), running.task
             )
         except asyncio.CancelledError:
             # The outcome is recorded before the slot frees: it keeps the slot until written.
