@@ -51,7 +51,12 @@ ENDS: list[tuple[Completion, str, int, dict[str, Any]]] = [
     ),
     (Completion(7, 1, JobState.WAITING), "job.waiting", logging.INFO, {}),
     (Completion(7, 1, JobState.CANCELLED, error=ERROR), "job.cancelled", logging.INFO, {}),
-    (Completion(7, 1, JobState.FAILED, error=ERROR), "job.failed", logging.ERROR, {"error": "boom"}),
+    (
+        Completion(7, 1, JobState.FAILED, error=ERROR),
+        "job.failed",
+        logging.ERROR,
+        {"error": "boom"},
+    ),
 ]
 
 
