@@ -54,17 +54,21 @@ def ended(db: Backend, job_ids: Sequence[int]) -> list[Job]:
     return [job_from_row(row) for row in rows]
 
 
-RARE_STATES = frozenset({JobState.RUNNING, JobState.WAITING, JobState.FAILED})
-"""States few of the jobs kept are in: listed newest first through their own
-index (due_jobs_rare), not back through every newer job."""
+LISTED_APART = {
+    JobState.RUNNING: "list_running_jobs",
+    JobState.WAITING: "list_stopped_jobs",
+    JobState.FAILED: "list_stopped_jobs",
+}
+"""States few of the jobs kept are in: listed newest first through an index of
+their own, not back through every newer job."""
 
 
 def list_jobs(db: Backend, where: JobFilter) -> list[Job]:
     """Jobs matching the filter, newest first."""
-    rare = where.state in RARE_STATES
+    query = "list_jobs" if where.state is None else LISTED_APART.get(where.state, "list_jobs")
     with db.transaction(read=True) as tx:
         rows = tx.run(
-            "list_jobs_in_rare_state" if rare else "list_jobs",
+            query,
             {
                 "queue": where.queue,
                 "state": where.state.value if where.state else None,

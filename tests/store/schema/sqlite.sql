@@ -34,13 +34,12 @@ CREATE INDEX due_jobs_key ON due_jobs (key) WHERE key IS NOT NULL;
 -- index due_jobs_piece
 CREATE UNIQUE INDEX due_jobs_piece ON due_jobs (parent_id, piece_key) WHERE parent_id IS NOT NULL;
 
--- index due_jobs_rare
-CREATE INDEX due_jobs_rare ON due_jobs (state, id)
-    WHERE state IN ('running', 'waiting', 'failed');
-
 -- index due_jobs_retrying
 CREATE INDEX due_jobs_retrying ON due_jobs (queue)
     WHERE state = 'queued' AND attempt > 0;
+
+-- index due_jobs_running
+CREATE INDEX due_jobs_running ON due_jobs (id) WHERE state = 'running';
 
 -- index due_jobs_schedule_active
 CREATE INDEX due_jobs_schedule_active ON due_jobs (schedule)
@@ -49,6 +48,10 @@ CREATE INDEX due_jobs_schedule_active ON due_jobs (schedule)
 -- index due_jobs_schedule_run
 CREATE UNIQUE INDEX due_jobs_schedule_run ON due_jobs (schedule, scheduled_for)
     WHERE schedule IS NOT NULL;
+
+-- index due_jobs_stopped
+CREATE INDEX due_jobs_stopped ON due_jobs (state, id)
+    WHERE state IN ('waiting', 'failed');
 
 -- index due_jobs_timers
 CREATE INDEX due_jobs_timers ON due_jobs (queue, run_at, id)

@@ -365,24 +365,41 @@ WHERE NOT %(stuck_only)s OR stuck
 ORDER BY id DESC
 LIMIT %(limit)s
 
--- name: list_jobs_in_rare_state
--- list_jobs for a state few jobs are in (running, waiting, failed): read newest
--- first through the index of those states (due_jobs_rare), not back through
--- the primary key past every newer job.
+-- name: list_running_jobs
+-- list_jobs for the running jobs (as many as the workers' slots): read newest
+-- first through their index, not back through the primary key past every
+-- newer job.
 SELECT *
 FROM (SELECT *,
-             (state = 'running' AND stuck_after IS NOT NULL
+             (stuck_after IS NOT NULL
               AND coalesce(progress_at, started_at)
                   < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => stuck_after))
                  AS stuck
       FROM due_jobs
-      WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
-        AND state IN ('running', 'waiting', 'failed') AND state = %(state)s
+      WHERE state = 'running'
+        AND (%(queue)s::text IS NULL OR queue = %(queue)s)
         AND (%(task)s::text IS NULL OR task = %(task)s)
         AND (%(parent)s::bigint IS NULL OR parent_id = %(parent)s)
         AND (%(key)s::text IS NULL OR key = %(key)s)
         AND id < coalesce(%(before)s::bigint, 9223372036854775807)) AS j
 WHERE NOT %(stuck_only)s OR stuck
+ORDER BY id DESC
+LIMIT %(limit)s
+
+-- name: list_stopped_jobs
+-- list_jobs for the waiting or the failed jobs (state), few beside the rest:
+-- read newest first through their index (due_jobs_stopped), not back through
+-- the primary key past every newer job. Neither is ever stuck (only a
+-- running job is).
+SELECT *, false AS stuck
+FROM due_jobs
+WHERE state IN ('waiting', 'failed') AND state = %(state)s
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(task)s::text IS NULL OR task = %(task)s)
+  AND (%(parent)s::bigint IS NULL OR parent_id = %(parent)s)
+  AND (%(key)s::text IS NULL OR key = %(key)s)
+  AND id < coalesce(%(before)s::bigint, 9223372036854775807)
+  AND NOT %(stuck_only)s
 ORDER BY id DESC
 LIMIT %(limit)s
 

@@ -5,7 +5,7 @@
 -- serialises claims: no row is claimed twice.
 -- SQLite reads a partial index only for a query whose WHERE repeats the
 -- index's own terms: hence `state IN (...)` before `state = ...` wherever the
--- index of active jobs or of the rare states (running, waiting, failed) serves.
+-- index of active jobs or of waiting and failed jobs serves.
 
 -- name: create_migrations_table
 CREATE TABLE IF NOT EXISTS due_schema_migrations (
@@ -158,7 +158,7 @@ RETURNING id, task, schedule, state, queue, run_at, parent_id, completes, pieces
 -- consulted, so a process that does not know the task rescues it too.
 SELECT id, lease_token, attempt, max_attempts, lost_leases, worker, parent_id, completes
 FROM due_jobs
-WHERE state IN ('running', 'waiting', 'failed') AND state = 'running' AND lease_expires_at < :now
+WHERE state = 'running' AND lease_expires_at < :now
 ORDER BY lease_expires_at
 LIMIT :limit
 
@@ -206,22 +206,38 @@ WHERE NOT :stuck_only OR stuck
 ORDER BY id DESC
 LIMIT :limit
 
--- name: list_jobs_in_rare_state
--- list_jobs for a state few jobs are in (running, waiting, failed): read newest
--- first through the index of those states, not back through the whole table
--- past every newer job.
+-- name: list_running_jobs
+-- list_jobs for the running jobs (as many as the workers' slots): read newest
+-- first through their index, not back through the whole table past every
+-- newer job.
 SELECT *
 FROM (SELECT *,
-             (state = 'running' AND stuck_after IS NOT NULL
+             (stuck_after IS NOT NULL
               AND coalesce(progress_at, started_at) < :now - stuck_after) AS stuck
-      FROM due_jobs INDEXED BY due_jobs_rare
-      WHERE (:queue IS NULL OR queue = :queue)
-        AND state IN ('running', 'waiting', 'failed') AND state = :state
+      FROM due_jobs INDEXED BY due_jobs_running
+      WHERE state = 'running'
+        AND (:queue IS NULL OR queue = :queue)
         AND (:task IS NULL OR task = :task)
         AND (:parent IS NULL OR parent_id = :parent)
         AND (:key IS NULL OR key = :key)
         AND id < coalesce(:before, 9223372036854775807))
 WHERE NOT :stuck_only OR stuck
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: list_stopped_jobs
+-- list_jobs for the waiting or the failed jobs (:state), few beside the rest:
+-- read newest first through their index, not back through the whole table
+-- past every newer job. Neither is ever stuck (only a running job is).
+SELECT *, 0 AS stuck
+FROM due_jobs INDEXED BY due_jobs_stopped
+WHERE state IN ('waiting', 'failed') AND state = :state
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:task IS NULL OR task = :task)
+  AND (:parent IS NULL OR parent_id = :parent)
+  AND (:key IS NULL OR key = :key)
+  AND id < coalesce(:before, 9223372036854775807)
+  AND NOT :stuck_only
 ORDER BY id DESC
 LIMIT :limit
 
@@ -387,7 +403,7 @@ SELECT * FROM due_workers ORDER BY started_at DESC LIMIT :limit
 
 -- name: any_expired
 -- A read-only look before taking the write lock for a rescue.
-SELECT 1 AS found FROM due_jobs WHERE state IN ('running', 'waiting', 'failed') AND state = 'running' AND lease_expires_at < :now LIMIT 1
+SELECT 1 AS found FROM due_jobs WHERE state = 'running' AND lease_expires_at < :now LIMIT 1
 
 -- ---------------------------------------------------------------- schedules
 
@@ -765,7 +781,7 @@ ORDER BY q.queue
 -- Running jobs whose progress has not moved for their task's stuck_after.
 SELECT queue, count(*) AS stuck
 FROM due_jobs
-WHERE state IN ('running', 'waiting', 'failed') AND state = 'running' AND lease_expires_at IS NOT NULL AND stuck_after IS NOT NULL
+WHERE state = 'running' AND lease_expires_at IS NOT NULL AND stuck_after IS NOT NULL
   AND coalesce(progress_at, started_at) < :now - stuck_after
 GROUP BY queue
 
@@ -855,7 +871,7 @@ GROUP BY q.key
 -- name: running_per_worker
 SELECT worker, count(*) AS running
 FROM due_jobs
-WHERE state IN ('running', 'waiting', 'failed') AND state = 'running' AND lease_expires_at IS NOT NULL
+WHERE state = 'running' AND lease_expires_at IS NOT NULL
 GROUP BY worker
 
 -- ------------------------------------------------------------- actions by hand
