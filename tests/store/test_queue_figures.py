@@ -5,11 +5,13 @@ ten thousand do (bench/visibility_bench.py measures the time)."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from psycopg import sql
 
 import due
 from due.clock import FakeClock
@@ -165,3 +167,46 @@ def test_postgres_finds_running_and_failed_jobs_through_their_index(
         tx.cursor.execute(f"EXPLAIN {POSTGRES_QUERIES[query]}", params)
         plan = "\n".join(row["QUERY PLAN"] for row in tx.cursor.fetchall())
     assert index in plan, plan
+
+
+def generic_plan(tx: Any, query: str, params: dict[str, Any]) -> str:
+    """The plan PostgreSQL keeps for a statement once psycopg has prepared it
+    (after five runs on one connection), whatever the values."""
+    names: list[str] = []
+
+    def numbered(match: re.Match[str]) -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    text = re.sub(r"%\((\w+)\)[sb]", numbered, query)
+    values = ", ".join(sql.Literal(params[name]).as_string(tx.cursor.connection) for name in names)
+    tx.cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+    tx.cursor.execute(f"PREPARE due_generic AS {text}")
+    try:
+        tx.cursor.execute(f"EXPLAIN EXECUTE due_generic({values})")
+        return "\n".join(row["QUERY PLAN"] for row in tx.cursor.fetchall())
+    finally:
+        tx.cursor.execute("DEALLOCATE due_generic")
+
+
+@pytest.mark.parametrize("backend", ["postgres"])
+@pytest.mark.parametrize(
+    ("query", "state", "index"),
+    [
+        ("list_stopped_jobs", "failed", "due_jobs_stopped"),
+        ("list_stopped_jobs", "waiting", "due_jobs_stopped"),
+        ("list_running_jobs", "running", "due_jobs_running"),
+    ],
+)
+def test_a_prepared_listing_keeps_its_index(
+    app: due.App, query: str, state: str, index: str
+) -> None:
+    """A generic plan cannot use a partial index for `state = $1`: it walked back
+    through the primary key past every newer job."""
+    params = {"now": None, "limit": 51, "queue": None, "state": state, "task": None}
+    params |= {"parent": None, "key": None, "before": None, "stuck_only": False}
+    backend: Any = app.store.backend
+    with backend.transaction() as tx:
+        plan = generic_plan(tx, POSTGRES_QUERIES[query], params)
+    assert index in plan and "due_jobs_pkey" not in plan, plan

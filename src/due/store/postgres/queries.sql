@@ -390,16 +390,34 @@ LIMIT %(limit)s
 -- list_jobs for the waiting or the failed jobs (state), few beside the rest:
 -- read newest first through their index (due_jobs_stopped), not back through
 -- the primary key past every newer job. Neither is ever stuck (only a
--- running job is).
-SELECT *, false AS stuck
-FROM due_jobs
-WHERE state IN ('waiting', 'failed') AND state = %(state)s
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-  AND (%(task)s::text IS NULL OR task = %(task)s)
-  AND (%(parent)s::bigint IS NULL OR parent_id = %(parent)s)
-  AND (%(key)s::text IS NULL OR key = %(key)s)
-  AND id < coalesce(%(before)s::bigint, 9223372036854775807)
-  AND NOT %(stuck_only)s
+-- running job is). One branch per state, its state written out: so the
+-- partial index serves also a generic plan (a statement psycopg prepared),
+-- and the planner counts the rows of one state (with `state = %(state)s`
+-- beside `state IN (...)` it expected 367 of 20,000 failed jobs, read them
+-- all through another index and sorted them: 52 ms against 0.3).
+  (SELECT *, false AS stuck
+   FROM due_jobs
+   WHERE state = 'waiting' AND %(state)s::text = 'waiting'
+     AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+     AND (%(task)s::text IS NULL OR task = %(task)s)
+     AND (%(parent)s::bigint IS NULL OR parent_id = %(parent)s)
+     AND (%(key)s::text IS NULL OR key = %(key)s)
+     AND id < coalesce(%(before)s::bigint, 9223372036854775807)
+     AND NOT %(stuck_only)s
+   ORDER BY id DESC
+   LIMIT %(limit)s)
+UNION ALL
+  (SELECT *, false AS stuck
+   FROM due_jobs
+   WHERE state = 'failed' AND %(state)s::text = 'failed'
+     AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+     AND (%(task)s::text IS NULL OR task = %(task)s)
+     AND (%(parent)s::bigint IS NULL OR parent_id = %(parent)s)
+     AND (%(key)s::text IS NULL OR key = %(key)s)
+     AND id < coalesce(%(before)s::bigint, 9223372036854775807)
+     AND NOT %(stuck_only)s
+   ORDER BY id DESC
+   LIMIT %(limit)s)
 ORDER BY id DESC
 LIMIT %(limit)s
 
