@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import due
-from due.core.records import WorkerRegistration
+from due.core.records import COUNT_LIMIT, WorkerRegistration
 from due.testing import drain
 from tests.helpers.cli import run_command, run_due
 
@@ -93,6 +93,22 @@ def test_status_table_shows_failed_and_retrying(backend_url: str, jobs: dict[str
         "0",
         "1",
     ]
+
+
+def test_a_count_past_its_limit_reads_at_least(backend_url: str) -> None:
+    """README: each count stops at 10,000 and then reads 10000+ (the age of the
+    oldest due job stays exact)."""
+    run_due(backend_url, "migrate")
+    with due.App(backend_url) as app:
+
+        @app.task(name="nightly", queue="bulk")
+        def nightly() -> None: ...
+
+        app.enqueue_many([nightly.options(delay="2h").request()] * (COUNT_LIMIT + 1))
+    bulk = next(line for line in run_due(backend_url, "status").splitlines() if "│ bulk" in line)
+    assert [cell.strip() for cell in bulk.split("│")[1:4]] == ["bulk", f"{COUNT_LIMIT}+", "0"]
+    (queue,) = due_json(backend_url, "status")["queues"]
+    assert (queue["scheduled"], queue["at_least"]) == (COUNT_LIMIT, ["queued", "scheduled"])
 
 
 def test_jobs_and_show_json(backend_url: str, jobs: dict[str, due.Job]) -> None:

@@ -17,7 +17,7 @@ from starlette.testclient import TestClient
 
 import due
 from due.clock import FakeClock
-from due.core.records import ClaimRequest, Completion, Lease, WorkerRegistration
+from due.core.records import COUNT_LIMIT, ClaimRequest, Completion, Lease, WorkerRegistration
 from due.web.security import Credential
 
 HOSTILE = "<script>alert(1)</script>"
@@ -72,6 +72,17 @@ def test_every_page_renders(app: due.App, work: due.Task, client: TestClient) ->
     metrics = client.get("/metrics")
     assert metrics.status_code == 200 and "due_queue_oldest_due_age_seconds" in metrics.text
     assert client.get("/jobs/999999").status_code == 404
+
+
+def test_the_overview_says_when_a_count_stopped_at_its_limit(
+    app: due.App, work: due.Task, client: TestClient
+) -> None:
+    app.enqueue_many([work.request("x")] * (COUNT_LIMIT + 1))
+    page = client.get("/")
+    row = re.search(r'<tr data-queue="emails">(.*?)</tr>', page.text, re.S)
+    assert row, page.text
+    cells = re.findall(r"<td>([^<]*)</td>", row.group(1))
+    assert cells[:2] == [f"{COUNT_LIMIT}+", f"{COUNT_LIMIT}+"]  # due now, queued
 
 
 def test_html_from_jobs_is_escaped_on_every_page(
