@@ -380,7 +380,9 @@ def test_a_piece_failed_by_the_unknown_task_reaper_is_counted(
 ) -> None:
     parent = app.batch("piece", [(1,)])
     clock.advance("10m")
-    (failed,) = app.store.job_fail_unknown_tasks(UnknownTaskSweep(["default"], ["backfill"], 60.0))
+    (failed,) = app.store.job_fail_unknown_tasks(
+        UnknownTaskSweep(["default"], ["backfill"], 60.0)
+    ).failed
     assert app.get(failed).parent_id == parent.id
     settled = app.get(parent.id)
     assert settled.state == JobState.SUCCEEDED

@@ -124,7 +124,7 @@ def test_postgres_claim_can_use_the_partial_claim_index(postgres_url: str) -> No
     assert "due_jobs_timers" in plan, plan
 
 
-@pytest.mark.parametrize("query", ["due_queues", "fail_unknown_tasks"])
+@pytest.mark.parametrize("query", ["due_queues", "unknown_task_candidates"])
 def test_sqlite_maintenance_queries_use_the_index_of_active_jobs(
     sqlite_url: str, query: str
 ) -> None:
@@ -132,11 +132,12 @@ def test_sqlite_maintenance_queries_use_the_index_of_active_jobs(
     app.migrate()
     app.close()
     params = {
-        "queues": '["q"]',
+        "queue": "q",
         "tasks": '["t"]',
         "grace": 60.0,
-        "grace_text": "1m",
-        "alive": 30.0,
+        "scan": 100,
+        "after_run_at": None,
+        "after_id": None,
         "now": 0.0,
         "now_iso": "",
     }
@@ -146,7 +147,7 @@ def test_sqlite_maintenance_queries_use_the_index_of_active_jobs(
     assert "due_jobs_active" in details, details
 
 
-@pytest.mark.parametrize("query", ["due_queues", "fail_unknown_tasks"])
+@pytest.mark.parametrize("query", ["due_queues", "unknown_task_candidates"])
 def test_postgres_maintenance_queries_use_an_index_of_active_jobs_only(
     postgres_url: str, query: str
 ) -> None:
@@ -154,11 +155,12 @@ def test_postgres_maintenance_queries_use_an_index_of_active_jobs_only(
     app.migrate()
     app.close()
     params = {
-        "queues": ["q"],
+        "queue": "q",
         "tasks": ["t"],
         "grace": 60.0,
-        "grace_text": "1m",
-        "alive": 30.0,
+        "scan": 100,
+        "after_run_at": None,
+        "after_id": None,
         "now": None,
     }
     with psycopg.connect(postgres_url) as conn:

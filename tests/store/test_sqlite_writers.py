@@ -8,11 +8,13 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 import due
+from due.core.records import UnknownTaskSweep
 from due.store.sqlite.backend import writer_lock
 
 
@@ -166,3 +168,22 @@ def test_a_child_forked_while_a_writer_holds_the_lock_can_write(sqlite_url: str)
         holder.join(10)
     assert [job.args for job in app.jobs()] == [(7,)]
     app.close()
+
+
+def test_a_sweep_for_unknown_tasks_that_finds_none_does_not_wait_for_the_write_lock(
+    sqlite_url: str,
+) -> None:
+    """The sweep read the old due jobs inside a write transaction: with a
+    backlog of a million, every write of the database waited a second for it,
+    every minute in every worker."""
+    app, t = make_app(sqlite_url, busy_timeout=0.3)
+    t.options(run_at=datetime.now(UTC) - timedelta(hours=2)).enqueue(1)
+    other = sqlite3.connect(app.store.backend.path, isolation_level=None)  # type: ignore[attr-defined]
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        swept = app.store.job_fail_unknown_tasks(UnknownTaskSweep(["default"], ["t"], 3600))
+        assert swept.failed == [] and swept.after == {}
+        other.execute("COMMIT")
+    finally:
+        other.close()
+        app.close()

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -14,9 +17,11 @@ from due.core.records import (
     ClaimRequest,
     Completion,
     Retention,
+    SweepMark,
     UnknownTaskSweep,
     WorkerRegistration,
 )
+from due.maintenance.unknown_tasks import UnknownTaskReaper
 from tests.conftest import START
 
 
@@ -81,12 +86,16 @@ def test_unknown_tasks_fail_only_after_the_grace(app: due.App, clock: FakeClock)
 
     future_job, known_job = from_the_future.enqueue(), known.enqueue()
     clock.advance("59m")
-    assert app.store.job_fail_unknown_tasks(UnknownTaskSweep(["emails"], ["known"], 3600)) == []
+    assert (
+        app.store.job_fail_unknown_tasks(UnknownTaskSweep(["emails"], ["known"], 3600)).failed == []
+    )
     clock.advance("2m")
-    assert app.store.job_fail_unknown_tasks(UnknownTaskSweep(["other"], ["known"], 3600)) == []
-    assert app.store.job_fail_unknown_tasks(UnknownTaskSweep(["emails"], ["known"], 3600)) == [
-        future_job.id
-    ]
+    assert (
+        app.store.job_fail_unknown_tasks(UnknownTaskSweep(["other"], ["known"], 3600)).failed == []
+    )
+    assert app.store.job_fail_unknown_tasks(
+        UnknownTaskSweep(["emails"], ["known"], 3600)
+    ).failed == [future_job.id]
     failed = app.get(future_job.id)
     assert failed.state == JobState.FAILED and failed.attempt == 0
     assert failed.last_error == (
@@ -96,6 +105,72 @@ def test_unknown_tasks_fail_only_after_the_grace(app: due.App, clock: FakeClock)
     assert failed.errors[-1].kind == "unknown_task"
     assert app.get(known_job.id).state == JobState.QUEUED
     assert app.retry(future_job.id).state == JobState.QUEUED  # after the deploy
+
+
+def test_a_sweep_looks_at_a_bounded_number_of_old_jobs_and_the_next_reads_on(
+    app: due.App, clock: FakeClock
+) -> None:
+    """A sweep read every job due past the grace: a second per million on SQLite,
+    holding the write lock all along, every minute in every worker."""
+
+    @app.task(name="known")
+    def known(n: int) -> None: ...
+
+    @app.task(name="gone")
+    def gone() -> None: ...
+
+    oldest = known.enqueue(0)
+    clock.advance("1s")
+    second = known.enqueue(1)
+    clock.advance("1s")
+    lost = gone.enqueue()
+    clock.advance("1s")
+    known.enqueue(2)
+    clock.advance("2h")
+    sweep = UnknownTaskSweep(["default"], ["known"], 3600, scan=2)
+
+    first = app.store.job_fail_unknown_tasks(sweep)
+    assert first.failed == []  # it looked at the two oldest only
+    assert first.after == {"default": SweepMark(second.run_at, second.id)}
+    assert app.get(lost.id).state == JobState.QUEUED
+
+    next_one = app.store.job_fail_unknown_tasks(replace(sweep, after=first.after))
+    assert next_one.failed == [lost.id]
+    assert next_one.after["default"].id != second.id
+
+    last = app.store.job_fail_unknown_tasks(replace(sweep, after=next_one.after))
+    assert last.failed == [] and last.after == {}  # read to the end: start over
+
+    # The next pass starts from the oldest job again, and finds what is older.
+    older = gone.options(run_at=START - timedelta(hours=1)).enqueue()
+    again = app.store.job_fail_unknown_tasks(replace(sweep, after=last.after))
+    assert again.failed == [older.id]
+    assert again.after == {"default": SweepMark(oldest.run_at, oldest.id)}
+
+
+def test_the_reaper_reads_on_from_where_its_last_sweep_stopped(
+    app: due.App, clock: FakeClock
+) -> None:
+    @app.task(name="known")
+    def known(n: int) -> None: ...
+
+    @app.task(name="gone")
+    def gone() -> None: ...
+
+    for n in range(3):
+        known.enqueue(n)
+        clock.advance("1s")
+    lost = gone.enqueue()
+    clock.advance("2h")
+
+    async def calls(fn: Callable[..., Any], *args: Any) -> Any:
+        return fn(*args)
+
+    reaper = UnknownTaskReaper(
+        store=app.store, call=calls, sweep=UnknownTaskSweep(["default"], ["known"], 3600, scan=1)
+    )
+    found = [asyncio.run(reaper.run_once()) for _ in range(4)]
+    assert found == [[], [], [], [lost.id]]
 
 
 def test_a_job_another_live_worker_knows_is_left_for_it(app: due.App, clock: FakeClock) -> None:
@@ -114,13 +189,16 @@ def test_a_job_another_live_worker_knows_is_left_for_it(app: due.App, clock: Fak
     clock.advance("2h")
     app.store.worker_touch("new:1:aa")
     app.store.worker_touch("old:2:bb")
-    assert app.store.job_fail_unknown_tasks(UnknownTaskSweep(["emails"], ["known"], 3600, 30)) == []
+    assert (
+        app.store.job_fail_unknown_tasks(UnknownTaskSweep(["emails"], ["known"], 3600, 30)).failed
+        == []
+    )
     assert {w.id: w.tasks for w in app.store.worker_list()}["new:1:aa"] == ("known", "new_task")
     clock.advance("31s")  # the worker that knows it went silent
     app.store.worker_touch("old:2:bb")
-    assert app.store.job_fail_unknown_tasks(UnknownTaskSweep(["emails"], ["known"], 3600, 30)) == [
-        job.id
-    ]
+    assert app.store.job_fail_unknown_tasks(
+        UnknownTaskSweep(["emails"], ["known"], 3600, 30)
+    ).failed == [job.id]
 
 
 def test_workers_register_report_in_and_go(app: due.App, clock: FakeClock) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -17,6 +17,11 @@ its worker keeps dying while running it (out of memory, a segfault)."""
 
 DEFAULT_ALIVE_SECONDS = 30.0
 """A worker seen within this long counts as live (3 leases of the default 10 s)."""
+
+UNKNOWN_TASK_SCAN = 20_000
+"""Jobs due past the grace that one sweep looks at per queue, at most: a sweep
+costs each worker tens of milliseconds of the database's time a minute however
+old the backlog, and a backlog of a million is read through in under an hour."""
 
 
 @dataclass(slots=True)  # not frozen: built per job on hot paths, and frozen is slow
@@ -158,6 +163,27 @@ class UnknownTaskSweep:
     tasks: Sequence[str]
     grace_seconds: float
     alive_seconds: float = DEFAULT_ALIVE_SECONDS
+    scan: int = UNKNOWN_TASK_SCAN
+    """Jobs looked at per queue, at most."""
+    after: Mapping[str, SweepMark] = field(default_factory=dict)
+    """Per queue, where the last sweep stopped (absent: from the oldest job)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SweepMark:
+    """The last job a sweep of a queue looked at: the next one starts after it."""
+
+    run_at: datetime
+    id: int
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownTaskSweepResult:
+    failed: list[int]
+    """The jobs failed, in id order."""
+    after: dict[str, SweepMark]
+    """Per queue, where the next sweep starts (absent: it read to the end, and
+    the next sweep starts from the oldest job again)."""
 
 
 @dataclass(frozen=True, slots=True)

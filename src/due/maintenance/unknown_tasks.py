@@ -7,10 +7,15 @@ past the grace (default 1 hour) and no live worker of its queue knows its task
 (each worker registers the tasks it knows) is it failed, with the reason
 "unknown task", kept, and retryable after the deploy. A job that one live
 worker knows is that worker's to run, however busy it is.
+
+Each sweep looks at a bounded number of each queue's old due jobs and the
+next one reads on from where it stopped, so a backlog of millions costs every
+worker tens of milliseconds of the database a minute, not a full read of it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from due.core.records import UnknownTaskSweep
@@ -33,9 +38,10 @@ class UnknownTaskReaper:
         return min(60.0, max(self._sweep.grace_seconds / 10, 0.5))
 
     async def run_once(self) -> list[int]:
-        failed = await self._call(self._store.job_fail_unknown_tasks, self._sweep)
-        for job_id in failed:
+        result = await self._call(self._store.job_fail_unknown_tasks, self._sweep)
+        self._sweep = dataclasses.replace(self._sweep, after=result.after)
+        for job_id in result.failed:
             event(
                 log, "job.unknown_task", logging.ERROR, job=job_id, grace=self._sweep.grace_seconds
             )
-        return list(failed)
+        return result.failed

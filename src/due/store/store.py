@@ -34,6 +34,7 @@ from due.core.records import (
     RescueResult,
     Retention,
     UnknownTaskSweep,
+    UnknownTaskSweepResult,
     WorkerInfo,
     WorkerRegistration,
 )
@@ -163,7 +164,7 @@ class Store:
     def job_next_due(self, queue: str, tasks: Sequence[str]) -> datetime | None:
         return work.next_due(self.backend, queue, tasks)
 
-    def job_fail_unknown_tasks(self, sweep: UnknownTaskSweep) -> list[int]:
+    def job_fail_unknown_tasks(self, sweep: UnknownTaskSweep) -> UnknownTaskSweepResult:
         return work.fail_unknown_tasks(self.backend, sweep)
 
     # --- long work -----------------------------------------------------------------

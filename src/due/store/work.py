@@ -25,7 +25,9 @@ from due.core.records import (
     HeartbeatReply,
     Lease,
     RescueResult,
+    SweepMark,
     UnknownTaskSweep,
+    UnknownTaskSweepResult,
     attempt_error_json,
     read_claimed,
 )
@@ -363,12 +365,43 @@ def next_due(db: Backend, queue: str, tasks: Sequence[str]) -> datetime | None:
     return value
 
 
+def fail_unknown_tasks(db: Backend, sweep: UnknownTaskSweep) -> UnknownTaskSweepResult:
+    """Fail the queued jobs no live worker of their queue knows (see UnknownTaskSweep).
+
+    The candidates are found in a read transaction, at most `sweep.scan` jobs
+    looked at per queue; only they are written. On SQLite the look at a big
+    backlog held the one write lock for as long as it read (a second per
+    million jobs: every enqueue of the database waited for it)."""
+    unknown: list[int] = []
+    after: dict[str, SweepMark] = {}
+    with db.transaction(read=True) as tx:
+        for queue in sweep.queues:
+            rows = tx.run("unknown_task_candidates", _look_params(sweep, queue, tx.now))
+            unknown += [row["id"] for row in rows if row["id"] is not None]
+            if rows[0]["examined"] >= sweep.scan:
+                after[queue] = SweepMark(rows[0]["last_run_at"], rows[0]["last_id"])
+    failed = _fail_unknown(db, sweep, sorted(unknown)) if unknown else []
+    return UnknownTaskSweepResult(failed, after)
+
+
+def _look_params(sweep: UnknownTaskSweep, queue: str, now: Any) -> dict[str, Any]:
+    mark = sweep.after.get(queue)
+    return {
+        "queue": queue,
+        "tasks": list(sweep.tasks),
+        "grace": float(sweep.grace_seconds),
+        "scan": sweep.scan,
+        "after_run_at": None if mark is None else mark.run_at,
+        "after_id": None if mark is None else mark.id,
+        "now": now,
+    }
+
+
 @retried_on_conflict
-def fail_unknown_tasks(db: Backend, sweep: UnknownTaskSweep) -> list[int]:
-    """Fail the queued jobs no live worker of their queue knows (see UnknownTaskSweep)."""
+def _fail_unknown(db: Backend, sweep: UnknownTaskSweep, ids: list[int]) -> list[int]:
     with db.transaction() as tx:
         params = {
-            "queues": list(sweep.queues),
+            "ids": ids,
             "tasks": list(sweep.tasks),
             "grace": float(sweep.grace_seconds),
             "grace_text": describe_seconds(sweep.grace_seconds),
@@ -378,7 +411,7 @@ def fail_unknown_tasks(db: Backend, sweep: UnknownTaskSweep) -> list[int]:
         rows = tx.run("fail_unknown_tasks", params)
         count_endings(tx, rows)
         settle(tx, rows)  # a piece failed here still counts on its parent
-    return [row["id"] for row in rows]
+    return sorted(row["id"] for row in rows)
 
 
 def due_queues(db: Backend) -> list[str]:

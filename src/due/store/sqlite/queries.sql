@@ -343,14 +343,40 @@ SELECT min(run_at) AS run_at
 FROM due_times
 WHERE NOT EXISTS (SELECT 1 FROM due_queues WHERE name = :queue AND paused)
 
+-- name: unknown_task_candidates
+-- One queue's look for jobs of tasks nobody knows, read in a read transaction
+-- (no writer waits for it): at most :scan of its jobs due for longer than the
+-- grace, in (run_at, id) order from where the last look stopped. A backlog of
+-- a million old jobs then costs each sweep what :scan of them do, and the next
+-- sweeps read on. One row per candidate (`id`; none: one row with a NULL id),
+-- each with how many jobs were looked at and the last of them (where the next
+-- look starts). Through the index of active jobs, which holds the timers too.
+WITH examined AS MATERIALIZED (
+    SELECT id, run_at,
+           NOT held AND task NOT IN (SELECT value FROM json_each(:tasks)) AS unknown
+    FROM due_jobs INDEXED BY due_jobs_active
+    WHERE state IN ('queued', 'running', 'waiting', 'failed')
+      AND queue = :queue AND state = 'queued'
+      AND run_at < :now - :grace
+      AND run_at >= coalesce(:after_run_at, -1e300)
+      AND (run_at, id) > (coalesce(:after_run_at, -1e300), coalesce(:after_id, 0))
+    ORDER BY run_at, id
+    LIMIT :scan
+),
+last AS (SELECT run_at, id FROM examined ORDER BY run_at DESC, id DESC LIMIT 1)
+SELECT s.examined, s.last_run_at, s.last_id, u.id
+FROM (SELECT (SELECT count(*) FROM examined) AS examined,
+             (SELECT run_at FROM last) AS last_run_at,
+             (SELECT id FROM last) AS last_id) AS s
+LEFT JOIN (SELECT id FROM examined WHERE unknown) AS u ON true
+
 -- name: fail_unknown_tasks
--- Jobs that no live worker of their queue knows, due for the whole grace period
--- (a deploy that never finished, a typo): failed with the reason, kept, and
--- retryable once a worker knows the task. "Live": registered as running or
--- stopping and seen within `alive` seconds; the caller, which does not know the
--- task (it knows `tasks`), is one of them. Through the index of active jobs,
--- which holds the timers too.
-UPDATE due_jobs INDEXED BY due_jobs_active
+-- The candidates of a look (`ids`) that are still jobs nobody knows, due for
+-- the whole grace period (a deploy that never finished, a typo): failed with
+-- the reason, kept, and retryable once a worker knows the task. "Live":
+-- registered as running or stopping and seen within `alive` seconds; the
+-- caller, which does not know the task (it knows `tasks`), is one of them.
+UPDATE due_jobs
 SET state = 'failed',
     finished_at = :now,
     dedupe_key = NULL,
@@ -361,9 +387,8 @@ SET state = 'failed',
         'error', 'unknown task ' || task || ': no live worker of queue ' || queue
             || ' knew it within ' || :grace_text || ' of its due time',
         'traceback', NULL, 'at', strftime('%Y-%m-%dT%H:%M:%f+00:00', :now, 'unixepoch')))
-WHERE state IN ('queued', 'running', 'waiting', 'failed')
+WHERE id IN (SELECT value FROM json_each(:ids))
   AND state = 'queued' AND NOT held
-  AND queue IN (SELECT value FROM json_each(:queues))
   AND task NOT IN (SELECT value FROM json_each(:tasks))
   AND run_at < :now - :grace
   AND NOT EXISTS (
