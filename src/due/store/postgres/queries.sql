@@ -1054,6 +1054,10 @@ SELECT name, paused, updated_at FROM due_queues ORDER BY name
 -- with ten million jobs scheduled for next month costs what one with
 -- %(limit)s does; the queues are found by one probe each into the index of
 -- active jobs, never by reading its rows.
+-- The oldest due job is found as next_due finds the next: the earliest of each
+-- priority level of the claim index and the first due timer, so the held
+-- pieces of a paused backfill, however many, are never read (through the
+-- index of active jobs, a million of them took 0.25 s).
 WITH RECURSIVE queues(queue) AS (
     (SELECT queue FROM due_jobs
      WHERE state IN ('queued', 'running', 'waiting', 'failed')
@@ -1086,10 +1090,28 @@ SELECT q.queue,
        (SELECT count(*) FROM (
             SELECT 1 FROM due_jobs WHERE queue = q.queue AND state = 'failed'
             LIMIT %(limit)s) AS c) AS failed,
-       (SELECT run_at FROM due_jobs
-        WHERE queue = q.queue AND state = 'queued' AND NOT held
-          AND run_at <= coalesce(%(now)s::timestamptz, now())
-        ORDER BY run_at LIMIT 1) AS oldest_due
+       (SELECT min(due_times.run_at) FROM (
+            WITH RECURSIVE levels(priority) AS (
+                SELECT max(priority) FROM due_jobs
+                WHERE state = 'queued' AND NOT held AND NOT timer AND queue = q.queue
+                UNION ALL
+                SELECT (SELECT max(priority) FROM due_jobs
+                        WHERE state = 'queued' AND NOT held AND NOT timer AND queue = q.queue
+                          AND priority < levels.priority)
+                FROM levels
+                WHERE levels.priority IS NOT NULL
+            )
+            SELECT (SELECT min(run_at) FROM due_jobs
+                    WHERE state = 'queued' AND NOT held AND NOT timer AND queue = q.queue
+                      AND priority = levels.priority
+                      AND run_at <= coalesce(%(now)s::timestamptz, now())) AS run_at
+            FROM levels
+            WHERE priority IS NOT NULL
+            UNION ALL
+            SELECT (SELECT run_at FROM due_jobs
+                    WHERE state = 'queued' AND timer AND queue = q.queue AND NOT held
+                      AND run_at <= coalesce(%(now)s::timestamptz, now())
+                    ORDER BY run_at LIMIT 1)) AS due_times) AS oldest_due
 FROM queues q
 WHERE q.queue IS NOT NULL
 ORDER BY q.queue
