@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -186,4 +187,27 @@ def test_a_sweep_for_unknown_tasks_that_finds_none_does_not_wait_for_the_write_l
         other.execute("COMMIT")
     finally:
         other.close()
+        app.close()
+
+
+def test_a_sweep_reads_on_past_jobs_due_at_one_instant(sqlite_url: str) -> None:
+    """Jobs enqueued together share a run_at, which SQLite keeps as seconds
+    finer than a microsecond: a position read back as a datetime fell after
+    them, and the next sweep skipped the rest of them."""
+    app, t = make_app(sqlite_url)
+
+    @app.task(name="gone")
+    def gone() -> None: ...
+
+    jobs = app.enqueue_many([t.request(1), t.request(2), gone.request(), t.request(3)])
+    due_at = (datetime.now(UTC) - timedelta(hours=2)).timestamp() // 1 + 0.0000007
+    with sqlite3.connect(app.store.backend.path) as conn:  # type: ignore[attr-defined]
+        conn.execute("UPDATE due_jobs SET run_at = ?", (due_at,))
+    sweep = UnknownTaskSweep(["default"], ["t"], 3600, scan=2)
+    try:
+        first = app.store.job_fail_unknown_tasks(sweep)
+        assert first.failed == [] and first.after["default"].id == jobs[1].id
+        second = app.store.job_fail_unknown_tasks(replace(sweep, after=first.after))
+        assert second.failed == [jobs[2].id]
+    finally:
         app.close()

@@ -173,7 +173,10 @@ class UnknownTaskSweep:
 class SweepMark:
     """The last job a sweep of a queue looked at: the next one starts after it."""
 
-    run_at: datetime
+    run_at: Any
+    """Its run_at as the store keeps it (on SQLite, seconds finer than the
+    microseconds of a datetime, shared by the jobs enqueued together: one
+    read back as a datetime could fall after them)."""
     id: int
 
 

@@ -379,7 +379,7 @@ def fail_unknown_tasks(db: Backend, sweep: UnknownTaskSweep) -> UnknownTaskSweep
             rows = tx.run("unknown_task_candidates", _look_params(sweep, queue, tx.now))
             unknown += [row["id"] for row in rows if row["id"] is not None]
             if rows[0]["examined"] >= sweep.scan:
-                after[queue] = SweepMark(rows[0]["last_run_at"], rows[0]["last_id"])
+                after[queue] = SweepMark(rows[0]["after_run_at"], rows[0]["after_id"])
     failed = _fail_unknown(db, sweep, sorted(unknown)) if unknown else []
     return UnknownTaskSweepResult(failed, after)
 

@@ -367,10 +367,10 @@ WITH examined AS MATERIALIZED (
     LIMIT :scan
 ),
 last AS (SELECT run_at, id FROM examined ORDER BY run_at DESC, id DESC LIMIT 1)
-SELECT s.examined, s.last_run_at, s.last_id, u.id
+SELECT s.examined, s.after_run_at, s.after_id, u.id
 FROM (SELECT (SELECT count(*) FROM examined) AS examined,
-             (SELECT run_at FROM last) AS last_run_at,
-             (SELECT id FROM last) AS last_id) AS s
+             (SELECT run_at FROM last) AS after_run_at,
+             (SELECT id FROM last) AS after_id) AS s
 LEFT JOIN (SELECT id FROM examined WHERE unknown) AS u ON true
 
 -- name: fail_unknown_tasks
