@@ -7,7 +7,8 @@ pieces, slow what a worker and an operator do every minute?
 Each backend gets one database, filled by SQL (one statement, not enqueue):
 
 sweep   --jobs queued jobs of a known task, due two hours ago (past the unknown-task
-        grace of one hour), one in 100,000 of a task no worker knows. One sweep of
+        grace of one hour), 5,000 at each instant (as enqueue_many and batches
+        write them), one in 100,000 of a task no worker knows. One sweep of
         the unknown-task reaper (`Store.job_fail_unknown_tasks`): median ms, the
         sweeps a whole pass takes (each reads on from where the last stopped), the
         jobs it failed (all of the unknown task's, by the end of the pass), and
@@ -43,6 +44,7 @@ from due.core.records import UnknownTaskSweep
 HERE = Path(__file__).parent
 GRACE = 3600.0
 UNKNOWN_EVERY = 100_000
+SHARED_RUN_AT = 5_000
 
 SQLITE_FILL = """
 WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {count})
@@ -71,7 +73,8 @@ def fill(backend: str, url: str, count: int, *, held: bool) -> float:
         "task": "'known'"
         if held
         else f"CASE WHEN i % {UNKNOWN_EVERY} = 0 THEN 'gone' ELSE 'known' END",
-        "run_at": f"{now} - {10800 if held else 7200} - i * 0.001",
+        # 5,000 jobs share each run_at, as a batch or an enqueue_many writes them.
+        "run_at": f"{now} - {10800 if held else 7200} - i / {SHARED_RUN_AT}",
     }
     started = time.perf_counter()
     if backend == "sqlite":

@@ -20,6 +20,7 @@ from due.store.postgres.backend import QUERIES as POSTGRES_QUERIES
 from due.store.sqlite.backend import QUERIES, path_from_url
 from due.testing import drain
 from tests.conftest import START
+from tests.helpers.reads import reads
 
 
 @pytest.fixture
@@ -219,8 +220,10 @@ def test_the_oldest_due_job_is_the_oldest_a_worker_may_take(
     at any priority."""
     parent = app.batch(tasks["ok"], [(n,) for n in range(3)])  # pieces due at START
     app.pause_group(parent.id)
+    tasks["ok"].options(queue="other").enqueue(0)  # another queue's
     clock.advance(2)
     tasks["ok"].options(delay="3s").enqueue(10)  # a timer, due at START + 5 s
+    tasks["ok"].options(delay="1h", priority=9).enqueue(13)  # a timer not due: not counted
     clock.advance(8)
     tasks["ok"].options(priority=5).enqueue(11)  # due at START + 10 s
     tasks["ok"].enqueue(12)
@@ -252,66 +255,32 @@ def crowded_queue(app: due.App, tasks: dict[str, due.Task[..., None]], clock: Fa
     return fill
 
 
-@pytest.mark.parametrize("backend", ["sqlite"])
-def test_sqlite_reads_as_much_for_a_look_at_a_crowded_queue(
-    app: due.App, crowded_queue: Any
-) -> None:
-    """Searched by `state IN (...)` first, each count of running, waiting or
-    failed jobs read every queued one; the oldest due job was found by reading
-    past every held piece."""
+def test_a_look_at_a_crowded_queue_reads_as_much(app: due.App, crowded_queue: Any) -> None:
+    """The oldest due job was found by reading past every held piece; on SQLite,
+    searched by `state IN (...)` first, each count of running, waiting or failed
+    jobs read every queued one."""
 
-    def steps() -> int:
-        counted = [0]
-
-        def step() -> int:
-            counted[0] += 1
-            return 0
-
-        with sqlite3.connect(path_from_url(app.url)) as conn:
-            conn.execute("ANALYZE")  # a planner that knows the table, as after `PRAGMA optimize`
-            # ... and sees it as a big backlog does: every active job one queue's, queued.
-            (rows,) = conn.execute("SELECT count(*) FROM due_jobs").fetchone()
-            conn.execute(
-                "UPDATE sqlite_stat1 SET stat = ? WHERE idx = 'due_jobs_active'",
-                (f"{rows} {rows} {rows} 1 1 1",),
-            )
-        with sqlite3.connect(path_from_url(app.url)) as conn:
-            conn.set_progress_handler(step, 100)
-            now = (START + timedelta(days=1)).timestamp()
-            conn.execute(QUERIES["queue_overview"], {"now": now, "limit": 11}).fetchall()
-        return counted[0] * 100
+    def reads_of_a_look() -> int:
+        now: Any = START + timedelta(days=1)
+        if app.url.startswith("sqlite"):
+            now = now.timestamp()
+        return reads(app, "queue_overview", {"now": now, "limit": 11}, backlog=True)
 
     crowded_queue(100)
-    few = steps()
+    few = reads_of_a_look()
     crowded_queue(2000)
-    assert steps() < few * 1.5, (few, steps())
+    assert reads_of_a_look() < few * 1.5, (few, reads_of_a_look())
 
 
 @pytest.mark.parametrize("backend", ["postgres"])
-def test_postgres_reads_as_much_for_a_look_at_a_crowded_queue(
-    app: due.App, crowded_queue: Any
-) -> None:
-    def rows_read() -> int:
-        backend: Any = app.store.backend
-        with backend.transaction() as tx:
-            tx.cursor.execute("ANALYZE due_jobs")
-            tx.cursor.execute(
-                f"EXPLAIN (ANALYZE, FORMAT JSON) {POSTGRES_QUERIES['queue_overview']}",
-                {"now": START + timedelta(days=1), "limit": 11},
-            )
-            (row,) = tx.cursor.fetchall()
-        return _rows_read(row["QUERY PLAN"][0]["Plan"])
-
-    crowded_queue(100)
-    few = rows_read()
-    crowded_queue(2000)
-    assert rows_read() < few * 1.5, (few, rows_read())
-
-
-def _rows_read(node: dict[str, Any]) -> int:
-    """Rows the scans of a plan read, kept or filtered out."""
-    read = 0
-    if "Scan" in node["Node Type"] and node.get("Relation Name") == "due_jobs":
-        kept = node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
-        read = kept * node["Actual Loops"]
-    return read + sum(_rows_read(child) for child in node.get("Plans", []))
+def test_a_prepared_sweep_reads_on_through_the_claim_index(app: due.App) -> None:
+    """Each worker runs the unknown-task look every minute: psycopg prepares it,
+    and its generic plan must still read a range of the claim index."""
+    params = {"queue": "q", "tasks": ["t"], "grace": 3600.0, "scan": 100, "now": None}
+    params |= {"after_priority": 0, "after_run_at": START, "after_id": 5}
+    backend: Any = app.store.backend
+    with backend.transaction() as tx:
+        tx.cursor.execute("SET LOCAL enable_seqscan = off")  # an empty table, else scanned
+        plan = generic_plan(tx, POSTGRES_QUERIES["unknown_task_candidates"], params)
+    assert plan.count("due_jobs_claim") == 2, plan
+    assert re.search(r"Index Cond: .*ROW\(run_at, id\) >", plan), plan

@@ -124,9 +124,12 @@ def test_postgres_claim_can_use_the_partial_claim_index(postgres_url: str) -> No
     assert "due_jobs_timers" in plan, plan
 
 
-@pytest.mark.parametrize("query", ["due_queues", "unknown_task_candidates"])
-def test_sqlite_maintenance_queries_use_the_index_of_active_jobs(
-    sqlite_url: str, query: str
+@pytest.mark.parametrize(
+    ("query", "index"),
+    [("due_queues", "due_jobs_active"), ("unknown_task_candidates", "due_jobs_claim")],
+)
+def test_sqlite_maintenance_queries_use_an_index_of_queued_jobs(
+    sqlite_url: str, query: str, index: str
 ) -> None:
     app = due.App(sqlite_url)
     app.migrate()
@@ -136,6 +139,7 @@ def test_sqlite_maintenance_queries_use_the_index_of_active_jobs(
         "tasks": '["t"]',
         "grace": 60.0,
         "scan": 100,
+        "after_priority": None,
         "after_run_at": None,
         "after_id": None,
         "now": 0.0,
@@ -144,7 +148,8 @@ def test_sqlite_maintenance_queries_use_the_index_of_active_jobs(
     with sqlite3.connect(path_from_url(sqlite_url)) as conn:
         plan = conn.execute("EXPLAIN QUERY PLAN " + SQLITE_QUERIES[query], params).fetchall()
     details = " | ".join(row[3] for row in plan)
-    assert "due_jobs_active" in details, details
+    assert index in details, details
+    assert "SCAN due_jobs" not in details.replace("SCAN due_jobs USING", ""), details
 
 
 @pytest.mark.parametrize("query", ["due_queues", "unknown_task_candidates"])
@@ -159,6 +164,7 @@ def test_postgres_maintenance_queries_use_an_index_of_active_jobs_only(
         "tasks": ["t"],
         "grace": 60.0,
         "scan": 100,
+        "after_priority": None,
         "after_run_at": None,
         "after_id": None,
         "now": None,

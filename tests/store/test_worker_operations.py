@@ -21,7 +21,9 @@ from due.core.records import (
     WorkerRegistration,
 )
 from due.maintenance.unknown_tasks import UnknownTaskReaper
+from due.store.work import _fail_unknown
 from tests.conftest import START
+from tests.helpers.reads import reads
 
 
 @pytest.fixture
@@ -145,6 +147,61 @@ def test_a_sweep_looks_at_a_bounded_number_of_old_jobs_and_the_next_reads_on(
     again = app.store.job_fail_unknown_tasks(replace(sweep, after=last.after))
     assert again.failed == [older.id]
     assert again.after["default"].id == oldest.id
+
+
+def test_a_sweep_reads_as_much_inside_a_crowd_of_jobs_due_at_one_instant(
+    app: due.App, clock: FakeClock
+) -> None:
+    """Jobs enqueued together share a run_at. With only run_at ordered in the
+    index, a look that starts inside such a group read and sorted all of it."""
+
+    @app.task(name="known")
+    def known(n: int) -> None: ...
+
+    for size in (100, 2000):
+        app.enqueue_many([known.options(queue=f"q{size}").request(n) for n in range(size)])
+    clock.advance("2h")
+
+    def reads_of_the_second_look(queue: str) -> int:
+        sweep = UnknownTaskSweep([queue], ["known"], 3600, scan=10)
+        mark = app.store.job_fail_unknown_tasks(sweep).after[queue]
+        params: dict[str, Any] = {"queue": queue, "tasks": ["known"], "grace": 3600.0}
+        params |= {"scan": 10, "after_priority": mark.priority}
+        params |= {"after_run_at": mark.run_at, "after_id": mark.id}
+        params["now"] = clock.now()
+        if app.url.startswith("sqlite"):
+            params |= {"tasks": '["known"]', "now": clock.now().timestamp()}
+        return reads(app, "unknown_task_candidates", params)
+
+    few = reads_of_the_second_look("q100")
+    assert reads_of_the_second_look("q2000") < few * 1.5, few
+
+
+def test_a_candidate_that_changed_after_the_look_is_not_failed(
+    app: due.App, clock: FakeClock
+) -> None:
+    """The look and the write are two transactions: in between, a candidate may
+    be claimed, held, or its task known by a worker that starts. The write
+    checks again (here called with the look's ids, as the sweep does)."""
+
+    @app.task(name="gone")
+    def gone(n: int) -> None: ...
+
+    claimed, unchanged = gone.enqueue(1), gone.enqueue(2)
+    parent = app.batch(gone, [(3,)])
+    (piece,) = app.jobs(parent=parent.id)
+    later = gone.enqueue(4)
+    clock.advance("2h")
+    sweep = UnknownTaskSweep(["default"], ["known"], 3600)
+    ids = [claimed.id, unchanged.id, piece.id, later.id]
+
+    app.store.job_claim(ClaimRequest("default", 1, "w", 30.0))  # the oldest: `claimed`
+    app.pause_group(parent.id)
+    assert _fail_unknown(app.store.backend, sweep, ids[:3]) == [unchanged.id]
+
+    app.store.worker_register(WorkerRegistration("new:1:aa", "new", 1, {"default": 4}, ["gone"]))
+    assert _fail_unknown(app.store.backend, sweep, [later.id]) == []
+    assert app.get(later.id).state == JobState.QUEUED
 
 
 def test_the_reaper_reads_on_from_where_its_last_sweep_stopped(

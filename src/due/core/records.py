@@ -166,13 +166,20 @@ class UnknownTaskSweep:
     scan: int = UNKNOWN_TASK_SCAN
     """Jobs looked at per queue, at most."""
     after: Mapping[str, SweepMark] = field(default_factory=dict)
-    """Per queue, where the last sweep stopped (absent: from the oldest job)."""
+    """Per queue, where the last sweep stopped (absent: from the first job in
+    the claim's order)."""
+
+    def __post_init__(self) -> None:
+        if self.scan < 1:  # a sweep that looks at nothing would never read on
+            raise ValueError(f"an unknown-task sweep looks at 1 job or more, not {self.scan}")
 
 
 @dataclass(frozen=True, slots=True)
 class SweepMark:
-    """The last job a sweep of a queue looked at: the next one starts after it."""
+    """The last job a sweep of a queue looked at, in the claim's order (priority,
+    run_at, id): the next one starts after it."""
 
+    priority: int
     run_at: Any
     """Its run_at as the store keeps it (on SQLite, seconds finer than the
     microseconds of a datetime, shared by the jobs enqueued together: one

@@ -379,7 +379,10 @@ def fail_unknown_tasks(db: Backend, sweep: UnknownTaskSweep) -> UnknownTaskSweep
             rows = tx.run("unknown_task_candidates", _look_params(sweep, queue, tx.now))
             unknown += [row["id"] for row in rows if row["id"] is not None]
             if rows[0]["examined"] >= sweep.scan:
-                after[queue] = SweepMark(rows[0]["after_run_at"], rows[0]["after_id"])
+                last = rows[0]
+                after[queue] = SweepMark(
+                    last["after_priority"], last["after_run_at"], last["after_id"]
+                )
     failed = _fail_unknown(db, sweep, sorted(unknown)) if unknown else []
     return UnknownTaskSweepResult(failed, after)
 
@@ -391,6 +394,7 @@ def _look_params(sweep: UnknownTaskSweep, queue: str, now: Any) -> dict[str, Any
         "tasks": list(sweep.tasks),
         "grace": float(sweep.grace_seconds),
         "scan": sweep.scan,
+        "after_priority": None if mark is None else mark.priority,
         "after_run_at": None if mark is None else mark.run_at,
         "after_id": None if mark is None else mark.id,
         "now": now,

@@ -559,29 +559,42 @@ FROM due_times
 WHERE NOT EXISTS (SELECT 1 FROM due_queues WHERE name = %(queue)s AND paused)
 
 -- name: unknown_task_candidates
--- One queue's look for jobs of tasks nobody knows, read without a lock: at most
--- %(scan)s of its jobs due for longer than the grace, in (run_at, id) order
--- from where the last look stopped. A backlog of a million old jobs then costs
--- each sweep what %(scan)s of them do, and the next sweeps read on. One row per
--- candidate (`id`; none: one row with a NULL id), each with how many jobs were
--- looked at and the last of them (where the next look starts).
+-- One queue's look for jobs of tasks nobody knows, read without a lock: the
+-- next %(scan)s entries of its claim index after where the last look stopped,
+-- in the claim's order (priority, run_at, id: a range of the index however
+-- many jobs share a run_at). Those due for longer than the grace, of a task
+-- the caller does not know, are the candidates. A backlog of a million old
+-- jobs costs each sweep what %(scan)s of them do, and the next sweeps read
+-- on. Held pieces are not in the claim index (they cannot be failed), nor
+-- are timers (a claim in the queue moves the due ones in). One row per
+-- candidate (`id`; none: one row with a NULL id), each with how many entries
+-- were read and the last of them (where the next look starts).
 WITH examined AS MATERIALIZED (
-    SELECT id, run_at, NOT held AND NOT (task = ANY(%(tasks)b::text[])) AS unknown
-    FROM due_jobs
-    WHERE queue = %(queue)s AND state = 'queued'
-      AND run_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(grace)s)
-      AND run_at >= coalesce(%(after_run_at)s::timestamptz, '-infinity')
-      AND (run_at, id) > (coalesce(%(after_run_at)s::timestamptz, '-infinity'),
-                          coalesce(%(after_id)s::bigint, 0))
-    ORDER BY run_at, id
+    SELECT id, priority, run_at, task
+    FROM ((SELECT id, priority, run_at, task FROM due_jobs
+           WHERE state = 'queued' AND NOT held AND NOT timer AND queue = %(queue)s
+             AND priority = %(after_priority)s::int
+             AND (run_at, id) > (%(after_run_at)s::timestamptz, %(after_id)s::bigint)
+           ORDER BY priority DESC, run_at, id
+           LIMIT %(scan)s)
+          UNION ALL
+          (SELECT id, priority, run_at, task FROM due_jobs
+           WHERE state = 'queued' AND NOT held AND NOT timer AND queue = %(queue)s
+             AND priority < coalesce(%(after_priority)s::int, 2147483647)
+           ORDER BY priority DESC, run_at, id
+           LIMIT %(scan)s)) AS next
+    ORDER BY priority DESC, run_at, id
     LIMIT %(scan)s
 ),
-last AS (SELECT run_at, id FROM examined ORDER BY run_at DESC, id DESC LIMIT 1)
-SELECT s.examined, s.after_run_at, s.after_id, u.id
+last AS (SELECT priority, run_at, id FROM examined ORDER BY priority, run_at DESC, id DESC LIMIT 1)
+SELECT s.examined, s.after_priority, s.after_run_at, s.after_id, u.id
 FROM (SELECT (SELECT count(*) FROM examined) AS examined,
+             (SELECT priority FROM last) AS after_priority,
              (SELECT run_at FROM last) AS after_run_at,
              (SELECT id FROM last) AS after_id) AS s
-LEFT JOIN (SELECT id FROM examined WHERE unknown) AS u ON true
+LEFT JOIN (SELECT id FROM examined
+           WHERE run_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(grace)s)
+             AND NOT (task = ANY(%(tasks)b::text[]))) AS u ON true
 
 -- name: fail_unknown_tasks
 -- The candidates of a look (`ids`) that are still jobs nobody knows, due for

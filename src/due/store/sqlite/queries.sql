@@ -348,30 +348,42 @@ WHERE NOT EXISTS (SELECT 1 FROM due_queues WHERE name = :queue AND paused)
 
 -- name: unknown_task_candidates
 -- One queue's look for jobs of tasks nobody knows, read in a read transaction
--- (no writer waits for it): at most :scan of its jobs due for longer than the
--- grace, in (run_at, id) order from where the last look stopped. A backlog of
--- a million old jobs then costs each sweep what :scan of them do, and the next
--- sweeps read on. One row per candidate (`id`; none: one row with a NULL id),
--- each with how many jobs were looked at and the last of them (where the next
--- look starts). Through the index of active jobs, which holds the timers too.
+-- (no writer waits for it): the next :scan entries of its claim index after
+-- where the last look stopped, in the claim's order (priority, run_at, id: a
+-- range of the index however many jobs share a run_at). Those due for longer
+-- than the grace, of a task the caller does not know, are the candidates. A
+-- backlog of a million old jobs costs each sweep what :scan of them do, and
+-- the next sweeps read on. Held pieces are not in the claim index (they cannot
+-- be failed), nor are timers (a claim in the queue moves the due ones in). One
+-- row per candidate (`id`; none: one row with a NULL id), each with how many
+-- entries were read and the last of them (where the next look starts).
 WITH examined AS MATERIALIZED (
-    SELECT id, run_at,
-           NOT held AND task NOT IN (SELECT value FROM json_each(:tasks)) AS unknown
-    FROM due_jobs INDEXED BY due_jobs_active
-    WHERE queue = :queue AND state = 'queued'
-      AND state IN ('queued', 'running', 'waiting', 'failed')
-      AND run_at < :now - :grace
-      AND run_at >= coalesce(:after_run_at, -1e300)
-      AND (run_at, id) > (coalesce(:after_run_at, -1e300), coalesce(:after_id, 0))
-    ORDER BY run_at, id
+    SELECT id, priority, run_at, task
+    FROM (SELECT * FROM (
+              SELECT id, priority, run_at, task FROM due_jobs INDEXED BY due_jobs_claim
+              WHERE state = 'queued' AND NOT held AND NOT timer AND queue = :queue
+                AND priority = :after_priority AND (run_at, id) > (:after_run_at, :after_id)
+              ORDER BY priority DESC, run_at, id
+              LIMIT :scan)
+          UNION ALL
+          SELECT * FROM (
+              SELECT id, priority, run_at, task FROM due_jobs INDEXED BY due_jobs_claim
+              WHERE state = 'queued' AND NOT held AND NOT timer AND queue = :queue
+                AND priority < coalesce(:after_priority, 2147483647)
+              ORDER BY priority DESC, run_at, id
+              LIMIT :scan))
+    ORDER BY priority DESC, run_at, id
     LIMIT :scan
 ),
-last AS (SELECT run_at, id FROM examined ORDER BY run_at DESC, id DESC LIMIT 1)
-SELECT s.examined, s.after_run_at, s.after_id, u.id
+last AS (SELECT priority, run_at, id FROM examined ORDER BY priority, run_at DESC, id DESC LIMIT 1)
+SELECT s.examined, s.after_priority, s.after_run_at, s.after_id, u.id
 FROM (SELECT (SELECT count(*) FROM examined) AS examined,
+             (SELECT priority FROM last) AS after_priority,
              (SELECT run_at FROM last) AS after_run_at,
              (SELECT id FROM last) AS after_id) AS s
-LEFT JOIN (SELECT id FROM examined WHERE unknown) AS u ON true
+LEFT JOIN (SELECT id FROM examined
+           WHERE run_at < :now - :grace
+             AND task NOT IN (SELECT value FROM json_each(:tasks))) AS u ON true
 
 -- name: fail_unknown_tasks
 -- The candidates of a look (`ids`) that are still jobs nobody knows, due for
