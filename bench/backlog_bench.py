@@ -25,14 +25,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sqlite3
 import statistics
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -41,7 +39,6 @@ import common
 import due
 from due.core.records import UnknownTaskSweep
 
-HERE = Path(__file__).parent
 GRACE = 3600.0
 UNKNOWN_EVERY = 100_000
 SHARED_RUN_AT = 5_000
@@ -144,15 +141,6 @@ def run_backend(backend: str, args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def record(rec: dict[str, Any]) -> None:
-    line = json.dumps(rec)
-    print(line, flush=True)
-    results = HERE / "results"
-    results.mkdir(exist_ok=True)
-    with (results / "results.jsonl").open("a") as out:
-        out.write(line + "\n")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="both")
@@ -161,7 +149,7 @@ def main() -> None:
     args = parser.parse_args()
     backends = ["sqlite", "postgres"] if args.backend == "both" else [args.backend]
     for backend in backends:
-        record({"bench": "backlog", "ts": round(time.time(), 3)} | run_backend(backend, args))
+        common.save({"bench": "backlog", "ts": round(time.time(), 3)} | run_backend(backend, args))
 
 
 if __name__ == "__main__":

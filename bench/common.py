@@ -515,6 +515,15 @@ def emit(rec: dict[str, Any]) -> None:
     print(json.dumps(rec), flush=True)
 
 
+def save(rec: dict[str, Any]) -> None:
+    """A due-only benchmark's result: a JSON line on stdout and in results.jsonl."""
+    line = json.dumps(rec)
+    print(line, flush=True)
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    with (RESULTS_DIR / "results.jsonl").open("a") as out:
+        out.write(line + "\n")
+
+
 # --------------------------------------------------------------------------- measures
 
 

@@ -29,7 +29,6 @@ its workers through this module too).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -246,15 +245,6 @@ def measure(
     return results
 
 
-def record(rec: dict[str, Any]) -> None:
-    line = json.dumps(rec)
-    print(line, flush=True)
-    results = HERE / "results"
-    results.mkdir(exist_ok=True)
-    with (results / "results.jsonl").open("a") as out:
-        out.write(line + "\n")
-
-
 def run_backend(backend: str, args: argparse.Namespace) -> dict[str, dict[str, list[dict]]]:
     url = common.fresh_due_url(backend, "timers")
     app, noop = make_app(url)
@@ -268,7 +258,7 @@ def run_backend(backend: str, args: argparse.Namespace) -> dict[str, dict[str, l
         for phase in ("empty", "timers"):
             if phase == "timers":
                 seconds = fill(backend, url, args.timers, args.finished)
-                record(
+                common.save(
                     {
                         "bench": "timers",
                         "backend": backend,
@@ -287,7 +277,7 @@ def run_backend(backend: str, args: argparse.Namespace) -> dict[str, dict[str, l
                         "run": run,
                         **values,
                     }
-                    record(rec)
+                    common.save(rec)
                     table.setdefault(name, {}).setdefault(phase, []).append(values)
     finally:
         stop_worker(worker)
