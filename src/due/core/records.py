@@ -19,9 +19,9 @@ DEFAULT_ALIVE_SECONDS = 30.0
 """A worker seen within this long counts as live (3 leases of the default 10 s)."""
 
 UNKNOWN_TASK_SCAN = 20_000
-"""Jobs due past the grace that one sweep looks at per queue, at most: a sweep
-costs each worker tens of milliseconds of the database's time a minute however
-old the backlog, and a backlog of a million is read through in under an hour."""
+"""Entries of a queue's claim index one sweep reads, at most: a sweep costs
+each worker tens of milliseconds of the database's time a minute however big
+the backlog, and a backlog of a million is read through in under an hour."""
 
 
 @dataclass(slots=True)  # not frozen: built per job on hot paths, and frozen is slow
@@ -164,7 +164,7 @@ class UnknownTaskSweep:
     grace_seconds: float
     alive_seconds: float = DEFAULT_ALIVE_SECONDS
     scan: int = UNKNOWN_TASK_SCAN
-    """Jobs looked at per queue, at most."""
+    """Entries of each queue's claim index read, at most."""
     after: Mapping[str, SweepMark] = field(default_factory=dict)
     """Per queue, where the last sweep stopped (absent: from the first job in
     the claim's order)."""
@@ -193,7 +193,7 @@ class UnknownTaskSweepResult:
     """The jobs failed, in id order."""
     after: dict[str, SweepMark]
     """Per queue, where the next sweep starts (absent: it read to the end, and
-    the next sweep starts from the oldest job again)."""
+    the next sweep starts from the first job in the claim's order again)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,8 +8,8 @@ past the grace (default 1 hour) and no live worker of its queue knows its task
 "unknown task", kept, and retryable after the deploy. A job that one live
 worker knows is that worker's to run, however busy it is.
 
-Each sweep looks at a bounded number of each queue's old due jobs and the
-next one reads on from where it stopped, so a backlog of millions costs every
+Each sweep reads a bounded number of each queue's due jobs (its claim index)
+and the next one reads on from where it stopped, so a backlog of millions costs every
 worker tens of milliseconds of the database a minute, not a full read of it.
 """
 

@@ -368,8 +368,8 @@ def next_due(db: Backend, queue: str, tasks: Sequence[str]) -> datetime | None:
 def fail_unknown_tasks(db: Backend, sweep: UnknownTaskSweep) -> UnknownTaskSweepResult:
     """Fail the queued jobs no live worker of their queue knows (see UnknownTaskSweep).
 
-    The candidates are found in a read transaction, at most `sweep.scan` jobs
-    looked at per queue; only they are written. On SQLite the look at a big
+    The candidates are found in a read transaction, at most `sweep.scan`
+    entries of each queue's claim index read; only they are written. On SQLite the look at a big
     backlog held the one write lock for as long as it read (a second per
     million jobs: every enqueue of the database waited for it)."""
     unknown: list[int] = []
