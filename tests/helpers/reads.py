@@ -5,9 +5,12 @@ that compares two sizes, on any machine."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Mapping
 from typing import Any
+
+from psycopg import sql
 
 import due
 from due.store.postgres.backend import QUERIES as POSTGRES_QUERIES
@@ -62,3 +65,24 @@ def _rows_read(node: dict[str, Any]) -> int:
         kept = node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
         read = kept * node["Actual Loops"]
     return read + sum(_rows_read(child) for child in node.get("Plans", []))
+
+
+def generic_plan(tx: Any, query: str, params: dict[str, Any]) -> str:
+    """The plan PostgreSQL keeps for a statement once psycopg has prepared it
+    (after five runs on one connection), whatever the values."""
+    names: list[str] = []
+
+    def numbered(match: re.Match[str]) -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    text = re.sub(r"%\((\w+)\)[sb]", numbered, query)
+    values = ", ".join(sql.Literal(params[name]).as_string(tx.cursor.connection) for name in names)
+    tx.cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+    tx.cursor.execute(f"PREPARE due_generic AS {text}")
+    try:
+        tx.cursor.execute(f"EXPLAIN EXECUTE due_generic({values})")
+        return "\n".join(row["QUERY PLAN"] for row in tx.cursor.fetchall())
+    finally:
+        tx.cursor.execute("DEALLOCATE due_generic")

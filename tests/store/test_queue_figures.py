@@ -11,7 +11,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from psycopg import sql
 
 import due
 from due.clock import FakeClock
@@ -20,7 +19,7 @@ from due.store.postgres.backend import QUERIES as POSTGRES_QUERIES
 from due.store.sqlite.backend import QUERIES, path_from_url
 from due.testing import drain
 from tests.conftest import START
-from tests.helpers.reads import reads
+from tests.helpers.reads import generic_plan, reads
 
 
 @pytest.fixture
@@ -168,27 +167,6 @@ def test_postgres_finds_running_and_failed_jobs_through_their_index(
         tx.cursor.execute(f"EXPLAIN {POSTGRES_QUERIES[query]}", params)
         plan = "\n".join(row["QUERY PLAN"] for row in tx.cursor.fetchall())
     assert index in plan, plan
-
-
-def generic_plan(tx: Any, query: str, params: dict[str, Any]) -> str:
-    """The plan PostgreSQL keeps for a statement once psycopg has prepared it
-    (after five runs on one connection), whatever the values."""
-    names: list[str] = []
-
-    def numbered(match: re.Match[str]) -> str:
-        if match.group(1) not in names:
-            names.append(match.group(1))
-        return f"${names.index(match.group(1)) + 1}"
-
-    text = re.sub(r"%\((\w+)\)[sb]", numbered, query)
-    values = ", ".join(sql.Literal(params[name]).as_string(tx.cursor.connection) for name in names)
-    tx.cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-    tx.cursor.execute(f"PREPARE due_generic AS {text}")
-    try:
-        tx.cursor.execute(f"EXPLAIN EXECUTE due_generic({values})")
-        return "\n".join(row["QUERY PLAN"] for row in tx.cursor.fetchall())
-    finally:
-        tx.cursor.execute("DEALLOCATE due_generic")
 
 
 @pytest.mark.parametrize("backend", ["postgres"])

@@ -21,9 +21,11 @@ from due.core.records import (
     WorkerRegistration,
 )
 from due.maintenance.unknown_tasks import UnknownTaskReaper
+from due.store.postgres.backend import LANE_SETTINGS
+from due.store.postgres.backend import QUERIES as POSTGRES_QUERIES
 from due.store.work import _fail_unknown
 from tests.conftest import START
-from tests.helpers.reads import reads
+from tests.helpers.reads import generic_plan, reads
 
 
 @pytest.fixture
@@ -355,3 +357,75 @@ def test_the_loop_lane_claims_and_acknowledges_as_the_thread_path_does(
     assert app.get(jobs[2].id).state == JobState.QUEUED
     (figures,) = [f for f in app.store.stats_figures() if f.task == "work"]
     assert figures.window("total").counts["succeeded"] == 1  # counted once, by the statement
+
+
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_the_loop_lane_plans_its_statements_once_per_session(app: due.App, work: due.Task) -> None:
+    """Planned at each claim, a claim of 100 jobs spent 0.6 ms of the server's
+    time in planning. psycopg prepares a statement run five times; the lane's
+    sessions then keep one plan (a queue big enough that PostgreSQL, left to
+    choose, plans each claim anew)."""
+    app.enqueue_many([work.request(n) for n in range(2000)])
+    lane = app.store.loop_lane(1)
+    assert lane is not None
+
+    async def scenario() -> list[dict[str, Any]]:
+        await lane.open()
+        try:
+            for _ in range(12):
+                request = ClaimRequest("default", 2, "looping", 10)
+                claimed = await app.store.job_claim_on_loop(lane, request)
+                ends = [Completion(j.id, j.lease_token, JobState.SUCCEEDED) for j in claimed]
+                assert await app.store.job_complete_on_loop(lane, ends) == {j.id for j in claimed}
+            async with lane.statement() as tx:  # the same session: the lane has one
+                await tx.cursor.execute(
+                    "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements"
+                )
+                return await tx.cursor.fetchall()
+        finally:
+            await lane.close()
+
+    plans = {
+        ("claim" if "promoted AS" in row["statement"] else "complete"): row
+        for row in asyncio.run(scenario())
+        if "promoted AS" in row["statement"] or "counted AS" in row["statement"]
+    }
+    assert set(plans) == {"claim", "complete"}, plans
+    for row in plans.values():
+        assert row["custom_plans"] == 0 and row["generic_plans"] >= 5, row
+
+
+@pytest.mark.parametrize("backend", ["postgres"])
+@pytest.mark.parametrize("query", ["claim_jobs", "complete_jobs"])
+def test_the_loop_lanes_plans_made_on_an_empty_table_read_through_indexes(
+    app: due.App, query: str
+) -> None:
+    """A lane's plan is made once, maybe while the table is empty, and kept as
+    it grows to millions of rows: it must not scan the table."""
+    params: dict[str, Any] = {
+        "queue": "default",
+        "limit": 100,
+        "promote": 500,
+        "worker": "w",
+        "lease": 10.0,
+        "leases": "{}",
+        "tasks": ["work"],
+        "now": None,
+        "id": [1],
+        "token": [1],
+        "state": ["succeeded"],
+        "result": ["null"],
+        "error": [None],
+        "retry_in": [None],
+        "progress": [None],
+        "warning": [None],
+        "outcome": ["succeeded"],
+        "bucket": [0],
+        "seconds": [0.001],
+    }
+    backend: Any = app.store.backend
+    with backend.transaction() as tx:
+        for setting in LANE_SETTINGS:
+            tx.cursor.execute(setting.replace("SET ", "SET LOCAL ", 1))
+        plan = generic_plan(tx, POSTGRES_QUERIES[query], params)
+    assert "due_jobs_pkey" in plan and "Seq Scan" not in plan, plan

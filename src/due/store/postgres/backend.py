@@ -230,10 +230,13 @@ class PostgresBackend:
         """Async connections for the worker's claims and acknowledgements."""
         from due.store.postgres.loop_lane import LoopLane
 
+        # Through a transaction-mode pooler nothing is prepared: each statement is
+        # planned anyway, and a session setting would leak to the pooler's other clients.
+        lane_settings = () if self.settings.transaction_pooler else LANE_SETTINGS
         return LoopLane(
             self.url,
             self._connect,
-            self._session_settings(),
+            self._session_settings() + lane_settings,
             self._clock.now,
             self._connect_timeout,
             connections,
@@ -567,6 +570,19 @@ SESSION_SETTINGS = (
 )
 """How due's own sessions start (through a transaction-mode pooler: only the
 time zone; the bounds are set per transaction there)."""
+
+LANE_SETTINGS = (
+    # The lane runs two statements, the claim and the acknowledgement, hundreds
+    # of times a second. The server kept planning the claim anew each time (its
+    # generic plan, costed for an unknown LIMIT, never looked cheaper): 0.6 ms of
+    # planning for a claim of 100 jobs, a tenth of the server's time per job.
+    "SET plan_cache_mode = force_generic_plan",
+    # A plan made once must stay right as the table grows, though it may have been
+    # made on an empty one: every row these statements touch is found through an
+    # index (the claim and timer indexes, primary keys), never by a scan.
+    "SET enable_seqscan = off",
+)
+"""What the worker's loop lane sets besides (loop_lane.py)."""
 
 
 def _configure_handler_connection(conn: psycopg.Connection[Any]) -> None:
