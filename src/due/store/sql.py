@@ -11,17 +11,22 @@ from dataclasses import dataclass
 from importlib import resources
 
 _NAME_LINE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
+_COMMENT_LINE = re.compile(r"^[ \t]*--.*\n?", re.MULTILINE)
 _MIGRATION_FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
 
 
 def load_queries(package: str) -> dict[str, str]:
+    """Each statement without its comment lines: they are for the reader of the
+    file. psycopg parses a statement's text once and caches it only if it is
+    short (4 KB): with its comments, the acknowledgement was parsed anew for
+    every batch."""
     text = resources.files(package).joinpath("queries.sql").read_text(encoding="utf-8")
     parts = _NAME_LINE.split(text)
     queries: dict[str, str] = {}
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
         if name in queries:
             raise RuntimeError(f"{package}/queries.sql defines {name!r} twice")
-        queries[name] = body.strip().rstrip(";")
+        queries[name] = _COMMENT_LINE.sub("", body).strip().rstrip(";")
     return queries
 
 

@@ -1,0 +1,28 @@
+"""The statements as the backends load them from their queries.sql."""
+
+from __future__ import annotations
+
+import pytest
+from psycopg import _queries
+
+from due.store.postgres.backend import QUERIES as POSTGRES_QUERIES
+from due.store.sqlite.backend import QUERIES as SQLITE_QUERIES
+
+
+@pytest.mark.parametrize("queries", [POSTGRES_QUERIES, SQLITE_QUERIES], ids=["postgres", "sqlite"])
+def test_statements_are_loaded_without_their_comment_lines(queries: dict[str, str]) -> None:
+    commented = [
+        name
+        for name, text in queries.items()
+        if any(line.lstrip().startswith("--") for line in text.splitlines())
+    ]
+    assert commented == []
+    assert "FOR UPDATE SKIP LOCKED" in POSTGRES_QUERIES["claim_jobs"]  # the code stays
+
+
+def test_every_postgres_statement_is_short_enough_for_psycopg_to_cache_its_parse() -> None:
+    """psycopg parses a statement's placeholders once per text, for texts up to
+    this length; longer ones (complete_jobs with its comments) at every run."""
+    longest = max(POSTGRES_QUERIES, key=lambda name: len(POSTGRES_QUERIES[name].encode()))
+    length = len(POSTGRES_QUERIES[longest].encode())
+    assert length <= _queries.MAX_CACHED_STATEMENT_LENGTH, (longest, length)
