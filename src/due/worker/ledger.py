@@ -78,7 +78,7 @@ class RunningJobs:
         """No longer held: its end is written, or its lease is gone."""
         if self.held.get(running.job.id) is running:
             del self.held[running.job.id]
-        if running in self.ready:
+        if running.handle is None and running in self.ready:  # only unstarted jobs wait there
             self.ready.remove(running)
 
     # --- the completer's side -------------------------------------------------------
