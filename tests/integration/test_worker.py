@@ -537,7 +537,8 @@ def waiting_on_a_lock(url: str, application_name: str) -> bool:
         row = conn.execute(
             "SELECT count(*) FROM pg_stat_activity "
             "WHERE application_name = %s AND wait_event_type = 'Lock' "
-            "AND query LIKE '%%due_job_stats%%'",  # the acknowledgement (it counts its ends)
+            # the acknowledgement (within the 1 KB of its text the server shows)
+            "AND query LIKE '%%SET state = c.state%%'",
             (application_name,),
         ).fetchone()
     return bool(row and row[0])
