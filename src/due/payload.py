@@ -28,6 +28,12 @@ _encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan
 _ENCODED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
+def _holds_nul(text: str) -> bool:
+    # The substring test (30 ns) spares almost every text the search (1.5 us):
+    # a third of the time a bulk enqueue spent preparing each job.
+    return "\\u0000" in text and _ENCODED_NUL.search(text) is not None
+
+
 def encode_arguments(
     task: str, args: Sequence[Any], kwargs: Mapping[str, Any], max_bytes: int
 ) -> str:
@@ -36,7 +42,7 @@ def encode_arguments(
         text = _encoder.encode({"args": args, "kwargs": kwargs})
     except (TypeError, ValueError) as error:
         raise _explain_unserialisable(task, args, kwargs) from error
-    if _ENCODED_NUL.search(text):
+    if _holds_nul(text):
         raise PayloadError(
             f"arguments of task {task!r} hold a NUL character (\\x00), which the job "
             "store cannot keep; remove it (or encode binary data, e.g. as base64)"
@@ -57,7 +63,7 @@ def encode_value(value: Any, what: str) -> str:
         text = _encoder.encode(value)
     except (TypeError, ValueError) as error:
         raise PayloadError(f"{what} is not JSON-serialisable: {error}") from error
-    if _ENCODED_NUL.search(text):
+    if _holds_nul(text):
         raise PayloadError(f"{what} holds a NUL character (\\x00), which cannot be stored")
     return text
 

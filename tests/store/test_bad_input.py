@@ -56,6 +56,14 @@ def test_unserialisable_arguments_are_named(app: due.App, send: due.Task) -> Non
     rejected(app, lambda: send.enqueue(float("nan")), due.PayloadError, "argument 0")
 
 
+def test_a_nul_character_in_the_arguments_is_refused_and_its_spelling_as_text_is_not(
+    app: due.App, send: due.Task
+) -> None:
+    rejected(app, lambda: send.enqueue(1, template="a\x00b"), due.PayloadError, "NUL character")
+    job = send.enqueue(1, template="a\\u0000b")  # a backslash, then "u0000": text
+    assert app.get(job.id).kwargs == {"template": "a\\u0000b"}
+
+
 def test_payload_over_the_limit(backend_url: str) -> None:
     app = due.App(backend_url, max_payload_bytes=1000)
     app.migrate()
