@@ -59,8 +59,8 @@ def test_postgres_job_commits_with_the_business_change(postgres_app: due.App) ->
 
 def test_postgres_notification_is_sent_only_on_commit(postgres_app: due.App) -> None:
     ship = register(postgres_app)
-    with psycopg.connect(postgres_app.url, autocommit=True) as listener:
-        listener.execute("LISTEN due_jobs")
+    channel = postgres_app.store.backend.channel_name("due_jobs")  # type: ignore[attr-defined]
+    with postgres_app.store.backend.listen_connection() as listener:  # type: ignore[attr-defined]
         with psycopg.connect(postgres_app.url) as conn:
             with pytest.raises(Abort), conn.transaction():
                 ship.options(connection=conn).enqueue(1)
@@ -69,7 +69,7 @@ def test_postgres_notification_is_sent_only_on_commit(postgres_app: due.App) -> 
             ship.options(connection=conn, queue="shipping").enqueue(2)
             conn.commit()
         (note,) = list(listener.notifies(timeout=2, stop_after=1))
-        assert note.channel == "due_jobs" and note.payload.startswith("shipping ")
+        assert note.channel == channel and note.payload.startswith("shipping ")
 
 
 def test_postgres_async_connection(postgres_app: due.App) -> None:

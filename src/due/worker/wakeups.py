@@ -1,7 +1,8 @@
 """Wake-ups: how an idle worker learns at once that a job is there.
 
 The store's job feed (`Store.watch_jobs`) says it. PostgreSQL: a dedicated
-connection LISTENs on `due_jobs`; every statement that makes a job claimable
+connection LISTENs on `due_jobs` (its schema's: the name carries the schema
+unless it is public); every statement that makes a job claimable
 notifies with '<queue> <run_at epoch>' in its own transaction, so the
 notification arrives exactly when the job is visible. SQLite: `PRAGMA
 data_version` changes whenever another connection commits (an empty message:

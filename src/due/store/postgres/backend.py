@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 import psycopg_pool
+from psycopg import sql
 from psycopg.rows import dict_row, tuple_row
 from psycopg.types.json import Jsonb
 
@@ -49,11 +50,29 @@ from due.store.sql import load_migrations, load_queries, require_current_schema
 if TYPE_CHECKING:
     from due.store.postgres.loop_lane import LoopLane
 
-QUERIES = load_queries("due.store.postgres")
-MIGRATIONS = load_migrations("due.store.postgres")
-LATEST_VERSION = MIGRATIONS[-1].version
 NOTIFY_CHANNEL = "due_jobs"
 ENDED_CHANNEL = "due_ended"
+
+
+def channel_sql(base: str) -> str:
+    """SQL naming the channel `base` of the session's schema (`{channel:base}` in
+    queries.sql). NOTIFY reaches every listener of the database: with the
+    schema in the name, deployments in two schemas of one database no longer
+    wake each other. The public schema keeps the bare name. Another schema's
+    name is hashed: a channel name holds 63 bytes, a schema name as many."""
+    schema = "convert_to(nullif(current_schema(), 'public'), 'UTF8')"  # NULL: bare name
+    return f"('{base}' || coalesce('.' || left(encode(sha256({schema}), 'hex'), 16), ''))"
+
+
+def _with_channels(text: str) -> str:
+    for base in (NOTIFY_CHANNEL, ENDED_CHANNEL):
+        text = text.replace(f"{{channel:{base}}}", channel_sql(base))
+    return text
+
+
+QUERIES = {name: _with_channels(text) for name, text in load_queries("due.store.postgres").items()}
+MIGRATIONS = load_migrations("due.store.postgres")
+LATEST_VERSION = MIGRATIONS[-1].version
 COPY_TYPES = {
     # The columns of copy_jobs, in order; the jsonb one is sent as it is.
     "copy_jobs": [
@@ -98,6 +117,7 @@ class PostgresBackend:
         self._pool_size = pool_size
         self._handler_pool: psycopg_pool.ConnectionPool | None = None
         self._handler_pool_lock = threading.Lock()
+        self._channel_names: dict[str, str] | None = None
         self._pool = psycopg_pool.ConnectionPool(
             url,
             min_size=1,
@@ -265,13 +285,24 @@ class PostgresBackend:
     def listen_connection(self, channel: str = NOTIFY_CHANNEL) -> psycopg.Connection[Any]:
         """A dedicated autocommit connection (outside the pool) for LISTEN: to the
         database URL, or to the direct `listen_url` past a transaction pooler."""
+        name = self.channel_name(channel)
         url = self.settings.listen_url or self.url
         with translate_errors(url):
             conn = psycopg.connect(
                 url, autocommit=True, connect_timeout=5, **keepalive_options(url)
             )
-            conn.execute(f"LISTEN {channel}")
+            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(name)))
             return conn
+
+    def channel_name(self, channel: str) -> str:
+        """The channel `channel` of this store's schema, as its statements notify
+        it: named by the store's own session, since a listen_url may not carry
+        the schema."""
+        if self._channel_names is None:
+            with self.transaction(read=True) as tx:
+                (row,) = tx.run("channel_names")
+            self._channel_names = {NOTIFY_CHANNEL: row["jobs"], ENDED_CHANNEL: row["ended"]}
+        return self._channel_names[channel]
 
     def watch_endings(self) -> ChangeFeed:
         return self._feed(ENDED_CHANNEL)

@@ -6,7 +6,10 @@
 -- `due_jobs` with the payload '<queue> <run_at as epoch seconds>'; every
 -- statement that ends a job (succeeded, failed, cancelled) notifies `due_ended`
 -- with an empty payload (one notification per transaction, however many end),
--- which wakes `app.wait()`.
+-- which wakes `app.wait()`. Channels are per database, so a channel is written
+-- `{channel:due_jobs}` here and read with the schema's name in it (the store
+-- expands it: backend.channel_sql): deployments in two schemas of one
+-- database do not wake each other.
 
 -- name: create_migrations_table
 CREATE TABLE IF NOT EXISTS due_schema_migrations (
@@ -44,7 +47,7 @@ VALUES (%(task)s, %(queue)s, %(priority)s, %(payload)s::jsonb,
         coalesce(%(now)s::timestamptz, now()))
 ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id, run_at, created_at,
-          pg_notify('due_jobs', queue || ' ' || extract(epoch FROM run_at)::text)::text AS notified
+          pg_notify({channel:due_jobs}, queue || ' ' || extract(epoch FROM run_at)::text)::text AS notified
 
 -- name: reserve_ids
 -- Ids for a batch, and the database's now (constant for the transaction), so
@@ -73,7 +76,7 @@ COPY due_jobs (id, task, queue, priority, payload, run_at, max_attempts, key, de
 FROM STDIN (FORMAT BINARY)
 
 -- name: notify_queues
-SELECT pg_notify('due_jobs', q.queue || ' ' || extract(epoch FROM q.run_at)::text)::text
+SELECT pg_notify({channel:due_jobs}, q.queue || ' ' || extract(epoch FROM q.run_at)::text)::text
 FROM unnest(%(queue)b::text[], %(run_at)b::timestamptz[]) AS q(queue, run_at)
 
 -- name: lock_job_by_key
@@ -262,9 +265,9 @@ done AS (
     RETURNING j.id, j.task, j.queue, j.schedule, j.state, j.parent_id, j.completes,
               j.pieces_total, j.cancel_requested, c.outcome, c.bucket, c.seconds,
               CASE WHEN j.state = 'queued' THEN  -- wake workers for the job due again
-                  pg_notify('due_jobs', j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text
+                  pg_notify({channel:due_jobs}, j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text
               WHEN j.state IN ('succeeded', 'failed', 'cancelled') THEN  -- wake app.wait()
-                  pg_notify('due_ended', '')::text
+                  pg_notify({channel:due_ended}, '')::text
               END AS notified
 ),
 counted AS (  -- as record_endings: this session's rows, so sessions never wait on each other
@@ -330,9 +333,9 @@ WHERE j.id = ANY(ARRAY(SELECT id FROM locked)) AND j.id = r.id AND j.lease_token
   AND j.state = 'running' AND j.lease_expires_at < coalesce(%(now)s::timestamptz, now())
 RETURNING j.id, j.task, j.queue, j.state, j.parent_id, j.completes, j.pieces_total,
           CASE WHEN j.state = 'queued' THEN  -- wake workers for the job due again
-              pg_notify('due_jobs', j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text
+              pg_notify({channel:due_jobs}, j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text
           WHEN j.state IN ('succeeded', 'failed', 'cancelled') THEN  -- wake app.wait()
-              pg_notify('due_ended', '')::text
+              pg_notify({channel:due_ended}, '')::text
           END AS notified
 
 -- name: get_job
@@ -427,7 +430,7 @@ SET state = 'cancelled',
     finished_at = coalesce(%(now)s::timestamptz, now()),
     dedupe_key = NULL
 WHERE id = %(id)s AND state = 'queued'
-RETURNING *, pg_notify('due_ended', '')::text AS ended
+RETURNING *, pg_notify({channel:due_ended}, '')::text AS ended
 
 -- name: lock_parents
 -- The parents of these jobs, locked before the jobs themselves by every
@@ -489,7 +492,7 @@ WHERE id = %(id)s AND state IN ('failed', 'cancelled') AND pieces_total = 0
   AND (completes IS NULL OR EXISTS (
       -- A completion job, only while its parent waits for it.
       SELECT 1 FROM due_jobs p WHERE p.id = due_jobs.completes AND p.state = 'waiting'))
-RETURNING *, pg_notify('due_jobs', queue || ' ' || extract(epoch FROM run_at)::text)::text
+RETURNING *, pg_notify({channel:due_jobs}, queue || ' ' || extract(epoch FROM run_at)::text)::text
     AS notified
 
 -- name: due_queues
@@ -520,9 +523,9 @@ WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
   AND j.id = r.id AND j.lease_token = r.token
 RETURNING j.id, j.state, j.task, j.queue, j.parent_id, j.completes, j.pieces_total,
           CASE WHEN j.state = 'queued' THEN  -- wake workers for the job due again
-              pg_notify('due_jobs', j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text
+              pg_notify({channel:due_jobs}, j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text
           WHEN j.state IN ('succeeded', 'failed', 'cancelled') THEN  -- wake app.wait()
-              pg_notify('due_ended', '')::text
+              pg_notify({channel:due_ended}, '')::text
           END AS notified
 
 -- name: next_due
@@ -624,7 +627,7 @@ WHERE id = ANY(%(ids)b::bigint[])
         AND w.queues ? due_jobs.queue
         AND w.tasks ? due_jobs.task)
 RETURNING id, task, queue, state, parent_id, completes, pieces_total,
-          pg_notify('due_ended', '')::text AS ended
+          pg_notify({channel:due_ended}, '')::text AS ended
 
 -- name: register_worker
 INSERT INTO due_workers (id, host, pid, queues, tasks, started_at, last_seen_at, state)
@@ -748,7 +751,7 @@ VALUES (%(task)s, %(queue)s, %(priority)s, %(payload)s::jsonb, %(run_at)s,
         %(run_at)s::timestamptz > coalesce(%(now)s::timestamptz, now()), %(max_attempts)s,
         %(name)s, %(scheduled_for)s, coalesce(%(now)s::timestamptz, now()))
 ON CONFLICT (schedule, scheduled_for) WHERE schedule IS NOT NULL DO NOTHING
-RETURNING id, pg_notify('due_jobs', queue || ' ' || extract(epoch FROM run_at)::text)::text
+RETURNING id, pg_notify({channel:due_jobs}, queue || ' ' || extract(epoch FROM run_at)::text)::text
     AS notified
 
 -- name: link_schedule_run
@@ -774,7 +777,7 @@ SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
     dedupe_key = CASE WHEN state = 'queued' THEN NULL ELSE dedupe_key END
 WHERE schedule = %(name)s AND state IN ('queued', 'running', 'waiting')
 RETURNING id, task, queue, state, parent_id, completes, pieces_total, cancel_requested,
-          CASE WHEN state = 'cancelled' THEN pg_notify('due_ended', '')::text END AS ended
+          CASE WHEN state = 'cancelled' THEN pg_notify({channel:due_ended}, '')::text END AS ended
 
 -- name: skip_pending_runs
 -- Runs waiting for their previous one, of a schedule paused, disabled or removed
@@ -926,7 +929,7 @@ RETURNING cancel_requested
 -- A running job sees it at its next heartbeat; on PostgreSQL at once.
 UPDATE due_jobs SET cancel_requested = true
 WHERE id = %(id)s AND state = 'running'
-RETURNING *, pg_notify('due_jobs', '!cancel ' || id)::text AS notified
+RETURNING *, pg_notify({channel:due_jobs}, '!cancel ' || id)::text AS notified
 
 -- name: complete_in_transaction
 -- ctx.transaction(): the job succeeds in the handler's own transaction, fenced.
@@ -939,7 +942,7 @@ SET state = 'succeeded', lease_token = lease_token + 1, result = 'null'::jsonb,
 WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running' AND pieces_total = 0
 RETURNING id, task, queue, schedule, state, parent_id, completes,
           extract(epoch FROM finished_at - started_at)::float8 AS seconds,
-          pg_notify('due_ended', '')::text AS ended
+          pg_notify({channel:due_ended}, '')::text AS ended
 
 -- name: add_pieces
 -- A running parent announces pieces (fenced by its token). A later call keeps
@@ -974,7 +977,7 @@ FROM unnest(%(task)b::text[], %(queue)b::text[], %(priority)b::int[], %(payload)
             %(max_attempts)b::int[], %(stuck_after)b::float8[], %(piece_key)b::text[])
      AS p(task, queue, priority, payload, max_attempts, stuck_after, piece_key)
 ON CONFLICT (parent_id, piece_key) WHERE parent_id IS NOT NULL DO NOTHING
-RETURNING id, queue, pg_notify('due_jobs', queue || ' 0')::text AS notified
+RETURNING id, queue, pg_notify({channel:due_jobs}, queue || ' 0')::text AS notified
 
 -- name: count_piece_endings
 -- Pieces that ended, counted on their parent (whose row lock serialises the
@@ -1004,7 +1007,7 @@ SET state = %(state)s, lease_token = lease_token + 1,
     dedupe_key = NULL
 WHERE id = %(id)s AND state = 'waiting'
 RETURNING id, task, queue, schedule, state, parent_id, completes,
-          pg_notify('due_ended', '')::text AS ended
+          pg_notify({channel:due_ended}, '')::text AS ended
 
 -- name: insert_completion_job
 -- Once per parent, whatever races: the key is the parent's.
@@ -1014,7 +1017,7 @@ VALUES (%(task)s, %(queue)s, %(priority)s, %(payload)s::jsonb,
         coalesce(%(now)s::timestamptz, now()), %(max_attempts)s, %(stuck_after)s::float8,
         %(parent)s, %(key)s, %(key)s, coalesce(%(now)s::timestamptz, now()))
 ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
-RETURNING id, pg_notify('due_jobs', queue || ' 0')::text AS notified
+RETURNING id, pg_notify({channel:due_jobs}, queue || ' 0')::text AS notified
 
 -- name: waiting_children
 -- Pieces that are parents themselves, waiting (or queued for another attempt):
@@ -1035,8 +1038,8 @@ SET state = CASE WHEN state IN ('queued', 'waiting') THEN 'cancelled' ELSE state
     dedupe_key = CASE WHEN state IN ('queued', 'waiting') THEN NULL ELSE dedupe_key END
 WHERE (parent_id = %(parent)s OR completes = %(parent)s)
   AND state IN ('queued', 'running', 'waiting')
-RETURNING id, task, queue, state, pg_notify('due_jobs', '!cancel ' || id)::text AS notified,
-          CASE WHEN state = 'cancelled' THEN pg_notify('due_ended', '')::text END AS ended
+RETURNING id, task, queue, state, pg_notify({channel:due_jobs}, '!cancel ' || id)::text AS notified,
+          CASE WHEN state = 'cancelled' THEN pg_notify({channel:due_ended}, '')::text END AS ended
 
 -- name: hold_group
 -- Pause (held) or resume a group: the parent and all its pieces (so a piece
@@ -1048,13 +1051,13 @@ WITH locked AS MATERIALIZED (  -- the parent first, then its pieces in id order
 )
 UPDATE due_jobs SET held = %(held)s
 WHERE id IN (SELECT id FROM locked)
-RETURNING id, queue, pg_notify('due_jobs', queue || ' 0')::text AS notified
+RETURNING id, queue, pg_notify({channel:due_jobs}, queue || ' 0')::text AS notified
 
 -- name: set_queue_paused
 INSERT INTO due_queues (name, paused, updated_at)
 VALUES (%(name)s, %(paused)s, coalesce(%(now)s::timestamptz, now()))
 ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = excluded.updated_at
-RETURNING name, pg_notify('due_jobs', name || ' 0')::text AS notified
+RETURNING name, pg_notify({channel:due_jobs}, name || ' 0')::text AS notified
 
 -- name: queue_states
 SELECT name, paused, updated_at FROM due_queues ORDER BY name
@@ -1288,3 +1291,8 @@ WHERE relid = 'due_jobs'::regclass
 -- Autocommitted (VACUUM refuses a transaction block); a vacuum already at work
 -- on the table (autovacuum's) is not waited for.
 VACUUM (ANALYZE, SKIP_LOCKED) due_jobs
+
+-- name: channel_names
+-- What the listeners LISTEN on, named by the store's session (its search_path),
+-- whichever connection listens.
+SELECT {channel:due_jobs} AS jobs, {channel:due_ended} AS ended
