@@ -8,6 +8,7 @@ test's temporary folder, or a PostgreSQL schema of its own (selected through
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import uuid
@@ -38,9 +39,9 @@ def postgres_schema_url(schema: str) -> str:
     return f"{POSTGRES_BASE_URL}{separator}options={quote(f'-csearch_path={schema}')}"
 
 
-@pytest.fixture
-def postgres_schema() -> Iterator[str]:
-    """A PostgreSQL schema made for this test (dropped afterwards)."""
+@contextlib.contextmanager
+def made_schema() -> Iterator[str]:
+    """A PostgreSQL schema of its own, dropped at the end."""
     schema = f"t_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(POSTGRES_BASE_URL, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
@@ -49,6 +50,13 @@ def postgres_schema() -> Iterator[str]:
     finally:
         with psycopg.connect(POSTGRES_BASE_URL, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture
+def postgres_schema() -> Iterator[str]:
+    """A PostgreSQL schema made for this test (dropped afterwards)."""
+    with made_schema() as schema:
+        yield schema
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 One watcher thread per App serves every waiter, sync or async. It sleeps on
 the store's feed of endings — on PostgreSQL a notification that the ending
-transaction sends (channel `due_ended`), on SQLite any commit by another
+transaction sends (channel `due_ended`, its schema's), on SQLite any commit by another
 connection (`PRAGMA data_version`) — and then reads, in one query, which of the
 jobs waited for have ended. It also looks every `RECHECK_SECONDS` without
 being woken, so a notification lost while its connection was renewed delays

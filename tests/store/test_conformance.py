@@ -15,7 +15,6 @@ import asyncio
 import inspect
 import pathlib
 import threading
-import uuid
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -42,7 +41,13 @@ from due.request import JobRequest
 from due.scheduler.registration import ScheduleTiming, define_for_app
 from due.store import Store
 from due.store.postgres.backend import QUERIES as POSTGRES_QUERIES
-from tests.conftest import BACKENDS_AND_POOLER, START, backend_fixture, postgres_schema_url
+from tests.conftest import (
+    BACKENDS_AND_POOLER,
+    START,
+    backend_fixture,
+    made_schema,
+    postgres_schema_url,
+)
 
 backend = backend_fixture(BACKENDS_AND_POOLER)  # also through a transaction pooler
 
@@ -143,35 +148,31 @@ def test_deployments_in_two_schemas_of_a_database_do_not_wake_each_other(
 ) -> None:
     """NOTIFY reaches every listener of the database, whatever its schema: the
     schema is in the channel's name."""
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(postgres_schema_url("public"), autocommit=True) as admin:
-        admin.execute(f"CREATE SCHEMA {schema}")
-    neighbour = due.App(postgres_schema_url(schema))
-    try:
-        neighbour.migrate()
-        neighbour.task(name="work")(work.fn)
-        feed = app.store.watch_jobs()
+    with made_schema() as schema:
+        neighbour = due.App(postgres_schema_url(schema))
         try:
-            assert feed.messages(0) == [""]
-            elsewhere(lambda: neighbour.enqueue("work", args=[1]))
-            assert feed.messages(0.3) == []
-            elsewhere(lambda: work.enqueue(2))
-            assert feed.messages(5)[0].startswith("default ")
+            neighbour.migrate()
+            neighbour.task(name="work")(work.fn)
+            feed = app.store.watch_jobs()
+            try:
+                assert feed.messages(0) == [""]
+                elsewhere(lambda: neighbour.enqueue("work", args=[1]))
+                assert feed.messages(0.3) == []
+                elsewhere(lambda: work.enqueue(2))
+                assert feed.messages(5)[0].startswith("default ")
+            finally:
+                feed.close()
         finally:
-            feed.close()
-    finally:
-        neighbour.close()
-        with psycopg.connect(postgres_schema_url("public"), autocommit=True) as admin:
-            admin.execute(f"DROP SCHEMA {schema} CASCADE")
+            neighbour.close()
 
 
 @pytest.mark.parametrize("backend", ["postgres"])
-def test_the_public_schema_keeps_the_bare_channel_names(
-    app: due.App,
-) -> None:
+def test_the_public_schema_keeps_the_bare_channel_names(app: due.App) -> None:
     """What due before per-schema channels listened on, for a rolling deploy."""
     with psycopg.connect(postgres_schema_url("public")) as conn:
+        conn.execute("CREATE TABLE public.due_jobs ()")
         names = conn.execute(POSTGRES_QUERIES["channel_names"]).fetchone()
+        conn.rollback()  # the table was there only to be named
     assert names == ("due_jobs", "due_ended")
     assert app.store.backend.channel_name("due_jobs").startswith("due_jobs.")  # type: ignore[attr-defined]
 

@@ -10,6 +10,7 @@ import pytest
 
 import due
 from due.store.sqlite.backend import path_from_url
+from tests.conftest import postgres_schema_url
 
 
 class Abort(Exception):
@@ -70,6 +71,22 @@ def test_postgres_notification_is_sent_only_on_commit(postgres_app: due.App) -> 
             conn.commit()
         (note,) = list(listener.notifies(timeout=2, stop_after=1))
         assert note.channel == channel and note.payload.startswith("shipping ")
+
+
+def test_postgres_notification_names_due_s_schema_whatever_the_connection_searches_first(
+    postgres_app: due.App, postgres_schema: str
+) -> None:
+    """A caller's connection that searches public before due's schema still
+    notifies the channel due's workers listen on."""
+    ship = register(postgres_app)
+    mixed = postgres_schema_url(f"public,{postgres_schema}")
+    with postgres_app.store.backend.listen_connection() as listener:  # type: ignore[attr-defined]
+        with psycopg.connect(mixed) as conn:
+            assert conn.execute("SELECT current_schema()").fetchone() == ("public",)
+            ship.options(connection=conn, queue="shipping").enqueue(1)
+            conn.commit()
+        (note,) = list(listener.notifies(timeout=2, stop_after=1))
+        assert note.payload.startswith("shipping ")
 
 
 def test_postgres_async_connection(postgres_app: due.App) -> None:

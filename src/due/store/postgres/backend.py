@@ -55,18 +55,26 @@ ENDED_CHANNEL = "due_ended"
 
 
 def channel_sql(base: str) -> str:
-    """SQL naming the channel `base` of the session's schema (`{channel:base}` in
-    queries.sql). NOTIFY reaches every listener of the database: with the
-    schema in the name, deployments in two schemas of one database no longer
-    wake each other. The public schema keeps the bare name. Another schema's
-    name is hashed: a channel name holds 63 bytes, a schema name as many."""
-    schema = "convert_to(nullif(current_schema(), 'public'), 'UTF8')"  # NULL: bare name
-    return f"('{base}' || coalesce('.' || left(encode(sha256({schema}), 'hex'), 16), ''))"
+    """SQL naming the channel `base` of the schema that holds `due_jobs` for the
+    statement (`{channel:base}` in queries.sql). NOTIFY reaches every listener
+    of the database: with the schema in the name, deployments in two schemas
+    of one database no longer wake each other. The public schema keeps the bare
+    name. Another is hashed: a channel name holds 63 bytes, a schema name as
+    many. The table's schema, not the session's first one: a caller's own
+    connection may search other schemas before due's. One subquery, evaluated
+    once per statement however many rows notify."""
+    return (
+        f"(SELECT '{base}' || coalesce('.' || left(encode(sha256(convert_to("
+        "nullif(nspname, 'public'), 'UTF8')), 'hex'), 16), '') FROM pg_namespace "
+        "WHERE oid = (SELECT relnamespace FROM pg_class WHERE oid = 'due_jobs'::regclass))"
+    )
 
 
 def _with_channels(text: str) -> str:
     for base in (NOTIFY_CHANNEL, ENDED_CHANNEL):
         text = text.replace(f"{{channel:{base}}}", channel_sql(base))
+    if "{channel:" in text:
+        raise RuntimeError(f"queries.sql names an unknown channel: {text[:200]}")
     return text
 
 
@@ -296,8 +304,9 @@ class PostgresBackend:
 
     def channel_name(self, channel: str) -> str:
         """The channel `channel` of this store's schema, as its statements notify
-        it: named by the store's own session, since a listen_url may not carry
-        the schema."""
+        it: named on the store's own session, since a listen_url may not carry
+        the schema. (Two threads asking at once both ask the database: the same
+        names.)"""
         if self._channel_names is None:
             with self.transaction(read=True) as tx:
                 (row,) = tx.run("channel_names")
@@ -608,9 +617,10 @@ LANE_SETTINGS = (
     # generic plan, costed for an unknown LIMIT, never looked cheaper): 0.6 ms of
     # planning for a claim of 100 jobs, a tenth of the server's time per job.
     "SET plan_cache_mode = force_generic_plan",
-    # A plan made once must stay right as the table grows, though it may have been
-    # made on an empty one: every row these statements touch is found through an
-    # index (the claim and timer indexes, primary keys), never by a scan.
+    # Every row these statements touch is found through an index (the claim and
+    # timer indexes, primary keys). A plan made while the table is small, before
+    # autovacuum has analyzed it, would otherwise scan the table (the
+    # acknowledgement's did) until the next ANALYZE: scans are costed out.
     "SET enable_seqscan = off",
 )
 """What the worker's loop lane sets besides (loop_lane.py)."""

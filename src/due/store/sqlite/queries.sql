@@ -966,7 +966,3 @@ FROM due_job_stats
 WHERE span = 'minute' AND minute >= :since
   AND outcome IN ('succeeded', 'warned', 'failed', 'cancelled')
 GROUP BY queue, minute
-
--- name: channel_names
--- No channels: SQLite's workers and app.wait() see any commit (PRAGMA data_version).
-SELECT NULL AS jobs, NULL AS ended WHERE 0
