@@ -11,23 +11,36 @@ from dataclasses import dataclass
 from importlib import resources
 
 _NAME_LINE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
-_COMMENT_LINE = re.compile(r"^[ \t]*--.*\n?", re.MULTILINE)
 _MIGRATION_FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
 
 
 def load_queries(package: str) -> dict[str, str]:
-    """Each statement without its comment lines: they are for the reader of the
-    file. psycopg parses a statement's text once and caches it only if it is
-    short (4 KB): with its comments, the acknowledgement was parsed anew for
-    every batch."""
+    """Each statement without its comments: they are for the reader of the file.
+    psycopg parses a statement's text once and caches it only if it is short
+    (4 KB): with its comments, the acknowledgement was parsed anew for every
+    batch."""
     text = resources.files(package).joinpath("queries.sql").read_text(encoding="utf-8")
     parts = _NAME_LINE.split(text)
     queries: dict[str, str] = {}
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
         if name in queries:
             raise RuntimeError(f"{package}/queries.sql defines {name!r} twice")
-        queries[name] = _COMMENT_LINE.sub("", body).strip().rstrip(";")
+        queries[name] = _without_comments(body).strip().rstrip(";")
     return queries
+
+
+def _without_comments(sql: str) -> str:
+    """The statement without `--` comments, whole lines or ends of lines; a `--`
+    inside a string literal (after an odd number of quotes on its line) stays."""
+    lines = []
+    for line in sql.splitlines():
+        start = line.find("--")
+        while start >= 0 and line.count("'", 0, start) % 2:
+            start = line.find("--", start + 2)
+        code = line if start < 0 else line[:start].rstrip()
+        if code or start < 0:  # a line that was all comment goes
+            lines.append(code)
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True, slots=True)
