@@ -378,6 +378,8 @@ def test_the_loop_lane_plans_its_statements_once_per_session(app: due.App, work:
                 ends = [Completion(j.id, j.lease_token, JobState.SUCCEEDED) for j in claimed]
                 assert await app.store.job_complete_on_loop(lane, ends) == {j.id for j in claimed}
             async with lane.statement() as tx:  # the same session: the lane has one
+                await tx.cursor.execute("SHOW enable_seqscan")
+                assert await tx.cursor.fetchall() == [{"enable_seqscan": "off"}]
                 await tx.cursor.execute(
                     "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements"
                 )
@@ -429,3 +431,5 @@ def test_the_loop_lanes_plans_made_on_an_empty_table_read_through_indexes(
             tx.cursor.execute(setting.replace("SET ", "SET LOCAL ", 1))
         plan = generic_plan(tx, POSTGRES_QUERIES[query], params)
     assert "due_jobs_pkey" in plan and "Seq Scan" not in plan, plan
+    if query == "claim_jobs":  # the due jobs and timers in claim order, never sorted
+        assert "due_jobs_claim" in plan and "due_jobs_timers" in plan, plan

@@ -12,7 +12,8 @@ The lane is a small async pool opened in the worker's loop and closed with
 it: a connection for each queue's claims and one for the acknowledgements,
 so they run side by side as they did on threads. Sessions are set up as the
 store's own (UTC and the statement, lock and idle bounds; through a
-transaction-mode pooler, UTC only, as there). A statement that fails here is
+transaction-mode pooler, UTC only, as there), and plan each statement once
+and only through indexes (backend.LANE_SETTINGS). A statement that fails here is
 written again by the caller on the thread path, which has the retries and
 the rules for stale or refused batches; a connection the server ended while
 idle is replaced on checkout, one that broke during a statement is discarded
