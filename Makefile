@@ -32,7 +32,8 @@ demo: $(STAMP) ## the example app, its worker and dashboard on SQLite (DEMO_ARGS
 	cd examples && ../$(PY) demo.py $(DEMO_ARGS)
 
 test: $(STAMP) postgres ## run the whole test suite on SQLite and PostgreSQL
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 -m "not serial"
+	$(PY) -m pytest -m serial
 
 test-newest-python: postgres ## the CLI and process tests on the newest CPython pyenv has
 	scripts/test-newest-python

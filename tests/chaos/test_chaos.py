@@ -13,7 +13,8 @@ import pytest
 from tests.chaos.faults import POSTGRES_FAULTS, SQLITE_FAULTS
 from tests.chaos.run import run
 
-pytestmark = pytest.mark.slow
+# serial: it restarts the PostgreSQL server, which every other test shares.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 SECONDS = 20.0
 RATE = 0.6
 
