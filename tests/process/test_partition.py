@@ -88,10 +88,11 @@ def test_a_frozen_connection_stops_the_job_before_another_worker_runs_it(
     wait_until(lambda: app.get(job.id).state == JobState.SUCCEEDED, timeout=30, what="success")
     done = app.get(job.id)
     assert done.result == survivor.pid and done.attempt == 2  # nothing of the first landed
-    # Thawed, the cut-off worker works again: a job only it can take is run.
-    cut_off_only = app.enqueue("ticking", kwargs={"seconds": 0.1})
+    # Thawed, the cut-off worker works again: a job only it can take is run
+    # (enqueued once the other has exited: before, the other could claim it first).
     survivor.signal(15)
     assert survivor.wait_exit() == 0
+    cut_off_only = app.enqueue("ticking", kwargs={"seconds": 0.1})
     wait_until(
         lambda: app.get(cut_off_only.id).state == JobState.SUCCEEDED,
         timeout=60,
