@@ -111,9 +111,17 @@ def test_200_pieces_across_3_workers_complete_once_despite_a_kill(
     pool = [workers.start("--lease", f"{LEASE}s", "-c", "4") for _ in range(3)]
     for worker in pool:
         workers.wait_ready(worker)
-    parent = app.batch("piece", [(n,) for n in range(200)], on_complete="pieces_done")
-    wait_until(lambda: len(workers.records("start")) >= 50, what="pieces to run")
-    pool[0].signal(signal.SIGKILL)
+    # Pieces of 0.1 s: 20 ms ones were all run within a third of a second, before a
+    # worker that polls (through PgBouncer) on a busy machine had claimed one.
+    parent = app.batch("piece", [(n, 0.1) for n in range(200)], on_complete="pieces_done")
+    wait_until(
+        lambda: (
+            len({r[3] for r in workers.records("start")}) == 3
+            and len(workers.records("start")) >= 50
+        ),
+        what="pieces to run in all three workers",
+    )
+    pool[0].signal(signal.SIGKILL)  # with pieces running: they are rescued
     wait_until(
         lambda: app.get(parent.id).state == JobState.SUCCEEDED, timeout=60, what="the parent"
     )
