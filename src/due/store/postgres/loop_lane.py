@@ -24,7 +24,7 @@ migrated the table) is closed, so the next statement gets a fresh session.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -48,12 +48,14 @@ class LoopLane:
         options: dict[str, Any],
         session: Sequence[str],
         now: Callable[[], datetime | None],
+        queries: Callable[[], Mapping[str, str]],
         connect_timeout: float,
         connections: int,
     ) -> None:
         self._url = url
         self._session = tuple(session)
         self._now = now
+        self._queries = queries
         self._pool = psycopg_pool.AsyncConnectionPool(
             url,
             min_size=1,
@@ -85,7 +87,12 @@ class LoopLane:
                 conn.cursor(row_factory=dict_row) as cur,
             ):
                 try:
-                    yield AsyncPostgresTransaction(cur, self._now(), to_utc=False)  # UTC sessions
+                    yield AsyncPostgresTransaction(
+                        cur,
+                        self._now(),
+                        self._queries(),
+                        to_utc=False,  # UTC sessions
+                    )
                 except psycopg.errors.FeatureNotSupported:
                     # "cached plan must not change result type": this session's
                     # prepared statements are stale for good, a new one's are not.
