@@ -13,6 +13,7 @@ from due.store.postgres.backend import LATEST_VERSION
 from due.store.postgres.backend import QUERIES as POSTGRES_QUERIES
 from due.store.sqlite.backend import QUERIES as SQLITE_QUERIES
 from due.store.sqlite.backend import path_from_url
+from tests.conftest import made_schema, postgres_schema_url
 
 
 def test_an_unmigrated_database_is_refused_with_the_fix(backend_url: str) -> None:
@@ -188,3 +189,30 @@ def test_sqlite_statements_name_a_state_before_the_partial_index_terms() -> None
     in_first = re.compile(r"\bstate IN \([^)]*\)\s+AND\s+state = ", re.IGNORECASE)
     wrong = [name for name, text in SQLITE_QUERIES.items() if in_first.search(text)]
     assert wrong == [], wrong
+
+
+@pytest.mark.parametrize("lock", ["lock_migrations", "lock_schedule_sync"])
+def test_postgres_schema_locks_are_per_schema(lock: str) -> None:
+    """Advisory locks are per database: a migration or a schedule sync waits for
+    one in its own schema only; in public the key is the earlier versions' one."""
+    bare = {"lock_migrations": "due_schema_migrations", "lock_schedule_sync": "due_schedule_sync"}
+
+    def locked_out(schema: str) -> bool:
+        with psycopg.connect(postgres_schema_url(schema)) as conn:
+            conn.execute("SET lock_timeout = '300ms'")
+            try:
+                conn.execute(POSTGRES_QUERIES[lock])
+            except psycopg.errors.LockNotAvailable:
+                return True
+            return False
+
+    with made_schema() as mine, made_schema() as neighbour:
+        with psycopg.connect(postgres_schema_url(mine)) as holder:
+            holder.execute(POSTGRES_QUERIES[lock])  # held until the block ends
+            assert locked_out(mine)
+            assert not locked_out(neighbour)
+            assert not locked_out("public")
+        with psycopg.connect(postgres_schema_url("public")) as holder:
+            holder.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [bare[lock]])
+            assert locked_out("public")
+            assert not locked_out(mine)

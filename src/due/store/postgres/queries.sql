@@ -19,7 +19,12 @@ CREATE TABLE IF NOT EXISTS due_schema_migrations (
 )
 
 -- name: lock_migrations
-SELECT pg_advisory_xact_lock(hashtext('due_schema_migrations'))
+-- Advisory locks are per database: the key names the schema the migration
+-- writes to, so deployments in two schemas do not wait for each other. In
+-- public it is the bare name earlier versions lock, so a rolling upgrade
+-- there still migrates one process at a time.
+SELECT pg_advisory_xact_lock(hashtext('due_schema_migrations'
+                                      || coalesce(':' || nullif(current_schema(), 'public'), '')))
 
 -- name: migrations_table_exists
 SELECT to_regclass('due_schema_migrations') IS NOT NULL AS present
@@ -676,7 +681,9 @@ SELECT * FROM due_schedules ORDER BY name
 -- Every worker syncs the code's schedules as it starts; a fleet starts many at
 -- once. One at a time, each reads what the previous one wrote (else two would
 -- both insert a new schedule, and one would fail on the primary key).
-SELECT pg_advisory_xact_lock(hashtext('due_schedule_sync'))
+-- Keyed by schema as lock_migrations is.
+SELECT pg_advisory_xact_lock(hashtext('due_schedule_sync'
+                                      || coalesce(':' || nullif(current_schema(), 'public'), '')))
 
 -- name: insert_schedule
 INSERT INTO due_schedules (name, task, cron, every, tz, payload, queue, priority, max_attempts,
