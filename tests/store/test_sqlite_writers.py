@@ -101,7 +101,8 @@ def test_a_writer_of_another_process_delays_a_write_no_longer_than_its_busy_time
 ) -> None:
     """Another process holds the file's write lock (here, a connection of our
     own outside due): due tries again until its busy timeout, then says so,
-    having written nothing; its connection keeps its full busy timeout."""
+    having written nothing. Its connection keeps the short wait of those tries
+    from one write to the next, and has its full busy timeout for reads."""
     app, t = make_app(sqlite_url, busy_timeout=0.3)
     path = app.store.backend.path  # type: ignore[attr-defined]
     other = sqlite3.connect(path, isolation_level=None)
@@ -111,9 +112,14 @@ def test_a_writer_of_another_process_delays_a_write_no_longer_than_its_busy_time
             t.enqueue(1)
         other.execute("COMMIT")
         t.enqueue(2)
-        assert [job.args for job in app.jobs()] == [(2,)]
         conn = app.store.backend._connection()  # type: ignore[attr-defined]
+        assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 1
+        t.enqueue(3)  # no setting back and forth around each write
+        assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 1
+        assert [job.args for job in app.jobs()] == [(3,), (2,)]
         assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 300
+        t.enqueue(4)  # and the next write, after a read, tries every millisecond again
+        assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 1
     finally:
         other.close()
         app.close()
