@@ -7,7 +7,8 @@ One `due worker` (concurrency 50, with its scheduler, so its leader folds the
 counts and prunes: succeeded jobs are kept --retention, 2 minutes by default,
 so the table reaches its steady size early in the run) works a queue that this
 process feeds at --rate jobs/s (a batch of rate/50 every 20 ms, on a fixed
-timeline). Every 10 s it records what the database shows:
+timeline that starts once the worker has run its first job). Every 10 s it
+records what the database shows:
 
 - acknowledged jobs/s (the success counts the workers write with each end);
 - claim latency: started_at - created_at of every 10th job enqueued (p50, p99);
@@ -43,6 +44,10 @@ import due
 
 HERE = Path(__file__).parent
 WINDOW_SECONDS = 10.0
+LATENCY_DELAY = 2.0
+"""A window's claim latencies are read this long after it closes (its last
+jobs have started by then)."""
+MIN_MINUTES = 3 * WINDOW_SECONDS / 60
 TICK_SECONDS = 0.02
 SAMPLE_EVERY = 10
 
@@ -165,13 +170,15 @@ def soak(args: argparse.Namespace) -> list[dict[str, Any]]:
     windows: list[dict[str, Any]] = []
     pending: list[tuple[Window, float, int]] = []  # read each window's latencies 2 s late
     counter = 0
+    planned = round(args.minutes * 60 / WINDOW_SECONDS)
     try:
+        wait_until_working(db, task)
         started = time.monotonic()
-        end = started + args.minutes * 60
         window = Window(started)
         acked_before = db.acknowledged()
         tick = started
-        while (now := time.monotonic()) < end:
+        while len(windows) + len(pending) < planned:
+            now = time.monotonic()
             if now < tick:
                 time.sleep(tick - now)
             jobs = app.enqueue_many([task.request(counter + n) for n in range(per_tick)])
@@ -184,23 +191,12 @@ def soak(args: argparse.Namespace) -> list[dict[str, Any]]:
                 pending.append((window, time.monotonic(), acked - acked_before))
                 acked_before = acked
                 window = Window(time.monotonic())
-            while pending and time.monotonic() - pending[0][1] >= 2.0:
-                done, closed, acked_in_window = pending.pop(0)
-                latencies = db.latencies(done.sampled)
-                seconds = closed - done.start
-                rec = {
-                    "bench": "soak",
-                    "backend": args.backend,
-                    "minute": round((done.start - started) / 60, 2),
-                    "enqueued_per_s": done.enqueued / seconds,
-                    "acknowledged_per_s": acked_in_window / seconds,
-                    "claim_p50_ms": 1000 * statistics.median(latencies) if latencies else None,
-                    "claim_p99_ms": 1000 * percentile(latencies, 0.99),
-                    "latencies": latencies,
-                    **db.table(),
-                }
-                record({k: v for k, v in rec.items() if k != "latencies"})
-                windows.append(rec)
+            while pending and time.monotonic() - pending[0][1] >= LATENCY_DELAY:
+                windows.append(report(db, pending.pop(0), started, args.backend))
+        # The windows closed in the last seconds: their jobs have had as long.
+        for closed in pending:
+            time.sleep(max(0.0, closed[1] + LATENCY_DELAY - time.monotonic()))
+            windows.append(report(db, closed, started, args.backend))
     finally:
         common.stop_due_worker(worker)
         db.close()
@@ -208,11 +204,47 @@ def soak(args: argparse.Namespace) -> list[dict[str, Any]]:
     return windows
 
 
+def wait_until_working(db: Database, task: due.Task[Any, Any], timeout: float = 60.0) -> None:
+    """The timeline starts once the worker has run a job: its start-up is not
+    the first window's latency."""
+    task.enqueue(-1)
+    deadline = time.monotonic() + timeout
+    while db.acknowledged() < 1:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the soak worker ran no job within {timeout:g} s")
+        time.sleep(0.05)
+
+
+def report(
+    db: Database, closed: tuple[Window, float, int], started: float, backend: str
+) -> dict[str, Any]:
+    """A closed window's line, its latencies read now (LATENCY_DELAY after it)."""
+    done, closed_at, acked_in_window = closed
+    latencies = db.latencies(done.sampled)
+    seconds = closed_at - done.start
+    rec = {
+        "bench": "soak",
+        "backend": backend,
+        "minute": round((done.start - started) / 60, 2),
+        "enqueued_per_s": done.enqueued / seconds,
+        "acknowledged_per_s": acked_in_window / seconds,
+        "claim_p50_ms": 1000 * statistics.median(latencies) if latencies else None,
+        "claim_p99_ms": 1000 * percentile(latencies, 0.99),
+        "latencies": latencies,
+        **db.table(),
+    }
+    record({k: v for k, v in rec.items() if k != "latencies"})
+    return rec
+
+
 def verdict(windows: list[dict[str, Any]], minutes: float) -> tuple[list[str], bool]:
+    """The first and last `span` minutes compared, and the table's size in the
+    last third of the windows against its size at two thirds (by position: a
+    window's start is a little after its nominal minute)."""
     span = min(5.0, minutes / 3)
     first = [w for w in windows if w["minute"] < span]
     last = [w for w in windows if w["minute"] >= minutes - span - WINDOW_SECONDS / 60]
-    middle = [w for w in windows if w["minute"] <= minutes * 2 / 3]
+    two_thirds = 2 * len(windows) // 3
 
     def rate(ws: list[dict[str, Any]]) -> float:
         return statistics.mean(w["acknowledged_per_s"] for w in ws)
@@ -220,8 +252,8 @@ def verdict(windows: list[dict[str, Any]], minutes: float) -> tuple[list[str], b
     def p99(ws: list[dict[str, Any]]) -> float:
         return 1000 * percentile([x for w in ws for x in w["latencies"]], 0.99)
 
-    size_at_two_thirds = middle[-1]["bytes"]
-    size_max_after = max(w["bytes"] for w in windows if w["minute"] > minutes * 2 / 3)
+    size_at_two_thirds = windows[two_thirds - 1]["bytes"]
+    size_max_after = max(w["bytes"] for w in windows[two_thirds:])
     checks = [
         ("acknowledged jobs/s", rate(first), rate(last), abs(rate(last) / rate(first) - 1) <= 0.10),
         (
@@ -280,6 +312,8 @@ def main() -> int:
     parser.add_argument("--backend", choices=["postgres", "sqlite"], default="postgres")
     parser.add_argument("--retention", default="2m", help="how long succeeded jobs are kept")
     args = parser.parse_args()
+    if args.minutes < MIN_MINUTES:
+        parser.error(f"--minutes must be at least {MIN_MINUTES:g} (three windows of 10 s)")
     windows = soak(args)
     lines, ok = verdict(windows, args.minutes)
     print(f"\n### soak, {args.backend}, {args.minutes:g} min at {args.rate:,} jobs/s\n")
