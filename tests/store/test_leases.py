@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from datetime import timedelta
 
 import psycopg
@@ -12,7 +13,8 @@ import pytest
 import due
 from due import JobState
 from due.clock import FakeClock
-from due.core.records import ClaimRequest, Completion, Lease, RescueResult
+from due.core.jobs import AttemptError
+from due.core.records import ClaimedJob, ClaimRequest, Completion, Lease, RescueResult
 from tests.conftest import START
 
 LEASE = 10.0
@@ -90,6 +92,49 @@ def test_a_late_completion_after_rescue_does_not_revive_the_job(
     app.store.job_rescue()
     assert app.store.job_complete([done(job.id, stale.lease_token)]) == set()
     assert app.get(job.id).state == JobState.QUEUED
+
+
+def failure(job_id: int, token: int, state: JobState = JobState.FAILED) -> Completion:
+    error = AttemptError(1, "ValueError: no", None, START, "error")
+    retry_in = 5.0 if state == JobState.QUEUED else None
+    return Completion(job_id, token, state, error=error, retry_in=retry_in)
+
+
+@pytest.mark.parametrize(
+    "end",
+    [
+        lambda claimed: done(claimed.id, claimed.lease_token),
+        lambda claimed: failure(claimed.id, claimed.lease_token),
+        lambda claimed: failure(claimed.id, claimed.lease_token, JobState.QUEUED),
+    ],
+    ids=["succeeded", "failed", "retrying"],
+)
+def test_a_completion_written_again_is_recorded_not_lost(
+    app: due.App, job: due.Job, end: Callable[[ClaimedJob], Completion]
+) -> None:
+    """An acknowledgement whose reply was lost after its commit is written again;
+    its tokens are stale by its own doing, and its jobs' ends are recorded."""
+    completion = end(claim_one(app))
+    assert app.store.job_complete([completion]) == {job.id}
+    ended = app.get(job.id)
+    assert app.store.job_complete([completion]) == {job.id}
+    assert app.get(job.id) == ended  # and nothing written twice
+
+
+def test_a_completion_after_a_rescue_is_not_taken_for_recorded(
+    app: due.App, job: due.Job, clock: FakeClock
+) -> None:
+    """A rescue also moves the token one past the attempt's, and may leave the
+    state a late completion names (queued, or failed with no attempts left)."""
+    stale = claim_one(app)
+    clock.advance(LEASE + 1)
+    assert app.store.job_rescue().requeued == (job.id,)
+    for late in (
+        Completion(job.id, stale.lease_token, JobState.QUEUED, retry_in=1),  # no error of its own
+        failure(job.id, stale.lease_token, JobState.QUEUED),
+    ):
+        assert app.store.job_complete([late]) == set()
+    assert app.get(job.id).errors[-1].kind == "lease_lost"
 
 
 def test_a_batch_of_completions_applies_only_the_current_tokens(

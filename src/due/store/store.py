@@ -144,7 +144,8 @@ class Store:
     async def job_complete_on_loop(
         self, lane: Lane, completions: Sequence[Completion]
     ) -> set[int] | None:
-        """The ids written, or None: this batch takes the thread path (job_complete)."""
+        """The ids recorded (as job_complete), or None: this batch takes the thread
+        path (job_complete)."""
         return await work.complete_on_loop(self.backend, lane, completions)
 
     def job_heartbeat(self, leases: Sequence[Lease]) -> HeartbeatReply:

@@ -177,10 +177,31 @@ def _lease_rows(leases: Sequence[Lease]) -> list[dict[str, Any]]:
 
 
 def complete(db: Backend, completions: Sequence[Completion]) -> set[int]:
-    """Record the end of attempts; returns the ids whose token was still current."""
+    """Record the end of attempts; returns the ids whose end is recorded: written
+    now (the token was still current), or by an earlier try of this write
+    whose reply was lost."""
     if not completions:
         return set()
-    return batches.complete_each(functools.partial(_complete_batch, db), completions)
+    written = batches.complete_each(functools.partial(_complete_batch, db), completions)
+    return recorded(db, completions, written)
+
+
+def recorded(db: Backend, completions: Sequence[Completion], written: set[int]) -> set[int]:
+    """`written`, and the ids among the others whose job shows its completion
+    already: an acknowledgement whose reply was lost after its commit (a
+    restart, a broken connection) is written again, and its tokens are stale
+    by then, its own doing, not a lost lease's. Read only when a token was
+    stale, which is rare."""
+    others = [c for c in completions if c.job_id not in written]
+    if not others:
+        return written
+    ends = [
+        {"id": c.job_id, "token": c.lease_token, "state": c.state.value, "error": c.error_json()}
+        for c in others
+    ]
+    with db.transaction(read=True) as tx:
+        shown = tx.run_each("completions_recorded", ends)
+    return written | {row["id"] for row in shown}
 
 
 async def complete_on_loop(
@@ -197,7 +218,10 @@ async def complete_on_loop(
         )
     if any(pieces.concerns_a_parent(row) for row in rows):
         await asyncio.to_thread(_settle_apart, db, rows)
-    return {row["id"] for row in rows}
+    written = {row["id"] for row in rows}
+    if len(written) < len(completions):
+        return await asyncio.to_thread(recorded, db, completions, written)
+    return written
 
 
 def _alone(db: Backend, completions: Sequence[Completion]) -> bool:

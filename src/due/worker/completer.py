@@ -29,7 +29,8 @@ MAX_BATCH = 1000
 IDLE_SECONDS = 3600.0
 
 Write = Callable[[Sequence[Completion]], Awaitable[set[int]]]
-"""Writes completions; returns the ids whose lease token was still current."""
+"""Writes completions; returns the ids whose end is recorded (the token was
+still current, or an earlier try of the same write whose reply was lost wrote it)."""
 
 
 class Completer:

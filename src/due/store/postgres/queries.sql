@@ -299,6 +299,21 @@ noted AS (  -- as note_schedule_success
 SELECT id, task, queue, schedule, state, parent_id, completes, pieces_total, cancel_requested
 FROM done
 
+-- name: completions_recorded
+-- Of the attempt endings given, those the jobs already show: a write tried
+-- again after its first try's reply was lost (the connection broke after the
+-- commit) finds its tokens stale, and is not a lost lease. An end moves the
+-- token one past the attempt's; so does a rescue, the only other writer that
+-- may, which appends a lease_lost error of the attempt.
+SELECT j.id
+FROM unnest(%(id)b::bigint[], %(token)b::bigint[], %(state)b::text[], %(error)b::text[])
+     AS c(id, token, state, error)
+JOIN due_jobs AS j ON j.id = c.id
+WHERE j.lease_token = c.token + 1 AND j.state = c.state
+  AND CASE WHEN c.error IS NOT NULL THEN j.errors -> -1 = c.error::jsonb
+           ELSE NOT coalesce(j.errors -> -1 ->> 'kind' = 'lease_lost'
+                             AND (j.errors -> -1 ->> 'attempt')::int = j.attempt, false) END
+
 -- name: select_expired
 -- Running jobs whose worker stopped renewing the lease. The task is never
 -- consulted, so a process that does not know the task rescues it too.

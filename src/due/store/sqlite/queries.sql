@@ -156,6 +156,16 @@ SET state = :state,
 WHERE id = :id AND lease_token = :token AND state = 'running'
 RETURNING id, task, schedule, state, queue, run_at, parent_id, completes, pieces_total, cancel_requested
 
+-- name: completions_recorded
+-- Of the attempt endings given, those the jobs already show (PostgreSQL's
+-- statement says why; here one ending at a time).
+SELECT id
+FROM due_jobs
+WHERE id = :id AND lease_token = :token + 1 AND state = :state
+  AND CASE WHEN :error IS NOT NULL THEN json_extract(errors, '$[#-1]') = json(:error)
+           ELSE NOT coalesce(json_extract(errors, '$[#-1].kind') = 'lease_lost'
+                             AND json_extract(errors, '$[#-1].attempt') = attempt, 0) END
+
 -- name: select_expired
 -- Running jobs whose worker stopped renewing the lease. The task is never
 -- consulted, so a process that does not know the task rescues it too.
