@@ -10,7 +10,7 @@ import pytest
 
 import due
 from due.store.sqlite.backend import path_from_url
-from tests.conftest import postgres_schema_url
+from tests.conftest import made_schema, postgres_schema_url
 
 
 class Abort(Exception):
@@ -87,6 +87,32 @@ def test_postgres_notification_names_due_s_schema_whatever_the_connection_search
             conn.commit()
         (note,) = list(listener.notifies(timeout=2, stop_after=1))
         assert note.payload.startswith("shipping ")
+
+
+def test_postgres_notification_names_the_schema_the_caller_s_connection_writes_to(
+    postgres_app: due.App,
+) -> None:
+    """A caller's connection that finds another deployment's `due_jobs` first
+    writes the job there, and wakes that deployment's workers, not this one's."""
+    ship = register(postgres_app)
+    with made_schema() as schema:
+        neighbour = due.App(postgres_schema_url(schema))
+        try:
+            neighbour.migrate()
+            register(neighbour)
+            with (
+                neighbour.store.backend.listen_connection() as theirs,  # type: ignore[attr-defined]
+                postgres_app.store.backend.listen_connection() as ours,  # type: ignore[attr-defined]
+                psycopg.connect(postgres_schema_url(schema)) as conn,
+            ):
+                job = ship.options(connection=conn, queue="shipping").enqueue(1)
+                conn.commit()
+                (note,) = list(theirs.notifies(timeout=2, stop_after=1))
+                assert note.payload.startswith("shipping ")
+                assert list(ours.notifies(timeout=0.2)) == []
+            assert neighbour.get(job.id).args == (1,)
+        finally:
+            neighbour.close()
 
 
 def test_postgres_async_connection(postgres_app: due.App) -> None:

@@ -65,9 +65,11 @@ def channel_sql(base: str) -> str:
     connection may search other schemas before due's.
 
     This subquery costs the server about 6 us per statement, a visible share of
-    a single enqueue's: once a store has checked its schema, it names the
-    channels with literals instead (`with_channel_names`), and the subquery
-    remains for `channel_names` and for a store used before that check."""
+    a single enqueue's: once a store has checked its schema, its own sessions
+    name the channels with literals instead (`with_channel_names`). The
+    subquery remains for `channel_names`, for a store used before that check,
+    and on callers' connections (`enqueue(connection=...)`), which may find
+    `due_jobs` in another schema than the store's."""
     return (
         f"(SELECT '{base}' || coalesce('.' || left(encode(sha256(convert_to("
         "nullif(nspname, 'public'), 'UTF8')), 'hex'), 16), '') FROM pg_namespace "
@@ -216,7 +218,9 @@ class PostgresBackend:
                 f"got {type(connection).__name__}"
             )
         with translate_errors(self.url), connection.cursor(row_factory=dict_row) as cur:
-            yield PostgresTransaction(cur, self._clock.now(), self._queries, to_utc=True)
+            # A caller's connection may find `due_jobs` in another schema than the
+            # store's: its statements name the channel of the table they write.
+            yield PostgresTransaction(cur, self._clock.now(), QUERIES, to_utc=True)
 
     @contextlib.asynccontextmanager
     async def on_async_connection(
@@ -229,7 +233,7 @@ class PostgresBackend:
             )
         with translate_errors(self.url):
             async with connection.cursor(row_factory=dict_row) as cur:
-                yield AsyncPostgresTransaction(cur, self._clock.now(), self._queries)
+                yield AsyncPostgresTransaction(cur, self._clock.now(), QUERIES)  # as on_connection
 
     @contextlib.contextmanager
     def handler_transaction(self) -> Iterator[tuple[Any, Transaction]]:
