@@ -124,17 +124,54 @@ def test_a_completion_written_again_is_recorded_not_lost(
 def test_a_completion_after_a_rescue_is_not_taken_for_recorded(
     app: due.App, job: due.Job, clock: FakeClock
 ) -> None:
-    """A rescue also moves the token one past the attempt's, and may leave the
-    state a late completion names (queued, or failed with no attempts left)."""
+    """A rescue also moves the token one past the attempt's, and leaves the state
+    a late completion may name: queued (a retry), or failed with no attempts left."""
     stale = claim_one(app)
     clock.advance(LEASE + 1)
     assert app.store.job_rescue().requeued == (job.id,)
     for late in (
-        Completion(job.id, stale.lease_token, JobState.QUEUED, retry_in=1),  # no error of its own
         failure(job.id, stale.lease_token, JobState.QUEUED),
+        # The store takes a completion without an error of its own too: the
+        # lost lease the rescue counted tells them apart.
+        Completion(job.id, stale.lease_token, JobState.QUEUED, retry_in=1),
     ):
         assert app.store.job_complete([late]) == set()
     assert app.get(job.id).errors[-1].kind == "lease_lost"
+
+
+def test_a_late_failure_after_a_rescue_that_gave_up_is_not_taken_for_recorded(
+    app: due.App, clock: FakeClock
+) -> None:
+    @app.task(name="once", retry=due.Retry(max_attempts=1))
+    def once() -> None: ...
+
+    job = once.enqueue()
+    stale = claim_one(app)
+    clock.advance(LEASE + 1)
+    assert app.store.job_rescue().failed == (job.id,)
+    assert app.store.job_complete([failure(job.id, stale.lease_token)]) == set()
+
+
+def test_an_attempt_after_a_rescue_and_a_retry_is_recorded_when_written_again(
+    app: due.App, clock: FakeClock
+) -> None:
+    """The rescue's lease_lost error stays in the job's errors; the next attempt's
+    end, written twice, is still recognised as written."""
+
+    @app.task(name="once", retry=due.Retry(max_attempts=1))
+    def once() -> None: ...
+
+    job = once.enqueue()
+    claim_one(app)
+    clock.advance(LEASE + 1)
+    assert app.store.job_rescue().failed == (job.id,)
+    app.retry(job.id)
+    again = claim_one(app)
+    assert again.attempt == 1
+    end = done(job.id, again.lease_token)
+    assert app.store.job_complete([end]) == {job.id}
+    assert app.store.job_complete([end]) == {job.id}
+    assert app.get(job.id).state == JobState.SUCCEEDED
 
 
 def test_a_batch_of_completions_applies_only_the_current_tokens(

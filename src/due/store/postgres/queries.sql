@@ -303,16 +303,18 @@ FROM done
 -- Of the attempt endings given, those the jobs already show: a write tried
 -- again after its first try's reply was lost (the connection broke after the
 -- commit) finds its tokens stale, and is not a lost lease. An end moves the
--- token one past the attempt's; so does a rescue, the only other writer that
--- may, which appends a lease_lost error of the attempt.
+-- token one past the attempt's, leaves its state, appends its error if it has
+-- one, and sets lost_leases to 0. Of the other writers that move a running
+-- job's token by one, a rescue counts a lost lease, a release appends an error
+-- of its own (kind 'released'), a parent finished by its last piece is no
+-- longer waiting, and the handler's own transaction (complete_in_transaction)
+-- ended the attempt succeeded, as the completion says.
 SELECT j.id
 FROM unnest(%(id)b::bigint[], %(token)b::bigint[], %(state)b::text[], %(error)b::text[])
      AS c(id, token, state, error)
 JOIN due_jobs AS j ON j.id = c.id
-WHERE j.lease_token = c.token + 1 AND j.state = c.state
-  AND CASE WHEN c.error IS NOT NULL THEN j.errors -> -1 = c.error::jsonb
-           ELSE NOT coalesce(j.errors -> -1 ->> 'kind' = 'lease_lost'
-                             AND (j.errors -> -1 ->> 'attempt')::int = j.attempt, false) END
+WHERE j.lease_token = c.token + 1 AND j.state = c.state AND j.lost_leases = 0
+  AND (c.error IS NULL OR j.errors -> -1 = c.error::jsonb)
 
 -- name: select_expired
 -- Running jobs whose worker stopped renewing the lease. The task is never

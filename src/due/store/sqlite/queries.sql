@@ -161,10 +161,8 @@ RETURNING id, task, schedule, state, queue, run_at, parent_id, completes, pieces
 -- statement says why; here one ending at a time).
 SELECT id
 FROM due_jobs
-WHERE id = :id AND lease_token = :token + 1 AND state = :state
-  AND CASE WHEN :error IS NOT NULL THEN json_extract(errors, '$[#-1]') = json(:error)
-           ELSE NOT coalesce(json_extract(errors, '$[#-1].kind') = 'lease_lost'
-                             AND json_extract(errors, '$[#-1].attempt') = attempt, 0) END
+WHERE id = :id AND lease_token = :token + 1 AND state = :state AND lost_leases = 0
+  AND (:error IS NULL OR json_extract(errors, '$[#-1]') = json(:error))
 
 -- name: select_expired
 -- Running jobs whose worker stopped renewing the lease. The task is never
