@@ -36,10 +36,18 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 BENCH_DIR = Path(__file__).resolve().parent
-WORK_DIR = BENCH_DIR / "work"
-RESULTS_DIR = BENCH_DIR / "results"
+SCRATCH = os.environ.get("DUE_BENCH_SCRATCH")
+"""A folder for a run kept apart from the measured ones (the test suite's smoke
+runs): its work files and results go there, and its PostgreSQL databases are
+named due_bench_scratch_..., so a smoke run never recreates the database of a
+`make bench` or `make soak` running meanwhile, nor adds to their results."""
+WORK_DIR = Path(SCRATCH) / "work" if SCRATCH else BENCH_DIR / "work"
+RESULTS_DIR = Path(SCRATCH) / "results" if SCRATCH else BENCH_DIR / "results"
 PG_SERVER = os.environ.get("DUE_BENCH_PG", "postgresql://root@127.0.0.1:5432")
 PG_PREFIX = "due_bench_"
+SCRATCH_DB_PREFIX = f"{PG_PREFIX}scratch_"
+DB_PREFIX = SCRATCH_DB_PREFIX if SCRATCH else PG_PREFIX
+"""Of this run's databases (PG_PREFIX: of every benchmark database)."""
 
 EFFECTS_ENV = "DUE_BENCH_EFFECTS"
 PARENT_ENV = "DUE_BENCH_PARENT"
@@ -342,12 +350,12 @@ def pg_scalar(db: str, sql: str) -> Any:
 
 
 def fresh_due_url(backend: str, name: str) -> str:
-    """An empty database for a due-only benchmark: bench/work/db/<name>.db, or
-    the PostgreSQL database due_bench_due_<name>, recreated."""
+    """An empty database for a due-only benchmark: <WORK_DIR>/db/<name>.db, or
+    the PostgreSQL database <DB_PREFIX>due_<name>, recreated."""
     if backend == "sqlite":
         return f"sqlite:///{fresh_sqlite_path(WORK_DIR / 'db' / f'{name}.db')}"
-    recreate_pg_db(f"due_bench_due_{name}")
-    return pg_url(f"due_bench_due_{name}")
+    recreate_pg_db(f"{DB_PREFIX}due_{name}")
+    return pg_url(f"{DB_PREFIX}due_{name}")
 
 
 def fresh_sqlite_path(path: Path) -> Path:
@@ -424,7 +432,7 @@ class Adapter:
 
     def db_name(self, test: str) -> str:
         if self.backend == "postgres":
-            return f"{PG_PREFIX}{self.lib}_{test}{self.variant()}".lower()
+            return f"{DB_PREFIX}{self.lib}_{test}{self.variant()}".lower()
         return str(WORK_DIR / "db" / f"{self.label(test)}.sqlite3")
 
     # -- driver side

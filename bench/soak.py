@@ -42,7 +42,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common
 import due
 
-HERE = Path(__file__).parent
 WINDOW_SECONDS = 10.0
 LATENCY_DELAY = 2.0
 """A window's claim latencies are read this long after it closes (its last
@@ -153,8 +152,8 @@ def percentile(values: list[float], p: float) -> float:
 def record(rec: dict[str, Any]) -> None:
     line = json.dumps(rec)
     print(line, flush=True)
-    (HERE / "results").mkdir(exist_ok=True)
-    with (HERE / "results" / "results.jsonl").open("a") as out:
+    common.RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    with (common.RESULTS_DIR / "results.jsonl").open("a") as out:
         out.write(line + "\n")
 
 
@@ -162,7 +161,7 @@ def soak(args: argparse.Namespace) -> list[dict[str, Any]]:
     url = common.fresh_due_url(args.backend, "soak")
     app, task = make_app(url)
     app.migrate()
-    log = HERE / "work" / "logs" / f"soak-{args.backend}.log"
+    log = common.WORK_DIR / "logs" / f"soak-{args.backend}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     worker = start_worker(url, args.retention, log)
     db = Database(url)

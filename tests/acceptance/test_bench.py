@@ -3,30 +3,65 @@
 Small runs of the real harnesses: the benchmark with due and the bare loops on
 both stores (the peers need bench/.venv-peers, which `make bench` creates), and
 the soak for its shortest run. What is checked is that they run and judge, not
-their figures: this machine runs other tests meanwhile.
+their figures: this machine runs other tests meanwhile. They run apart from the
+measured runs (DUE_BENCH_SCRATCH: their own files, results and databases).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
+import psycopg
 import pytest
+from psycopg import sql
 
 from tests.helpers.workers import REPOSITORY
+
+sys.path.insert(0, str(REPOSITORY / "bench"))
+import common  # bench/common.py: the harness's names for its databases
 
 pytestmark = pytest.mark.slow
 RATIO = re.compile(r"\b(\d+)/(\d+)\b")
 
 
-def test_a_smoke_run_of_the_benchmark_measures_due_and_the_bare_loops() -> None:
+def run_apart(
+    command: list[str], scratch: Path, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """The command with its files, results and databases kept apart."""
+    environment = {**os.environ, "DUE_BENCH_SCRATCH": str(scratch)}
+    return subprocess.run(
+        command, cwd=REPOSITORY, env=environment, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def drop_scratch_databases(prefix: str) -> None:
+    """The run's PostgreSQL databases whose names start with `prefix` (its
+    SQLite files are in tmp_path)."""
+    pattern = common.SCRATCH_DB_PREFIX + prefix.replace("_", "\\_") + "%"
+    with psycopg.connect(f"{common.PG_SERVER}/postgres", autocommit=True) as conn:
+        names = conn.execute(
+            "SELECT datname FROM pg_database WHERE datname LIKE %s", [pattern]
+        ).fetchall()
+        for (name,) in names:
+            conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def test_a_smoke_run_of_the_benchmark_measures_due_and_the_bare_loops(tmp_path: Path) -> None:
     command = [
         sys.executable, "bench/run.py", "--quick", "--runs", "1", "--no-setup",
         "--only", "drain,enqueue,latency", "--libs", "due,raw_sqlite,raw_pg",
     ]  # fmt: skip
-    done = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=600)
+    try:
+        done = run_apart(command, tmp_path, timeout=600)
+    finally:
+        for lib in ("due", "raw_pg"):
+            for test in ("enqueue", "drain", "latency"):
+                drop_scratch_databases(f"{lib}_{test}")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     tables = done.stdout
     for backend, bare in (("sqlite", "raw_sqlite"), ("postgres", "raw_pg")):
@@ -45,16 +80,20 @@ def test_a_smoke_run_of_the_benchmark_measures_due_and_the_bare_loops() -> None:
     checks = [found for row in rows for found in RATIO.findall(row)]
     assert checks, "no row says how many of its runs were exactly once"
     assert all(ok == runs for ok, runs in checks), [c for c in checks if c[0] != c[1]]
+    assert list((tmp_path / "results").glob("summary-*.md"))  # kept apart
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
-def test_the_shortest_soak_runs_and_judges(backend: str) -> None:
+def test_the_shortest_soak_runs_and_judges(backend: str, tmp_path: Path) -> None:
     rate = 200
     command = [
         sys.executable, "bench/soak.py", "--minutes", "0.5", "--rate", str(rate),
         "--backend", backend, "--retention", "5s",
     ]  # fmt: skip
-    done = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=300)
+    try:
+        done = run_apart(command, tmp_path, timeout=300)
+    finally:
+        drop_scratch_databases("due_soak")
     windows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert len(windows) == 3, done.stdout[-3000:] + done.stderr[-3000:]
     assert all(w["backend"] == backend and w["acknowledged_per_s"] > 0 for w in windows)
@@ -67,3 +106,4 @@ def test_the_shortest_soak_runs_and_judges(backend: str) -> None:
         assert f"| {measure}" in done.stdout
     judged_bad = "| NO |" in done.stdout
     assert done.returncode == (1 if judged_bad else 0), done.stderr[-3000:]
+    assert len((tmp_path / "results" / "results.jsonl").read_text().splitlines()) == 3
