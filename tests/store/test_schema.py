@@ -192,9 +192,10 @@ def test_sqlite_statements_name_a_state_before_the_partial_index_terms() -> None
 
 
 @pytest.mark.parametrize("lock", ["lock_migrations", "lock_schedule_sync"])
-def test_postgres_schema_locks_are_per_schema(lock: str) -> None:
+def test_postgres_schema_locks_are_per_schema_and_wait_for_earlier_versions(lock: str) -> None:
     """Advisory locks are per database: a migration or a schedule sync waits for
-    one in its own schema only; in public the key is the earlier versions' one."""
+    one in its own schema only, and for one of an earlier version, which locks
+    the bare name (a rolling upgrade); in public the key is that bare name."""
     bare = {"lock_migrations": "due_schema_migrations", "lock_schedule_sync": "due_schedule_sync"}
 
     def locked_out(schema: str) -> bool:
@@ -211,8 +212,12 @@ def test_postgres_schema_locks_are_per_schema(lock: str) -> None:
             holder.execute(POSTGRES_QUERIES[lock])  # held until the block ends
             assert locked_out(mine)
             assert not locked_out(neighbour)
-            assert not locked_out("public")
+            assert locked_out("public")  # public's is the bare name, held shared here
         with psycopg.connect(postgres_schema_url("public")) as holder:
-            holder.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [bare[lock]])
+            holder.execute(POSTGRES_QUERIES[lock])
             assert locked_out("public")
-            assert not locked_out(mine)
+            assert locked_out(mine)
+        with psycopg.connect(postgres_schema_url(mine)) as earlier_version:
+            earlier_version.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [bare[lock]])
+            assert locked_out(mine)
+            assert locked_out(neighbour)

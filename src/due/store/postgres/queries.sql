@@ -19,11 +19,15 @@ CREATE TABLE IF NOT EXISTS due_schema_migrations (
 )
 
 -- name: lock_migrations
--- Advisory locks are per database: the key names the schema the migration
--- writes to, so deployments in two schemas do not wait for each other. In
--- public it is the bare name earlier versions lock, so a rolling upgrade
--- there still migrates one process at a time.
-SELECT pg_advisory_xact_lock(hashtext('due_schema_migrations'
+-- Advisory locks are per database: the exclusive key names the schema the
+-- migration writes to, so deployments in two schemas do not wait for each
+-- other. Earlier versions take the bare name, exclusive; outside public this
+-- one also holds the bare name shared, so during a rolling upgrade a process of
+-- either version still migrates alone. In public the two keys are one (taking
+-- it shared, then exclusive, would deadlock two sessions).
+SELECT CASE WHEN current_schema() IS DISTINCT FROM 'public'
+            THEN pg_advisory_xact_lock_shared(hashtext('due_schema_migrations')) END,
+       pg_advisory_xact_lock(hashtext('due_schema_migrations'
                                       || coalesce(':' || nullif(current_schema(), 'public'), '')))
 
 -- name: migrations_table_exists
@@ -697,9 +701,11 @@ SELECT * FROM due_schedules ORDER BY name
 -- name: lock_schedule_sync
 -- Every worker syncs the code's schedules as it starts; a fleet starts many at
 -- once. One at a time, each reads what the previous one wrote (else two would
--- both insert a new schedule, and one would fail on the primary key).
--- Keyed by schema as lock_migrations is.
-SELECT pg_advisory_xact_lock(hashtext('due_schedule_sync'
+-- both insert a new schedule, and one would fail on the primary key). Keyed
+-- by schema, and compatible with earlier versions, as lock_migrations is.
+SELECT CASE WHEN current_schema() IS DISTINCT FROM 'public'
+            THEN pg_advisory_xact_lock_shared(hashtext('due_schedule_sync')) END,
+       pg_advisory_xact_lock(hashtext('due_schedule_sync'
                                       || coalesce(':' || nullif(current_schema(), 'public'), '')))
 
 -- name: insert_schedule
