@@ -25,7 +25,7 @@ CREATE TABLE IF NOT EXISTS due_schema_migrations (
 -- one also holds the bare name shared, so during a rolling upgrade a process of
 -- either version still migrates alone. In public the two keys are one (taking
 -- it shared, then exclusive, would deadlock two sessions).
-SELECT CASE WHEN current_schema() IS DISTINCT FROM 'public'
+SELECT CASE WHEN current_schema() <> 'public'  -- NULL (no schema exists): as public
             THEN pg_advisory_xact_lock_shared(hashtext('due_schema_migrations')) END,
        pg_advisory_xact_lock(hashtext('due_schema_migrations'
                                       || coalesce(':' || nullif(current_schema(), 'public'), '')))
@@ -703,7 +703,7 @@ SELECT * FROM due_schedules ORDER BY name
 -- once. One at a time, each reads what the previous one wrote (else two would
 -- both insert a new schedule, and one would fail on the primary key). Keyed
 -- by schema, and compatible with earlier versions, as lock_migrations is.
-SELECT CASE WHEN current_schema() IS DISTINCT FROM 'public'
+SELECT CASE WHEN current_schema() <> 'public'  -- NULL (no schema exists): as public
             THEN pg_advisory_xact_lock_shared(hashtext('due_schedule_sync')) END,
        pg_advisory_xact_lock(hashtext('due_schedule_sync'
                                       || coalesce(':' || nullif(current_schema(), 'public'), '')))
