@@ -33,7 +33,7 @@ SETUPS = {"one-db-1p": (1, 1), "one-db-2p": (1, 2), "two-dbs": (2, 1)}
 def drain(databases: int, processes: int, jobs: int) -> float:
     urls = []
     for shard in range(databases):
-        name = f"due_bench_due_shard_{shard}"
+        name = f"{common.DB_PREFIX}due_shard_{shard}"
         common.recreate_pg_db(name)
         urls.append(common.pg_url(name))
     apps = [timers_bench.make_app(url) for url in urls]
@@ -52,7 +52,7 @@ def drain(databases: int, processes: int, jobs: int) -> float:
                 )
             ]
             ranges.append((ids[0], ids[-1], len(ids)))
-        log_dir = timers_bench.HERE / "work" / "logs"
+        log_dir = common.WORK_DIR / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
         for shard, url in enumerate(urls):
             for process in range(processes):
@@ -89,7 +89,7 @@ def main() -> None:
             rate = drain(databases, processes, args.jobs)
             results[name].append(rate)
             rec = {"bench": "shards", "setup": name, "run": run, "jobs_per_s": rate}
-            timers_bench.record(rec)
+            common.save(rec)
     base = statistics.median(results["one-db-1p"])
     print(f"\n### {args.jobs:,} no-op jobs, medians of {args.runs} [min-max]\n")
     print("| set-up | jobs/s | ÷ one database, one process |\n|---|---|---|")

@@ -77,7 +77,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--runs", type=int, default=2)
     args = parser.parse_args()
-    work = Path(__file__).resolve().parent / "work"
+    work = common.WORK_DIR
     work.mkdir(exist_ok=True)
     print("| run | enqueues | p50 ms | p99 ms | max ms |")
     print("|---|---|---|---|---|")

@@ -43,7 +43,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common
 import due
 
-HERE = Path(__file__).parent
 TASK = "noop"
 
 SQLITE_TIMERS = """
@@ -249,7 +248,7 @@ def run_backend(backend: str, args: argparse.Namespace) -> dict[str, dict[str, l
     url = common.fresh_due_url(backend, "timers")
     app, noop = make_app(url)
     app.migrate()
-    log = HERE / "work" / "logs" / f"timers-{backend}.log"
+    log = common.WORK_DIR / "logs" / f"timers-{backend}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     worker = start_worker(url, log)
     table: dict[str, dict[str, list[dict]]] = {}
