@@ -40,7 +40,7 @@ from tests.helpers.pgbouncer import PgBouncer
 import common
 import due
 
-DATABASE = f"{common.PG_PREFIX}due_pooler"
+DATABASE = f"{common.DB_PREFIX}due_pooler"
 APP = "bench_pooler_app:app"
 APP_SOURCE = """
 import due

@@ -48,7 +48,7 @@ def make_app(url: str) -> due.App:
 
 def url_for(backend: str, test: str) -> str:
     if backend == "postgres":
-        database = f"{common.PG_PREFIX}due_schedule_{test}"
+        database = f"{common.DB_PREFIX}due_schedule_{test}"
         common.recreate_pg_db(database)
         return common.pg_url(database)
     path = common.fresh_sqlite_path(common.WORK_DIR / "db" / f"due_{backend}_schedule_{test}.db")

@@ -78,7 +78,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=2)
     args = parser.parse_args()
     work = common.WORK_DIR
-    work.mkdir(exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
     print("| run | enqueues | p50 ms | p99 ms | max ms |")
     print("|---|---|---|---|---|")
     for run in range(args.runs):

@@ -290,7 +290,7 @@ def dashboard_pages(
 
 def url_for(backend: str) -> str:
     if backend == "postgres":
-        database = f"{common.PG_PREFIX}due_visibility"
+        database = f"{common.DB_PREFIX}due_visibility"
         common.recreate_pg_db(database)
         return common.pg_url(database)
     path = common.fresh_sqlite_path(common.WORK_DIR / "db" / "due_visibility.db")

@@ -107,3 +107,33 @@ def test_the_shortest_soak_runs_and_judges(backend: str, tmp_path: Path) -> None
     judged_bad = "| NO |" in done.stdout
     assert done.returncode == (1 if judged_bad else 0), done.stderr[-3000:]
     assert len((tmp_path / "results" / "results.jsonl").read_text().splitlines()) == 3
+
+
+@pytest.mark.parametrize(
+    ("script", "options", "databases"),
+    [
+        ("shards_bench.py", ["--jobs", "1000", "--runs", "1"], "due_shard_"),
+        ("backlog_bench.py", ["--jobs", "5000", "--repeat", "1"], "due_backlog"),
+        (
+            "visibility_bench.py",
+            ["--finished", "5000", "--queued", "500", "--future", "500", "--repeat", "1"],
+            "due_visibility",
+        ),
+        ("sqlite_contention.py", ["--seconds", "2", "--runs", "1"], None),  # a table only
+    ],
+)
+def test_the_due_only_benchmarks_run(
+    script: str, options: list[str], databases: str | None, tmp_path: Path
+) -> None:
+    """The smaller benchmarks of `make bench` (timers, schedules and the pooler
+    take minutes and are left to it), at small sizes."""
+    try:
+        done = run_apart([sys.executable, f"bench/{script}", *options], tmp_path, timeout=300)
+    finally:
+        if databases is not None:
+            drop_scratch_databases(databases)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    if script == "sqlite_contention.py":
+        assert re.search(r"^\| 1 \| \d+ \|", done.stdout, re.MULTILINE)
+    else:
+        assert (tmp_path / "results" / "results.jsonl").read_text().strip()
