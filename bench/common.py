@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import os
 import signal
@@ -39,14 +40,21 @@ BENCH_DIR = Path(__file__).resolve().parent
 SCRATCH = os.environ.get("DUE_BENCH_SCRATCH")
 """A folder for a run kept apart from the measured ones (the test suite's smoke
 runs): its work files and results go there, and its PostgreSQL databases are
-named due_bench_scratch_..., so a smoke run never recreates the database of a
-`make bench` or `make soak` running meanwhile, nor adds to their results."""
+named due_bench_scratch_<hash of the folder>_..., so a smoke run never
+recreates the database of a `make bench` or `make soak` running meanwhile, nor
+of another smoke run, nor adds to their results."""
 WORK_DIR = Path(SCRATCH) / "work" if SCRATCH else BENCH_DIR / "work"
 RESULTS_DIR = Path(SCRATCH) / "results" if SCRATCH else BENCH_DIR / "results"
 PG_SERVER = os.environ.get("DUE_BENCH_PG", "postgresql://root@127.0.0.1:5432")
 PG_PREFIX = "due_bench_"
-SCRATCH_DB_PREFIX = f"{PG_PREFIX}scratch_"
-DB_PREFIX = SCRATCH_DB_PREFIX if SCRATCH else PG_PREFIX
+
+
+def scratch_db_prefix(folder: str) -> str:
+    """The names of the databases of a run apart in `folder` start with this."""
+    return f"{PG_PREFIX}scratch_{hashlib.sha256(folder.encode()).hexdigest()[:10]}_"
+
+
+DB_PREFIX = scratch_db_prefix(SCRATCH) if SCRATCH else PG_PREFIX
 """Of this run's databases (PG_PREFIX: of every benchmark database)."""
 
 EFFECTS_ENV = "DUE_BENCH_EFFECTS"

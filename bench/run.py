@@ -23,7 +23,7 @@ import sys
 import time
 from collections.abc import Iterable, Sequence
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -227,6 +227,18 @@ def make_plan(args: argparse.Namespace) -> Plan:
     if reason and any(lib.kind == "due" for lib in libs):
         plan.notes.append(reason)
         plan.libs = [lib for lib in libs if lib.kind != "due"]
+    if not PEERS_PY.exists():
+        # The bare loops need only psycopg and sqlite3, which due's environment has.
+        if any(lib.kind == "peer" for lib in plan.libs):
+            plan.notes.append(
+                "bench/.venv-peers is missing (run `make bench` or bench/setup-peers.sh): "
+                "the peers are skipped"
+            )
+        plan.libs = [
+            replace(lib, python=DUE_PY) if lib.kind == "limit" else lib
+            for lib in plan.libs
+            if lib.kind != "peer"
+        ]
     if "postgres" in backends and postgres_down():
         plan.notes.append("PostgreSQL is not reachable on 127.0.0.1:5432: postgres skipped")
         plan.backends = tuple(b for b in backends if b != "postgres")

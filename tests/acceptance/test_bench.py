@@ -39,10 +39,10 @@ def run_apart(
     )
 
 
-def drop_scratch_databases(prefix: str) -> None:
-    """The run's PostgreSQL databases whose names start with `prefix` (its
-    SQLite files are in tmp_path)."""
-    pattern = common.SCRATCH_DB_PREFIX + prefix.replace("_", "\\_") + "%"
+def drop_scratch_databases(scratch: Path) -> None:
+    """The PostgreSQL databases of the run apart in `scratch`, named after it
+    (its SQLite files are in `scratch`)."""
+    pattern = common.scratch_db_prefix(str(scratch)).replace("_", "\\_") + "%"
     with psycopg.connect(f"{common.PG_SERVER}/postgres", autocommit=True) as conn:
         names = conn.execute(
             "SELECT datname FROM pg_database WHERE datname LIKE %s", [pattern]
@@ -59,9 +59,7 @@ def test_a_smoke_run_of_the_benchmark_measures_due_and_the_bare_loops(tmp_path: 
     try:
         done = run_apart(command, tmp_path, timeout=600)
     finally:
-        for lib in ("due", "raw_pg"):
-            for test in ("enqueue", "drain", "latency"):
-                drop_scratch_databases(f"{lib}_{test}")
+        drop_scratch_databases(tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     tables = done.stdout
     for backend, bare in (("sqlite", "raw_sqlite"), ("postgres", "raw_pg")):
@@ -93,7 +91,7 @@ def test_the_shortest_soak_runs_and_judges(backend: str, tmp_path: Path) -> None
     try:
         done = run_apart(command, tmp_path, timeout=300)
     finally:
-        drop_scratch_databases("due_soak")
+        drop_scratch_databases(tmp_path)
     windows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert len(windows) == 3, done.stdout[-3000:] + done.stderr[-3000:]
     assert all(w["backend"] == backend and w["acknowledged_per_s"] > 0 for w in windows)
@@ -110,28 +108,24 @@ def test_the_shortest_soak_runs_and_judges(backend: str, tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize(
-    ("script", "options", "databases"),
+    ("script", "options"),
     [
-        ("shards_bench.py", ["--jobs", "1000", "--runs", "1"], "due_shard_"),
-        ("backlog_bench.py", ["--jobs", "5000", "--repeat", "1"], "due_backlog"),
+        ("shards_bench.py", ["--jobs", "1000", "--runs", "1"]),
+        ("backlog_bench.py", ["--jobs", "5000", "--repeat", "1"]),
         (
             "visibility_bench.py",
             ["--finished", "5000", "--queued", "500", "--future", "500", "--repeat", "1"],
-            "due_visibility",
         ),
-        ("sqlite_contention.py", ["--seconds", "2", "--runs", "1"], None),  # a table only
+        ("sqlite_contention.py", ["--seconds", "2", "--runs", "1"]),  # a table only
     ],
 )
-def test_the_due_only_benchmarks_run(
-    script: str, options: list[str], databases: str | None, tmp_path: Path
-) -> None:
+def test_the_due_only_benchmarks_run(script: str, options: list[str], tmp_path: Path) -> None:
     """The smaller benchmarks of `make bench` (timers, schedules and the pooler
     take minutes and are left to it), at small sizes."""
     try:
         done = run_apart([sys.executable, f"bench/{script}", *options], tmp_path, timeout=300)
     finally:
-        if databases is not None:
-            drop_scratch_databases(databases)
+        drop_scratch_databases(tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     if script == "sqlite_contention.py":
         assert re.search(r"^\| 1 \| \d+ \|", done.stdout, re.MULTILINE)
