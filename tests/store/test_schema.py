@@ -200,7 +200,7 @@ def test_postgres_schema_locks_are_per_schema_and_wait_for_earlier_versions(lock
 
     def locked_out(schema: str) -> bool:
         with psycopg.connect(postgres_schema_url(schema)) as conn:
-            conn.execute("SET lock_timeout = '300ms'")
+            conn.execute("SET lock_timeout = '100ms'")  # others' migrations wait meanwhile
             try:
                 conn.execute(POSTGRES_QUERIES[lock])
             except psycopg.errors.LockNotAvailable:
@@ -221,3 +221,19 @@ def test_postgres_schema_locks_are_per_schema_and_wait_for_earlier_versions(lock
             earlier_version.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [bare[lock]])
             assert locked_out(mine)
             assert locked_out(neighbour)
+
+
+@pytest.mark.parametrize("lock", ["lock_migrations", "lock_schedule_sync"])
+def test_postgres_a_session_with_no_schema_locks_as_public_does(lock: str) -> None:
+    """A search path that names no existing schema: the one key, exclusive, not
+    shared then exclusive (two such sessions would deadlock)."""
+    bare = {"lock_migrations": "due_schema_migrations", "lock_schedule_sync": "due_schedule_sync"}
+    with psycopg.connect(postgres_schema_url("t_no_such_schema")) as conn:
+        assert conn.execute("SELECT current_schema()").fetchone() == (None,)
+        conn.execute(POSTGRES_QUERIES[lock])
+        held = conn.execute(
+            "SELECT mode, objid FROM pg_locks WHERE locktype = 'advisory' "
+            "AND pid = pg_backend_pid()"
+        ).fetchall()
+        (key,) = conn.execute("SELECT hashtext(%s)::oid", [bare[lock]]).fetchone()
+    assert held == [("ExclusiveLock", key)]

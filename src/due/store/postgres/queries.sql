@@ -310,7 +310,9 @@ FROM done
 -- token one past the attempt's, leaves its state, appends its error if it has
 -- one, and sets lost_leases to 0. Of the other writers that move a running
 -- job's token by one, a rescue counts a lost lease, a release appends an error
--- of its own (kind 'released'), a parent finished by its last piece is no
+-- of its own (kind 'released': a completion without an error that names the
+-- state the release left, queued or cancelled, is taken as recorded, and the
+-- job is in that state either way), a parent finished by its last piece is no
 -- longer waiting, and the handler's own transaction (complete_in_transaction)
 -- ended the attempt succeeded, as the completion says.
 SELECT j.id
