@@ -7,7 +7,7 @@ SOAK_MINUTES ?= 30
 SOAK_BACKEND ?= postgres
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test test-newest-python test-sqlite chaos check bench soak postgres clean
+.PHONY: help demo test test-newest-python test-bench test-sqlite chaos check bench soak postgres clean
 
 help: ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -32,14 +32,17 @@ demo: $(STAMP) ## the example app, its worker and dashboard on SQLite (DEMO_ARGS
 	cd examples && ../$(PY) demo.py $(DEMO_ARGS)
 
 test: $(STAMP) postgres ## run the whole test suite on SQLite and PostgreSQL
-	$(PY) -m pytest -n 2 -m "not serial"
+	$(PY) -m pytest -n 2 -m "not serial and not bench"
 	$(PY) -m pytest -m serial
+
+test-bench: $(STAMP) postgres ## the benchmark harnesses, run small (make bench, make soak): do they still work?
+	$(PY) -m pytest -n 2 -m bench
 
 test-newest-python: postgres ## the CLI and process tests on the newest CPython pyenv has
 	scripts/test-newest-python
 
 test-sqlite: $(STAMP) ## run the suite on SQLite only (no PostgreSQL needed)
-	$(PY) -m pytest -k 'not postgres'
+	$(PY) -m pytest -k 'not postgres' -m 'not bench'
 
 CHAOS_SECONDS ?= 300
 CHAOS_RATE ?= 0.5

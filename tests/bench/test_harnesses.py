@@ -1,4 +1,5 @@
-"""`make bench` and `make soak` keep working between the runs that measure.
+"""`make bench` and `make soak` keep working between the runs that measure
+(`make test-bench`, which CI runs after `make test`).
 
 Small runs of the real harnesses: the benchmark with due and the bare loops on
 both stores (the peers need bench/.venv-peers, which `make bench` creates), and
@@ -25,7 +26,7 @@ from tests.helpers.workers import REPOSITORY
 sys.path.insert(0, str(REPOSITORY / "bench"))
 import common  # bench/common.py: the harness's names for its databases
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.bench
 RATIO = re.compile(r"\b(\d+)/(\d+)\b")
 
 
