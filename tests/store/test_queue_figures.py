@@ -94,6 +94,32 @@ def test_the_statement_reads_no_further_than_the_limit(
     assert figures(app).waiting == 3  # (what the limit cut)
 
 
+def test_a_queue_whose_jobs_all_run_is_shown(
+    app: due.App, tasks: dict[str, due.Task[..., None]]
+) -> None:
+    """On PostgreSQL the running jobs are found apart from the backlog (queued,
+    waiting, failed): a queue with nothing else is still one of the queues."""
+    tasks["ok"].options(queue="busy").enqueue()
+    app.store.job_claim(ClaimRequest("busy", 1, "w", 30.0))
+    (row,) = [row for row in app.store.queue_overview() if row.name == "busy"]
+    assert (row.running, row.queued, row.failed) == (1, 0, 0)
+
+
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_postgres_counts_running_jobs_through_their_index(
+    app: due.App, tasks: dict[str, due.Task[..., None]]
+) -> None:
+    """A claim leaves the index of the backlog (one index entry fewer per job):
+    the running jobs of a queue are counted through due_jobs_running, never by
+    reading its queued ones."""
+    backend: Any = app.store.backend
+    with backend.transaction() as tx:
+        tx.cursor.execute("SET LOCAL enable_seqscan = off")  # an empty table, else scanned
+        plan = generic_plan(tx, POSTGRES_QUERIES["queue_overview"], {"now": None, "limit": 11})
+    assert "due_jobs_running" in plan and "due_jobs_backlog" in plan, plan
+    assert "Seq Scan" not in plan, plan
+
+
 def test_the_default_limit_holds_through_the_app(
     app: due.App, tasks: dict[str, due.Task[..., None]]
 ) -> None:

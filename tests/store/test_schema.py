@@ -9,11 +9,19 @@ import psycopg
 import pytest
 
 import due
-from due.store.postgres.backend import LATEST_VERSION
+from due.store.postgres import backend as postgres_backend
 from due.store.postgres.backend import QUERIES as POSTGRES_QUERIES
+from due.store.sqlite import backend as sqlite_backend
 from due.store.sqlite.backend import QUERIES as SQLITE_QUERIES
 from due.store.sqlite.backend import path_from_url
 from tests.conftest import made_schema, postgres_schema_url
+
+
+def latest_version(url: str) -> int:
+    """Each backend numbers its own migrations (a change one of them needs alone
+    is a migration of that one)."""
+    backend = sqlite_backend if url.startswith("sqlite") else postgres_backend
+    return backend.LATEST_VERSION
 
 
 def test_an_unmigrated_database_is_refused_with_the_fix(backend_url: str) -> None:
@@ -25,7 +33,7 @@ def test_an_unmigrated_database_is_refused_with_the_fix(backend_url: str) -> Non
     try:
         with pytest.raises(due.NotMigratedError, match="`due migrate`"):
             t.enqueue()
-        assert app.migrate() == list(range(1, LATEST_VERSION + 1))
+        assert app.migrate() == list(range(1, latest_version(backend_url) + 1))
         assert t.enqueue().id > 0
     finally:
         app.close()
@@ -33,7 +41,7 @@ def test_an_unmigrated_database_is_refused_with_the_fix(backend_url: str) -> Non
 
 def test_migrate_is_idempotent(app: due.App) -> None:
     assert app.migrate() == []
-    assert app.store.schema_version() == LATEST_VERSION
+    assert app.store.schema_version() == latest_version(app.url)
 
 
 def test_a_newer_schema_is_refused(app: due.App, backend_url: str) -> None:
@@ -178,7 +186,7 @@ def test_postgres_maintenance_queries_use_an_index_of_active_jobs_only(
             row[0] for row in conn.execute("EXPLAIN " + POSTGRES_QUERIES[query], params)
         )
     # Either partial index leaves the finished jobs, most of the table, unread.
-    assert "due_jobs_claim" in plan or "due_jobs_active" in plan, plan
+    assert "due_jobs_claim" in plan or "due_jobs_backlog" in plan, plan
 
 
 def test_sqlite_statements_name_a_state_before_the_partial_index_terms() -> None:

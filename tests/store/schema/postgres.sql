@@ -130,7 +130,7 @@ due_actions | due_actions_pkey | CREATE UNIQUE INDEX due_actions_pkey ON due_act
 due_actions | due_actions_queue | CREATE INDEX due_actions_queue ON due_actions USING btree (queue) WHERE (queue IS NOT NULL)
 due_actions | due_actions_schedule | CREATE INDEX due_actions_schedule ON due_actions USING btree (schedule) WHERE (schedule IS NOT NULL)
 due_job_stats | due_job_stats_pkey | CREATE UNIQUE INDEX due_job_stats_pkey ON due_job_stats USING btree (span, minute, task, queue, outcome, bucket, writer)
-due_jobs | due_jobs_active | CREATE INDEX due_jobs_active ON due_jobs USING btree (queue, state, run_at) INCLUDE (attempt, held) WHERE (state = ANY (ARRAY['queued'::text, 'running'::text, 'waiting'::text, 'failed'::text]))
+due_jobs | due_jobs_backlog | CREATE INDEX due_jobs_backlog ON due_jobs USING btree (queue, state, run_at) INCLUDE (attempt, held) WHERE (state = ANY (ARRAY['queued'::text, 'waiting'::text, 'failed'::text]))
 due_jobs | due_jobs_children | CREATE INDEX due_jobs_children ON due_jobs USING btree (parent_id) WHERE ((parent_id IS NOT NULL) AND (state = ANY (ARRAY['queued'::text, 'running'::text, 'waiting'::text])))
 due_jobs | due_jobs_claim | CREATE INDEX due_jobs_claim ON due_jobs USING btree (queue, priority DESC, run_at, id) WHERE ((state = 'queued'::text) AND (NOT held) AND (NOT timer))
 due_jobs | due_jobs_completes | CREATE INDEX due_jobs_completes ON due_jobs USING btree (completes) WHERE (completes IS NOT NULL)
