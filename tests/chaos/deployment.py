@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from due.worker.supervisor import SUPERVISOR_ENVIRONMENT_VARIABLE
 from tests.helpers.workers import REPOSITORY
 
 CHAOS_APP = "tests.chaos.chaos_app:app"
@@ -66,6 +67,11 @@ class Deployment:
             "PYTHONPATH": str(REPOSITORY),
         }
         command = [sys.executable, "-m", "due", "worker", "--app", CHAOS_APP, *WORKER_OPTIONS]
+        if not slot.skewed:
+            # A worker whose parent is gone stops itself: a harness killed outright
+            # (a test's timeout) leaves nothing running. (Under faketime the parent
+            # is faketime's own process.)
+            environment[SUPERVISOR_ENVIRONMENT_VARIABLE] = str(os.getpid())
         if slot.skewed:
             # The wall clock only: libfaketime's fake monotonic clock stops Python's
             # timed waits from ever timing out (threading, and so the pools).
@@ -146,9 +152,13 @@ class Deployment:
         return codes
 
     def kill_all(self) -> None:
+        """SIGKILL every process group ever started, its leader alive or not: a
+        worker under faketime outlives a killed faketime process."""
         for slot in self.slots:
-            self.signal(slot, signal.SIGCONT)
-            self.signal(slot, signal.SIGKILL)
+            for group in slot.pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(group, signal.SIGCONT)
+                    os.killpg(group, signal.SIGKILL)
 
     def events(self, name: str) -> list[dict[str, Any]]:
         """Every log event of that name, from every worker process that ran, its

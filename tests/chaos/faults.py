@@ -65,7 +65,8 @@ class Injector:
     def stop(self) -> None:
         """No more faults; undo the ones still going (a pause, a freeze)."""
         self._stop.set()
-        self._thread.join(30)
+        if self._thread.ident is not None:  # started
+            self._thread.join(30)
         for timer in self._timers:
             timer.join(30)
 

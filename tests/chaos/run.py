@@ -71,8 +71,11 @@ def run(
             deployment.route(0, proxy.url_through(url))
         chosen = kinds or (POSTGRES_FAULTS if backend == "postgres" else SQLITE_FAULTS)
         injector = Injector(deployment, url, rate, chosen, proxy, seed)
-        deployment.start_all()
+        # Undone last to first: the faults stop (none restarts a worker), then
+        # every worker is killed, whatever ended the run.
         stack.callback(deployment.kill_all)
+        stack.callback(injector.stop)
+        deployment.start_all()
         wait_until(  # (on SQLite the skewed worker refuses to start: checked below)
             lambda: len(deployment.events("worker.started")) >= workers,
             timeout=60,
