@@ -583,6 +583,15 @@ class Session:
 
         return wait_until(done, timeout, interval=interval, abort=died)
 
+    def wait_any_started(
+        self, timeout: float, proc: subprocess.Popen[bytes], interval: float = 0.1
+    ) -> bool:
+        def seen() -> bool:
+            self.effects.poll()
+            return bool(self.effects.starts)
+
+        return wait_until(seen, timeout, interval=interval, abort=lambda: proc.poll() is not None)
+
     def wait_started(self, ref: str, count: int, timeout: float) -> bool:
         def seen() -> bool:
             self.effects.poll()
@@ -640,6 +649,70 @@ def drain_values(effects: EffectsLog, refs: Sequence[str], t_spawn: float) -> di
     }
 
 
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def process_tree(pid: int) -> list[int]:
+    """pid and its descendants, as /proc lists each thread's children."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        with suppress(OSError):
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children") as children:
+                    todo += [int(child) for child in children.read().split()]
+    return found
+
+
+def cpu_seconds(pids: Sequence[int]) -> float:
+    """User and system CPU time of these processes (all their threads); one that
+    has exited counts nothing."""
+    ticks = 0
+    for pid in pids:
+        with suppress(OSError), open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / CLOCK_TICKS
+
+
+def postmaster_pid(db: str) -> int | None:
+    """The local PostgreSQL server's main process (its backends are its children);
+    None if the server is not on this machine."""
+    backend = int(pg_scalar(db, "SELECT pg_backend_pid()"))
+    try:
+        with open(f"/proc/{backend}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return None
+
+
+class CpuMeter:
+    """CPU time of the worker's processes and of the database server's, read from
+    /proc between two instants: a cost per job, which the machine's noise moves
+    less than it moves a rate. The server's includes its background processes
+    (WAL writer, autovacuum): costs of the work too."""
+
+    def __init__(self, adapter: Adapter, worker: subprocess.Popen[bytes]) -> None:
+        self.worker = worker.pid
+        self.server = postmaster_pid(adapter.db) if adapter.backend == "postgres" else None
+        self.start = self.read()
+
+    def read(self) -> tuple[float, float]:
+        server = cpu_seconds(process_tree(self.server)) if self.server is not None else 0.0
+        return cpu_seconds(process_tree(self.worker)), server
+
+    def per_job_us(self, n: int) -> dict[str, float | None]:
+        """Microseconds of CPU per job since the meter started."""
+        worker, server = self.read()
+        return {
+            "worker_cpu_us": round((worker - self.start[0]) / n * 1e6, 1),
+            "server_cpu_us": (
+                round((server - self.start[1]) / n * 1e6, 1) if self.server is not None else None
+            ),
+        }
+
+
 def settle(adapter: Adapter) -> None:
     """After a prefill on PostgreSQL, VACUUM ANALYZE (untimed): the state autovacuum gives a
     live database; without planner statistics some libraries' claim queries degrade."""
@@ -681,8 +754,13 @@ def measure_drain(
     t_spawn = time.time()
     worker = s.spawn_worker(concurrency, "A")
     deadline = time.monotonic() + timeout
+    # The CPU counted from the first job's start: the worker's start-up (imports,
+    # connections) is not the drain's.
+    s.wait_any_started(timeout, worker, interval=ACK_POLL_SECONDS)
+    meter = CpuMeter(adapter, worker)
     in_time = s.wait_ended(refs, timeout, worker, interval=ACK_POLL_SECONDS)
     acked_at = wait_acknowledged(adapter, n, max(deadline - time.monotonic(), 1.0), worker)
+    cpu = meter.per_job_us(n)
     time.sleep(0.3)  # let a late duplicate land
     s.effects.poll()
     kill_group(worker)
@@ -692,6 +770,7 @@ def measure_drain(
     # body-timed one (to the last job body's end) stays as a second column.
     values["jobs_per_s_body"] = values["jobs_per_s"]
     values["acknowledged"] = acked_at is not None
+    values.update(cpu)
     if acked_at is not None and values.get("seconds") is not None:
         starts = [st.t for r in refs for st in s.effects.starts.get(r, [])]
         first_start = min(starts) if starts else t_spawn

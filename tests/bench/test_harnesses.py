@@ -80,6 +80,18 @@ def test_a_smoke_run_of_the_benchmark_measures_due_and_the_bare_loops(tmp_path: 
     assert checks, "no row says how many of its runs were exactly once"
     assert all(ok == runs for ok, runs in checks), [c for c in checks if c[0] != c[1]]
     assert list((tmp_path / "results").glob("summary-*.md"))  # kept apart
+    records = [json.loads(line) for line in (tmp_path / "results" / "results.jsonl").open()]
+    drains = [r for r in records if r.get("test") == "drain" and "values" in r]
+    assert {r["lib"] for r in drains} >= {"due", "raw_sqlite", "raw_pg"}
+    for drain in drains:  # CPU per job, of the worker and (PostgreSQL) of the server
+        cpu = drain["values"]
+        # Counted in clock ticks (10 ms): a bare loop's quick drain may take less.
+        least = 0 if drain["lib"].startswith("raw_") else 1
+        assert cpu["worker_cpu_us"] >= least, drain
+        if drain["backend"] == "postgres":
+            assert cpu["server_cpu_us"] >= least, drain
+        else:
+            assert cpu["server_cpu_us"] is None, drain
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
