@@ -144,3 +144,34 @@ def test_the_due_only_benchmarks_run(script: str, options: list[str], tmp_path: 
         assert re.search(r"^\| 1 \| \d+ \|", done.stdout, re.MULTILINE)
     else:
         assert (tmp_path / "results" / "results.jsonl").read_text().strip()
+
+
+def test_the_cost_breakdown_measures_every_shape_on_both_sides(tmp_path: Path) -> None:
+    """bench/costs.py: each shape at each batch size, and each enqueue, with CPU
+    counted on the client and on the server (a meter reading nothing fails; the
+    sizes keep every reading above the server's 10 ms clock tick)."""
+    command = [
+        sys.executable, "bench/costs.py", "--jobs", "2000", "--rounds", "1", "--batches", "1,20",
+        "--single", "500", "--bulk", "10000",
+    ]  # fmt: skip
+    try:
+        done = run_apart(command, tmp_path, timeout=300)
+    finally:
+        drop_scratch_databases(tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = (tmp_path / "results" / "results.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    drains = [r for r in records if r["test"] == "drain"]
+    enqueues = [r for r in records if r["test"] == "enqueue"]
+    assert sorted((r["shape"], r["batch"]) for r in drains) == sorted(
+        (shape, batch) for shape in ("due", "due-table", "bare") for batch in (1, 20)
+    )
+    assert sorted((r["mode"], r["shape"]) for r in enqueues) == sorted(
+        (mode, shape) for mode in ("single", "bulk") for shape in ("due", "bare")
+    )
+    for record in records:
+        assert record["wall_us"] > 0 and record["client_us"] > 0 and record["server_us"] > 0
+    for shape in ("due", "due-table", "bare"):
+        assert re.search(
+            rf"^\| {shape} \| [\d.]+ / [\d.]+ \| [\d.]+ / [\d.]+ \|", done.stdout, re.M
+        )
