@@ -21,9 +21,10 @@ indexes cost. Over the batch sizes, each side's CPU per job is fitted as
 `per job + per cycle / batch` (least squares): what a cycle costs whatever it carries
 (statements, commits, round trips) and what each job adds.
 
-Then enqueue, per job: `task.enqueue` against the bare loop's one-row INSERT, and
-`app.enqueue_many` (1,000 a call) against its multi-row INSERT: wall time, the client's CPU
-and the server's.
+Then enqueue, per job: `task.enqueue` against the bare loop's one-row INSERT, `await
+task.aenqueue` against the same INSERT on an async connection (each one after the other, as
+a request handler enqueues), and `app.enqueue_many` (1,000 a call) against the bare
+multi-row INSERT: wall time, the client's CPU and the server's.
 
 One JSON line per measurement (bench/results/results.jsonl), then Markdown tables.
 docs/scaling.md reads them. PostgreSQL only: on SQLite client and database are one process.
@@ -224,6 +225,8 @@ def measure_enqueue(dbs: Databases, shape: str, mode: str, n: int) -> dict[str, 
             start = dbs.meter.read()
             for i in range(n):
                 task.enqueue(f"ref{i}", 1733000000.123, 0.0)
+        elif mode == "single-async":
+            return asyncio.run(aenqueue_due(dbs, n))
         else:
             start = dbs.meter.read()
             for offset in range(0, n, common.CHUNK):
@@ -234,6 +237,8 @@ def measure_enqueue(dbs: Databases, shape: str, mode: str, n: int) -> dict[str, 
                     ]
                 )
         return Meter.per_job(start, dbs.meter.read(), n)
+    if mode == "single-async":
+        return asyncio.run(aenqueue_bare(dbs, n))
     with psycopg.connect(dbs.url, autocommit=True) as conn:
         if mode == "single":
             conn.execute(raw_pg.INSERT_ONE, (PAYLOAD,))
@@ -248,6 +253,25 @@ def measure_enqueue(dbs: Databases, shape: str, mode: str, n: int) -> dict[str, 
                     for i in range(offset, min(n, offset + common.CHUNK))
                 ]
                 conn.execute(raw_pg.INSERT_MANY, (payloads,))
+        return Meter.per_job(start, dbs.meter.read(), n)
+
+
+async def aenqueue_due(dbs: Databases, n: int) -> dict[str, Any]:
+    """`await task.aenqueue(...)` one after the other, as a request handler does."""
+    await dbs.task.aenqueue("warm-up", 0.0, 0.0)
+    start = dbs.meter.read()
+    for i in range(n):
+        await dbs.task.aenqueue(f"ref{i}", 1733000000.123, 0.0)
+    return Meter.per_job(start, dbs.meter.read(), n)
+
+
+async def aenqueue_bare(dbs: Databases, n: int) -> dict[str, Any]:
+    """The bare one-row INSERT on an async connection, one after the other."""
+    async with await psycopg.AsyncConnection.connect(dbs.url, autocommit=True) as conn:
+        await conn.execute(raw_pg.INSERT_ONE, (PAYLOAD,))
+        start = dbs.meter.read()
+        for i in range(n):
+            await conn.execute(raw_pg.INSERT_ONE, (json.dumps([f"ref{i}", 1733000000.123, 0.0]),))
         return Meter.per_job(start, dbs.meter.read(), n)
 
 
@@ -335,7 +359,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     }
                     common.save(rec)
                     drains.setdefault((shape, batch), []).append(rec)
-            for mode, n in (("single", args.single), ("bulk", args.bulk)):
+            modes = (("single", args.single), ("single-async", args.single), ("bulk", args.bulk))
+            for mode, n in modes:
                 for shape in ("due", "bare"):
                     rec = measure_enqueue(dbs, shape, mode, n)
                     rec |= {

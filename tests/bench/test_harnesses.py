@@ -167,7 +167,7 @@ def test_the_cost_breakdown_measures_every_shape_on_both_sides(tmp_path: Path) -
         (shape, batch) for shape in ("due", "due-table", "bare") for batch in (1, 20)
     )
     assert sorted((r["mode"], r["shape"]) for r in enqueues) == sorted(
-        (mode, shape) for mode in ("single", "bulk") for shape in ("due", "bare")
+        (mode, shape) for mode in ("single", "single-async", "bulk") for shape in ("due", "bare")
     )
     for record in records:
         assert record["wall_us"] > 0 and record["client_us"] > 0 and record["server_us"] > 0
