@@ -186,4 +186,9 @@ class Backend(Protocol):
         acknowledgements on its event loop; None where every call goes through
         a thread (SQLite)."""
 
+    def loop_statement(self) -> AbstractAsyncContextManager[AsyncTransaction | None]:
+        """One autocommitted statement from the running event loop, on the
+        store's own connection of that loop; None where there is none to use
+        (SQLite; another coroutine of the loop has it): take a thread then."""
+
     def close(self) -> None: ...

@@ -33,6 +33,19 @@ def enqueue(db: Backend, jobs: Sequence[NewJob], connection: Any = None) -> list
         return steps.carry_out(tx, steps.enqueue_steps(jobs, tx.now))
 
 
+async def enqueue_on_loop(db: Backend, jobs: Sequence[NewJob]) -> list[Job] | None:
+    """`enqueue` of one job without a key from an event loop: one autocommitted
+    statement on the store's own connection of that loop, without a thread. None
+    when there is none to use (SQLite, or another coroutine of the loop has it),
+    or for any other batch: the caller takes a thread."""
+    if len(jobs) != 1 or jobs[0].key is not None:
+        return None
+    async with db.loop_statement() as tx:
+        if tx is None:
+            return None
+        return await steps.carry_out_async(tx, steps.enqueue_steps(jobs, tx.now))
+
+
 async def enqueue_async(db: Backend, jobs: Sequence[NewJob], connection: Any) -> list[Job]:
     """`enqueue` on a caller's async connection (psycopg AsyncConnection)."""
     async with db.on_async_connection(connection, "aenqueue(connection=...)") as tx:

@@ -104,6 +104,9 @@ class Store:
     async def job_enqueue_async(self, new: Sequence[NewJob], connection: Any) -> list[Job]:
         return await jobs.enqueue_async(self.backend, new, connection)
 
+    async def job_enqueue_on_loop(self, new: Sequence[NewJob]) -> list[Job] | None:
+        return await jobs.enqueue_on_loop(self.backend, new)
+
     def job_get(self, job_id: int) -> Job:
         """The job, or JobNotFoundError."""
         return jobs.get(self.backend, job_id)

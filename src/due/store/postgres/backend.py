@@ -6,7 +6,8 @@ sent as binary arrays (`unnest`); every statement that makes a job claimable
 sends a NOTIFY in the same transaction, so it is delivered exactly when the
 job becomes visible. Connections: a pool, plus one connection the store keeps
 for itself and uses whenever no other thread does (a pool checkout costs
-about a fifth of a one-row insert), a pool apart for handlers' own
+about a fifth of a one-row insert), one async connection in each event loop
+that enqueues (loop_connections.py), a pool apart for handlers' own
 transactions, and dedicated connections for LISTEN. Every connection has TCP
 keepalives and a TCP user timeout; due's own sessions bound their statements,
 lock waits and idle transactions.
@@ -44,6 +45,7 @@ from due.store.backend import (
     Transaction,
     Values,
 )
+from due.store.postgres.loop_connections import LoopConnections
 from due.store.postgres.own_connection import OwnConnection, live_connection
 from due.store.postgres.pooler import HINT, PollingFeed, PoolerSettings, is_pooler_breakage
 from due.store.sql import load_migrations, load_queries, require_current_schema
@@ -165,6 +167,7 @@ class PostgresBackend:
         )
         self._pool.open(wait=False)
         self._own = OwnConnection(self._connect_own, clock.monotonic)
+        self._loop_connections = LoopConnections(self._connect_loop, clock.monotonic)
         _OPEN_BACKENDS.add(self)
 
     # --- transactions -------------------------------------------------------------
@@ -235,6 +238,20 @@ class PostgresBackend:
             async with connection.cursor(row_factory=dict_row) as cur:
                 yield AsyncPostgresTransaction(cur, self._clock.now(), QUERIES)  # as on_connection
 
+    @contextlib.asynccontextmanager
+    async def loop_statement(self) -> AsyncIterator[AsyncPostgresTransaction | None]:
+        """One autocommitted statement from the running event loop, on the
+        store's own connection of that loop; None while another coroutine of
+        the loop has it (the caller takes a thread instead)."""
+        with translate_errors(self.url):
+            async with self._loop_connections.borrow() as conn:
+                if conn is None:
+                    yield None
+                    return
+                async with conn.cursor(row_factory=dict_row) as cur:
+                    now, queries = self._clock.now(), self._queries
+                    yield AsyncPostgresTransaction(cur, now, queries, to_utc=False)
+
     @contextlib.contextmanager
     def handler_transaction(self) -> Iterator[tuple[Any, Transaction]]:
         with (
@@ -264,13 +281,23 @@ class PostgresBackend:
             yield conn
 
     def _connect_own(self) -> psycopg.Connection[Any]:
+        conn = psycopg.connect(self.url, **self._own_options())
+        self._configure(conn)
+        return conn
+
+    async def _connect_loop(self) -> psycopg.AsyncConnection[Any]:
+        conn = await psycopg.AsyncConnection.connect(self.url, **self._own_options())
+        for setting in self._session_settings():
+            await conn.execute(setting)
+        return conn
+
+    def _own_options(self) -> dict[str, Any]:
+        """How the store's own connections (not the pools') connect."""
         options: dict[str, Any] = {"autocommit": True, **self._connect}
         if "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(self.url):
             # libpq counts whole seconds, 2 at least
             options["connect_timeout"] = max(2, round(self._connect_timeout))
-        conn = psycopg.connect(self.url, **options)
-        self._configure(conn)
-        return conn
+        return options
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         for setting in self._session_settings():
@@ -362,6 +389,7 @@ class PostgresBackend:
 
     def close(self) -> None:
         self._own.close()
+        self._loop_connections.close()
         self._pool.close()
         if self._handler_pool is not None:
             self._handler_pool.close()

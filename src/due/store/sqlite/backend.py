@@ -30,7 +30,7 @@ import sqlite3
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -281,6 +281,11 @@ class SQLiteBackend:
     def loop_lane(self, connections: int) -> None:
         """None: one writer at a time, its commit the cost; calls take a thread."""
         return None
+
+    @contextlib.asynccontextmanager
+    async def loop_statement(self) -> AsyncIterator[None]:
+        """None, as loop_lane: sqlite3 has no async connections."""
+        yield None
 
     def close(self) -> None:
         with self._lock:

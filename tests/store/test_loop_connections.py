@@ -1,0 +1,238 @@
+"""`await task.aenqueue(...)` without a connection of the caller's: on PostgreSQL
+one statement from the caller's event loop, on the store's own connection of
+that loop (store/postgres/loop_connections.py), not a thread; a second
+coroutine finding that connection busy takes a thread, as before."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import psycopg
+import pytest
+
+import due
+from due.store.postgres.backend import PostgresBackend
+from tests.conftest import POSTGRES_BASE_URL
+from tests.helpers.database import cut_sessions, rows
+from tests.helpers.waiting import wait_until
+
+T = TypeVar("T")
+
+
+class CountingExecutor(concurrent.futures.ThreadPoolExecutor):
+    """The loop's default executor (where asyncio.to_thread sends its calls), counting them."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=8)
+        self.calls = 0
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        return super().submit(fn, *args, **kwargs)
+
+
+def run_counting(scenario: Callable[[], Awaitable[T]]) -> tuple[T, int]:
+    """Run the scenario in a new event loop; with how many calls took a thread."""
+    executor = CountingExecutor()
+
+    async def main() -> T:
+        asyncio.get_running_loop().set_default_executor(executor)
+        return await scenario()
+
+    try:
+        return asyncio.run(main()), executor.calls
+    finally:
+        executor.shutdown()
+
+
+@pytest.fixture
+def named_url(postgres_url: str) -> str:
+    """The test's URL with an application name of its own: its sessions can be counted."""
+    return f"{postgres_url}&application_name=due-loop-{uuid.uuid4().hex[:8]}"
+
+
+def make_app(url: str) -> tuple[due.App, due.Task[..., None]]:
+    app = due.App(url)
+    app.migrate()
+
+    @app.task(name="t")
+    def t(n: int) -> None: ...
+
+    return app, t
+
+
+def sessions(url: str) -> int:
+    name = url.rsplit("application_name=", 1)[1]
+    query = f"SELECT count(*) FROM pg_stat_activity WHERE application_name = '{name}'"
+    return int(rows(POSTGRES_BASE_URL, query)[0][0])
+
+
+def stored(url: str) -> list[int]:
+    return sorted(int(n) for (n,) in rows(url, "SELECT payload->'args'->>0 FROM due_jobs"))
+
+
+def test_an_async_enqueue_takes_no_thread_and_returns_once_committed(postgres_url: str) -> None:
+    app, t = make_app(postgres_url)
+
+    async def scenario() -> list[tuple[int, list[int]]]:
+        seen = []
+        for n in range(5):
+            job = await t.aenqueue(n)
+            seen.append((job.id, stored(postgres_url)))  # another session sees it at once
+        return seen
+
+    try:
+        seen, threads = run_counting(scenario)
+        assert threads == 0
+        assert [ids for _, ids in seen] == [list(range(n + 1)) for n in range(5)]
+        assert [app.get(job_id).args for job_id, _ in seen] == [(n,) for n in range(5)]
+    finally:
+        app.close()
+
+
+def test_on_sqlite_an_async_enqueue_takes_a_thread(sqlite_url: str) -> None:
+    app, t = make_app(sqlite_url)
+    try:
+        job, threads = run_counting(lambda: t.aenqueue(7))
+        assert threads == 1
+        assert app.get(job.id).args == (7,)
+    finally:
+        app.close()
+
+
+def test_async_enqueues_side_by_side_all_land_once(postgres_url: str) -> None:
+    """One coroutine at a time has the loop's connection; the others take
+    threads meanwhile rather than wait for it."""
+    app, t = make_app(postgres_url)
+
+    async def scenario() -> list[int]:
+        async def some(start: int) -> list[int]:
+            return [(await t.aenqueue(n)).id for n in range(start, start + 10)]
+
+        batches = await asyncio.gather(*(some(k * 10) for k in range(20)))
+        return [job_id for batch in batches for job_id in batch]
+
+    try:
+        ids, threads = run_counting(scenario)
+        assert len(set(ids)) == 200
+        assert stored(postgres_url) == list(range(200))
+        assert 0 < threads < 200, "some on the loop's connection, some on threads"
+    finally:
+        app.close()
+
+
+def test_each_loop_has_one_connection_closed_once_the_loop_is_gone(named_url: str) -> None:
+    app, t = make_app(named_url)
+    backend = app.store.backend
+    assert isinstance(backend, PostgresBackend)
+    try:
+        t.enqueue(0)  # the store's own connection
+        backend._pool.wait(10)
+        before = sessions(named_url)
+        for n in range(1, 4):  # a loop each: asyncio.run closes it after
+            _, threads = run_counting(lambda n=n: t.aenqueue(n))  # type: ignore[misc]
+            assert threads == 0
+            # The loops before this one are closed: their connections with them.
+            wait_until(lambda: sessions(named_url) == before + 1, 10, what="one loop session")
+        app.close()
+        wait_until(lambda: sessions(named_url) == 0, 10, what="every session closed")
+        assert stored(named_url) == [0, 1, 2, 3]
+    finally:
+        app.close()
+
+
+def test_a_session_the_server_ended_while_idle_is_replaced_before_use(named_url: str) -> None:
+    app, t = make_app(named_url)
+    name = named_url.rsplit("application_name=", 1)[1]
+
+    async def scenario() -> None:
+        await t.aenqueue(1)
+        assert cut_sessions(POSTGRES_BASE_URL, name) >= 1  # a restart, a failover
+        await t.aenqueue(2)  # must not be the call that finds out
+
+    try:
+        _, threads = run_counting(scenario)
+        assert threads == 0
+        assert stored(named_url) == [1, 2]
+    finally:
+        app.close()
+
+
+def test_an_enqueue_cancelled_mid_statement_creates_nothing_and_spoils_nothing(
+    postgres_url: str,
+) -> None:
+    """A request handler cancelled while its enqueue waits: the statement is
+    cancelled on the server (no job), and the next enqueue runs on the loop's
+    connection, not a thread."""
+    app, t = make_app(postgres_url)
+    locker = psycopg.connect(postgres_url)
+
+    async def scenario() -> int:
+        locker.execute("LOCK TABLE due_jobs IN SHARE MODE")  # inserts wait for it
+        waiting = asyncio.create_task(t.aenqueue(1))
+        await asyncio.to_thread(
+            wait_until,
+            lambda: rows(
+                POSTGRES_BASE_URL,
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND query LIKE 'INSERT INTO due_jobs%'",
+            )[0][0],
+            10,
+            what="the insert waiting for the lock",
+        )
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        locker.rollback()
+        return (await t.aenqueue(2)).id
+
+    try:
+        job_id, threads = run_counting(scenario)
+        assert threads == 1, "only the test's own wait took a thread"
+        assert app.get(job_id).args == (2,)
+        assert stored(postgres_url) == [2], "the cancelled enqueue left a job"
+    finally:
+        locker.close()
+        app.close()
+
+
+def test_through_a_transaction_pooler_nothing_is_prepared_on_the_loop(pgbouncer_url: str) -> None:
+    """More enqueues than psycopg's prepare threshold, through PgBouncer in
+    transaction mode: a statement prepared on one server session would be
+    missing on the next."""
+    app, t = make_app(pgbouncer_url)
+
+    async def scenario() -> list[int]:
+        return [(await t.aenqueue(n)).id for n in range(12)]
+
+    try:
+        ids, threads = run_counting(scenario)
+        assert threads == 0
+        assert sorted(job.args[0] for job in app.jobs()) == list(range(12))
+        assert len(set(ids)) == 12
+    finally:
+        app.close()
+
+
+def test_keyed_jobs_and_batches_take_a_thread_and_keep_their_rules(postgres_url: str) -> None:
+    """Only a single job without a key is one statement; a key (settled in a
+    transaction) or a batch keeps the thread path, and its rules."""
+    app, t = make_app(postgres_url)
+
+    async def scenario() -> tuple[due.Job, due.Job, list[due.Job]]:
+        first = await t.options(key="k").aenqueue(1)
+        again = await t.options(key="k").aenqueue(2)
+        batch = await app.aenqueue_many([t.request(3), t.request(4)])
+        return first, again, batch
+
+    try:
+        (first, again, batch), threads = run_counting(scenario)
+        assert threads == 3
+        assert again.id == first.id and again.deduplicated
+        assert stored(postgres_url) == [1, 3, 4] and len(batch) == 2
+    finally:
+        app.close()
