@@ -330,6 +330,13 @@ def enqueue_table(results: dict[tuple[str, str], list[dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
+def keep(into: dict[Any, list[dict[str, Any]]], key: Any, rec: dict[str, Any], **what: Any) -> None:
+    """A measurement, named by `what`: saved (results.jsonl) and kept for the tables."""
+    rec |= {"bench": "costs", **what}
+    common.save(rec)
+    into.setdefault(key, []).append(rec)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--jobs", type=int, default=20000, help="jobs per drain measurement")
@@ -349,30 +356,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 n = min(args.jobs, 2000 * batch)
                 for shape in SHAPES:
                     rec = measure_drain(dbs, shape, batch, n)
-                    rec |= {
-                        "bench": "costs",
-                        "test": "drain",
-                        "shape": shape,
-                        "batch": batch,
-                        "jobs": n,
-                        "round": round_,
-                    }
-                    common.save(rec)
-                    drains.setdefault((shape, batch), []).append(rec)
+                    keep(drains, (shape, batch), rec, test="drain", shape=shape, batch=batch,
+                         jobs=n, round=round_)  # fmt: skip
             modes = (("single", args.single), ("single-async", args.single), ("bulk", args.bulk))
             for mode, n in modes:
                 for shape in ("due", "bare"):
                     rec = measure_enqueue(dbs, shape, mode, n)
-                    rec |= {
-                        "bench": "costs",
-                        "test": "enqueue",
-                        "mode": mode,
-                        "shape": shape,
-                        "jobs": n,
-                        "round": round_,
-                    }
-                    common.save(rec)
-                    enqueues.setdefault((mode, shape), []).append(rec)
+                    keep(enqueues, (mode, shape), rec, test="enqueue", mode=mode, shape=shape,
+                         jobs=n, round=round_)  # fmt: skip
     finally:
         dbs.close()
     print()
