@@ -236,3 +236,24 @@ def test_keyed_jobs_and_batches_take_a_thread_and_keep_their_rules(postgres_url:
         assert stored(postgres_url) == [1, 3, 4] and len(batch) == 2
     finally:
         app.close()
+
+
+def test_the_store_says_which_enqueues_it_sends_from_the_loop(app: due.App, backend: str) -> None:
+    """`job_enqueue_on_loop`: a single job without a key, on PostgreSQL; None
+    (take a thread) for SQLite, for a key, for a batch."""
+    t = app.task(name="t")(lambda n: None)
+    single = app._prepare([t.request(1)])
+    keyed = app._prepare([t.options(key="k").request(2)])
+    batch = app._prepare([t.request(3), t.request(4)])
+
+    async def scenario() -> list[list[due.Job] | None]:
+        return [await app.store.job_enqueue_on_loop(jobs) for jobs in (single, keyed, batch)]
+
+    sent, keyed_sent, batch_sent = asyncio.run(scenario())
+    assert keyed_sent is None and batch_sent is None
+    if backend == "sqlite":
+        assert sent is None
+        assert app.jobs() == []
+    else:
+        assert sent is not None and [job.args for job in sent] == [(1,)]
+        assert [job.id for job in app.jobs()] == [sent[0].id]
