@@ -1,7 +1,7 @@
 """`await task.aenqueue(...)` without a connection of the caller's: on PostgreSQL
 one statement from the caller's event loop, on the store's own connection of
-that loop (store/postgres/loop_connections.py), not a thread; a second
-coroutine finding that connection busy takes a thread, as before."""
+that loop (store/postgres/loop_connections.py), not a thread. The loop's first
+enqueue, and a coroutine finding that connection busy, take a thread."""
 
 from __future__ import annotations
 
@@ -75,7 +75,9 @@ def stored(url: str) -> list[int]:
     return sorted(int(n) for (n,) in rows(url, "SELECT payload->'args'->>0 FROM due_jobs"))
 
 
-def test_an_async_enqueue_takes_no_thread_and_returns_once_committed(postgres_url: str) -> None:
+def test_after_its_first_an_async_enqueue_takes_no_thread_and_returns_once_committed(
+    postgres_url: str,
+) -> None:
     app, t = make_app(postgres_url)
 
     async def scenario() -> list[tuple[int, list[int]]]:
@@ -87,7 +89,7 @@ def test_an_async_enqueue_takes_no_thread_and_returns_once_committed(postgres_ur
 
     try:
         seen, threads = run_counting(scenario)
-        assert threads == 0
+        assert threads == 1, "the loop's first enqueue only"
         assert [ids for _, ids in seen] == [list(range(n + 1)) for n in range(5)]
         assert [app.get(job_id).args for job_id, _ in seen] == [(n,) for n in range(5)]
     finally:
@@ -129,18 +131,25 @@ def test_each_loop_has_one_connection_closed_once_the_loop_is_gone(named_url: st
     app, t = make_app(named_url)
     backend = app.store.backend
     assert isinstance(backend, PostgresBackend)
+
+    async def twice(n: int) -> None:
+        await t.aenqueue(n)  # on a thread: the loop's first
+        await t.aenqueue(n + 1)  # on the loop's own connection
+
     try:
         t.enqueue(0)  # the store's own connection
         backend._pool.wait(10)
         before = sessions(named_url)
-        for n in range(1, 4):  # a loop each: asyncio.run closes it after
-            _, threads = run_counting(lambda n=n: t.aenqueue(n))  # type: ignore[misc]
-            assert threads == 0
+        _, threads = run_counting(lambda: t.aenqueue(1))
+        assert threads == 1 and sessions(named_url) == before, "a loop that enqueues once"
+        for n in (2, 4, 6):  # a loop each: asyncio.run closes it after
+            _, threads = run_counting(lambda n=n: twice(n))  # type: ignore[misc]
+            assert threads == 1
             # The loops before this one are closed: their connections with them.
             wait_until(lambda: sessions(named_url) == before + 1, 10, what="one loop session")
         app.close()
         wait_until(lambda: sessions(named_url) == 0, 10, what="every session closed")
-        assert stored(named_url) == [0, 1, 2, 3]
+        assert stored(named_url) == list(range(8))
     finally:
         app.close()
 
@@ -150,14 +159,15 @@ def test_a_session_the_server_ended_while_idle_is_replaced_before_use(named_url:
     name = named_url.rsplit("application_name=", 1)[1]
 
     async def scenario() -> None:
-        await t.aenqueue(1)
+        await t.aenqueue(0)  # on a thread: the loop's first
+        await t.aenqueue(1)  # opens the loop's connection
         assert cut_sessions(POSTGRES_BASE_URL, name) >= 1  # a restart, a failover
         await t.aenqueue(2)  # must not be the call that finds out
 
     try:
         _, threads = run_counting(scenario)
-        assert threads == 0
-        assert stored(named_url) == [1, 2]
+        assert threads == 1
+        assert stored(named_url) == [0, 1, 2]
     finally:
         app.close()
 
@@ -172,8 +182,10 @@ def test_an_enqueue_cancelled_mid_statement_creates_nothing_and_spoils_nothing(
     locker = psycopg.connect(postgres_url)
 
     async def scenario() -> int:
+        await t.aenqueue(0)  # on a thread: the loop's first
+        await t.aenqueue(1)  # opens the loop's connection
         locker.execute("LOCK TABLE due_jobs IN SHARE MODE")  # inserts wait for it
-        waiting = asyncio.create_task(t.aenqueue(1))
+        waiting = asyncio.create_task(t.aenqueue(9))
         await asyncio.to_thread(
             wait_until,
             lambda: rows(
@@ -192,9 +204,9 @@ def test_an_enqueue_cancelled_mid_statement_creates_nothing_and_spoils_nothing(
 
     try:
         job_id, threads = run_counting(scenario)
-        assert threads == 1, "only the test's own wait took a thread"
+        assert threads == 2, "the loop's first enqueue, and the test's own wait"
         assert app.get(job_id).args == (2,)
-        assert stored(postgres_url) == [2], "the cancelled enqueue left a job"
+        assert stored(postgres_url) == [0, 1, 2], "the cancelled enqueue left a job"
     finally:
         locker.close()
         app.close()
@@ -202,16 +214,23 @@ def test_an_enqueue_cancelled_mid_statement_creates_nothing_and_spoils_nothing(
 
 def test_through_a_transaction_pooler_nothing_is_prepared_on_the_loop(pgbouncer_url: str) -> None:
     """More enqueues than psycopg's prepare threshold, through PgBouncer in
-    transaction mode: a statement prepared on one server session would be
-    missing on the next."""
+    transaction mode, while another client holds the server session they ran
+    on: a statement prepared there would be missing on the next one."""
     app, t = make_app(pgbouncer_url)
 
     async def scenario() -> list[int]:
-        return [(await t.aenqueue(n)).id for n in range(12)]
+        ids = [(await t.aenqueue(n)).id for n in range(8)]
+        async with await psycopg.AsyncConnection.connect(
+            pgbouncer_url.split("?", maxsplit=1)[0]
+        ) as other:
+            await other.execute("SELECT 1")  # its transaction holds that server session
+            ids += [(await t.aenqueue(n)).id for n in range(8, 12)]
+            await other.rollback()
+        return ids
 
     try:
         ids, threads = run_counting(scenario)
-        assert threads == 0
+        assert threads == 1
         assert sorted(job.args[0] for job in app.jobs()) == list(range(12))
         assert len(set(ids)) == 12
     finally:
@@ -239,8 +258,9 @@ def test_keyed_jobs_and_batches_take_a_thread_and_keep_their_rules(postgres_url:
 
 
 def test_the_store_says_which_enqueues_it_sends_from_the_loop(app: due.App, backend: str) -> None:
-    """`job_enqueue_on_loop`: a single job without a key, on PostgreSQL; None
-    (take a thread) for SQLite, for a key, for a batch."""
+    """`job_enqueue_on_loop`: a single job without a key, on PostgreSQL, from
+    the loop's second enqueue on; None (take a thread) for the first, for
+    SQLite, for a key, for a batch."""
     t = app.task(name="t")(lambda n: None)
     single = app._prepare([t.request(1)])
     keyed = app._prepare([t.options(key="k").request(2)])
@@ -249,11 +269,42 @@ def test_the_store_says_which_enqueues_it_sends_from_the_loop(app: due.App, back
     async def scenario() -> list[list[due.Job] | None]:
         return [await app.store.job_enqueue_on_loop(jobs) for jobs in (single, keyed, batch)]
 
-    sent, keyed_sent, batch_sent = asyncio.run(scenario())
+    first, keyed_sent, batch_sent = asyncio.run(scenario())
+    assert first is None, "the loop's first enqueue takes a thread"
     assert keyed_sent is None and batch_sent is None
+
+    async def again() -> list[due.Job] | None:
+        await app.store.job_enqueue_on_loop(single)  # the loop's first
+        return await app.store.job_enqueue_on_loop(single)
+
+    sent = asyncio.run(again())
     if backend == "sqlite":
         assert sent is None
         assert app.jobs() == []
     else:
         assert sent is not None and [job.args for job in sent] == [(1,)]
         assert [job.id for job in app.jobs()] == [sent[0].id]
+
+
+def test_the_loops_sessions_are_set_up_as_the_stores_own(postgres_url: str) -> None:
+    """UTC, and the bounds on statements and lock waits (backend.SESSION_SETTINGS)."""
+    app, t = make_app(postgres_url)
+    backend = app.store.backend
+    assert isinstance(backend, PostgresBackend)
+
+    async def scenario() -> list[str]:
+        await t.aenqueue(0)
+        await t.aenqueue(1)  # opens the loop's connection
+        async with backend._loop_connections.borrow() as conn:
+            assert conn is not None
+            shown = []
+            for setting in ("TimeZone", "statement_timeout", "lock_timeout", "jit"):
+                cursor = await conn.execute(f"SHOW {setting}")
+                shown.append(str((await cursor.fetchone())[0]))  # type: ignore[index]
+            return shown
+
+    try:
+        shown, _ = run_counting(scenario)
+        assert shown == ["UTC", "1min", "30s", "off"]
+    finally:
+        app.close()

@@ -189,6 +189,7 @@ class Backend(Protocol):
     def loop_statement(self) -> AbstractAsyncContextManager[AsyncTransaction | None]:
         """One autocommitted statement from the running event loop, on the
         store's own connection of that loop; None where there is none to use
-        (SQLite; another coroutine of the loop has it): take a thread then."""
+        (SQLite; the loop's first enqueue; another coroutine of the loop has
+        it): take a thread then."""
 
     def close(self) -> None: ...

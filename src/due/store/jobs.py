@@ -36,8 +36,8 @@ def enqueue(db: Backend, jobs: Sequence[NewJob], connection: Any = None) -> list
 async def enqueue_on_loop(db: Backend, jobs: Sequence[NewJob]) -> list[Job] | None:
     """`enqueue` of one job without a key from an event loop: one autocommitted
     statement on the store's own connection of that loop, without a thread. None
-    when there is none to use (SQLite, or another coroutine of the loop has it),
-    or for any other batch: the caller takes a thread."""
+    when there is none to use (SQLite, the loop's first enqueue, another
+    coroutine of the loop has it), or for any other batch: take a thread."""
     if len(jobs) != 1 or jobs[0].key is not None:
         return None
     async with db.loop_statement() as tx:

@@ -241,8 +241,8 @@ class PostgresBackend:
     @contextlib.asynccontextmanager
     async def loop_statement(self) -> AsyncIterator[AsyncPostgresTransaction | None]:
         """One autocommitted statement from the running event loop, on the
-        store's own connection of that loop; None while another coroutine of
-        the loop has it (the caller takes a thread instead)."""
+        store's own connection of that loop; None on the loop's first enqueue or
+        while another coroutine of the loop has it (the caller takes a thread)."""
         with translate_errors(self.url):
             async with self._loop_connections.borrow() as conn:
                 if conn is None:
@@ -287,8 +287,11 @@ class PostgresBackend:
 
     async def _connect_loop(self) -> psycopg.AsyncConnection[Any]:
         conn = await psycopg.AsyncConnection.connect(self.url, **self._own_options())
-        for setting in self._session_settings():
-            await conn.execute(setting)
+        try:
+            await conn.execute("; ".join(self._session_settings()))  # one round trip
+        except BaseException:  # cancelled meanwhile, say: not left open for the GC
+            conn.pgconn.finish()
+            raise
         return conn
 
     def _own_options(self) -> dict[str, Any]:
