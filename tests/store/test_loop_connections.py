@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import gc
 import uuid
+import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -307,4 +309,76 @@ def test_the_loops_sessions_are_set_up_as_the_stores_own(postgres_url: str) -> N
         shown, _ = run_counting(scenario)
         assert shown == ["UTC", "1min", "30s", "off"]
     finally:
+        app.close()
+
+
+def test_the_loops_connection_is_renewed_after_an_hour(
+    postgres_url: str, clock: due.FakeClock
+) -> None:
+    app = due.App(postgres_url, clock=clock)
+    app.migrate()
+    t = app.task(name="t")(lambda n: None)
+    backend = app.store.backend
+    assert isinstance(backend, PostgresBackend)
+
+    async def pid() -> int:
+        await t.aenqueue(0)  # the loop's first, if it is (a thread)
+        async with backend._loop_connections.borrow() as conn:
+            assert conn is not None
+            return conn.info.backend_pid
+
+    async def scenario() -> tuple[int, int, int]:
+        first = await pid()
+        clock.advance("59m")
+        same = await pid()
+        clock.advance("2m")
+        return first, same, await pid()
+
+    try:
+        (first, same, renewed), _ = run_counting(scenario)
+        assert same == first and renewed != first
+    finally:
+        app.close()
+
+
+def test_a_store_closed_while_a_loop_enqueues_closes_that_connection_after(
+    named_url: str,
+) -> None:
+    """app.close() from another thread while a loop's statement runs: the
+    statement finishes (its job is written and returned), then its borrower
+    closes the connection; no session is left."""
+    app, t = make_app(named_url)
+    locker = psycopg.connect(named_url)
+
+    async def scenario() -> due.Job:
+        await t.aenqueue(0)  # on a thread: the loop's first
+        await t.aenqueue(1)  # opens the loop's connection
+        locker.execute("LOCK TABLE due_jobs IN SHARE MODE")
+        waiting = asyncio.create_task(t.aenqueue(2))
+        await asyncio.to_thread(
+            wait_until,
+            lambda: rows(
+                POSTGRES_BASE_URL,
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND query LIKE 'INSERT INTO due_jobs%'",
+            )[0][0],
+            10,
+            what="the insert waiting for the lock",
+        )
+        await asyncio.to_thread(app.close)  # another thread, as at shutdown
+        locker.rollback()
+        return await waiting
+
+    try:
+        with warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("always")
+            job, _ = run_counting(scenario)
+            gc.collect()  # a connection nobody closed would be closed here, with a warning
+        assert not [w for w in warned if "still open" in str(w.message)]
+        assert job.args == (2,)
+        locker.close()
+        assert stored(named_url) == [0, 1, 2]
+        wait_until(lambda: sessions(named_url) == 0, 10, what="every session closed")
+    finally:
+        locker.close()
         app.close()
