@@ -73,6 +73,14 @@ def sessions(url: str) -> int:
     return int(rows(POSTGRES_BASE_URL, query)[0][0])
 
 
+def an_insert_waits_for_a_lock() -> bool:
+    query = (
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        " AND query LIKE 'INSERT INTO due_jobs%'"
+    )
+    return bool(rows(POSTGRES_BASE_URL, query)[0][0])
+
+
 def stored(url: str) -> list[int]:
     return sorted(int(n) for (n,) in rows(url, "SELECT payload->'args'->>0 FROM due_jobs"))
 
@@ -188,16 +196,7 @@ def test_an_enqueue_cancelled_mid_statement_creates_nothing_and_spoils_nothing(
         await t.aenqueue(1)  # opens the loop's connection
         locker.execute("LOCK TABLE due_jobs IN SHARE MODE")  # inserts wait for it
         waiting = asyncio.create_task(t.aenqueue(9))
-        await asyncio.to_thread(
-            wait_until,
-            lambda: rows(
-                POSTGRES_BASE_URL,
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND query LIKE 'INSERT INTO due_jobs%'",
-            )[0][0],
-            10,
-            what="the insert waiting for the lock",
-        )
+        await asyncio.to_thread(wait_until, an_insert_waits_for_a_lock, 10)
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiting
@@ -355,16 +354,7 @@ def test_a_store_closed_while_a_loop_enqueues_closes_that_connection_after(
         await t.aenqueue(1)  # opens the loop's connection
         locker.execute("LOCK TABLE due_jobs IN SHARE MODE")
         waiting = asyncio.create_task(t.aenqueue(2))
-        await asyncio.to_thread(
-            wait_until,
-            lambda: rows(
-                POSTGRES_BASE_URL,
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND query LIKE 'INSERT INTO due_jobs%'",
-            )[0][0],
-            10,
-            what="the insert waiting for the lock",
-        )
+        await asyncio.to_thread(wait_until, an_insert_waits_for_a_lock, 10)
         await asyncio.to_thread(app.close)  # another thread, as at shutdown
         locker.rollback()
         return await waiting
