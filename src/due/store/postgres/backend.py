@@ -288,7 +288,7 @@ class PostgresBackend:
     async def _connect_loop(self) -> psycopg.AsyncConnection[Any]:
         conn = await psycopg.AsyncConnection.connect(self.url, **self._own_options())
         try:
-            await conn.execute("; ".join(self._session_settings()))  # one round trip
+            await conn.execute(self._session_sql())
         except BaseException:  # cancelled meanwhile, say: not left open for the GC
             conn.pgconn.finish()
             raise
@@ -303,8 +303,12 @@ class PostgresBackend:
         return options
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
-        for setting in self._session_settings():
-            conn.execute(setting)
+        conn.execute(self._session_sql())
+
+    def _session_sql(self) -> str:
+        """The session's settings as one string: one round trip (without
+        parameters, psycopg sends it as one simple query)."""
+        return "; ".join(self._session_settings())
 
     def _session_settings(self) -> tuple[str, ...]:
         if self.settings.transaction_pooler:

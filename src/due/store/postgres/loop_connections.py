@@ -39,7 +39,7 @@ from typing import Any
 
 import psycopg
 
-from due.store.postgres.own_connection import MAX_LIFETIME, dropped_by_server
+from due.store.postgres.own_connection import MAX_LIFETIME, reusable
 
 Connect = Callable[[], Awaitable[psycopg.AsyncConnection[Any]]]
 
@@ -119,9 +119,8 @@ class LoopConnections:
 
     async def _ready(self, held: _Held) -> psycopg.AsyncConnection[Any]:
         conn = held.conn
-        if conn is not None and not conn.closed:
-            young = self._monotonic() - held.born < self._max_lifetime
-            if young and not dropped_by_server(conn):
+        if conn is not None:
+            if reusable(conn, self._monotonic() - held.born, self._max_lifetime):
                 return conn
             _finish(conn)
         held.conn = None

@@ -95,14 +95,22 @@ class OwnConnection:
         if self._closed:
             raise psycopg_pool.PoolClosed("the store was closed (app.close())")
         conn = self._conn
-        if conn is not None and not conn.closed:
-            if self._monotonic() - self._born < self._max_lifetime and not dropped_by_server(conn):
+        if conn is not None:
+            if reusable(conn, self._monotonic() - self._born, self._max_lifetime):
                 return conn
             conn.close()
         self._conn = None
         conn = self._conn = self._connect()
         self._born = self._monotonic()
         return conn
+
+
+def reusable(
+    conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], age: float, max_lifetime: float
+) -> bool:
+    """Whether a connection of the store's own, idle, may carry the next statement:
+    open, younger than `max_lifetime` seconds, and not ended by the server."""
+    return not conn.closed and age < max_lifetime and not dropped_by_server(conn)
 
 
 def dropped_by_server(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
