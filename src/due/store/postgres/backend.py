@@ -45,6 +45,7 @@ from due.store.backend import (
     Transaction,
     Values,
 )
+from due.store.postgres.arrays import ADAPTERS
 from due.store.postgres.loop_connections import LoopConnections
 from due.store.postgres.own_connection import OwnConnection, live_connection
 from due.store.postgres.pooler import HINT, PollingFeed, PoolerSettings, is_pooler_breakage
@@ -159,7 +160,7 @@ class PostgresBackend:
             url,
             min_size=1,
             max_size=pool_size,
-            kwargs={"autocommit": True, **self._connect},
+            kwargs=self._own_connect(),
             configure=self._configure,
             timeout=connect_timeout,
             open=False,
@@ -294,9 +295,13 @@ class PostgresBackend:
             raise
         return conn
 
+    def _own_connect(self) -> dict[str, Any]:
+        """How every connection of due's own connects (not those lent to handlers)."""
+        return {"autocommit": True, "context": ADAPTERS, **self._connect}
+
     def _own_options(self) -> dict[str, Any]:
         """How the store's own connections (not the pools') connect."""
-        options: dict[str, Any] = {"autocommit": True, **self._connect}
+        options: dict[str, Any] = self._own_connect()
         if "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(self.url):
             # libpq counts whole seconds, 2 at least
             options["connect_timeout"] = max(2, round(self._connect_timeout))
@@ -326,7 +331,7 @@ class PostgresBackend:
         lane_settings = () if self.settings.transaction_pooler else LANE_SETTINGS
         return LoopLane(
             self.url,
-            self._connect,
+            self._own_connect(),
             self._session_settings() + lane_settings,
             self._clock.now,
             self.queries,

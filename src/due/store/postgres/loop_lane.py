@@ -60,7 +60,7 @@ class LoopLane:
             url,
             min_size=1,
             max_size=max(1, connections),
-            kwargs={**options, "autocommit": True},
+            kwargs=options,
             configure=self._configure,
             timeout=connect_timeout,
             open=False,
