@@ -518,7 +518,8 @@ class AsyncPostgresTransaction:
         return [_utc(row) for row in rows] if self._to_utc else rows
 
     async def run_values(self, query: str, params: Mapping[str, Any] | None = None) -> Values:
-        async with self.cursor.connection.cursor(row_factory=tuple_row) as cursor:
+        binary = self.cursor.format == psycopg.pq.Format.BINARY  # as the transaction's
+        async with self.cursor.connection.cursor(row_factory=tuple_row, binary=binary) as cursor:
             await cursor.execute(self._queries[query], _encoded(params or {}))
             rows = await cursor.fetchall() if returns_rows(cursor) else []
             return _values(cursor, rows, self._to_utc)
