@@ -72,3 +72,17 @@ def test_an_unreadable_row_fails_alone() -> None:
 def test_columns_in_another_order_are_refused() -> None:
     with pytest.raises(RuntimeError, match="a claim returned"):
         read_claimed(tuple(reversed(CLAIM_COLUMNS)), [])
+
+
+def test_a_payload_is_read_as_json_loads_reads_it_whole() -> None:
+    """Decoded by the C scanner directly, but nothing it would take for a prefix:
+    text after the value fails the row, white space around it does not."""
+    rows = [
+        row(1, ' {"args": [1], "kwargs": {}} '),
+        row(2, '{"args": [2], "kwargs": {}} {"args": [3]}'),
+        row(3, '{"args": [NaN], "kwargs": {}}', checkpoint="[1, 2]\n"),
+    ]
+    claimed, unreadable = read_claimed(CLAIM_COLUMNS, rows)
+    assert [(job.id, job.args) for job in claimed][0] == (1, (1,))
+    assert claimed[1].id == 3 and claimed[1].checkpoint == [1, 2]
+    assert [c.job_id for c in unreadable] == [2]
