@@ -61,6 +61,9 @@ class Completer:
             self.give_back(batch)
             raise
         self.acknowledge(batch, applied)
+        if any(jobs.outcomes for jobs in self.ledgers):
+            # More than a batch was waiting: a ledger calls again only on its first.
+            self.wake.set()
         return len(batch)
 
     def take(self) -> list[Outcome]:

@@ -72,7 +72,8 @@ class RunningJobs:
     def record_outcome(self, running: RunningJob, completion: Completion) -> None:
         self.outcomes.append((running, completion))
         self.unwritten += 1
-        self._on_outcome()
+        if len(self.outcomes) == 1:  # the completer takes them all: one call per batch
+            self._on_outcome()
 
     def forget(self, running: RunningJob) -> None:
         """No longer held: its end is written, or its lease is gone."""
@@ -92,10 +93,12 @@ class RunningJobs:
         self.outcomes[:0] = outcomes
 
     def outcome_written(self, running: RunningJob) -> None:
-        """Its outcome was written (or found stale): its slot is free now."""
+        """Its outcome was written (or found stale): the slot it held, if it held
+        one (beyond the bound), is free now."""
         self.forget(running)
         self.unwritten -= 1
-        self._on_slot_free(None)
+        if self.unwritten >= self.concurrency:
+            self._on_slot_free(None)
 
     def slots_freed_by_writing(self, outcomes: int) -> int:
         """How many slots writing this many of its pending outcomes frees."""

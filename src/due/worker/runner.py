@@ -61,7 +61,8 @@ class Runner:
         if log.isEnabledFor(logging.DEBUG):  # its fields are built only for a line written
             job = running.job
             event(log, "job.started", logging.DEBUG, job=job.id, task=job.task, attempt=job.attempt)
-        running.handle = asyncio.create_task(self._execute(running, jobs))
+        # The loop's own create_task: asyncio.create_task adds two Python calls a job.
+        running.handle = asyncio.get_running_loop().create_task(self._execute(running, jobs))
 
     async def _execute(self, running: RunningJob, jobs: RunningJobs) -> None:
         try:
