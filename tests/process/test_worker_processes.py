@@ -234,3 +234,17 @@ def test_one_log_line_per_job_end_and_warning_quiets_them(app: due.App, workers:
     quiet.signal(signal.SIGTERM)
     assert quiet.wait_exit() == 0
     assert "job.succeeded" not in quiet.log(), quiet.log()
+
+
+@pytest.mark.parametrize(("options", "loop"), [((), "uvloop"), (("--loop", "asyncio"), "asyncio")])
+def test_a_worker_runs_on_uvloop_when_installed_and_on_asyncio_when_told(
+    app: due.App, workers: Workers, options: tuple[str, ...], loop: str
+) -> None:
+    worker = workers.start(*options)
+    workers.wait_ready(worker)
+    (started,) = [line for line in worker.log().splitlines() if "worker.started" in line]
+    assert f"loop={loop}" in started, started
+    job = app.enqueue("work")
+    wait_until(lambda: app.get(job.id).state == JobState.SUCCEEDED, what="the job")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait_exit() == 0

@@ -14,6 +14,7 @@ from due.cli.jobs import JSON_HELP
 from due.cli.main import main
 from due.cli.output import Column, console, fitted_table, print_json, time_text
 from due.errors import ConfigurationError
+from due.worker.event_loop import DEFAULT_LOOP, LOOPS
 from due.worker.settings import DEFAULT_CONCURRENCY, WorkerSettings
 
 LOG_LEVELS = ["debug", "info", "warning", "error", "critical"]
@@ -81,6 +82,14 @@ def scheduler_options(command: Callable[..., Any]) -> Callable[..., Any]:
                 "--retention",
                 default=None,
                 help="Both retentions at once (overridden by either of the two above).",
+            ),
+            click.option(
+                "--loop",
+                "event_loop",
+                type=click.Choice(LOOPS),
+                default=DEFAULT_LOOP,
+                show_default=True,
+                help="The event loop: uvloop when installed (auto), or asyncio's own.",
             ),
             click.option(
                 "--log-format",
@@ -160,6 +169,7 @@ def worker(
     retention_succeeded: str,
     retention_failed: str,
     retention: str | None,
+    event_loop: str,
     log_format: str,
     log_level: str,
 ) -> None:
@@ -181,6 +191,7 @@ def worker(
         scheduler=scheduler,
         leader_url=leader_url,
         leader_ttl=leader_ttl,
+        event_loop=event_loop,
     )
     sys.exit(run_worker(app, worker_settings))
 
@@ -196,6 +207,7 @@ def scheduler(
     retention_succeeded: str,
     retention_failed: str,
     retention: str | None,
+    event_loop: str,
     log_format: str,
     log_level: str,
 ) -> None:
@@ -210,6 +222,7 @@ def scheduler(
         scheduler=True,
         leader_url=leader_url,
         leader_ttl=leader_ttl,
+        event_loop=event_loop,
     )
     sys.exit(run_worker(app, scheduler_settings))
 

@@ -10,6 +10,7 @@ import sys
 
 from due.app import App
 from due.logs import JsonFormatter, event
+from due.worker.event_loop import loop_factory
 from due.worker.settings import WorkerSettings
 from due.worker.supervisor import SUPERVISOR_ENVIRONMENT_VARIABLE
 from due.worker.worker import Worker
@@ -40,7 +41,8 @@ def run_worker(app: App, settings: WorkerSettings) -> int:
         await worker.run()
         watchdog.cancel()
 
-    asyncio.run(main())
+    with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
+        runner.run(main())
     app.close()
     if worker.executor.threads_busy:
         # Their jobs were released; a thread cannot be interrupted, so do not wait.

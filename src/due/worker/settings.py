@@ -12,6 +12,7 @@ from due.durations import DurationLike, to_seconds
 from due.errors import ConfigurationError, InvalidJobError
 from due.request import validate_queue
 from due.task import MIN_LEASE_SECONDS
+from due.worker.event_loop import DEFAULT_LOOP, loop_factory
 
 DEFAULT_CONCURRENCY = 10
 DEFAULT_LEASE_SECONDS = 10.0
@@ -48,6 +49,8 @@ class WorkerSettings:
     retention: Retention = field(default_factory=Retention)
     """The leader prunes finished jobs older than their outcome's retention
     (schedule history: the longer of the two)."""
+    event_loop: str = DEFAULT_LOOP
+    """`auto` (uvloop when installed), `asyncio` or `uvloop` (event_loop.py)."""
 
     @classmethod
     def build(
@@ -84,6 +87,7 @@ class WorkerSettings:
         grace_seconds = to_seconds(grace, what="worker grace")
         if not isinstance(max_lost_leases, int) or max_lost_leases < 1:
             raise ConfigurationError("max_lost_leases must be a whole number >= 1")
+        loop_factory(str(options.get("event_loop", DEFAULT_LOOP)))  # refused at construction
         return cls(
             queues=dict(queues),
             lease=lease_seconds,

@@ -59,6 +59,7 @@ from due.service import run_forever, wait_for_any
 from due.store.backend import Lane
 from due.worker.calls import StoreCalls
 from due.worker.completer import Completer
+from due.worker.event_loop import loop_name
 from due.worker.executor import Executor
 from due.worker.heartbeat import Heartbeater, TrustWatch
 from due.worker.ledger import RunningJobs
@@ -347,6 +348,7 @@ class Worker:
             worker=self.settings.worker_id,
             queues=",".join(f"{q}={n}" for q, n in self.settings.queues.items()),
             lease=self.settings.lease,
+            loop=loop_name(loop),
         )
         try:
             await self._stop_requested.wait()
