@@ -17,7 +17,6 @@ from due.store.postgres import arrays
 from due.store.postgres.arrays import ADAPTERS, FlatListBinaryDumper
 from tests.conftest import POSTGRES_BASE_URL
 
-
 CASES: list[tuple[list[Any], str]] = [
     ([1, 2, 3, None, 2**40], "bigint[]"),
     ([-(2**63), 2**63 - 1], "bigint[]"),

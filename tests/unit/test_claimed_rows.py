@@ -83,6 +83,7 @@ def test_a_payload_is_read_as_json_loads_reads_it_whole() -> None:
         row(3, '{"args": [NaN], "kwargs": {}}', checkpoint="[1, 2]\n"),
     ]
     claimed, unreadable = read_claimed(CLAIM_COLUMNS, rows)
-    assert [(job.id, job.args) for job in claimed][0] == (1, (1,))
-    assert claimed[1].id == 3 and claimed[1].checkpoint == [1, 2]
+    first, third = claimed
+    assert (first.id, first.args) == (1, (1,))
+    assert third.id == 3 and third.checkpoint == [1, 2]
     assert [c.job_id for c in unreadable] == [2]
