@@ -157,8 +157,9 @@ def test_the_loop_lane_replaces_a_connection_the_server_ended_while_idle(
 
 
 def test_the_loop_lane_reads_its_rows_in_binary_as_a_thread_reads_them(postgres_url: str) -> None:
-    """The lane's rows come in binary (a third faster to load); the job claimed
-    there is the one a thread's claim reads from text."""
+    """The lane's rows come in binary (a third faster to load), through cursors
+    kept with their connection; the job claimed there is the one a thread's
+    claim reads from text."""
     app, t = make_app(postgres_url)
     lane = app.store.loop_lane(1)
     assert lane is not None
@@ -171,6 +172,8 @@ def test_the_loop_lane_reads_its_rows_in_binary_as_a_thread_reads_them(postgres_
         try:
             async with lane.statement() as tx:
                 assert tx.cursor.format == psycopg.pq.Format.BINARY
+            async with lane.statement() as again:  # its connection's cursors, kept
+                assert again.cursor is tx.cursor
             return await app.store.job_claim_on_loop(lane, request)
         finally:
             await lane.close()

@@ -501,12 +501,16 @@ class AsyncPostgresTransaction:
         now: datetime | None,
         queries: Mapping[str, str],
         to_utc: bool = True,
+        values_cursor: psycopg.AsyncCursor[tuple[Any, ...]] | None = None,
     ) -> None:
         self.cursor = cursor
         self._now = now
         self._queries = queries
         self._to_utc = to_utc
         """Put times in UTC (a caller's connection; not one of due's own sessions)."""
+        self._values_cursor = values_cursor
+        """A cursor of tuples on the same connection, kept by its owner (else one
+        is made for each `run_values`)."""
 
     @property
     def now(self) -> datetime | None:
@@ -518,11 +522,21 @@ class AsyncPostgresTransaction:
         return [_utc(row) for row in rows] if self._to_utc else rows
 
     async def run_values(self, query: str, params: Mapping[str, Any] | None = None) -> Values:
+        if self._values_cursor is not None:
+            return await self._run_values(self._values_cursor, query, params)
         binary = self.cursor.format == psycopg.pq.Format.BINARY  # as the transaction's
         async with self.cursor.connection.cursor(row_factory=tuple_row, binary=binary) as cursor:
-            await cursor.execute(self._queries[query], _encoded(params or {}))
-            rows = await cursor.fetchall() if returns_rows(cursor) else []
-            return _values(cursor, rows, self._to_utc)
+            return await self._run_values(cursor, query, params)
+
+    async def _run_values(
+        self,
+        cursor: psycopg.AsyncCursor[tuple[Any, ...]],
+        query: str,
+        params: Mapping[str, Any] | None,
+    ) -> Values:
+        await cursor.execute(self._queries[query], _encoded(params or {}))
+        rows = await cursor.fetchall() if returns_rows(cursor) else []
+        return _values(cursor, rows, self._to_utc)
 
     async def run_each(
         self, query: str, rows: Sequence[Mapping[str, Any]], params: Mapping[str, Any] | None = None
@@ -572,7 +586,11 @@ def _values(
     rows: list[tuple[Any, ...]],
     to_utc: bool,
 ) -> Values:
-    names = tuple(column.name for column in cursor.description or ())
+    # The names from the result itself: `cursor.description` builds an object
+    # per column, a tenth of an empty claim's client time.
+    result = cursor.pgresult
+    fields = range(result.nfields) if result is not None else ()
+    names = tuple((result.fname(i) or b"").decode() for i in fields)  # type: ignore[union-attr]
     if to_utc:
         rows = [
             tuple(v.astimezone(UTC) if isinstance(v, datetime) else v for v in row) for row in rows
