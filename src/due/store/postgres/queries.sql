@@ -291,8 +291,11 @@ counted AS (  -- as record_endings: this session's rows, so sessions never wait 
     SET count = s.count + excluded.count, duration_sum = s.duration_sum + excluded.duration_sum
 ),
 succeeded_schedules AS MATERIALIZED (  -- locked in name order, as everywhere
+    -- A list looked up by primary key: most batches have no schedule's run,
+    -- and an IN (subquery) hashed and joined the batch for nothing.
     SELECT name FROM due_schedules
-    WHERE name IN (SELECT schedule FROM done WHERE state = 'succeeded')
+    WHERE name = ANY(ARRAY(SELECT schedule FROM done
+                           WHERE state = 'succeeded' AND schedule IS NOT NULL))
     ORDER BY name FOR NO KEY UPDATE
 ),
 noted AS (  -- as note_schedule_success
