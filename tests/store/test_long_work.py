@@ -3,6 +3,7 @@ parent, cancellation requests, pauses, and the job's own transaction."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -206,6 +207,35 @@ def test_a_pieces_end_that_does_not_say_it_settles_is_still_counted_on_its_paren
         unaware = ended(job.id, job.lease_token)
         unaware.settles = False
         assert app.store.job_complete([unaware]) == {job.id}
+    done = app.get(parent.id)
+    assert done.pieces == due.Pieces(total=2, succeeded=2, failed=0)
+    assert done.state == JobState.SUCCEEDED
+
+
+def test_on_the_loop_lane_too_an_unaware_pieces_end_is_counted_on_its_parent(
+    app: due.App, tasks: dict[str, due.Task], backend: str
+) -> None:
+    """The worker's acknowledgement from its event loop (PostgreSQL) reads the
+    rows it wrote a column at a time: one that concerns a parent among them is
+    still settled after it, on a thread."""
+    lane = app.store.loop_lane(1)
+    if lane is None:
+        assert backend == "sqlite"
+        return
+    parent = app.batch("piece", [(n,) for n in range(2)])
+    pieces = claim(app, limit=2)
+    unaware = [ended(job.id, job.lease_token) for job in pieces]
+    for end in unaware:
+        end.settles = False
+
+    async def acknowledge() -> set[int] | None:
+        await lane.open()
+        try:
+            return await app.store.job_complete_on_loop(lane, unaware)
+        finally:
+            await lane.close()
+
+    assert asyncio.run(acknowledge()) == {job.id for job in pieces}
     done = app.get(parent.id)
     assert done.pieces == due.Pieces(total=2, succeeded=2, failed=0)
     assert done.state == JobState.SUCCEEDED

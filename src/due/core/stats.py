@@ -74,6 +74,17 @@ def bucket_of(seconds: float | None) -> int:
     return bisect.bisect_left(DURATION_BUCKETS, max(seconds, 0.0))
 
 
+def buckets_of(durations: Iterable[float | None]) -> list[int]:
+    """`bucket_of` for each duration, the common one (finite, not negative)
+    without a call each: an acknowledgement counts a hundred at a time."""
+    return [
+        bisect.bisect_left(DURATION_BUCKETS, seconds)
+        if seconds is not None and 0.0 <= seconds < math.inf
+        else bucket_of(seconds)
+        for seconds in durations
+    ]
+
+
 def minute_of(moment: datetime) -> datetime:
     return moment.replace(second=0, microsecond=0)
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from due.core.records import NewJob
@@ -92,6 +92,17 @@ def concerns_a_parent(row: dict[str, Any]) -> bool:
     """Whether a job's end must be settled: it is a piece, a completion, or a parent."""
     return row["state"] == "waiting" or bool(
         row.get("parent_id") or row.get("completes") or row.get("pieces_total")
+    )
+
+
+def any_concerns_a_parent(columns: Mapping[str, Sequence[Any]]) -> bool:
+    """`concerns_a_parent` for any row of a batch given a column at a time (an
+    acknowledgement's: tested in C, without a call per row)."""
+    return (
+        "waiting" in columns["state"]
+        or any(columns["parent_id"])
+        or any(columns["completes"])
+        or any(columns["pieces_total"])
     )
 
 

@@ -31,11 +31,11 @@ from due.core.records import (
     attempt_error_json,
     read_claimed,
 )
-from due.core.stats import Outcome, bucket_of, outcome_of
+from due.core.stats import Outcome, buckets_of, outcome_of
 from due.errors import StoreError
 from due.retry import judge_lost_lease
 from due.store import batches, pieces
-from due.store.backend import Backend, Lane, LockWaitTimeout, Rows, Transaction, Values
+from due.store.backend import Backend, Columns, Lane, LockWaitTimeout, Rows, Transaction, Values
 from due.store.conflicts import retried_on_conflict
 from due.store.settling import lock_parents, settle
 from due.store.sql import describe_seconds
@@ -213,12 +213,15 @@ async def complete_on_loop(
     if not completions or not _alone(db, completions):
         return None
     async with lane.statement() as tx:
-        rows = await tx.run_each(
-            "complete_jobs", [_ending(c, counted=True) for c in completions], {"now": tx.now}
-        )
-    if any(pieces.concerns_a_parent(row) for row in rows):
+        # The lane is PostgreSQL's, where a batch's fields are its arrays: the
+        # rows written come back as tuples, and are read a column at a time.
+        params = {"now": tx.now, **_endings(completions, counted=True)}
+        names, values = await tx.run_values("complete_jobs", params)
+    columns = dict(zip(names, zip(*values, strict=True), strict=True)) if values else {}
+    if columns and pieces.any_concerns_a_parent(columns):
+        rows = [dict(zip(names, row, strict=True)) for row in values]
         await asyncio.to_thread(_settle_apart, db, rows)
-    written = {row["id"] for row in rows}
+    written = set(columns.get("id", ()))
     if len(written) < len(completions):
         return await asyncio.to_thread(recorded, db, completions, written)
     return written
@@ -254,8 +257,7 @@ def _write_completions(db: Backend, tx: Transaction, completions: Sequence[Compl
         return []
     lock_parents(tx, [c.job_id for c in completions if c.settles])
     counted = db.counting_statements
-    endings = [_ending(c, counted) for c in completions]
-    rows = tx.run_each("complete_jobs", endings, {"now": tx.now})
+    rows = tx.run_each("complete_jobs", _endings(completions, counted), {"now": tx.now})
     if not counted:
         by_id = {c.job_id: c for c in completions}
         count_endings(tx, rows, requeued=Outcome.RETRIED, completions=by_id)
@@ -276,27 +278,44 @@ def _settle_apart(db: Backend, rows: Rows) -> None:
         settle(tx, concerned)
 
 
-def _ending(completion: Completion, counted: bool) -> dict[str, Any]:
-    """A completion as complete_jobs takes it; with what it counts as when the
-    statement counts its ends itself (`counted`: otherwise count_endings counts
-    them from the rows written)."""
-    state = str(completion.state)  # as text (a StrEnum's .value is a slower property)
-    ending = {
-        "id": completion.job_id,
-        "token": completion.lease_token,
-        "state": state,
-        "result": completion.result,
-        "error": completion.error_json(),
-        "retry_in": completion.retry_in,
-        "progress": completion.progress,
-        "warning": completion.warning,
-    }
+def _outcome_texts() -> dict[tuple[str, bool], str | None]:
+    """What an attempt's end counts as (outcome_of), by its state's text and
+    whether it warned: looked up per job instead of computed."""
+    texts: dict[tuple[str, bool], str | None] = {}
+    for state in JobState:
+        for warned in (False, True):
+            outcome = outcome_of(state.value, requeued=Outcome.RETRIED, warned=warned)
+            texts[state.value, warned] = None if outcome is None else outcome.value
+    return texts
+
+
+_OUTCOME_TEXTS = _outcome_texts()
+
+
+def _endings(completions: Sequence[Completion], counted: bool) -> Columns:
+    """Completions as complete_jobs takes them, a list per field (the hottest
+    batch of all: no dict per job); with what each counts as when the statement
+    counts its ends itself (`counted`: otherwise count_endings counts them from
+    the rows written)."""
+    states = [str(c.state) for c in completions]  # text (a StrEnum's .value is slower)
+    endings = Columns(
+        id=[c.job_id for c in completions],
+        token=[c.lease_token for c in completions],
+        state=states,
+        result=[c.result for c in completions],
+        error=[c.error_json() for c in completions],
+        retry_in=[c.retry_in for c in completions],
+        progress=[c.progress for c in completions],
+        warning=[c.warning for c in completions],
+    )
     if counted:
-        outcome = outcome_of(state, requeued=Outcome.RETRIED, warned=bool(completion.warning))
-        ending["outcome"] = str(outcome) if outcome is not None else None
-        ending["bucket"] = bucket_of(completion.seconds)
-        ending["seconds"] = completion.seconds or 0.0
-    return ending
+        endings["outcome"] = [
+            _OUTCOME_TEXTS[state, bool(c.warning)]
+            for state, c in zip(states, completions, strict=True)
+        ]
+        endings["bucket"] = buckets_of([c.seconds for c in completions])
+        endings["seconds"] = [c.seconds or 0.0 for c in completions]
+    return endings
 
 
 @retried_on_conflict

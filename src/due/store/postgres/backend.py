@@ -38,7 +38,9 @@ from due.errors import (
     StoreUnavailableError,
 )
 from due.store.backend import (
+    Batch,
     ChangeFeed,
+    Columns,
     DuplicateError,
     LockWaitTimeout,
     Rows,
@@ -479,9 +481,7 @@ class PostgresTransaction:
             rows = cursor.fetchall() if returns_rows(cursor) else []
             return _values(cursor, rows, self._to_utc)
 
-    def run_each(
-        self, query: str, rows: Sequence[Mapping[str, Any]], params: Mapping[str, Any] | None = None
-    ) -> Rows:
+    def run_each(self, query: str, rows: Batch, params: Mapping[str, Any] | None = None) -> Rows:
         return self.run(query, {**(params or {}), **_columns(rows)})
 
     def copy(self, query: str, rows: Sequence[tuple[Any, ...]]) -> None:
@@ -539,7 +539,7 @@ class AsyncPostgresTransaction:
         return _values(cursor, rows, self._to_utc)
 
     async def run_each(
-        self, query: str, rows: Sequence[Mapping[str, Any]], params: Mapping[str, Any] | None = None
+        self, query: str, rows: Batch, params: Mapping[str, Any] | None = None
     ) -> Rows:
         return await self.run(query, {**(params or {}), **_columns(rows)})
 
@@ -551,8 +551,10 @@ class AsyncPostgresTransaction:
                 await copy.write_row(row)
 
 
-def _columns(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
+def _columns(rows: Batch) -> dict[str, list[Any]]:
     """A batch's rows as one array per field, named as the field (`%(id)b`)."""
+    if isinstance(rows, Columns):
+        return rows
     if not rows:
         return {}
     return {name: [row[name] for row in rows] for name in rows[0]}

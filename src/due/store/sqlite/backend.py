@@ -36,7 +36,15 @@ from typing import Any
 
 from due.clock import Clock, SystemClock
 from due.errors import ConfigurationError, NotMigratedError, StoreError, StoreUnavailableError
-from due.store.backend import ChangeFeed, DuplicateError, Rows, Transaction, Values
+from due.store.backend import (
+    Batch,
+    ChangeFeed,
+    Columns,
+    DuplicateError,
+    Rows,
+    Transaction,
+    Values,
+)
 from due.store.sql import load_migrations, load_queries, require_current_schema
 
 QUERIES = load_queries("due.store.sqlite")
@@ -398,12 +406,10 @@ class SQLiteTransaction:
         self._cursor.execute(QUERIES[query], _encoded(params) if params else {})
         return self._cursor.description
 
-    def run_each(
-        self, query: str, rows: Sequence[Mapping[str, Any]], params: Mapping[str, Any] | None = None
-    ) -> Rows:
+    def run_each(self, query: str, rows: Batch, params: Mapping[str, Any] | None = None) -> Rows:
         shared = params or {}
         found: Rows = []
-        for row in rows:
+        for row in rows.rows() if isinstance(rows, Columns) else rows:
             found += self.run(query, {**shared, **row})
         return found
 
