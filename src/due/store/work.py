@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import operator
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -290,6 +291,7 @@ def _outcome_texts() -> dict[tuple[str, bool], str | None]:
 
 
 _OUTCOME_TEXTS = _outcome_texts()
+_JOB_ID = operator.attrgetter("job_id")
 
 
 def _endings(completions: Sequence[Completion], counted: bool) -> Columns:
@@ -297,6 +299,8 @@ def _endings(completions: Sequence[Completion], counted: bool) -> Columns:
     batch of all: no dict per job); with what each counts as when the statement
     counts its ends itself (`counted`: otherwise count_endings counts them from
     the rows written)."""
+    # In id order: complete_jobs updates, and so locks, its rows in this order.
+    completions = sorted(completions, key=_JOB_ID)
     states = [str(c.state) for c in completions]  # text (a StrEnum's .value is slower)
     endings = Columns(
         id=[c.job_id for c in completions],

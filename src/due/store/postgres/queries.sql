@@ -173,9 +173,9 @@ RETURNING j.id, j.task, j.queue, j.priority, j.payload::text AS payload, j.attem
 -- ends (complete, rescue, release), so a token matches exactly one running
 -- attempt; no state test is needed (and none misleads the planner when the
 -- statistics say few jobs run).
--- Batch statements (heartbeat, complete, rescue, release) first lock their
--- rows in id order, whatever plan the join below gets: two batches about the
--- same jobs (a heartbeat and an acknowledgement) can then never deadlock.
+-- Batch statements (heartbeat, rescue, release) first lock their rows in id
+-- order, whatever plan the join below gets: two batches about the same jobs
+-- can then never deadlock (complete_jobs says why it needs no such step).
 -- They find the locked rows with `id = ANY(ARRAY(SELECT id FROM locked))`: a
 -- list computed once and looked up by primary key. With `id IN (SELECT ...)`
 -- the planner, expecting one row from unnest, rescanned the locked rows once
@@ -239,10 +239,16 @@ FROM locked l LEFT JOIN renewed r ON r.id = l.id
 -- duration bucket as the caller computed them, NULL outcome: no end, as for
 -- record_endings) and a schedule's success is noted, in the same statement, so
 -- an acknowledgement that settles no parent is one round trip, not four.
-WITH locked AS MATERIALIZED (  -- row locks taken in id order: batches never deadlock
-    SELECT id FROM due_jobs WHERE id = ANY(%(id)b::bigint[]) ORDER BY id FOR NO KEY UPDATE
-),
-done AS (
+-- Its rows are locked as they are updated, with no step of their own that
+-- locks them first (that step wrote a lock record per row: 7 % of the
+-- server's CPU in a drain). The batch comes sorted by id and is found through
+-- the primary key, so the rows are updated in id order; and of the other
+-- batches that wait for a job's row, a heartbeat waits at most 500 ms (its
+-- first pass skips held rows), a rescue skips them, and a release or a
+-- parent's settling locks in id order too. Should a plan ever take them in
+-- another order, the server's deadlock check ends one of two statements, and
+-- it is written again (retried on conflict).
+WITH done AS (
     UPDATE due_jobs AS j
     SET state = c.state,
         lease_token = j.lease_token + 1,  -- the attempt is over: its token is stale now
@@ -269,7 +275,7 @@ done AS (
                 %(seconds)b::float8[])
          AS c(id, token, state, result, error, retry_in, progress, warning, outcome, bucket,
               seconds)
-    WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
+    WHERE j.id = ANY(%(id)b::bigint[])
       AND j.id = c.id AND j.lease_token = c.token
     RETURNING j.id, j.task, j.queue, j.schedule, j.state, j.parent_id, j.completes,
               j.pieces_total, j.cancel_requested, c.outcome, c.bucket, c.seconds,
