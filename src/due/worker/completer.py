@@ -79,9 +79,15 @@ class Completer:
             jobs.give_back([outcome for outcome in batch if outcome[0].jobs is jobs])
 
     def acknowledge(self, batch: list[Outcome], applied: set[int]) -> None:
+        # A plain success is logged at INFO (_end_event): below it, its line is
+        # not even looked at, thousands of times a second.
+        quiet = not log.isEnabledFor(logging.INFO)
         for running, completion in batch:
             running.jobs.outcome_written(running)
-            _log_end(running, completion, running.job.id in applied)
+            written = running.job.id in applied
+            plain_success = completion.state is JobState.SUCCEEDED and completion.warning is None
+            if not (quiet and written and plain_success):
+                _log_end(running, completion, written)
 
     async def flush(self) -> None:
         """Write everything pending (at shutdown)."""

@@ -325,9 +325,12 @@ class _Stopped:
 _Outcome = _Returned | _Raised | _TimedOut | _Stopped
 
 
+NOT_TRUSTED = "not started: its lease is no longer trusted"
+
+
 def _require_trust(trusted: Callable[[], bool] | None) -> None:
     if trusted is not None and not trusted():
-        raise LeaseLost("not started: its lease is no longer trusted")
+        raise LeaseLost(NOT_TRUSTED)
 
 
 async def _run_async(
@@ -336,10 +339,8 @@ async def _run_async(
     kwargs: dict[str, Any],
     trusted: Callable[[], bool] | None,
 ) -> _Outcome:
-    try:
-        _require_trust(trusted)
-    except LeaseLost as signal:
-        return _Stopped(signal)
+    if trusted is not None and not trusted():
+        return _Stopped(LeaseLost(NOT_TRUSTED))
     if task.config.timeout is None:  # the common case, without a timer per job
         try:
             return _Returned(await task.fn(*args, **kwargs))

@@ -126,7 +126,7 @@ class QueueProducer:
 
     def _place(self, running: RunningJob) -> None:
         """A job just claimed: run it now if a slot is free, else hold it ready."""
-        if self.free_slots > 0 and not self.stopping:
+        if self.jobs.free_slots > 0 and not self.stopping:
             self._launch(running)
         else:
             self.jobs.ready.append(running)
@@ -134,9 +134,10 @@ class QueueProducer:
     def _slot_freed(self, job_seconds: float | None) -> None:
         if job_seconds is not None:
             self.job_seconds = _smooth(self.job_seconds, job_seconds)
-        while self.jobs.ready and self.free_slots > 0 and not self.stopping:
-            running = self.jobs.ready.popleft()
-            if not running.lost:
+        jobs = self.jobs
+        while jobs.ready and jobs.free_slots > 0 and not self.stopping:
+            running = jobs.ready.popleft()
+            if running.lost_reason is None:
                 self._launch(running)
         self.request_claim()
 

@@ -11,6 +11,7 @@ more is written for them) and when someone asks (`request_cancel`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable
 
@@ -48,9 +49,10 @@ class Runner:
         task = self._app.tasks.get(job.task)
         lease = task.config.lease or self._default_lease
         running = RunningJob(job, task, jobs, lease, trusted_until(claimed_at, lease))
-        running.context = self._executor.context_for(job, task)
-        if running.context is not None:
-            running.context.trusted = lambda: self._trusts(running)
+        if task.context_parameter is not None:
+            running.context = self._executor.context_for(job, task)
+            if running.context is not None:
+                running.context.trusted = functools.partial(self._trusts, running)
         jobs.hold(running)
         return running
 
@@ -67,7 +69,7 @@ class Runner:
     async def _execute(self, running: RunningJob, jobs: RunningJobs) -> None:
         try:
             attempt = await self._executor.run(
-                running.job, running.context, lambda: self._trusts(running), running.task
+                running.job, running.context, functools.partial(self._trusts, running), running.task
             )
         except asyncio.CancelledError:
             # The outcome is recorded before the slot frees: it keeps the slot until written.
