@@ -7,6 +7,7 @@ when, and in which process: the witness that each job ran exactly once.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import time
@@ -50,6 +51,12 @@ async def async_work(ctx: due.Context, seconds: float = 0.0) -> int:
 @app.task(name="noop")
 async def noop(ctx: due.Context) -> None:
     record("start", ctx)
+
+
+@app.task(name="garbage_collection")
+def garbage_collection() -> dict[str, int]:
+    """How the worker process that runs it collects garbage."""
+    return {"young_threshold": gc.get_threshold()[0], "frozen": gc.get_freeze_count()}
 
 
 @app.task(name="bulk_work", queue="bulk")

@@ -11,6 +11,7 @@ import pytest
 
 import due
 from due import JobState
+from due.worker.main import YOUNG_GARBAGE_THRESHOLD
 from tests.apps import ledger_app
 from tests.conftest import BACKENDS_AND_POOLER, POSTGRES_BASE_URL, backend_fixture
 from tests.helpers.database import cut_sessions
@@ -246,5 +247,22 @@ def test_a_worker_runs_on_uvloop_when_installed_and_on_asyncio_when_told(
     assert f"loop={loop}" in started, started
     job = app.enqueue("work")
     wait_until(lambda: app.get(job.id).state == JobState.SUCCEEDED, what="the job")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait_exit() == 0
+
+
+def test_a_worker_process_collects_young_garbage_less_often_and_freezes_its_start(
+    app: due.App, workers: Workers
+) -> None:
+    """A worker allocates a few dozen objects a job, freed within milliseconds:
+    its process collects the youngest generation every 7,000 allocations, not
+    700, and never looks again at what it loaded at start."""
+    worker = workers.start()
+    workers.wait_ready(worker)
+    job = app.enqueue("garbage_collection")
+    wait_until(lambda: app.get(job.id).state == JobState.SUCCEEDED, what="the job")
+    settings = app.get(job.id).result
+    assert settings["young_threshold"] == YOUNG_GARBAGE_THRESHOLD
+    assert settings["frozen"] > 10_000  # modules, the app: everything loaded before the jobs
     worker.signal(signal.SIGTERM)
     assert worker.wait_exit() == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -29,9 +30,18 @@ def configure_logging(log_format: str, level: str) -> None:
     root.setLevel(level.upper())
 
 
+YOUNG_GARBAGE_THRESHOLD = 7000
+"""Allocations between two collections of the youngest generation (Python's
+default: 700). A worker allocates a few dozen objects a job, nearly all freed
+within milliseconds: collected every 700, those of the jobs in flight were
+scanned and promoted, then scanned again (7 % of the worker's instructions
+per no-op job, under callgrind; with 7,000 and the start-up frozen, none)."""
+
+
 def run_worker(app: App, settings: WorkerSettings) -> int:
     """Run until SIGTERM/SIGINT (twice: release at once); 0 after a clean shutdown."""
     worker = Worker(app, settings)
+    _tune_garbage_collection()
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -51,6 +61,18 @@ def run_worker(app: App, settings: WorkerSettings) -> int:
         logging.shutdown()
         os._exit(0)
     return 0
+
+
+def _tune_garbage_collection() -> None:
+    """For a process that runs jobs until told to stop (this one): what it has
+    loaded so far (modules, the app) is never garbage, so no collection looks
+    at it again (gc.freeze), and the youngest generation is collected ten
+    times less often (cycles of garbage live a little longer; memory held by
+    them is bounded by the threshold)."""
+    gc.freeze()
+    young, middle, old = gc.get_threshold()
+    if 0 < young < YOUNG_GARBAGE_THRESHOLD:
+        gc.set_threshold(YOUNG_GARBAGE_THRESHOLD, middle, old)
 
 
 async def _stop_when_orphaned(worker: Worker) -> None:
