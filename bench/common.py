@@ -666,13 +666,16 @@ def process_tree(pid: int) -> list[int]:
 
 
 def cpu_seconds(pids: Sequence[int]) -> float:
-    """User and system CPU time of these processes (all their threads); one that
-    has exited counts nothing."""
+    """User and system CPU time of these processes (all their threads), and of their
+    children that have exited and been reaped. Counting the reaped children keeps the
+    sum of a process tree from falling when one of its processes exits between two
+    reads: its time moves into its parent's (a PostgreSQL backend's into the
+    postmaster's), and is not lost."""
     ticks = 0
     for pid in pids:
         with suppress(OSError), open(f"/proc/{pid}/stat") as stat:
             fields = stat.read().rsplit(")", 1)[1].split()
-            ticks += int(fields[11]) + int(fields[12])
+            ticks += sum(int(field) for field in fields[11:15])
     return ticks / CLOCK_TICKS
 
 

@@ -175,3 +175,16 @@ def test_the_cost_breakdown_measures_every_shape_on_both_sides(tmp_path: Path) -
         assert re.search(
             rf"^\| {shape} \| [\d.]+ / [\d.]+ \| [\d.]+ / [\d.]+ \|", done.stdout, re.M
         )
+
+
+def test_a_process_trees_cpu_keeps_the_time_of_a_child_that_exited() -> None:
+    """The meters read a tree's CPU twice and subtract: a PostgreSQL backend that
+    exits between the reads must not take its time with it (the sum fell, and
+    the cost breakdown read a negative server CPU, when another test's session
+    ended during a measurement)."""
+    tree = common.process_tree(os.getpid())
+    before = common.cpu_seconds(tree)
+    burn = "import time; end = time.process_time() + 0.3\nwhile time.process_time() < end: pass"
+    subprocess.run([sys.executable, "-c", burn], check=True)
+    after = common.cpu_seconds(common.process_tree(os.getpid()))
+    assert after - before >= 0.3
