@@ -187,4 +187,4 @@ def test_a_process_trees_cpu_keeps_the_time_of_a_child_that_exited() -> None:
     burn = "import time; end = time.process_time() + 0.3\nwhile time.process_time() < end: pass"
     subprocess.run([sys.executable, "-c", burn], check=True)
     after = common.cpu_seconds(common.process_tree(os.getpid()))
-    assert after - before >= 0.3
+    assert after - before >= 0.25  # most of the child's 0.3 s: /proc counts 10 ms ticks
