@@ -32,7 +32,7 @@ demo: $(STAMP) ## the example app, its worker and dashboard on SQLite (DEMO_ARGS
 	cd examples && ../$(PY) demo.py $(DEMO_ARGS)
 
 test: $(STAMP) postgres ## run the whole test suite on SQLite and PostgreSQL
-	$(PY) -m pytest -n 2 -m "not serial and not bench"
+	$(PY) -m pytest -n 2 -m "not serial and not bench" --durations=10
 	$(PY) -m pytest -m serial
 
 test-bench: $(STAMP) postgres ## the benchmark harnesses, run small (make bench, make soak): do they still work?

@@ -38,6 +38,9 @@ RUNS_UNTIL_STOPPED = {
     "dashboard": "dashboard on http://",
 }
 """Commands that run until stopped, and what each prints once it has started."""
+STOP_SECONDS = 30
+"""How long a command that runs until stopped has to exit after SIGTERM (it
+takes under a second; the rest is room for a loaded CI machine)."""
 REPORTS_STATE = {"check": (0, 1, 2)}
 """Commands whose exit code is the state they report (`due check`: ok, warning,
 critical), and the codes that mean they worked."""
@@ -119,9 +122,15 @@ class Reader:
                 self._check(done, where, REPORTS_STATE.get(args[0], (0,)))
 
     def stop_all(self) -> None:
-        for step, process, log in self.running:
+        for _, process, _ in self.running:
             process.send_signal(signal.SIGTERM)
-            code = process.wait(timeout=60)
+        for step, process, log in self.running:
+            try:
+                code = process.wait(timeout=STOP_SECONDS)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+                pytest.fail(f"README line {step.line} ignored SIGTERM:\n{log.read_text()}")
             assert code == 0, f"README line {step.line} exited {code}:\n{log.read_text()}"
 
     def kill_all(self) -> None:
@@ -202,6 +211,7 @@ def test_the_readme_is_read_as_written() -> None:
     assert "due worker --app myapp:app -q emails=16 -q reports=2" in commands
 
 
+@pytest.mark.timeout(360)  # seventy commands, each a new process: ~30 s alone, 4x that under load
 @pytest.mark.parametrize("store", ["sqlite", "postgres"])
 def test_a_new_user_follows_the_readme(
     store: str, tmp_path: Path, request: pytest.FixtureRequest
