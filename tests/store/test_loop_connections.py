@@ -1,7 +1,8 @@
 """`await task.aenqueue(...)` without a connection of the caller's: on PostgreSQL
 one statement from the caller's event loop, on the store's own connection of
 that loop (store/postgres/loop_connections.py), not a thread. The loop's first
-enqueue, and a coroutine finding that connection busy, take a thread."""
+enqueue takes a thread; coroutines that enqueue while the connection is busy
+wait for it, and are written together (test_enqueue_groups.py)."""
 
 from __future__ import annotations
 
@@ -117,8 +118,8 @@ def test_on_sqlite_an_async_enqueue_takes_a_thread(sqlite_url: str) -> None:
 
 
 def test_async_enqueues_side_by_side_all_land_once(postgres_url: str) -> None:
-    """One coroutine at a time has the loop's connection; the others take
-    threads meanwhile rather than wait for it."""
+    """One coroutine at a time has the loop's connection; the others wait for
+    its statement and are written together in the next (test_enqueue_groups.py)."""
     app, t = make_app(postgres_url)
 
     async def scenario() -> list[int]:
@@ -132,7 +133,7 @@ def test_async_enqueues_side_by_side_all_land_once(postgres_url: str) -> None:
         ids, threads = run_counting(scenario)
         assert len(set(ids)) == 200
         assert stored(postgres_url) == list(range(200))
-        assert 0 < threads < 200, "some on the loop's connection, some on threads"
+        assert threads == 1, "the loop's first enqueue only"
     finally:
         app.close()
 

@@ -83,6 +83,7 @@ def test_both_backends_name_the_same_queries() -> None:
         "job_table_health",  # dead row versions: PostgreSQL's alone
         "vacuum_jobs",
         "channel_names",  # SQLite has no channels: its feeds watch PRAGMA data_version
+        "insert_grouped_jobs",  # enqueues side by side on an event loop's connection
     }
     # PostgreSQL moves and deletes in one statement; its claim promotes timers itself
     single_writer_only = {"drop_stats", "promote_timers"}

@@ -33,17 +33,21 @@ def enqueue(db: Backend, jobs: Sequence[NewJob], connection: Any = None) -> list
         return steps.carry_out(tx, steps.enqueue_steps(jobs, tx.now))
 
 
-async def enqueue_on_loop(db: Backend, jobs: Sequence[NewJob]) -> list[Job] | None:
-    """`enqueue` of one job without a key from an event loop: one autocommitted
-    statement on the store's own connection of that loop, without a thread. None
-    when there is none to use (SQLite, the loop's first enqueue, another
-    coroutine of the loop has it), or for any other batch: take a thread."""
-    if len(jobs) != 1 or jobs[0].key is not None:
-        return None
+async def enqueue_together(db: Backend, jobs: Sequence[NewJob]) -> list[Job] | None:
+    """One-job enqueues without keys (enqueue_groups.py) in one autocommitted
+    statement on the store's connection of the running loop, without a thread.
+    None when there is none to use (SQLite, the loop's first enqueue, the store
+    closed): take a thread."""
     async with db.loop_statement() as tx:
         if tx is None:
             return None
-        return await steps.carry_out_async(tx, steps.enqueue_steps(jobs, tx.now))
+        if len(jobs) == 1:
+            return await steps.carry_out_async(tx, steps.enqueue_steps(jobs, tx.now))
+        rows = await tx.run_each("insert_grouped_jobs", steps.grouped_rows(jobs), {"now": tx.now})
+    return [
+        steps.new_job(job, row["id"], row["run_at"], row["created_at"])
+        for job, row in zip(jobs, rows, strict=True)
+    ]
 
 
 async def enqueue_async(db: Backend, jobs: Sequence[NewJob], connection: Any) -> list[Job]:

@@ -151,6 +151,25 @@ def _enqueue_bulk(jobs: Sequence[NewJob], now: Any, chunk: int) -> Generator[Ste
     return created
 
 
+def grouped_rows(jobs: Sequence[NewJob]) -> list[dict[str, Any]]:
+    """The rows of insert_grouped_jobs: jobs without keys, due times from the
+    database's clock (a delay, or a run_at)."""
+    return [
+        {
+            "task": job.task,
+            "queue": job.queue,
+            "priority": job.priority,
+            "payload": job.payload,
+            "run_at": job.run_at,
+            "delay": job.delay,
+            "max_attempts": job.max_attempts,
+            "unique_for": job.unique_for,
+            "stuck_after": job.stuck_after,
+        }
+        for job in jobs
+    ]
+
+
 def _bulk_rows(
     jobs: Sequence[NewJob], ids: list[int], run_ats: list[datetime]
 ) -> list[dict[str, Any]]:

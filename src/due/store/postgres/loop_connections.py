@@ -11,16 +11,18 @@ call, a sync-to-async bridge) would otherwise open a session for each, six
 milliseconds where the thread takes one.
 
 One coroutine uses a loop's connection at a time; another that finds it busy
-is told so at once (`borrow` yields None) and takes the thread path, so
-enqueues made side by side still run side by side on the pool's connections,
-as before. Like the store's own sync connection (own_connection.py), a
-connection is checked before each use: one the server ended while it sat
-idle is replaced, and so is one that has lived an hour. A caller cancelled
-while its statement runs (a request handler given up on) leaves the session
-idle: psycopg asks the server to cancel the statement and waits for that
-(up to seconds, and closes the connection if the server does not answer).
-The job is then usually not created; it is when the statement had committed
-before the cancel arrived, as on a thread, where it always runs to the end.
+is told so at once (`borrow` yields None). The store's enqueues do not come
+to that: those made while the loop's statement runs wait for it, and are
+written together in the next (store/enqueue_groups.py).
+
+Like the store's own sync connection (own_connection.py), a connection is
+checked before each use: one the server ended while it sat idle is
+replaced, and so is one that has lived an hour. A caller cancelled while its
+statement runs (a request handler given up on) leaves the session idle:
+psycopg asks the server to cancel the statement and waits for that (up to
+seconds, and closes the connection if the server does not answer). The job
+is then usually not created; it is when the statement had committed before
+the cancel arrived, as on a thread, where it always runs to the end.
 
 A loop that closes does not say so: its connection is closed when the next
 loop borrows one, or by `close()` (app.close()); a loop left open keeps its

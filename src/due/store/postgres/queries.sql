@@ -58,6 +58,35 @@ ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id, run_at, created_at,
           pg_notify({channel:due_jobs}, queue || ' ' || extract(epoch FROM run_at)::text)::text AS notified
 
+-- name: insert_grouped_jobs
+-- One-job enqueues made side by side on one event loop, as one statement (one
+-- commit for all: enqueue_groups.py). Each row as insert_job would make it,
+-- without a key; `ord` says which request a row answers.
+WITH given AS MATERIALIZED (
+    SELECT nextval('due_jobs_id_seq') AS id, g.*,
+           coalesce(g.run_at, coalesce(%(now)s::timestamptz, now())
+                              + make_interval(secs => g.delay)) AS due_at
+    FROM unnest(%(task)b::text[], %(queue)b::text[], %(priority)b::int[], %(payload)b::text[],
+                %(run_at)b::timestamptz[], %(delay)b::float8[], %(max_attempts)b::int[],
+                %(unique_for)b::float8[], %(stuck_after)b::float8[]) WITH ORDINALITY
+         AS g(task, queue, priority, payload, run_at, delay, max_attempts, unique_for,
+              stuck_after, ord)
+),
+inserted AS (
+    INSERT INTO due_jobs (id, task, queue, priority, payload, run_at, timer, max_attempts,
+                          unique_for, stuck_after, created_at)
+    SELECT id, task, queue, priority, payload::jsonb, due_at,
+           due_at > coalesce(%(now)s::timestamptz, now()), max_attempts, unique_for,
+           stuck_after, coalesce(%(now)s::timestamptz, now())
+    FROM given
+    RETURNING id, run_at, created_at,
+              pg_notify({channel:due_jobs}, queue || ' ' || extract(epoch FROM run_at)::text)::text
+                  AS notified
+)
+SELECT g.ord, i.id, i.run_at, i.created_at
+FROM inserted i JOIN given g ON g.id = i.id
+ORDER BY g.ord
+
 -- name: reserve_ids
 -- Ids for a batch, and the database's now (constant for the transaction), so
 -- the batch's due times are computed on the database's clock.

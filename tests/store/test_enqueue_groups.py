@@ -1,0 +1,145 @@
+"""One-job async enqueues made side by side on one event loop: those that come
+while the loop's statement runs wait for it, and are written together in the
+next one (store/enqueue_groups.py), each caller given its own job.
+
+The scenarios make the crowd certain rather than likely: another session
+locks the table, so the loop's statement waits on the server while the other
+coroutines enqueue; then the lock goes."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import psycopg
+import pytest
+
+import due
+from due.errors import StoreError
+from tests.helpers.database import rows
+from tests.helpers.waiting import wait_until
+from tests.store.test_loop_connections import (
+    an_insert_waits_for_a_lock,
+    make_app,
+    run_counting,
+    stored,
+)
+
+CROWD = 50
+
+
+def created_at_by_argument(url: str) -> dict[int, object]:
+    found = rows(url, "SELECT payload->'args'->>0, created_at FROM due_jobs")
+    return {int(n): created_at for n, created_at in found}
+
+
+async def hold_the_loops_statement(
+    t: due.Task[..., None], locker: psycopg.Connection[object]
+) -> asyncio.Task[due.Job]:
+    """The loop's connection opened, then its next statement waiting for the lock."""
+    await t.aenqueue(0)  # on a thread: the loop's first
+    await t.aenqueue(1)  # opens the loop's connection
+    locker.execute("LOCK TABLE due_jobs IN SHARE MODE")  # inserts wait for it
+    held = asyncio.create_task(t.aenqueue(2))
+    await asyncio.to_thread(wait_until, an_insert_waits_for_a_lock, 10)
+    return held
+
+
+def test_enqueues_that_wait_for_the_loops_statement_are_written_in_one_after_it(
+    postgres_url: str,
+) -> None:
+    app, t = make_app(postgres_url)
+    locker = psycopg.connect(postgres_url)
+
+    async def scenario() -> tuple[due.Job, list[due.Job]]:
+        held = await hold_the_loops_statement(t, locker)
+        crowd = [
+            asyncio.create_task(t.options(delay=60 if n % 2 else 0).aenqueue(n))
+            for n in range(10, 10 + CROWD)
+        ]
+        await asyncio.sleep(0)  # each has joined the group
+        locker.rollback()
+        return await held, list(await asyncio.gather(*crowd))
+
+    try:
+        (held, crowd), threads = run_counting(scenario)
+        assert threads == 2, "the loop's first enqueue and the test's wait: none of the crowd"
+        assert held.args == (2,)
+        assert stored(postgres_url) == [0, 1, 2, *range(10, 10 + CROWD)]
+        created = created_at_by_argument(postgres_url)
+        assert len({created[n] for n in range(10, 10 + CROWD)}) == 1, "one statement"
+        assert created[2] != created[10], "the held statement wrote its job alone"
+        assert [job.args for job in crowd] == [(n,) for n in range(10, 10 + CROWD)]
+        for job in crowd:  # each caller's handle is its own row, as stored
+            stored_job = app.get(job.id)
+            assert (stored_job.args, stored_job.run_at, stored_job.created_at) == (
+                job.args,
+                job.run_at,
+                job.created_at,
+            )
+            assert job.run_at - job.created_at == timedelta(seconds=60 if job.args[0] % 2 else 0)
+        assert len({job.id for job in crowd}) == CROWD
+    finally:
+        locker.close()
+        app.close()
+
+
+def test_a_request_the_server_refuses_in_a_group_fails_only_its_own_caller(
+    postgres_url: str,
+) -> None:
+    """The group's statement writes nothing; each request is then made alone."""
+    app, t = make_app(postgres_url)
+    refused = app.task(name="refused")(lambda n: None)
+    locker = psycopg.connect(postgres_url, autocommit=True)
+    locker.execute("ALTER TABLE due_jobs ADD CONSTRAINT no_refused CHECK (task <> 'refused')")
+    locker.autocommit = False
+
+    async def scenario() -> list[due.Job | BaseException]:
+        held = await hold_the_loops_statement(t, locker)
+        crowd = [asyncio.create_task(t.aenqueue(n)) for n in range(10, 15)]
+        crowd.insert(2, asyncio.create_task(refused.aenqueue(99)))
+        await asyncio.sleep(0)
+        locker.rollback()
+        await held
+        return list(await asyncio.gather(*crowd, return_exceptions=True))
+
+    try:
+        outcomes, threads = run_counting(scenario)
+        error = outcomes.pop(2)
+        assert isinstance(error, StoreError) and "no_refused" in str(error)
+        assert [job.args for job in outcomes if isinstance(job, due.Job)] == [
+            (n,) for n in range(10, 15)
+        ]
+        assert stored(postgres_url) == [0, 1, 2, *range(10, 15)]
+        assert threads == 2 + 6, "each request of the refused group made alone"
+    finally:
+        locker.close()
+        app.close()
+
+
+def test_a_caller_cancelled_while_it_waits_for_the_group_creates_nothing(
+    postgres_url: str,
+) -> None:
+    app, t = make_app(postgres_url)
+    locker = psycopg.connect(postgres_url)
+
+    async def scenario() -> None:
+        held = await hold_the_loops_statement(t, locker)
+        gone = asyncio.create_task(t.aenqueue(98))
+        stays = asyncio.create_task(t.aenqueue(10))
+        await asyncio.sleep(0)
+        gone.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+        locker.rollback()
+        await held
+        await stays
+        assert (await t.aenqueue(11)).args == (11,)  # the loop's connection again
+
+    try:
+        _, threads = run_counting(scenario)
+        assert stored(postgres_url) == [0, 1, 2, 10, 11]
+        assert threads == 2
+    finally:
+        locker.close()
+        app.close()
