@@ -65,6 +65,10 @@ WORKER_MAX_SECONDS = 900.0
 TESTS = ("enqueue", "drain", "latency", "rescue")
 TASK_SLEEP = {"noop": 0.0, "sleep10": 0.01}
 CHUNK = 1000
+SIDE_BY_SIDE = 50
+"""Enqueue, side by side: coroutines of one event loop, each enqueuing one job
+at a time with the library's async API (the requests an async web server
+handles at once)."""
 
 
 class NotSupportedError(Exception):
@@ -409,6 +413,8 @@ class Adapter:
     backends: ClassVar[tuple[str, ...]] = ("postgres",)
     tests: ClassVar[frozenset[str]] = frozenset(TESTS)
     has_bulk: ClassVar[bool] = True
+    has_async_enqueue: ClassVar[bool] = False
+    """`enqueue_many(..., "side_by_side")`: one-job async enqueues, SIDE_BY_SIDE at once."""
     has_schedule: ClassVar[bool] = True
     default_concurrency: ClassVar[int | None] = None
     rescue_note: ClassVar[str] = ""
@@ -455,7 +461,8 @@ class Adapter:
         """Close the driver's client."""
 
     def enqueue_many(self, jobs: Sequence[Job], mode: str) -> None:
-        """mode single: one call (own transaction) per job; bulk: batch API, CHUNK per call."""
+        """mode single: one call (own transaction) per job; bulk: batch API, CHUNK per call;
+        side_by_side: one-job async calls, SIDE_BY_SIDE coroutines at once (side_by_side())."""
         raise NotImplementedError
 
     def enqueue_one(self, job: Job, run_at: float | None = None) -> None:
@@ -604,9 +611,23 @@ def make_jobs(prefix: str, n: int, sleep_s: float = 0.0) -> list[Job]:
     return [Job(f"{prefix}{i}", 0.0, sleep_s) for i in range(n)]
 
 
+async def side_by_side(
+    jobs: Sequence[Job], enqueue: Callable[[Job], Any], coroutines: int = SIDE_BY_SIDE
+) -> None:
+    """`await enqueue(job)` for every job, from `coroutines` coroutines of this loop."""
+
+    async def one_after_another(share: Sequence[Job]) -> None:
+        for job in share:
+            await enqueue(job)
+
+    await asyncio.gather(*(one_after_another(jobs[k::coroutines]) for k in range(coroutines)))
+
+
 def measure_enqueue(adapter: Adapter, mode: str, n: int) -> dict[str, Any]:
     if mode == "bulk" and not adapter.has_bulk:
         raise NotSupportedError(f"{adapter.lib} has no batch enqueue API")
+    if mode == "side_by_side" and not adapter.has_async_enqueue:
+        raise NotSupportedError(f"{adapter.lib} has no async enqueue API")
     jobs = make_jobs("q", n)
     t0 = time.perf_counter()
     adapter.enqueue_many(jobs, mode)
@@ -921,7 +942,7 @@ def build_parser(cls: type[Adapter]) -> argparse.ArgumentParser:
     cls.add_arguments(common)
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("enqueue", parents=[common])
-    p.add_argument("--mode", choices=["single", "bulk"], required=True)
+    p.add_argument("--mode", choices=["single", "bulk", "side_by_side"], required=True)
     p.add_argument("--n", type=int, default=20000)
     p = sub.add_parser("drain", parents=[common])
     p.add_argument("--task", choices=sorted(TASK_SLEEP), default="noop")

@@ -2,7 +2,8 @@
 
 Run with .venv/bin/python bench/due_bench.py <test> --backend sqlite|postgres ...
   enqueue single: `task.enqueue(...)` per job (one transaction each); bulk:
-  `app.enqueue_many` with 1,000 requests per call (one multi-row statement).
+  `app.enqueue_many` with 1,000 requests per call (one multi-row statement); side by
+  side: `await task.aenqueue(...)` from 50 coroutines of one loop.
   Worker: the same code as `due worker` (`due.worker.main.run_worker`), one
   process, one queue; default concurrency 100 (the claim batch is the free
   slots, so this is also the batch size), default lease 10 s. The job body is
@@ -11,6 +12,7 @@ Run with .venv/bin/python bench/due_bench.py <test> --backend sqlite|postgres ..
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
@@ -43,6 +45,7 @@ class DueAdapter(common.Adapter):
     """due, on SQLite or PostgreSQL."""
 
     lib = "due"
+    has_async_enqueue = True
     backends = ("sqlite", "postgres")
     rescue_note = "automatic: the lease (10 s) expires and any worker's rescuer requeues it"
 
@@ -90,6 +93,12 @@ class DueAdapter(common.Adapter):
         self.app.close()
 
     def enqueue_many(self, jobs: Sequence[common.Job], mode: str) -> None:
+        if mode == "side_by_side":
+            task = self.task
+            asyncio.run(
+                common.side_by_side(jobs, lambda j: task.aenqueue(j.ref, j.t_ref, j.sleep_s))
+            )
+            return
         if mode == "single":
             for job in jobs:
                 self.task.enqueue(job.ref, job.t_ref, job.sleep_s)

@@ -85,7 +85,7 @@ class Case:
     """One measurement shape, run for every library that has it."""
 
     test: str
-    variant: str  # single|bulk for enqueue, noop|sleep10 for drain, "" otherwise
+    variant: str  # single|bulk|side_by_side for enqueue, noop|sleep10 for drain, "" otherwise
     args: tuple[str, ...]
     kinds: frozenset[str]
     timeout: float
@@ -105,6 +105,14 @@ def cases(sz: Sizes) -> list[Case]:
             "bulk",
             ("--mode", "bulk", "--n", f"{sz.bulk}"),
             everyone,
+            300,
+            skip=frozenset({"huey"}),
+        ),
+        Case(  # the async API's one-job call from 50 coroutines of one loop: huey has none
+            "enqueue",
+            "side_by_side",
+            ("--mode", "side_by_side", "--n", f"{sz.single}"),
+            queues,
             300,
             skip=frozenset({"huey"}),
         ),
@@ -469,12 +477,15 @@ def pick(
 
 def enqueue_tables(results: list[dict[str, Any]], backend: str) -> list[str]:
     out = []
-    for mode in ("single", "bulk"):
+    for mode in ("single", "bulk", "side_by_side"):
         rows = group_rows(pick(results, backend, "enqueue", mode=mode))
         if not rows:
             continue
         base = due_base(rows)
-        out.append(f"### Enqueue, {mode}, {backend} (jobs/s; higher is better)\n")
+        shown = mode.replace("_", " ")
+        if mode == "side_by_side":
+            shown += f", {common.SIDE_BY_SIDE} coroutines"
+        out.append(f"### Enqueue, {shown}, {backend} (jobs/s; higher is better)\n")
         body = [
             [lib, str(recs[0]["n"]), med_range(recs), ok_count(recs), ratio(base, recs)]
             for (lib, _), recs in rows.items()

@@ -2,7 +2,9 @@
 
 Run with bench/.venv-peers/bin/python bench/peers/pgqueuer.py <test> ...
   enqueue single: `await Queries.enqueue(name, payload)` per job; bulk: `Queries.enqueue`
-  with lists, 1000 jobs per call.  Worker: `PgQueuer(AsyncpgDriver(conn)).run(...)` (what
+  with lists, 1000 jobs per call; side by side: the single call from 50 coroutines,
+  on an `AsyncpgPoolDriver` (asyncpg's default pool, 10 connections).
+  Worker: `PgQueuer(AsyncpgDriver(conn)).run(...)` (what
   `pgq run` runs).  Default here = the best no-op setting in
   shared/peer-bench/postgres/RESULTS.md: batch_size=100, max_concurrent_tasks unlimited
   (library defaults: 10, unlimited).  --concurrency C caps in-flight jobs:
@@ -29,7 +31,7 @@ from typing import Any  # noqa: E402
 import asyncpg  # noqa: E402
 import uvloop  # noqa: E402
 from pgqueuer import PgQueuer  # noqa: E402
-from pgqueuer.db import AsyncpgDriver  # noqa: E402
+from pgqueuer.db import AsyncpgDriver, AsyncpgPoolDriver  # noqa: E402
 from pgqueuer.models import Job  # noqa: E402
 from pgqueuer.queries import Queries  # noqa: E402
 
@@ -49,6 +51,7 @@ class PgQueuerAdapter(common.Adapter):
     """pgqueuer on PostgreSQL."""
 
     lib = "pgqueuer"
+    has_async_enqueue = True
     rescue_note = (
         "automatic: dequeue re-picks jobs whose heartbeat is older than heartbeat_timeout "
         "(default 30 s, heartbeat every 15 s)"
@@ -79,8 +82,18 @@ class PgQueuerAdapter(common.Adapter):
         self.runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
         self.conn = self.runner.run(asyncpg.connect(common.pg_url(self.db)))
         self.queries = Queries(AsyncpgDriver(self.conn))
+        # Its one-connection driver takes one query at a time (a lock): side by side,
+        # each enqueue takes a connection of a pool (asyncpg's default size), opened here.
+        self.pool: asyncpg.Pool | None = None
+        if getattr(self.args, "mode", None) == "side_by_side":
+            self.pool = self.runner.run(self._open_pool())
+
+    async def _open_pool(self) -> asyncpg.Pool:
+        return await asyncpg.create_pool(common.pg_url(self.db))
 
     def close(self) -> None:
+        if self.pool is not None:
+            self.runner.run(self.pool.close())
         self.runner.run(self.conn.close())
         self.runner.close()
 
@@ -88,6 +101,13 @@ class PgQueuerAdapter(common.Adapter):
         self.runner.run(self._enqueue_many(jobs, mode))
 
     async def _enqueue_many(self, jobs: Sequence[common.Job], mode: str) -> None:
+        if mode == "side_by_side":
+            assert self.pool is not None  # opened for this mode
+            queries = Queries(AsyncpgPoolDriver(self.pool))
+            await common.side_by_side(
+                jobs, lambda job: queries.enqueue(ENTRYPOINT, job.as_json().encode())
+            )
+            return
         if mode == "single":
             for job in jobs:
                 await self.queries.enqueue(ENTRYPOINT, job.as_json().encode())

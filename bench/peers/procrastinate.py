@@ -2,7 +2,8 @@
 
 Run with bench/.venv-peers/bin/python bench/peers/procrastinate.py <test> ...
   enqueue single: `await task.defer_async(...)` per job; bulk: `task.batch_defer_async`,
-  1000 jobs per call.  Worker: `App.run_worker(queues=["bench"], concurrency=C)` (what the
+  1000 jobs per call; side by side: `defer_async` from 50 coroutines (its connector's
+  pool).  Worker: `App.run_worker(queues=["bench"], concurrency=C)` (what the
   `procrastinate worker` CLI runs); default concurrency here is 10, the best no-op setting
   in shared/peer-bench/postgres/RESULTS.md (library default: 1).
   Scheduled jobs: `task.configure(schedule_at=...)`.
@@ -61,6 +62,7 @@ class Procrastinate(common.Adapter):
     """procrastinate on PostgreSQL."""
 
     lib = "procrastinate"
+    has_async_enqueue = True
     default_concurrency = 10
     rescue_note = (
         "no automatic re-run: a killed worker's job stays 'doing'; heartbeat 10 s, stalled "
@@ -118,6 +120,9 @@ class Procrastinate(common.Adapter):
         self.runner.run(self._enqueue_many(jobs, mode))
 
     async def _enqueue_many(self, jobs: Sequence[common.Job], mode: str) -> None:
+        if mode == "side_by_side":
+            await common.side_by_side(jobs, lambda job: self.task.defer_async(**kwargs_of(job)))
+            return
         if mode == "single":
             for job in jobs:
                 await self.task.defer_async(**kwargs_of(job))

@@ -66,6 +66,7 @@ def test_a_smoke_run_of_the_benchmark_measures_due_and_the_bare_loops(tmp_path: 
     for backend, bare in (("sqlite", "raw_sqlite"), ("postgres", "raw_pg")):
         for title in (
             f"### Enqueue, single, {backend}",
+            f"### Enqueue, side by side, 50 coroutines, {backend}",
             f"### Drain, noop, one worker process, {backend}",
             f"### Drain, sleep10, one worker process, {backend}",
             f"### Idle worker: pickup latency and lateness of +2 s jobs, {backend}",
