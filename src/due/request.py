@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from due.core.records import NewJob
@@ -18,6 +18,12 @@ if TYPE_CHECKING:
 MAX_QUEUE_LENGTH = 100
 MAX_KEY_LENGTH = 255
 MAX_PRIORITY = 1_000_000
+MAX_DELAY_SECONDS = 100 * 366 * 86_400
+"""A job due more than a century ahead is a mistake in the delay (seconds
+given as milliseconds, say); past the year 9999 it could not even be read back."""
+LAST_RUN_AT_YEAR = 9998
+"""A run_at after this year (in UTC) is refused: Python's datetime ends with 9999,
+and a retry's backoff must still be writable after it."""
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:\-]+")
 
 
@@ -113,9 +119,15 @@ def _validate_delay(delay: DurationLike | None, task: str) -> float:
     if delay is None:
         return 0.0
     try:
-        return to_seconds(delay, what=f"enqueue of {task!r}: delay")
+        seconds = to_seconds(delay, what=f"enqueue of {task!r}: delay")
     except ConfigurationError as error:
         raise InvalidJobError(str(error)) from None
+    if seconds > MAX_DELAY_SECONDS:
+        raise InvalidJobError(
+            f"enqueue of {task!r}: delay={delay!r} is more than 100 years; "
+            "give the delay in seconds (or as '90d'), or a run_at"
+        )
+    return seconds
 
 
 def _validate_unique_for(unique_for: DurationLike, task: str) -> float:
@@ -134,5 +146,14 @@ def _validate_run_at(run_at: datetime | None, task: str) -> datetime | None:
         raise InvalidJobError(
             f"enqueue of {task!r}: run_at={run_at.isoformat()} has no time zone; "
             "pass an aware datetime (e.g. tzinfo=datetime.UTC)"
+        )
+    try:
+        year = run_at.astimezone(UTC).year
+    except OverflowError:
+        year = LAST_RUN_AT_YEAR + 1
+    if year > LAST_RUN_AT_YEAR:
+        raise InvalidJobError(
+            f"enqueue of {task!r}: run_at={run_at.isoformat()} is after the year "
+            f"{LAST_RUN_AT_YEAR} in UTC; give a due time that Python can still read back"
         )
     return run_at

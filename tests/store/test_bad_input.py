@@ -144,6 +144,18 @@ def test_bad_times(app: due.App, send: due.Task) -> None:
     rejected(
         app, lambda: send.options(priority="high").enqueue(1), due.InvalidJobError, "whole number"
     )
+    # Times Python could not read back (past the year 9999): refused before any write.
+    rejected(app, lambda: send.options(delay=1e12).enqueue(1), due.InvalidJobError, "100 years")
+    end_of_time = dt.datetime(9999, 12, 31, 23, tzinfo=dt.timezone(-dt.timedelta(hours=5)))
+    rejected(
+        app, lambda: send.options(run_at=end_of_time).enqueue(1), due.InvalidJobError, "year 9998"
+    )
+    rejected(
+        app,
+        lambda: send.options(run_at=dt.datetime(9999, 1, 1, tzinfo=dt.UTC)).enqueue(1),
+        due.InvalidJobError,
+        "year 9998",
+    )
 
 
 def test_one_bad_request_rejects_the_whole_batch(app: due.App, send: due.Task) -> None:

@@ -117,6 +117,43 @@ def test_a_request_the_server_refuses_in_a_group_fails_only_its_own_caller(
         app.close()
 
 
+def test_an_error_met_after_the_commit_goes_to_every_caller_and_nothing_is_sent_again(
+    postgres_url: str,
+) -> None:
+    """The group committed, then its reply could not be read (a trigger of the
+    user's moved one job's due time past what Python's datetime holds): every
+    caller gets the error, and no job is created a second time."""
+    app, t = make_app(postgres_url)
+    far = app.task(name="far")(lambda n: None)
+    locker = psycopg.connect(postgres_url, autocommit=True)
+    locker.execute(
+        "CREATE FUNCTION far_off() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+        " NEW.run_at := '20000-01-01 00:00+00'; RETURN NEW; END $$;"
+        " CREATE TRIGGER far_off BEFORE INSERT ON due_jobs FOR EACH ROW"
+        " WHEN (NEW.task = 'far') EXECUTE FUNCTION far_off()"
+    )
+    locker.autocommit = False
+
+    async def scenario() -> list[due.Job | BaseException]:
+        held = await hold_the_loops_statement(t, locker)
+        crowd = [asyncio.create_task(t.aenqueue(n)) for n in range(10, 15)]
+        crowd.append(asyncio.create_task(far.aenqueue(99)))
+        await asyncio.sleep(0)
+        locker.rollback()
+        await held
+        return list(await asyncio.gather(*crowd, return_exceptions=True))
+
+    try:
+        outcomes, threads = run_counting(scenario)
+        assert all(isinstance(outcome, StoreError) for outcome in outcomes), outcomes
+        assert "year" in str(outcomes[0]), outcomes[0]
+        assert stored(postgres_url) == [0, 1, 2, *range(10, 15), 99], "each once"
+        assert threads == 2
+    finally:
+        locker.close()
+        app.close()
+
+
 def test_a_caller_cancelled_while_it_waits_for_the_group_creates_nothing(
     postgres_url: str,
 ) -> None:

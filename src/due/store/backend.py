@@ -62,7 +62,13 @@ Batch = Sequence[Mapping[str, Any]] | Columns
 """The rows of `run_each`: a mapping per row, or `Columns`."""
 
 
-class DuplicateError(StoreError):
+class StatementRefused(StoreError):
+    """The database sent back an error for a statement (a constraint it broke, a
+    value out of range): its transaction wrote nothing. Not an error the client
+    raised itself, such as one reading a reply after the commit."""
+
+
+class DuplicateError(StatementRefused):
     """A row with the same unique key exists (a schedule's name, a job's key taken
     in a race): the operation that met it turns it into the error it means."""
 

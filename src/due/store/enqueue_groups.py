@@ -15,7 +15,9 @@ What a caller can count on is what it had alone:
   not created;
 - a statement the server refused (one request's row breaking a constraint of
   the user's, say) wrote nothing: every request of that group is then made
-  alone, on a thread, so a bad request fails only its own caller;
+  alone, on a thread, so a bad request fails only its own caller; any other
+  error (one the client met reading the reply, an outage) goes to every
+  caller of the group, and nothing is sent again;
 - a caller cancelled while it waits is taken out of its group, and its job is
   not created; one cancelled while its group's statement runs may find its
   job created, as a caller cancelled during a statement of its own may.
@@ -34,7 +36,8 @@ from dataclasses import dataclass, field
 
 from due.core.jobs import Job
 from due.core.records import NewJob
-from due.errors import StoreError, StoreUnavailableError
+from due.errors import StoreUnavailableError
+from due.store.backend import StatementRefused
 
 MAX_GROUP = 500
 """Requests in one statement at most (a bigger crowd is written in turns)."""
@@ -99,8 +102,12 @@ class EnqueueGroups:
                     await self._write_group(batch)
                 batch = []
         except BaseException:  # this task cancelled (its loop is closing)
+            interrupted = StoreUnavailableError(
+                "the enqueue was interrupted while its statement ran (its event loop "
+                "closing?): the job may or may not have been created"
+            )
             for _, answer in batch:  # sent: whether it committed is unknown
-                answer.cancel()
+                _fail(answer, interrupted)
             for _, answer in group.waiting:  # not sent: each makes its own
                 _answer(answer, None)
             group.waiting.clear()
@@ -111,13 +118,12 @@ class EnqueueGroups:
     async def _write_group(self, batch: list[_Waiting]) -> None:
         try:
             created = await self._write([job for job, _ in batch])
-        except StoreUnavailableError as error:  # it may have committed: no second try
-            for _, answer in batch:
-                _fail(answer, error)
-            return
-        except StoreError:  # refused by the server, so nothing was written: each alone
-            created = None
-        except Exception as error:
+        except StatementRefused as error:
+            if len(batch) == 1:  # refused alone: the error is its own
+                _fail(batch[0][1], error)
+                return
+            created = None  # nothing was written: each alone, on a thread
+        except Exception as error:  # it may have committed: nothing is sent again
             for _, answer in batch:
                 _fail(answer, error)
             return

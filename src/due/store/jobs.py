@@ -44,10 +44,12 @@ async def enqueue_together(db: Backend, jobs: Sequence[NewJob]) -> list[Job] | N
         if len(jobs) == 1:
             return await steps.carry_out_async(tx, steps.enqueue_steps(jobs, tx.now))
         rows = await tx.run_each("insert_grouped_jobs", steps.grouped_rows(jobs), {"now": tx.now})
-    return [
-        steps.new_job(job, row["id"], row["run_at"], row["created_at"])
-        for job, row in zip(jobs, rows, strict=True)
-    ]
+    by_request = {row["ord"]: row for row in rows}  # ord counts the requests from 1
+    created = []
+    for n, job in enumerate(jobs, 1):
+        row = by_request[n]
+        created.append(steps.new_job(job, row["id"], row["run_at"], row["created_at"]))
+    return created
 
 
 async def enqueue_async(db: Backend, jobs: Sequence[NewJob], connection: Any) -> list[Job]:

@@ -44,6 +44,7 @@ from due.store.backend import (
     DuplicateError,
     LockWaitTimeout,
     Rows,
+    StatementRefused,
     Transaction,
     Values,
 )
@@ -786,4 +787,6 @@ def translate_errors(url: str) -> Iterator[None]:
             ) from error
         if isinstance(error, psycopg.OperationalError):
             raise StoreUnavailableError(f"{redact(url)} is unreachable: {error}") from error
+        if state:  # sent by the server (psycopg's own errors have no SQLSTATE)
+            raise StatementRefused(f"{redact(url)}: {error}") from error
         raise StoreError(f"{redact(url)}: {error}") from error
