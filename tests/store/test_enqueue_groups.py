@@ -45,6 +45,19 @@ async def hold_the_loops_statement(
     return held
 
 
+async def five_and_one(
+    t: due.Task[..., None], other: due.Task[..., None], locker: psycopg.Connection[object]
+) -> list[due.Job | BaseException]:
+    """A group of six behind the held statement: t(10..14), and other(99) third."""
+    held = await hold_the_loops_statement(t, locker)
+    crowd = [asyncio.create_task(t.aenqueue(n)) for n in range(10, 15)]
+    crowd.insert(2, asyncio.create_task(other.aenqueue(99)))
+    await asyncio.sleep(0)  # each has joined the group
+    locker.rollback()
+    await held
+    return list(await asyncio.gather(*crowd, return_exceptions=True))
+
+
 def test_enqueues_that_wait_for_the_loops_statement_are_written_in_one_after_it(
     postgres_url: str,
 ) -> None:
@@ -94,17 +107,8 @@ def test_a_request_the_server_refuses_in_a_group_fails_only_its_own_caller(
     locker.execute("ALTER TABLE due_jobs ADD CONSTRAINT no_refused CHECK (task <> 'refused')")
     locker.autocommit = False
 
-    async def scenario() -> list[due.Job | BaseException]:
-        held = await hold_the_loops_statement(t, locker)
-        crowd = [asyncio.create_task(t.aenqueue(n)) for n in range(10, 15)]
-        crowd.insert(2, asyncio.create_task(refused.aenqueue(99)))
-        await asyncio.sleep(0)
-        locker.rollback()
-        await held
-        return list(await asyncio.gather(*crowd, return_exceptions=True))
-
     try:
-        outcomes, threads = run_counting(scenario)
+        outcomes, threads = run_counting(lambda: five_and_one(t, refused, locker))
         error = outcomes.pop(2)
         assert isinstance(error, StoreError) and "no_refused" in str(error)
         assert [job.args for job in outcomes if isinstance(job, due.Job)] == [
@@ -134,19 +138,10 @@ def test_an_error_met_after_the_commit_goes_to_every_caller_and_nothing_is_sent_
     )
     locker.autocommit = False
 
-    async def scenario() -> list[due.Job | BaseException]:
-        held = await hold_the_loops_statement(t, locker)
-        crowd = [asyncio.create_task(t.aenqueue(n)) for n in range(10, 15)]
-        crowd.append(asyncio.create_task(far.aenqueue(99)))
-        await asyncio.sleep(0)
-        locker.rollback()
-        await held
-        return list(await asyncio.gather(*crowd, return_exceptions=True))
-
     try:
-        outcomes, threads = run_counting(scenario)
+        outcomes, threads = run_counting(lambda: five_and_one(t, far, locker))
         assert all(isinstance(outcome, StoreError) for outcome in outcomes), outcomes
-        assert "year" in str(outcomes[0]), outcomes[0]
+        assert "year" in str(outcomes[2]), outcomes[2]
         assert stored(postgres_url) == [0, 1, 2, *range(10, 15), 99], "each once"
         assert threads == 2
     finally:

@@ -90,7 +90,9 @@ def enqueue_steps(jobs: Sequence[NewJob], now: Any, *, chunk: int = BULK_CHUNK) 
     return created
 
 
-def _single_params(job: NewJob, now: Any) -> dict[str, Any]:
+def _fields(job: NewJob) -> dict[str, Any]:
+    """What a request gives its row (its due time as the database will compute
+    it: a delay from its clock, or a run_at)."""
     return {
         "task": job.task,
         "queue": job.queue,
@@ -99,11 +101,13 @@ def _single_params(job: NewJob, now: Any) -> dict[str, Any]:
         "run_at": job.run_at,
         "delay": job.delay,
         "max_attempts": job.max_attempts,
-        "key": job.key,
         "unique_for": job.unique_for,
         "stuck_after": job.stuck_after,
-        "now": now,
     }
+
+
+def _single_params(job: NewJob, now: Any) -> dict[str, Any]:
+    return {**_fields(job), "key": job.key, "now": now}
 
 
 def _enqueue_one(job: NewJob, now: Any) -> Generator[Step, Rows, Job]:
@@ -152,22 +156,8 @@ def _enqueue_bulk(jobs: Sequence[NewJob], now: Any, chunk: int) -> Generator[Ste
 
 
 def grouped_rows(jobs: Sequence[NewJob]) -> list[dict[str, Any]]:
-    """The rows of insert_grouped_jobs: jobs without keys, due times from the
-    database's clock (a delay, or a run_at)."""
-    return [
-        {
-            "task": job.task,
-            "queue": job.queue,
-            "priority": job.priority,
-            "payload": job.payload,
-            "run_at": job.run_at,
-            "delay": job.delay,
-            "max_attempts": job.max_attempts,
-            "unique_for": job.unique_for,
-            "stuck_after": job.stuck_after,
-        }
-        for job in jobs
-    ]
+    """The rows of insert_grouped_jobs (jobs without keys)."""
+    return [_fields(job) for job in jobs]
 
 
 def _bulk_rows(
