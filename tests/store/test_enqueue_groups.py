@@ -9,6 +9,7 @@ coroutines enqueue; then the lock goes."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from datetime import timedelta
 
 import psycopg
@@ -16,6 +17,7 @@ import pytest
 
 import due
 from due.errors import StoreError
+from due.store.sqlite.backend import path_from_url
 from tests.helpers.database import rows
 from tests.helpers.waiting import wait_until
 from tests.store.test_loop_connections import (
@@ -172,6 +174,84 @@ def test_a_caller_cancelled_while_it_waits_for_the_group_creates_nothing(
         _, threads = run_counting(scenario)
         assert stored(postgres_url) == [0, 1, 2, 10, 11]
         assert threads == 2
+    finally:
+        locker.close()
+        app.close()
+
+
+# SQLite writes one transaction at a time: a group is one transaction on a
+# thread, one commit (and one fsync) for all. Another connection's write lock
+# holds the loop's write while the crowd comes.
+
+
+def sqlite_locker(url: str) -> sqlite3.Connection:
+    return sqlite3.connect(path_from_url(url), isolation_level=None)
+
+
+async def hold_the_loops_write(
+    t: due.Task[..., None], locker: sqlite3.Connection
+) -> asyncio.Task[due.Job]:
+    locker.execute("BEGIN IMMEDIATE")  # the loop's write waits for it
+    held = asyncio.create_task(t.aenqueue(0))
+    await asyncio.sleep(0)  # it has begun its write: the group is writing
+    return held
+
+
+def test_on_sqlite_enqueues_that_wait_for_the_loops_write_are_one_transaction(
+    sqlite_url: str,
+) -> None:
+    app, t = make_app(sqlite_url)
+    locker = sqlite_locker(sqlite_url)
+
+    async def scenario() -> tuple[due.Job, list[due.Job]]:
+        held = await hold_the_loops_write(t, locker)
+        crowd = [asyncio.create_task(t.aenqueue(n)) for n in range(10, 10 + CROWD)]
+        await asyncio.sleep(0)
+        locker.execute("ROLLBACK")
+        return await held, list(await asyncio.gather(*crowd))
+
+    try:
+        (held, crowd), threads = run_counting(scenario)
+        assert threads == 2, "one for the held write, one for the whole crowd"
+        assert held.args == (0,)
+        assert [job.args for job in crowd] == [(n,) for n in range(10, 10 + CROWD)]
+        assert sorted(job.args[0] for job in app.jobs(limit=1000)) == [0, *range(10, 10 + CROWD)]
+        assert len({job.created_at for job in crowd}) == 1, "one transaction"
+        assert all(app.get(job.id).args == job.args for job in crowd)
+    finally:
+        locker.close()
+        app.close()
+
+
+def test_on_sqlite_a_request_refused_in_a_group_fails_only_its_own_caller(
+    sqlite_url: str,
+) -> None:
+    app, t = make_app(sqlite_url)
+    refused = app.task(name="refused")(lambda n: None)
+    locker = sqlite_locker(sqlite_url)
+    locker.execute(
+        "CREATE TRIGGER refuse BEFORE INSERT ON due_jobs WHEN NEW.task = 'refused'"
+        " BEGIN SELECT RAISE(ABORT, 'no_refused'); END"
+    )
+
+    async def scenario() -> list[due.Job | BaseException]:
+        held = await hold_the_loops_write(t, locker)
+        crowd = [asyncio.create_task(t.aenqueue(n)) for n in range(10, 15)]
+        crowd.insert(2, asyncio.create_task(refused.aenqueue(99)))
+        await asyncio.sleep(0)
+        locker.execute("ROLLBACK")
+        await held
+        return list(await asyncio.gather(*crowd, return_exceptions=True))
+
+    try:
+        outcomes, threads = run_counting(scenario)
+        error = outcomes.pop(2)
+        assert isinstance(error, StoreError) and "no_refused" in str(error)
+        assert [job.args for job in outcomes if isinstance(job, due.Job)] == [
+            (n,) for n in range(10, 15)
+        ]
+        assert sorted(job.args[0] for job in app.jobs()) == [0, *range(10, 15)]
+        assert threads == 2 + 6, "each request of the refused group made alone"
     finally:
         locker.close()
         app.close()

@@ -1,12 +1,12 @@
 """One-job enqueues made side by side on an event loop, written together.
 
-`await task.aenqueue(...)` sends its one statement from its event loop, on the
-store's connection of that loop (postgres/loop_connections.py). The other
-coroutines of the loop that enqueue while that statement runs (the requests a
-web server handles side by side) each took a thread, a pooled connection and
-a commit of their own. Now they wait for it instead, and the next statement
-writes all of them: one round trip and one commit for the group, each caller
-given its own job.
+On PostgreSQL `await task.aenqueue(...)` sends its one statement from its
+event loop, on the store's connection of that loop
+(postgres/loop_connections.py). The other coroutines of the loop that enqueue
+while that statement runs (the requests a web server handles side by side)
+each took a thread, a pooled connection and a commit of their own. Now they
+wait for it instead, and the next statement writes all of them: one round
+trip and one commit for the group, each caller given its own job.
 
 What a caller can count on is what it had alone:
 
@@ -22,9 +22,13 @@ What a caller can count on is what it had alone:
   not created; one cancelled while its group's statement runs may find its
   job created, as a caller cancelled during a statement of its own may.
 
+On SQLite, where `aenqueue` has always taken a thread, the group is written
+the same way in one transaction on one thread (jobs.enqueue_together): one
+commit, and one fsync, for all.
+
 Only one-job enqueues without a key are grouped (a key is settled row by row:
-steps.py), and only where the loop has the store's connection to use; any
-other enqueue takes the thread path, as before.
+steps.py); on PostgreSQL, only where the loop has the store's connection to
+use. Any other enqueue takes the thread path, as before.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ the backend's, by name.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Sequence
 from typing import Any
@@ -34,10 +35,14 @@ def enqueue(db: Backend, jobs: Sequence[NewJob], connection: Any = None) -> list
 
 
 async def enqueue_together(db: Backend, jobs: Sequence[NewJob]) -> list[Job] | None:
-    """One-job enqueues without keys (enqueue_groups.py) in one autocommitted
-    statement on the store's connection of the running loop, without a thread.
-    None when there is none to use (SQLite, the loop's first enqueue, the store
-    closed): take a thread."""
+    """One-job enqueues without keys (enqueue_groups.py) written together. On
+    PostgreSQL, one autocommitted statement on the store's connection of the
+    running loop, without a thread; None when there is none to use (the loop's
+    first enqueue, the store closed): take a thread. On SQLite, which writes
+    one transaction at a time whatever the threads, one transaction on a
+    thread: one commit, one fsync, for the group."""
+    if db.single_writer:
+        return await asyncio.to_thread(enqueue, db, jobs)
     async with db.loop_statement() as tx:
         if tx is None:
             return None

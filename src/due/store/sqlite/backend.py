@@ -42,6 +42,7 @@ from due.store.backend import (
     Columns,
     DuplicateError,
     Rows,
+    StatementRefused,
     Transaction,
     Values,
 )
@@ -575,7 +576,9 @@ def translate_errors(path: str) -> Iterator[None]:
     except sqlite3.IntegrityError as error:
         if "UNIQUE" in str(error):
             raise DuplicateError(f"SQLite database {path}: {error}") from error
-        raise StoreError(f"SQLite database {path}: {error}") from error
+        raise StatementRefused(f"SQLite database {path}: {error}") from error
+    except sqlite3.DataError as error:  # a value SQLite cannot take: nothing written
+        raise StatementRefused(f"SQLite database {path}: {error}") from error
     except sqlite3.OperationalError as error:
         if _locked(error):
             raise StoreUnavailableError(
