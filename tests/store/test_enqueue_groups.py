@@ -205,7 +205,10 @@ def test_on_sqlite_enqueues_that_wait_for_the_loops_write_are_one_transaction(
 
     async def scenario() -> tuple[due.Job, list[due.Job]]:
         held = await hold_the_loops_write(t, locker)
-        crowd = [asyncio.create_task(t.aenqueue(n)) for n in range(10, 10 + CROWD)]
+        crowd = [
+            asyncio.create_task(t.options(delay=60 if n % 2 else 0).aenqueue(n))
+            for n in range(10, 10 + CROWD)
+        ]
         await asyncio.sleep(0)
         locker.execute("ROLLBACK")
         return await held, list(await asyncio.gather(*crowd))
@@ -217,7 +220,16 @@ def test_on_sqlite_enqueues_that_wait_for_the_loops_write_are_one_transaction(
         assert [job.args for job in crowd] == [(n,) for n in range(10, 10 + CROWD)]
         assert sorted(job.args[0] for job in app.jobs(limit=1000)) == [0, *range(10, 10 + CROWD)]
         assert len({job.created_at for job in crowd}) == 1, "one transaction"
-        assert all(app.get(job.id).args == job.args for job in crowd)
+        assert held.created_at != crowd[0].created_at, "the held write was its own"
+        for job in crowd:  # each caller's handle is its own row, as stored
+            stored_job = app.get(job.id)
+            assert (stored_job.args, stored_job.run_at, stored_job.created_at) == (
+                job.args,
+                job.run_at,
+                job.created_at,
+            )
+            assert job.run_at - job.created_at == timedelta(seconds=60 if job.args[0] % 2 else 0)
+            assert job.run_at.utcoffset() == timedelta(0)
     finally:
         locker.close()
         app.close()
@@ -229,9 +241,9 @@ def test_on_sqlite_a_request_refused_in_a_group_fails_only_its_own_caller(
     app, t = make_app(sqlite_url)
     refused = app.task(name="refused")(lambda n: None)
     locker = sqlite_locker(sqlite_url)
-    locker.execute(
+    locker.execute(  # ROLLBACK: SQLite ends the transaction itself, and says why
         "CREATE TRIGGER refuse BEFORE INSERT ON due_jobs WHEN NEW.task = 'refused'"
-        " BEGIN SELECT RAISE(ABORT, 'no_refused'); END"
+        " BEGIN SELECT RAISE(ROLLBACK, 'no_refused'); END"
     )
 
     async def scenario() -> list[due.Job | BaseException]:

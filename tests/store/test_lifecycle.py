@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import timedelta, timezone
 
 import pytest
 
@@ -288,6 +288,18 @@ def test_enqueue_many_inserts_all_in_order(app: due.App, noop: due.Task, clock: 
     assert app.get(jobs[7].id).args == (7,) and app.get(jobs[7].id).priority == 1
     assert app.get(jobs[-1].id).run_at == START + timedelta(hours=1)
     assert len(claim(app, limit=5000)) == 2500
+
+
+def test_a_due_time_comes_back_in_utc_whichever_zone_it_was_given_in(
+    app: due.App, noop: due.Task
+) -> None:
+    """As the store gives it back (`app.get`), alone or in a batch."""
+    later = (START + timedelta(hours=3)).astimezone(timezone(timedelta(hours=2)))
+    alone = noop.options(run_at=later).enqueue(1)
+    batch = app.enqueue_many([noop.options(run_at=later).request(2), noop.request(3)])
+    for job in (alone, batch[0]):
+        assert job.run_at == later and job.run_at.utcoffset() == timedelta(0)
+        assert app.get(job.id).run_at.utcoffset() == timedelta(0)
 
 
 def test_queue_and_priority_override_the_task_defaults(app: due.App) -> None:

@@ -10,14 +10,13 @@ trip and one commit for the group, each caller given its own job.
 
 What a caller can count on is what it had alone:
 
-- its job is created once, or it gets an error; unless the error says the
-  database could not be reached (a reply lost after the commit), its job was
-  not created;
+- its job is created once, or it gets an error;
 - a statement the server refused (one request's row breaking a constraint of
   the user's, say) wrote nothing: every request of that group is then made
   alone, on a thread, so a bad request fails only its own caller; any other
-  error (one the client met reading the reply, an outage) goes to every
-  caller of the group, and nothing is sent again;
+  error (an outage, one the client met reading the reply, a failed commit)
+  may have come after the commit, so it goes to every caller of the group
+  and nothing is sent again;
 - a caller cancelled while it waits is taken out of its group, and its job is
   not created; one cancelled while its group's statement runs may find its
   job created, as a caller cancelled during a statement of its own may.

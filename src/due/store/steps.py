@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from due.core.jobs import Job, JobState
@@ -135,7 +135,13 @@ def _enqueue_bulk(jobs: Sequence[NewJob], now: Any, chunk: int) -> Generator[Ste
         database_now: datetime = reserved["now"]
         ids: list[int] = reserved["ids"]
         # Due times from the database's now (one instant for the whole transaction).
-        run_ats = [job.run_at or database_now + timedelta(seconds=job.delay) for job in part]
+        # In UTC, as the store gives a due time back (the single path's handle).
+        run_ats = [
+            job.run_at.astimezone(UTC)
+            if job.run_at is not None
+            else database_now + timedelta(seconds=job.delay)
+            for job in part
+        ]
         if any(job.key for job in part):
             each = _bulk_rows(part, ids, run_ats)
             rows = yield Step("insert_jobs", {"now": database_now}, each=each)

@@ -203,7 +203,8 @@ class SQLiteBackend:
                 try:
                     yield SQLiteTransaction(conn, self._now())
                 except BaseException:
-                    conn.execute("ROLLBACK")
+                    if conn.in_transaction:  # else SQLite rolled it back itself (an
+                        conn.execute("ROLLBACK")  # I/O error, RAISE(ROLLBACK)): keep its error
                     raise
                 conn.execute("COMMIT")
             finally:
