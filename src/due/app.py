@@ -296,7 +296,7 @@ class App:
         store = self.store
         if connection is not None:
             return await store.job_enqueue_async(jobs, connection)
-        created = await store.job_enqueue_on_loop(jobs)  # one job: no thread, where it can
+        created = await store.job_enqueue_on_loop(jobs)  # one job: grouped with the loop's others
         if created is not None:
             return created
         return await asyncio.to_thread(store.job_enqueue, jobs)

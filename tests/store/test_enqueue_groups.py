@@ -3,13 +3,16 @@ while the loop's statement runs wait for it, and are written together in the
 next one (store/enqueue_groups.py), each caller given its own job.
 
 The scenarios make the crowd certain rather than likely: another session
-locks the table, so the loop's statement waits on the server while the other
-coroutines enqueue; then the lock goes."""
+holds a lock, so the loop's write waits while the other coroutines enqueue;
+then the lock goes (`Holder`). On SQLite a group is one transaction on a
+thread; on PostgreSQL one statement from the loop."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import sqlite3
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import timedelta
 
 import psycopg
@@ -18,7 +21,6 @@ import pytest
 import due
 from due.errors import StoreError
 from due.store.sqlite.backend import path_from_url
-from tests.helpers.database import rows
 from tests.helpers.waiting import wait_until
 from tests.store.test_loop_connections import (
     an_insert_waits_for_a_lock,
@@ -30,97 +32,136 @@ from tests.store.test_loop_connections import (
 CROWD = 50
 
 
-def created_at_by_argument(url: str) -> dict[int, object]:
-    found = rows(url, "SELECT payload->'args'->>0, created_at FROM due_jobs")
-    return {int(n): created_at for n, created_at in found}
+def stored_args(app: due.App) -> list[int]:
+    return sorted(job.args[0] for job in app.jobs(limit=10_000))
 
 
-async def hold_the_loops_statement(
-    t: due.Task[..., None], locker: psycopg.Connection[object]
-) -> asyncio.Task[due.Job]:
-    """The loop's connection opened, then its next statement waiting for the lock."""
-    await t.aenqueue(0)  # on a thread: the loop's first
-    await t.aenqueue(1)  # opens the loop's connection
-    locker.execute("LOCK TABLE due_jobs IN SHARE MODE")  # inserts wait for it
-    held = asyncio.create_task(t.aenqueue(2))
-    await asyncio.to_thread(wait_until, an_insert_waits_for_a_lock, 10)
-    return held
+class Holder:
+    """Keeps the loop's write of one job waiting, from another session, while
+    the crowd comes; then lets it go. PostgreSQL: a table lock makes the loop's
+    statement wait on the server (after the loop's first enqueue, on a thread,
+    and its second, which opens the loop's connection). SQLite: another
+    connection's write lock makes the loop's write, on a thread, wait."""
+
+    def __init__(self, backend: str, url: str) -> None:
+        self.backend = backend
+        if backend == "postgres":
+            self.postgres: psycopg.Connection[object] = psycopg.connect(url, autocommit=True)
+        else:
+            self.sqlite = sqlite3.connect(path_from_url(url), isolation_level=None)
+        self.before = [0, 1, 2] if backend == "postgres" else [0]
+        """The jobs the holding enqueues (the last one is the held one)."""
+        self.group_threads = 0 if backend == "postgres" else 1
+        """Threads a group's write takes."""
+        self.threads = 2 if backend == "postgres" else 1
+        """Threads the holding takes: PostgreSQL, the loop's first enqueue and the
+        test's wait for the lock; SQLite, the held write."""
+
+    def run(self, sql: str) -> None:
+        """A statement of the test's own (a constraint, a trigger), committed."""
+        if self.backend == "postgres":
+            self.postgres.execute(sql)
+        else:
+            self.sqlite.execute(sql)
+
+    async def hold(self, t: due.Task[..., None]) -> asyncio.Task[due.Job]:
+        if self.backend == "postgres":
+            await t.aenqueue(0)
+            await t.aenqueue(1)
+            self.postgres.autocommit = False
+            self.postgres.execute("LOCK TABLE due_jobs IN SHARE MODE")  # inserts wait for it
+            held = asyncio.create_task(t.aenqueue(2))
+            await asyncio.to_thread(wait_until, an_insert_waits_for_a_lock, 10)
+            return held
+        self.sqlite.execute("BEGIN IMMEDIATE")  # the loop's write waits for it
+        held = asyncio.create_task(t.aenqueue(0))
+        await asyncio.sleep(0)  # it has begun its write: the group is writing
+        return held
+
+    def release(self) -> None:
+        if self.backend == "postgres":
+            self.postgres.rollback()
+        else:
+            self.sqlite.execute("ROLLBACK")
+
+    def close(self) -> None:
+        (self.postgres if self.backend == "postgres" else self.sqlite).close()
 
 
-async def five_and_one(
-    t: due.Task[..., None], other: due.Task[..., None], locker: psycopg.Connection[object]
-) -> list[due.Job | BaseException]:
-    """A group of six behind the held statement: t(10..14), and other(99) third."""
-    held = await hold_the_loops_statement(t, locker)
-    crowd = [asyncio.create_task(t.aenqueue(n)) for n in range(10, 15)]
-    crowd.insert(2, asyncio.create_task(other.aenqueue(99)))
+@pytest.fixture
+def grouped(
+    backend: str, backend_url: str
+) -> Iterator[tuple[due.App, due.Task[..., None], Holder]]:
+    app, t = make_app(backend_url)
+    holder = Holder(backend, backend_url)
+    try:
+        yield app, t, holder
+    finally:
+        holder.close()
+        app.close()
+
+
+async def behind_the_held_write(
+    holder: Holder, t: due.Task[..., None], calls: list[Callable[[], Awaitable[due.Job]]]
+) -> tuple[due.Job, list[due.Job | BaseException]]:
+    """The held write's job, and what each call of the crowd behind it gave."""
+    held = await holder.hold(t)
+    crowd = [asyncio.create_task(call()) for call in calls]
     await asyncio.sleep(0)  # each has joined the group
-    locker.rollback()
-    await held
-    return list(await asyncio.gather(*crowd, return_exceptions=True))
+    holder.release()
+    return await held, list(await asyncio.gather(*crowd, return_exceptions=True))
 
 
-def test_enqueues_that_wait_for_the_loops_statement_are_written_in_one_after_it(
-    postgres_url: str,
+def test_enqueues_that_wait_for_the_loops_write_are_written_in_one_after_it(
+    grouped: tuple[due.App, due.Task[..., None], Holder],
 ) -> None:
-    app, t = make_app(postgres_url)
-    locker = psycopg.connect(postgres_url)
-
-    async def scenario() -> tuple[due.Job, list[due.Job]]:
-        held = await hold_the_loops_statement(t, locker)
-        crowd = [
-            asyncio.create_task(t.options(delay=60 if n % 2 else 0).aenqueue(n))
-            for n in range(10, 10 + CROWD)
-        ]
-        await asyncio.sleep(0)  # each has joined the group
-        locker.rollback()
-        return await held, list(await asyncio.gather(*crowd))
-
-    try:
-        (held, crowd), threads = run_counting(scenario)
-        assert threads == 2, "the loop's first enqueue and the test's wait: none of the crowd"
-        assert held.args == (2,)
-        assert stored(postgres_url) == [0, 1, 2, *range(10, 10 + CROWD)]
-        created = created_at_by_argument(postgres_url)
-        assert len({created[n] for n in range(10, 10 + CROWD)}) == 1, "one statement"
-        assert created[2] != created[10], "the held statement wrote its job alone"
-        assert [job.args for job in crowd] == [(n,) for n in range(10, 10 + CROWD)]
-        for job in crowd:  # each caller's handle is its own row, as stored
-            stored_job = app.get(job.id)
-            assert (stored_job.args, stored_job.run_at, stored_job.created_at) == (
-                job.args,
-                job.run_at,
-                job.created_at,
-            )
-            assert job.run_at - job.created_at == timedelta(seconds=60 if job.args[0] % 2 else 0)
-        assert len({job.id for job in crowd}) == CROWD
-    finally:
-        locker.close()
-        app.close()
+    app, t, holder = grouped
+    numbers = range(10, 10 + CROWD)
+    calls = [functools.partial(t.options(delay=60 if n % 2 else 0).aenqueue, n) for n in numbers]
+    (held, crowd), threads = run_counting(lambda: behind_the_held_write(holder, t, calls))
+    assert threads == holder.threads + holder.group_threads, "one write for the whole crowd"
+    jobs = [job for job in crowd if isinstance(job, due.Job)]
+    assert [job.args for job in jobs] == [(n,) for n in numbers]
+    assert held.args == (holder.before[-1],)
+    assert stored_args(app) == [*holder.before, *numbers]
+    assert len({job.created_at for job in jobs}) == 1, "one statement, one transaction"
+    assert held.created_at != jobs[0].created_at, "the held write wrote its job alone"
+    for job in jobs:  # each caller's handle is its own row, as stored
+        stored_job = app.get(job.id)
+        assert (stored_job.args, stored_job.run_at, stored_job.created_at) == (
+            job.args,
+            job.run_at,
+            job.created_at,
+        )
+        assert job.run_at - job.created_at == timedelta(seconds=60 if job.args[0] % 2 else 0)
+        assert job.run_at.utcoffset() == timedelta(0)
 
 
-def test_a_request_the_server_refuses_in_a_group_fails_only_its_own_caller(
-    postgres_url: str,
+REFUSE = {
+    "postgres": "ALTER TABLE due_jobs ADD CONSTRAINT no_refused CHECK (task <> 'refused')",
+    # RAISE(ROLLBACK): SQLite ends the transaction itself, and says why.
+    "sqlite": "CREATE TRIGGER refuse BEFORE INSERT ON due_jobs WHEN NEW.task = 'refused'"
+    " BEGIN SELECT RAISE(ROLLBACK, 'no_refused'); END",
+}
+
+
+def test_a_request_refused_in_a_group_fails_only_its_own_caller(
+    grouped: tuple[due.App, due.Task[..., None], Holder], backend: str
 ) -> None:
-    """The group's statement writes nothing; each request is then made alone."""
-    app, t = make_app(postgres_url)
+    """The group's write wrote nothing; each of its requests is then made alone."""
+    app, t, holder = grouped
     refused = app.task(name="refused")(lambda n: None)
-    locker = psycopg.connect(postgres_url, autocommit=True)
-    locker.execute("ALTER TABLE due_jobs ADD CONSTRAINT no_refused CHECK (task <> 'refused')")
-    locker.autocommit = False
-
-    try:
-        outcomes, threads = run_counting(lambda: five_and_one(t, refused, locker))
-        error = outcomes.pop(2)
-        assert isinstance(error, StoreError) and "no_refused" in str(error)
-        assert [job.args for job in outcomes if isinstance(job, due.Job)] == [
-            (n,) for n in range(10, 15)
-        ]
-        assert stored(postgres_url) == [0, 1, 2, *range(10, 15)]
-        assert threads == 2 + 6, "each request of the refused group made alone"
-    finally:
-        locker.close()
-        app.close()
+    holder.run(REFUSE[backend])
+    calls = [functools.partial(t.aenqueue, n) for n in range(10, 15)]
+    calls.insert(2, functools.partial(refused.aenqueue, 99))
+    (_, outcomes), threads = run_counting(lambda: behind_the_held_write(holder, t, calls))
+    error = outcomes.pop(2)
+    assert isinstance(error, StoreError) and "no_refused" in str(error)
+    assert [job.args for job in outcomes if isinstance(job, due.Job)] == [
+        (n,) for n in range(10, 15)
+    ]
+    assert stored_args(app) == [*holder.before, *range(10, 15)]
+    assert threads == holder.threads + holder.group_threads + 6, "each request made alone"
 
 
 def test_an_error_met_after_the_commit_goes_to_every_caller_and_nothing_is_sent_again(
@@ -131,23 +172,23 @@ def test_an_error_met_after_the_commit_goes_to_every_caller_and_nothing_is_sent_
     caller gets the error, and no job is created a second time."""
     app, t = make_app(postgres_url)
     far = app.task(name="far")(lambda n: None)
-    locker = psycopg.connect(postgres_url, autocommit=True)
-    locker.execute(
+    holder = Holder("postgres", postgres_url)
+    holder.run(
         "CREATE FUNCTION far_off() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
         " NEW.run_at := '20000-01-01 00:00+00'; RETURN NEW; END $$;"
         " CREATE TRIGGER far_off BEFORE INSERT ON due_jobs FOR EACH ROW"
         " WHEN (NEW.task = 'far') EXECUTE FUNCTION far_off()"
     )
-    locker.autocommit = False
-
+    calls = [functools.partial(t.aenqueue, n) for n in range(10, 15)]
+    calls.append(functools.partial(far.aenqueue, 99))
     try:
-        outcomes, threads = run_counting(lambda: five_and_one(t, far, locker))
+        (_, outcomes), threads = run_counting(lambda: behind_the_held_write(holder, t, calls))
         assert all(isinstance(outcome, StoreError) for outcome in outcomes), outcomes
-        assert "year" in str(outcomes[2]), outcomes[2]
+        assert "year" in str(outcomes[-1]), outcomes[-1]
         assert stored(postgres_url) == [0, 1, 2, *range(10, 15), 99], "each once"
-        assert threads == 2
+        assert threads == holder.threads
     finally:
-        locker.close()
+        holder.close()
         app.close()
 
 
@@ -155,17 +196,17 @@ def test_a_caller_cancelled_while_it_waits_for_the_group_creates_nothing(
     postgres_url: str,
 ) -> None:
     app, t = make_app(postgres_url)
-    locker = psycopg.connect(postgres_url)
+    holder = Holder("postgres", postgres_url)
 
     async def scenario() -> None:
-        held = await hold_the_loops_statement(t, locker)
+        held = await holder.hold(t)
         gone = asyncio.create_task(t.aenqueue(98))
         stays = asyncio.create_task(t.aenqueue(10))
         await asyncio.sleep(0)
         gone.cancel()
         with pytest.raises(asyncio.CancelledError):
             await gone
-        locker.rollback()
+        holder.release()
         await held
         await stays
         assert (await t.aenqueue(11)).args == (11,)  # the loop's connection again
@@ -173,97 +214,7 @@ def test_a_caller_cancelled_while_it_waits_for_the_group_creates_nothing(
     try:
         _, threads = run_counting(scenario)
         assert stored(postgres_url) == [0, 1, 2, 10, 11]
-        assert threads == 2
+        assert threads == holder.threads
     finally:
-        locker.close()
-        app.close()
-
-
-# SQLite writes one transaction at a time: a group is one transaction on a
-# thread, one commit (and one fsync) for all. Another connection's write lock
-# holds the loop's write while the crowd comes.
-
-
-def sqlite_locker(url: str) -> sqlite3.Connection:
-    return sqlite3.connect(path_from_url(url), isolation_level=None)
-
-
-async def hold_the_loops_write(
-    t: due.Task[..., None], locker: sqlite3.Connection
-) -> asyncio.Task[due.Job]:
-    locker.execute("BEGIN IMMEDIATE")  # the loop's write waits for it
-    held = asyncio.create_task(t.aenqueue(0))
-    await asyncio.sleep(0)  # it has begun its write: the group is writing
-    return held
-
-
-def test_on_sqlite_enqueues_that_wait_for_the_loops_write_are_one_transaction(
-    sqlite_url: str,
-) -> None:
-    app, t = make_app(sqlite_url)
-    locker = sqlite_locker(sqlite_url)
-
-    async def scenario() -> tuple[due.Job, list[due.Job]]:
-        held = await hold_the_loops_write(t, locker)
-        crowd = [
-            asyncio.create_task(t.options(delay=60 if n % 2 else 0).aenqueue(n))
-            for n in range(10, 10 + CROWD)
-        ]
-        await asyncio.sleep(0)
-        locker.execute("ROLLBACK")
-        return await held, list(await asyncio.gather(*crowd))
-
-    try:
-        (held, crowd), threads = run_counting(scenario)
-        assert threads == 2, "one for the held write, one for the whole crowd"
-        assert held.args == (0,)
-        assert [job.args for job in crowd] == [(n,) for n in range(10, 10 + CROWD)]
-        assert sorted(job.args[0] for job in app.jobs(limit=1000)) == [0, *range(10, 10 + CROWD)]
-        assert len({job.created_at for job in crowd}) == 1, "one transaction"
-        assert held.created_at != crowd[0].created_at, "the held write was its own"
-        for job in crowd:  # each caller's handle is its own row, as stored
-            stored_job = app.get(job.id)
-            assert (stored_job.args, stored_job.run_at, stored_job.created_at) == (
-                job.args,
-                job.run_at,
-                job.created_at,
-            )
-            assert job.run_at - job.created_at == timedelta(seconds=60 if job.args[0] % 2 else 0)
-            assert job.run_at.utcoffset() == timedelta(0)
-    finally:
-        locker.close()
-        app.close()
-
-
-def test_on_sqlite_a_request_refused_in_a_group_fails_only_its_own_caller(
-    sqlite_url: str,
-) -> None:
-    app, t = make_app(sqlite_url)
-    refused = app.task(name="refused")(lambda n: None)
-    locker = sqlite_locker(sqlite_url)
-    locker.execute(  # ROLLBACK: SQLite ends the transaction itself, and says why
-        "CREATE TRIGGER refuse BEFORE INSERT ON due_jobs WHEN NEW.task = 'refused'"
-        " BEGIN SELECT RAISE(ROLLBACK, 'no_refused'); END"
-    )
-
-    async def scenario() -> list[due.Job | BaseException]:
-        held = await hold_the_loops_write(t, locker)
-        crowd = [asyncio.create_task(t.aenqueue(n)) for n in range(10, 15)]
-        crowd.insert(2, asyncio.create_task(refused.aenqueue(99)))
-        await asyncio.sleep(0)
-        locker.execute("ROLLBACK")
-        await held
-        return list(await asyncio.gather(*crowd, return_exceptions=True))
-
-    try:
-        outcomes, threads = run_counting(scenario)
-        error = outcomes.pop(2)
-        assert isinstance(error, StoreError) and "no_refused" in str(error)
-        assert [job.args for job in outcomes if isinstance(job, due.Job)] == [
-            (n,) for n in range(10, 15)
-        ]
-        assert sorted(job.args[0] for job in app.jobs()) == [0, *range(10, 15)]
-        assert threads == 2 + 6, "each request of the refused group made alone"
-    finally:
-        locker.close()
+        holder.close()
         app.close()

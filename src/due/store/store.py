@@ -108,9 +108,9 @@ class Store:
         return await jobs.enqueue_async(self.backend, new, connection)
 
     async def job_enqueue_on_loop(self, new: Sequence[NewJob]) -> list[Job] | None:
-        """One job without a key, from the running loop without a thread, written
-        with those other coroutines of the loop enqueue meanwhile; None for any
-        other batch, or where the loop cannot (take a thread)."""
+        """One job without a key, written with those other coroutines of the
+        running loop enqueue meanwhile (enqueue_groups.py); None for any other
+        batch, or where the loop cannot (take a thread)."""
         if len(new) != 1 or new[0].key is not None:
             return None
         created = await self._enqueue_groups.enqueue(new[0])
