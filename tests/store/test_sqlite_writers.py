@@ -217,3 +217,74 @@ def test_a_sweep_reads_on_past_jobs_due_at_one_instant(sqlite_url: str) -> None:
         assert second.failed == [jobs[2].id]
     finally:
         app.close()
+
+
+class RefusesRollback(sqlite3.Connection):
+    """A connection whose ROLLBACK fails, as on an I/O error."""
+
+    def execute(self, sql: str, *args: object) -> sqlite3.Cursor:
+        if sql == "ROLLBACK":
+            raise sqlite3.OperationalError("disk I/O error")
+        return super().execute(sql, *args)  # type: ignore[arg-type]
+
+
+def _refused_at_commit(app: due.App, conn: sqlite3.Connection) -> None:
+    """A write transaction on `conn` whose COMMIT SQLite refuses, leaving it
+    open: a deferred foreign key (a full disk or an I/O error does the same)."""
+    conn.execute("PRAGMA foreign_keys = ON")  # outside a transaction, or it is ignored
+    conn.execute("CREATE TABLE IF NOT EXISTS parent (id INTEGER PRIMARY KEY)")
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS child"
+        " (parent INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED)"
+    )
+    backend = app.store.backend
+    refused = pytest.raises(due.StoreError, match="FOREIGN KEY")
+    with refused, backend.transaction() as tx:  # type: ignore[attr-defined]
+        tx.connection.execute("INSERT INTO child VALUES (42)")  # checked at COMMIT
+        tx.connection.execute(
+            "INSERT INTO due_jobs (task, queue, payload, run_at, max_attempts, created_at)"
+            " VALUES ('t', 'default', '{}', 0, 1, 0)"
+        )
+
+
+def _file_is_writable(sqlite_url: str) -> None:
+    other = sqlite3.connect(Path(sqlite_url.removeprefix("sqlite:///")), timeout=0.5)
+    with other:  # another process's write gets the lock
+        assert other.execute("SELECT count(*) FROM child").fetchone() == (0,)
+        other.execute("INSERT INTO parent VALUES (1)")
+        other.execute("DELETE FROM parent")
+    other.close()
+
+
+def test_a_refused_commit_ends_its_transaction_and_frees_the_file(sqlite_url: str) -> None:
+    """SQLite can refuse a COMMIT and keep the transaction open. The transaction
+    must still end: else it keeps the file's write lock, and every later write
+    of this thread and of every other process waits on it."""
+    app, t = make_app(sqlite_url, busy_timeout=0.5)
+    conn = app.store.backend._connection()  # type: ignore[attr-defined]  # this thread's
+    try:
+        _refused_at_commit(app, conn)
+        assert not conn.in_transaction
+        _file_is_writable(sqlite_url)
+        t.enqueue(1)  # and this thread writes again
+        assert [job.args for job in app.jobs()] == [(1,)]
+    finally:
+        app.close()
+
+
+def test_a_connection_that_cannot_roll_back_is_closed_and_replaced(sqlite_url: str) -> None:
+    app, t = make_app(sqlite_url, busy_timeout=0.5)
+    backend = app.store.backend
+    path = sqlite_url.removeprefix("sqlite:///")
+    failing = sqlite3.connect(path, isolation_level=None, factory=RefusesRollback)
+    backend._local.conn = failing  # type: ignore[attr-defined]  # this thread's connection
+    try:
+        _refused_at_commit(app, failing)
+        with pytest.raises(sqlite3.ProgrammingError):  # closed: its transaction ended
+            failing.execute("SELECT 1")
+        _file_is_writable(sqlite_url)
+        t.enqueue(1)  # on a new connection
+        assert backend._connection() is not failing  # type: ignore[attr-defined]
+        assert [job.args for job in app.jobs()] == [(1,)]
+    finally:
+        app.close()

@@ -202,13 +202,36 @@ class SQLiteBackend:
                 self._begin_immediate(conn, self._busy_timeout - waited)
                 try:
                     yield SQLiteTransaction(conn, self._now())
+                    # Inside the try: a COMMIT SQLite refuses (a full disk, an I/O
+                    # error, a deferred constraint) leaves the transaction open, and
+                    # with it the file's write lock, for every later write to wait on.
+                    conn.execute("COMMIT")
                 except BaseException:
-                    if conn.in_transaction:  # else SQLite rolled it back itself (an
-                        conn.execute("ROLLBACK")  # I/O error, RAISE(ROLLBACK)): keep its error
+                    self._roll_back(conn)
                     raise
-                conn.execute("COMMIT")
             finally:
                 writer.release()
+
+    def _roll_back(self, conn: sqlite3.Connection) -> None:
+        """End a failed write transaction, keeping the caller's error. If SQLite
+        already rolled it back (an I/O error, RAISE(ROLLBACK)), nothing is left to
+        do; if the ROLLBACK fails too, the connection is closed (which ends the
+        transaction and frees the write lock) and this thread opens a new one."""
+        if not conn.in_transaction:
+            return
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            self._discard(conn)
+
+    def _discard(self, conn: sqlite3.Connection) -> None:
+        if getattr(self._local, "conn", None) is conn:
+            self._local.conn = None
+            self._local.short_wait = False
+        with self._lock:
+            if conn in self._connections:
+                self._connections.remove(conn)
+        conn.close()
 
     def _begin_immediate(self, conn: sqlite3.Connection, patience: float) -> None:
         """Take the file's write lock, trying again about every millisecond for
