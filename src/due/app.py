@@ -35,7 +35,7 @@ from due.errors import ConfigurationError, ScheduleNotFoundError
 from due.long_work.context import Context
 from due.long_work.pieces import Item, check_policy, completion_spec, piece_jobs
 from due.payload import DEFAULT_MAX_PAYLOAD_BYTES
-from due.request import JobRequest, prepare, validate_queue
+from due.request import JobRequest, PreparedOnRead, prepare, validate_queue
 from due.retry import Retry
 from due.scheduler.catalog import ScheduleCatalog
 from due.scheduler.registration import ScheduleTiming, define_for_app
@@ -285,33 +285,50 @@ class App:
 
     def enqueue_many(self, requests: Iterable[JobRequest], *, connection: Any = None) -> list[Job]:
         """Enqueue many jobs in one transaction (multi-row inserts); all or none."""
-        jobs = self._prepare(requests)
-        return self.store.job_enqueue(jobs, connection=connection)
+        if connection is None:
+            return self.store.job_enqueue(self._prepare_as_sent(requests))
+        return self.store.job_enqueue(self._prepare(requests), connection=connection)
 
     async def aenqueue_many(
         self, requests: Iterable[JobRequest], *, connection: Any = None
     ) -> list[Job]:
         """`enqueue_many` for async code; `connection` may be a psycopg AsyncConnection."""
-        jobs = self._prepare(requests)
         store = self.store
         if connection is not None:
-            return await store.job_enqueue_async(jobs, connection)
+            return await store.job_enqueue_async(self._prepare(requests), connection)
+        jobs = self._prepare_as_sent(requests)
         created = await store.job_enqueue_on_loop(jobs)  # one job: grouped with the loop's others
         if created is not None:
             return created
         return await asyncio.to_thread(store.job_enqueue, jobs)
 
     def _prepare(self, requests: Iterable[JobRequest]) -> list[NewJob]:
-        prepared = []
-        task = None
-        for request in requests:
+        return list(map(self._preparer(), requests))
+
+    def _prepare_as_sent(self, requests: Iterable[JobRequest]) -> Sequence[NewJob]:
+        """Many requests for the store's own transaction on PostgreSQL: prepared
+        as their rows are sent (PreparedOnRead). One request, or on SQLite, whose
+        one writer would wait while they are prepared: all first."""
+        requests = list(requests)
+        if len(requests) == 1 or self.store.single_writer:
+            return self._prepare(requests)
+        return PreparedOnRead(requests, self._preparer())
+
+    def _preparer(self) -> Callable[[JobRequest], NewJob]:
+        """A request, validated and made ready to insert (its task looked up once
+        for a run of requests of one task)."""
+        task: Task[Any, Any] | None = None
+
+        def prepared(request: JobRequest) -> NewJob:
+            nonlocal task
             if not isinstance(request, JobRequest):
                 raise ConfigurationError(
                     f"enqueue_many takes requests made by task.request(...), got {request!r}"
                 )
             if task is None or task.name != request.task:
                 task = self.tasks.get(request.task)
-            prepared.append(prepare(request, task, self.max_payload_bytes))
+            return prepare(request, task, self.max_payload_bytes)
+
         return prepared
 
     # --- inspect and control ------------------------------------------------------

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from due.core.records import NewJob
 from due.durations import DurationLike, to_seconds
@@ -71,6 +72,48 @@ def prepare(request: JobRequest, task: Task[Any, Any], max_payload_bytes: int) -
         else _validate_unique_for(request.unique_for, task.name),
         options.stuck_after,
     )
+
+
+class PreparedOnRead(Sequence[NewJob]):
+    """Requests prepared as they are read, each once.
+
+    For a bulk enqueue in the store's own transaction on PostgreSQL, whose rows
+    go out in pipelined batches: each batch is prepared while the database
+    inserts the batch before, instead of all before the first is sent. A
+    request refused on the way raises its error as it would have before the
+    transaction, and the transaction is rolled back: nothing is written.
+    Never for a caller's connection, whose transaction is the caller's to end."""
+
+    __slots__ = ("_jobs", "_prepare", "_requests")
+
+    def __init__(
+        self, requests: Sequence[JobRequest], prepare: Callable[[JobRequest], NewJob]
+    ) -> None:
+        self._requests = requests
+        self._prepare = prepare
+        self._jobs: dict[int, NewJob] = {}
+
+    def __len__(self) -> int:
+        return len(self._requests)
+
+    @overload
+    def __getitem__(self, index: int) -> NewJob: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> PreparedOnRead: ...
+
+    def __getitem__(self, index: int | slice) -> NewJob | PreparedOnRead:
+        if isinstance(index, slice):
+            return PreparedOnRead(self._requests[index], self._prepare)
+        index = range(len(self._requests))[index]  # negative indexes; IndexError
+        job = self._jobs.get(index)
+        if job is None:
+            job = self._jobs[index] = self._prepare(self._requests[index])
+        return job
+
+    def __iter__(self) -> Iterator[NewJob]:
+        for index in range(len(self._requests)):
+            yield self[index]
 
 
 def validate_queue(queue: Any) -> str:

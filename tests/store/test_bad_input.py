@@ -163,6 +163,25 @@ def test_one_bad_request_rejects_the_whole_batch(app: due.App, send: due.Task) -
     rejected(app, lambda: app.enqueue_many(batch), due.PayloadError, "argument 0")
 
 
+def test_a_bad_request_deep_in_a_big_batch_rejects_the_whole_batch(
+    app: due.App, send: due.Task, backend: str
+) -> None:
+    """On PostgreSQL a big batch's jobs are prepared as their rows go out, so
+    several statements of it have run when the bad request is met: its
+    transaction is rolled back, and the error is the one the request earns.
+    On SQLite every request is prepared before the write lock is taken (its
+    one writer would wait meanwhile)."""
+    batch = [send.request(n) for n in range(1000)]
+    batch[700] = send.request(object())
+    with pytest.raises(due.PayloadError, match="argument 0") as refusal:
+        app.enqueue_many(batch)
+    assert app.jobs() == [], "a rejected enqueue must write nothing"
+    prepared_while_sending = any(entry.name == "run_many" for entry in refusal.traceback)
+    assert prepared_while_sending == (backend == "postgres")
+    batch[700] = send.request(700)
+    assert len(app.enqueue_many(batch)) == 1000  # and the store writes on
+
+
 def test_unsupported_url_scheme() -> None:
     with pytest.raises(due.ConfigurationError, match="unsupported database URL scheme 'mysql'"):
         due.App("mysql://localhost/app")

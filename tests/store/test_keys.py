@@ -147,3 +147,22 @@ def test_pruning_keeps_a_key_whose_unique_for_window_is_open(
     with pytest.raises(due.JobNotFoundError):
         app.get(first.id)
     assert monthly.options(key="invoice:2030-01").enqueue().id != first.id
+
+
+def test_held_keys_in_a_big_batch_are_settled_in_place(app: due.App, reset: due.Task) -> None:
+    """Keys held by stored jobs, and keys repeated within the batch, in every
+    statement of it: each request gets the job that holds its key, in order."""
+    held = {n: reset.options(key=f"k{n}").enqueue(-n) for n in range(0, 600, 97)}
+    requests = [reset.options(key=f"k{n % 450}").request(n) for n in range(600)]
+    jobs = app.enqueue_many(requests)
+    assert len(jobs) == 600
+    for n, job in enumerate(jobs):
+        first = n % 450
+        if first in held:
+            assert job.id == held[first].id and job.deduplicated
+        elif n >= 450:
+            assert job.id == jobs[first].id and job.deduplicated
+        else:
+            assert not job.deduplicated and app.get(job.id).args == (n,)
+    new_keys = 450 - len([n for n in held if n < 450])
+    assert len(app.jobs(limit=1000)) == len(held) + new_keys

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 
 import psycopg
 import pytest
 
 import due
+from due.store.postgres.backend import MANY_BATCH
 from due.store.sqlite.backend import path_from_url
 from tests.conftest import made_schema, postgres_schema_url
 
@@ -134,6 +136,49 @@ def test_postgres_async_connection(postgres_app: due.App) -> None:
     assert postgres_app.get(kept.id).state == due.JobState.QUEUED
     with pytest.raises(due.JobNotFoundError):
         postgres_app.get(dropped.id)
+
+
+def test_postgres_big_batches_on_the_callers_connections(postgres_app: due.App) -> None:
+    """Several pipelined statements each, in the caller's transaction, sync and
+    async: they commit and roll back with it. A bad request among them is
+    refused before anything is sent, so the caller's transaction goes on."""
+    ship = register(postgres_app)
+    count = 3 * MANY_BATCH
+
+    def batch(first: int) -> list[due.JobRequest]:
+        return [ship.request(n) for n in range(first, first + count)]
+
+    with psycopg.connect(postgres_app.url) as conn:
+        conn.execute("CREATE TABLE orders (id int PRIMARY KEY)")
+        with conn.transaction():
+            kept = postgres_app.enqueue_many(batch(0), connection=conn)
+        with pytest.raises(Abort), conn.transaction():
+            postgres_app.enqueue_many(batch(count), connection=conn)
+            raise Abort
+        with conn.transaction():
+            bad = [*batch(0)[:-1], ship.request(object())]
+            with pytest.raises(due.PayloadError):
+                postgres_app.enqueue_many(bad, connection=conn)
+            conn.execute("INSERT INTO orders VALUES (1)")  # the transaction is still good
+
+        async def in_async_transactions() -> list[due.Job]:
+            async with await psycopg.AsyncConnection.connect(postgres_app.url) as aconn:
+                async with aconn.transaction():
+                    kept = await postgres_app.aenqueue_many(batch(10_000), connection=aconn)
+                with contextlib.suppress(Abort):
+                    async with aconn.transaction():
+                        await postgres_app.aenqueue_many(batch(20_000), connection=aconn)
+                        raise Abort
+            return kept
+
+        kept += asyncio.run(in_async_transactions())
+        assert conn.execute("SELECT id FROM orders").fetchall() == [(1,)]
+    stored = {job.id: job.args for job in postgres_app.jobs(limit=10 * count)}
+    assert [stored[job.id] for job in kept] == [job.args for job in kept]
+    assert sorted(args for (args,) in stored.values()) == [
+        *range(count),
+        *range(10_000, 10_000 + count),
+    ]
 
 
 def test_aenqueue_without_a_connection(postgres_app: due.App) -> None:

@@ -11,7 +11,9 @@ with parameters given as Python values:
   becomes an array of the same name: `%(id)b::bigint[]`), SQLite once per row
   (`:id`), both returning the rows of every execution; `params` are shared by
   every row; the rows may come as `Columns`, a list per field;
-- `copy(name, rows)` streams many new rows (PostgreSQL COPY, SQLite executemany);
+- `run_many(name, columns, rows, params)` inserts many new rows, read as they
+  are sent (PostgreSQL: batches of arrays, in pipelined statements; SQLite:
+  executemany);
 - on the way in, times are aware datetimes, lists are lists (arrays, or JSON
   text read with `json_each` on SQLite) and JSON values are JSON text already
   encoded; rows come back as dicts in Python types (times aware, in UTC; JSON
@@ -34,7 +36,7 @@ counts them with `count_endings`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
@@ -100,7 +102,19 @@ class Transaction(Protocol):
         self, query: str, rows: Batch, params: Mapping[str, Any] | None = None
     ) -> Rows: ...
 
-    def copy(self, query: str, rows: Sequence[tuple[Any, ...]]) -> None: ...
+    def run_many(
+        self,
+        query: str,
+        columns: Sequence[str],
+        rows: Iterable[tuple[Any, ...]],
+        params: Mapping[str, Any],
+    ) -> None:
+        """An insert of many rows, read from `rows` as they are sent, so the
+        database can write some while the rest are made. PostgreSQL sends them
+        as arrays named after `columns` (`%(id)b::bigint[]`), a batch to a
+        statement, the statements pipelined; SQLite runs the statement once
+        per row (executemany), the row's values as ?1, ?2... and then the
+        values of `params`, in their order."""
 
 
 class AsyncTransaction(Protocol):
@@ -119,7 +133,13 @@ class AsyncTransaction(Protocol):
         self, query: str, rows: Batch, params: Mapping[str, Any] | None = None
     ) -> Rows: ...
 
-    async def copy(self, query: str, rows: Sequence[tuple[Any, ...]]) -> None: ...
+    async def run_many(
+        self,
+        query: str,
+        columns: Sequence[str],
+        rows: Iterable[tuple[Any, ...]],
+        params: Mapping[str, Any],
+    ) -> None: ...
 
 
 class Lane(Protocol):

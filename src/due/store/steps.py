@@ -15,7 +15,7 @@ the outcome holds across processes and hosts.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -27,7 +27,16 @@ from due.store.backend import AsyncTransaction, Rows, Transaction
 
 MAX_KEY_ROUNDS = 20
 BULK_CHUNK = 5000
-"""Jobs per bulk statement (or COPY) when many are enqueued at once."""
+"""Jobs per part of a bulk enqueue: a part's ids are reserved at once, its rows sent
+before the next part's."""
+
+
+@dataclass(frozen=True, slots=True)
+class Many:
+    """Rows for `Transaction.run_many`: the columns' names, then the rows."""
+
+    columns: tuple[str, ...]
+    rows: Iterable[tuple[Any, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,8 +45,8 @@ class Step:
     params: Mapping[str, Any]
     each: Sequence[Mapping[str, Any]] | None = None
     """For a batch statement: its rows (`Transaction.run_each`)."""
-    copy: Sequence[tuple[Any, ...]] | None = None
-    """For a COPY step: the rows to stream."""
+    many: Many | None = None
+    """For an insert of many rows: the rows, made as they are sent (`Transaction.run_many`)."""
 
 
 Plan = Generator[Step, Rows, list[Job]]
@@ -48,8 +57,8 @@ def carry_out(tx: Transaction, plan: Generator[Step, Rows, T]) -> T:
     """Run a plan's steps in a transaction."""
     step = next(plan)
     while True:
-        if step.copy is not None:
-            tx.copy(step.query, step.copy)
+        if step.many is not None:
+            tx.run_many(step.query, step.many.columns, step.many.rows, step.params)
             rows: Rows = []
         elif step.each is not None:
             rows = tx.run_each(step.query, step.each, step.params)
@@ -66,8 +75,8 @@ async def carry_out_async(tx: AsyncTransaction, plan: Generator[Step, Rows, T]) 
     """`carry_out` on a caller's async connection."""
     step = next(plan)
     while True:
-        if step.copy is not None:
-            await tx.copy(step.query, step.copy)
+        if step.many is not None:
+            await tx.run_many(step.query, step.many.columns, step.many.rows, step.params)
             rows: Rows = []
         elif step.each is not None:
             rows = await tx.run_each(step.query, step.each, step.params)
@@ -81,7 +90,7 @@ async def carry_out_async(tx: AsyncTransaction, plan: Generator[Step, Rows, T]) 
 
 
 def enqueue_steps(jobs: Sequence[NewJob], now: Any, *, chunk: int = BULK_CHUNK) -> Plan:
-    """Insert `jobs`: one by one, or in chunks of batch statements (or COPY)."""
+    """Insert `jobs`: one by one, or in chunks of batch statements (`run_many`)."""
     if chunk and len(jobs) > 1:
         return (yield from _enqueue_bulk(jobs, now, chunk))
     created = []
@@ -133,27 +142,19 @@ def _enqueue_bulk(jobs: Sequence[NewJob], now: Any, chunk: int) -> Generator[Ste
         part = jobs[start : start + chunk]
         (reserved,) = yield Step("reserve_ids", {"count": len(part), "now": now})
         database_now: datetime = reserved["now"]
-        ids: list[int] = reserved["ids"]
-        # Due times from the database's now (one instant for the whole transaction).
-        # In UTC, as the store gives a due time back (the single path's handle).
-        run_ats = [
-            job.run_at.astimezone(UTC)
-            if job.run_at is not None
-            else database_now + timedelta(seconds=job.delay)
-            for job in part
-        ]
-        if any(job.key for job in part):
-            each = _bulk_rows(part, ids, run_ats)
-            rows = yield Step("insert_jobs", {"now": database_now}, each=each)
-            inserted = {row["id"] for row in rows}
-        else:  # nothing to deduplicate: stream the rows
-            yield Step("copy_jobs", {}, copy=_copy_rows(part, ids, run_ats, database_now))
-            inserted = set(ids)
-        for job_id, job, run_at in zip(ids, part, run_ats, strict=True):
-            if job_id in inserted:
-                created.append(new_job(job, job_id, run_at, database_now))
-            else:  # its key is held: settle it one by one
+        handles: list[tuple[NewJob, Job]] = []
+        rows = _insert_rows(part, reserved["ids"], database_now, handles)
+        yield Step("insert_jobs", {"now": database_now}, many=Many(INSERT_COLUMNS, rows))
+        held: set[int] = set()
+        if any(job.key is not None for job, _ in handles):  # a key may be held: which were not?
+            ids = [handle.id for _, handle in handles]
+            present = yield Step("jobs_present", {"ids": ids})
+            held = set(ids) - {row["id"] for row in present}
+        for job, handle in handles:
+            if handle.id in held:  # its key is held: settle it one by one
                 created.append((yield from _enqueue_one(job, now)))
+            else:
+                created.append(handle)
     wake = earliest_by_queue((job.queue, job.run_at) for job in created if not job.deduplicated)
     if wake:
         each = [{"queue": queue, "run_at": run_at} for queue, run_at in wake.items()]
@@ -161,37 +162,36 @@ def _enqueue_bulk(jobs: Sequence[NewJob], now: Any, chunk: int) -> Generator[Ste
     return created
 
 
-def grouped_rows(jobs: Sequence[NewJob]) -> list[dict[str, Any]]:
-    """The rows of insert_grouped_jobs (jobs without keys)."""
-    return [_fields(job) for job in jobs]
+INSERT_COLUMNS = (
+    "id",
+    "task",
+    "queue",
+    "priority",
+    "payload",
+    "run_at",
+    "max_attempts",
+    "key",
+    "unique_for",
+    "stuck_after",
+)
+"""The row of insert_jobs, in its order."""
 
 
-def _bulk_rows(
-    jobs: Sequence[NewJob], ids: list[int], run_ats: list[datetime]
-) -> list[dict[str, Any]]:
-    return [
-        {
-            "id": job_id,
-            "task": job.task,
-            "queue": job.queue,
-            "priority": job.priority,
-            "payload": job.payload,
-            "run_at": run_at,
-            "max_attempts": job.max_attempts,
-            "key": job.key,
-            "unique_for": job.unique_for,
-            "stuck_after": job.stuck_after,
-        }
-        for job_id, job, run_at in zip(ids, jobs, run_ats, strict=True)
-    ]
-
-
-def _copy_rows(
-    jobs: Sequence[NewJob], ids: list[int], run_ats: list[datetime], now: datetime
-) -> list[tuple[Any, ...]]:
-    """The columns of copy_jobs, in its order."""
-    return [
-        (
+def _insert_rows(
+    jobs: Iterable[NewJob], ids: list[int], now: datetime, handles: list[tuple[NewJob, Job]]
+) -> Iterator[tuple[Any, ...]]:
+    """The rows of insert_jobs, made as they are sent, each job's handle with
+    its row (so a driver that sends them in batches makes the next batch while
+    the database inserts this one). Due times from the database's now (one
+    instant for the transaction), in UTC, as the store gives a due time back."""
+    for job_id, job in zip(ids, jobs, strict=True):
+        run_at = (
+            job.run_at.astimezone(UTC)
+            if job.run_at is not None
+            else now + timedelta(seconds=job.delay)
+        )
+        handles.append((job, new_job(job, job_id, run_at, now)))
+        yield (
             job_id,
             job.task,
             job.queue,
@@ -199,15 +199,15 @@ def _copy_rows(
             job.payload,
             run_at,
             job.max_attempts,
-            None,
-            None,
+            job.key,
             job.unique_for,
-            now,
             job.stuck_after,
-            run_at > now,  # timer: due later, kept out of the claim index
         )
-        for job_id, job, run_at in zip(ids, jobs, run_ats, strict=True)
-    ]
+
+
+def grouped_rows(jobs: Sequence[NewJob]) -> list[dict[str, Any]]:
+    """The rows of insert_grouped_jobs (jobs without keys)."""
+    return [_fields(job) for job in jobs]
 
 
 def new_job(job: NewJob, job_id: int, run_at: datetime, created_at: datetime) -> Job:

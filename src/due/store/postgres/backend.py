@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import itertools
 import re
 import threading
 import weakref
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -111,24 +112,11 @@ QUERIES = {name: _with_channels(text, _SUBQUERIES) for name, text in _RAW_QUERIE
 """The statements, each channel named by its subquery (see `channel_sql`)."""
 MIGRATIONS = load_migrations("due.store.postgres")
 LATEST_VERSION = MIGRATIONS[-1].version
-COPY_TYPES = {
-    # The columns of copy_jobs, in order; the jsonb one is sent as it is.
-    "copy_jobs": [
-        "int8",
-        "text",
-        "text",
-        "int4",
-        "jsonb",
-        "timestamptz",
-        "int4",
-        "text",
-        "text",
-        "float8",
-        "timestamptz",
-        "float8",
-        "bool",
-    ],
-}
+MANY_BATCH = 125
+"""Rows per statement of `run_many`: the statements are pipelined, so the server
+inserts one batch while the client makes the next (a bulk enqueue prepares its
+jobs as they are sent). With 125, 1,000 jobs a call went about 20 % faster
+than as one COPY, which the server only writes at its end (docs/scaling.md)."""
 
 
 class PostgresBackend:
@@ -485,12 +473,17 @@ class PostgresTransaction:
     def run_each(self, query: str, rows: Batch, params: Mapping[str, Any] | None = None) -> Rows:
         return self.run(query, {**(params or {}), **_columns(rows)})
 
-    def copy(self, query: str, rows: Sequence[tuple[Any, ...]]) -> None:
-        types = COPY_TYPES[query]
-        with self.cursor.copy(self._queries[query]) as copy:
-            copy.set_types(types)
-            for row in _copy_rows(rows, types):
-                copy.write_row(row)
+    def run_many(
+        self,
+        query: str,
+        columns: Sequence[str],
+        rows: Iterable[tuple[Any, ...]],
+        params: Mapping[str, Any],
+    ) -> None:
+        statement = self._queries[query]
+        with self.cursor.connection.pipeline():
+            for batch in _batches(rows, MANY_BATCH):
+                self.cursor.execute(statement, {**params, **_arrays(columns, batch)})
 
 
 class AsyncPostgresTransaction:
@@ -544,12 +537,17 @@ class AsyncPostgresTransaction:
     ) -> Rows:
         return await self.run(query, {**(params or {}), **_columns(rows)})
 
-    async def copy(self, query: str, rows: Sequence[tuple[Any, ...]]) -> None:
-        types = COPY_TYPES[query]
-        async with self.cursor.copy(self._queries[query]) as copy:
-            copy.set_types(types)
-            for row in _copy_rows(rows, types):
-                await copy.write_row(row)
+    async def run_many(
+        self,
+        query: str,
+        columns: Sequence[str],
+        rows: Iterable[tuple[Any, ...]],
+        params: Mapping[str, Any],
+    ) -> None:
+        statement = self._queries[query]
+        async with self.cursor.connection.pipeline():
+            for batch in _batches(rows, MANY_BATCH):
+                await self.cursor.execute(statement, {**params, **_arrays(columns, batch)})
 
 
 def _columns(rows: Batch) -> dict[str, list[Any]]:
@@ -569,19 +567,15 @@ def _encoded(params: Mapping[str, Any]) -> Mapping[str, Any]:
     }
 
 
-def _copy_rows(rows: Sequence[tuple[Any, ...]], types: list[str]) -> Iterator[Sequence[Any]]:
-    """The rows, their JSON text sent as jsonb as it is (not encoded again)."""
-    positions = [i for i, kind in enumerate(types) if kind == "jsonb"]
-    for row in rows:
-        sent = list(row)
-        for i in positions:
-            if isinstance(sent[i], str):
-                sent[i] = Jsonb(sent[i], dumps=_unchanged)
-        yield sent
+def _batches(rows: Iterable[tuple[Any, ...]], size: int) -> Iterator[list[tuple[Any, ...]]]:
+    rows = iter(rows)
+    while batch := list(itertools.islice(rows, size)):
+        yield batch
 
 
-def _unchanged(text: str) -> str:
-    return text
+def _arrays(columns: Sequence[str], rows: list[tuple[Any, ...]]) -> dict[str, list[Any]]:
+    """Rows as one list per column, named as the column."""
+    return dict(zip(columns, map(list, zip(*rows, strict=True)), strict=True))
 
 
 def _values(

@@ -95,6 +95,9 @@ SELECT coalesce(%(now)s::timestamptz, now()) AS now,
              FROM generate_series(1, %(count)s)) AS ids
 
 -- name: insert_jobs
+-- A batch of a bulk enqueue (run_many: one statement per batch, pipelined),
+-- ids reserved by reserve_ids. A row whose key is held is not inserted, and is
+-- settled one by one (steps.py).
 INSERT INTO due_jobs (id, task, queue, priority, payload, run_at, timer, max_attempts,
                       key, dedupe_key, unique_for, stuck_after, created_at)
 SELECT j.id, j.task, j.queue, j.priority, j.payload::jsonb, j.run_at,
@@ -104,14 +107,10 @@ FROM unnest(%(id)b::bigint[], %(task)b::text[], %(queue)b::text[], %(priority)b:
             %(key)b::text[], %(unique_for)b::float8[], %(stuck_after)b::float8[])
      AS j(id, task, queue, priority, payload, run_at, max_attempts, key, unique_for, stuck_after)
 ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
-RETURNING id
 
--- name: copy_jobs
--- The bulk fast path for a batch without keys (nothing to deduplicate):
--- rows are streamed in binary, ids reserved by reserve_ids.
-COPY due_jobs (id, task, queue, priority, payload, run_at, max_attempts, key, dedupe_key,
-               unique_for, created_at, stuck_after, timer)
-FROM STDIN (FORMAT BINARY)
+-- name: jobs_present
+-- Which of these ids are jobs (after a bulk insert: which rows went in).
+SELECT id FROM due_jobs WHERE id = ANY(%(ids)b::bigint[])
 
 -- name: notify_queues
 SELECT pg_notify({channel:due_jobs}, q.queue || ' ' || extract(epoch FROM q.run_at)::text)::text

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import json
 import os
 import sqlite3
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -438,13 +439,25 @@ class SQLiteTransaction:
             found += self.run(query, {**shared, **row})
         return found
 
-    def copy(self, query: str, rows: Sequence[tuple[Any, ...]]) -> None:
+    def run_many(
+        self,
+        query: str,
+        columns: Sequence[str],
+        rows: Iterable[tuple[Any, ...]],
+        params: Mapping[str, Any],
+    ) -> None:
         """Rows of one shape: the first says which columns need encoding."""
-        if not rows:
+        rows = iter(rows)
+        first = next(rows, None)
+        if first is None:
             return
-        positions = [i for i, value in enumerate(rows[0]) if isinstance(value, _ENCODED)]
-        encoded = [_encoded_row(row, positions) for row in rows] if positions else rows
-        self._cursor.executemany(QUERIES[query], encoded)
+        shared = tuple(_value(value) for value in params.values())
+        positions = [i for i, value in enumerate(first) if isinstance(value, _ENCODED)]
+
+        def sent(row: tuple[Any, ...]) -> tuple[Any, ...]:
+            return (*(_encoded_row(row, positions) if positions else row), *shared)
+
+        self._cursor.executemany(QUERIES[query], map(sent, itertools.chain([first], rows)))
 
 
 class CommitFeed:

@@ -49,21 +49,17 @@ WITH RECURSIVE
 SELECT :now AS now, json_group_array(id) AS ids FROM ids
 
 -- name: insert_jobs
--- One row of a batch with keys (run for each row); a row whose key is held
--- returns nothing, and is settled one by one (steps.py).
+-- A bulk enqueue, run with executemany (run_many): the row's columns as
+-- steps.INSERT_COLUMNS orders them, then now; ids reserved by reserve_ids. A
+-- row whose key is held is not inserted, and is settled one by one (steps.py).
 INSERT INTO due_jobs (id, task, queue, priority, payload, run_at, timer, max_attempts,
                       key, dedupe_key, unique_for, stuck_after, created_at)
-VALUES (:id, :task, :queue, :priority, :payload, :run_at, :run_at > :now, :max_attempts,
-        :key, :key, :unique_for, :stuck_after, :now)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6 > ?11, ?7, ?8, ?8, ?9, ?10, ?11)
 ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
-RETURNING id
 
--- name: copy_jobs
--- The bulk path for a batch without keys (nothing to deduplicate), run with
--- executemany: ids reserved by reserve_ids, columns in steps._copy_rows' order.
-INSERT INTO due_jobs (id, task, queue, priority, payload, run_at, max_attempts, key,
-                      dedupe_key, unique_for, created_at, stuck_after, timer)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+-- name: jobs_present
+-- Which of these ids are jobs (after a bulk insert: which rows went in).
+SELECT id FROM due_jobs WHERE id IN (SELECT value FROM json_each(:ids))
 
 -- name: notify_queues
 -- Nothing to send: SQLite's workers see any commit (PRAGMA data_version).
