@@ -18,6 +18,15 @@ REFUSE = {
     " BEGIN SELECT RAISE(ABORT, 'no_refused'); END",
 }
 
+SKIP = {
+    "postgres": "CREATE FUNCTION skip() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+    " RETURN NULL; END $$; CREATE TRIGGER skip BEFORE INSERT ON due_jobs FOR EACH ROW"
+    ' WHEN (NEW.payload = \'{"args":[-1],"kwargs":{}}\') EXECUTE FUNCTION skip()',
+    "sqlite": "CREATE TRIGGER skip BEFORE INSERT ON due_jobs"
+    ' WHEN NEW.payload = \'{"args":[-1],"kwargs":{}}\''
+    " BEGIN SELECT RAISE(IGNORE); END",
+}
+
 
 @pytest.fixture
 def t(app: due.App) -> due.Task[..., None]:
@@ -54,3 +63,19 @@ def test_every_row_of_every_batch_lands_once_in_order(app: due.App, t: due.Task[
     assert [(stored[job.id].args, stored[job.id].priority) for job in jobs] == [
         ((n,), n % 7) for n in range(count)
     ]
+
+
+def test_a_row_a_trigger_skips_fails_the_enqueue_rather_than_hand_back_no_job(
+    app: due.App, t: due.Task[..., None], backend: str, backend_url: str
+) -> None:
+    """A user's trigger that drops rows without an error: the caller must not
+    get a handle for a job that does not exist."""
+    with plain_transaction(backend_url) as conn:
+        conn.execute(SKIP[backend])
+    requests = [t.request(n) for n in range(2 * MANY_BATCH)]
+    requests[MANY_BATCH + 3] = t.request(-1)
+    with pytest.raises(due.StoreError, match="did not store a job of task 't'"):
+        app.enqueue_many(requests)
+    with pytest.raises(due.StoreError, match="did not store a job of task 't'"):
+        t.enqueue(-1)
+    assert app.jobs() == []

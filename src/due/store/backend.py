@@ -108,13 +108,13 @@ class Transaction(Protocol):
         columns: Sequence[str],
         rows: Iterable[tuple[Any, ...]],
         params: Mapping[str, Any],
-    ) -> None:
+    ) -> int:
         """An insert of many rows, read from `rows` as they are sent, so the
-        database can write some while the rest are made. PostgreSQL sends them
-        as arrays named after `columns` (`%(id)b::bigint[]`), a batch to a
-        statement, the statements pipelined; SQLite runs the statement once
-        per row (executemany), the row's values as ?1, ?2... and then the
-        values of `params`, in their order."""
+        database can write some while the rest are made; returns how many rows
+        it wrote. PostgreSQL sends them as arrays named after `columns`
+        (`%(id)b::bigint[]`), a batch to a statement, the statements pipelined;
+        SQLite runs the statement once per row (executemany), the row's values
+        as ?1, ?2... and then the values of `params`, in their order."""
 
 
 class AsyncTransaction(Protocol):
@@ -139,7 +139,7 @@ class AsyncTransaction(Protocol):
         columns: Sequence[str],
         rows: Iterable[tuple[Any, ...]],
         params: Mapping[str, Any],
-    ) -> None: ...
+    ) -> int: ...
 
 
 class Lane(Protocol):

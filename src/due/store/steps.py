@@ -46,7 +46,8 @@ class Step:
     each: Sequence[Mapping[str, Any]] | None = None
     """For a batch statement: its rows (`Transaction.run_each`)."""
     many: Many | None = None
-    """For an insert of many rows: the rows, made as they are sent (`Transaction.run_many`)."""
+    """For an insert of many rows: the rows, made as they are sent
+    (`Transaction.run_many`); its one row says how many were `written`."""
 
 
 Plan = Generator[Step, Rows, list[Job]]
@@ -58,8 +59,8 @@ def carry_out(tx: Transaction, plan: Generator[Step, Rows, T]) -> T:
     step = next(plan)
     while True:
         if step.many is not None:
-            tx.run_many(step.query, step.many.columns, step.many.rows, step.params)
-            rows: Rows = []
+            written = tx.run_many(step.query, step.many.columns, step.many.rows, step.params)
+            rows: Rows = [{"written": written}]
         elif step.each is not None:
             rows = tx.run_each(step.query, step.each, step.params)
         else:
@@ -76,8 +77,8 @@ async def carry_out_async(tx: AsyncTransaction, plan: Generator[Step, Rows, T]) 
     step = next(plan)
     while True:
         if step.many is not None:
-            await tx.run_many(step.query, step.many.columns, step.many.rows, step.params)
-            rows: Rows = []
+            written = await tx.run_many(step.query, step.many.columns, step.many.rows, step.params)
+            rows: Rows = [{"written": written}]
         elif step.each is not None:
             rows = await tx.run_each(step.query, step.each, step.params)
         else:
@@ -126,6 +127,8 @@ def _enqueue_one(job: NewJob, now: Any) -> Generator[Step, Rows, Job]:
         if rows:
             row = rows[0]
             return new_job(job, row["id"], row["run_at"], row["created_at"])
+        if job.key is None:
+            raise _not_stored(job)
         holders = yield Step("lock_job_by_key", {"key": job.key, "now": now})
         if not holders:
             continue  # the holder released the key in between: insert again
@@ -144,17 +147,18 @@ def _enqueue_bulk(jobs: Sequence[NewJob], now: Any, chunk: int) -> Generator[Ste
         database_now: datetime = reserved["now"]
         handles: list[tuple[NewJob, Job]] = []
         rows = _insert_rows(part, reserved["ids"], database_now, handles)
-        yield Step("insert_jobs", {"now": database_now}, many=Many(INSERT_COLUMNS, rows))
-        held: set[int] = set()
-        if any(job.key is not None for job, _ in handles):  # a key may be held: which were not?
-            ids = [handle.id for _, handle in handles]
-            present = yield Step("jobs_present", {"ids": ids})
-            held = set(ids) - {row["id"] for row in present}
+        (sent,) = yield Step("insert_jobs", {"now": database_now}, many=Many(INSERT_COLUMNS, rows))
+        stored = {handle.id for _, handle in handles}
+        if sent["written"] < len(handles):  # which rows went in: not those whose key is held
+            present = yield Step("jobs_present", {"ids": list(stored)})
+            stored = {row["id"] for row in present}
         for job, handle in handles:
-            if handle.id in held:  # its key is held: settle it one by one
+            if handle.id in stored:
+                created.append(handle)
+            elif job.key is not None:  # its key is held: settle it one by one
                 created.append((yield from _enqueue_one(job, now)))
             else:
-                created.append(handle)
+                raise _not_stored(job)
     wake = earliest_by_queue((job.queue, job.run_at) for job in created if not job.deduplicated)
     if wake:
         each = [{"queue": queue, "run_at": run_at} for queue, run_at in wake.items()]
@@ -203,6 +207,17 @@ def _insert_rows(
             job.unique_for,
             job.stuck_after,
         )
+
+
+def _not_stored(job: NewJob) -> StoreError:
+    """A row the database skipped without an error: a trigger of the user's on
+    due_jobs that returns NULL (RAISE(IGNORE) on SQLite), say. Raised in the
+    transaction, so nothing of the enqueue is written, and no handle is given
+    for a job that does not exist."""
+    return StoreError(
+        f"the database did not store a job of task {job.task!r} and gave no error "
+        "(a trigger on due_jobs that skips rows?); nothing of this enqueue was written"
+    )
 
 
 def grouped_rows(jobs: Sequence[NewJob]) -> list[dict[str, Any]]:

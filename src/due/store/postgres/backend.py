@@ -479,11 +479,14 @@ class PostgresTransaction:
         columns: Sequence[str],
         rows: Iterable[tuple[Any, ...]],
         params: Mapping[str, Any],
-    ) -> None:
+    ) -> int:
         statement = self._queries[query]
-        with self.cursor.connection.pipeline():
+        connection = self.cursor.connection
+        sent = []  # a cursor per statement: each keeps its own row count
+        with connection.pipeline():
             for batch in _batches(rows, MANY_BATCH):
-                self.cursor.execute(statement, {**params, **_arrays(columns, batch)})
+                sent.append(connection.execute(statement, {**params, **_arrays(columns, batch)}))
+        return sum(cursor.rowcount for cursor in sent)
 
 
 class AsyncPostgresTransaction:
@@ -543,11 +546,15 @@ class AsyncPostgresTransaction:
         columns: Sequence[str],
         rows: Iterable[tuple[Any, ...]],
         params: Mapping[str, Any],
-    ) -> None:
+    ) -> int:
         statement = self._queries[query]
-        async with self.cursor.connection.pipeline():
+        connection = self.cursor.connection
+        sent = []
+        async with connection.pipeline():
             for batch in _batches(rows, MANY_BATCH):
-                await self.cursor.execute(statement, {**params, **_arrays(columns, batch)})
+                params_now = {**params, **_arrays(columns, batch)}
+                sent.append(await connection.execute(statement, params_now))
+        return sum(cursor.rowcount for cursor in sent)
 
 
 def _columns(rows: Batch) -> dict[str, list[Any]]:

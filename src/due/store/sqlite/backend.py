@@ -445,12 +445,12 @@ class SQLiteTransaction:
         columns: Sequence[str],
         rows: Iterable[tuple[Any, ...]],
         params: Mapping[str, Any],
-    ) -> None:
+    ) -> int:
         """Rows of one shape: the first says which columns need encoding."""
         rows = iter(rows)
         first = next(rows, None)
         if first is None:
-            return
+            return 0
         shared = tuple(_value(value) for value in params.values())
         positions = [i for i, value in enumerate(first) if isinstance(value, _ENCODED)]
 
@@ -458,6 +458,7 @@ class SQLiteTransaction:
             return (*(_encoded_row(row, positions) if positions else row), *shared)
 
         self._cursor.executemany(QUERIES[query], map(sent, itertools.chain([first], rows)))
+        return self._cursor.rowcount
 
 
 class CommitFeed:
