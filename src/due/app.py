@@ -285,18 +285,22 @@ class App:
 
     def enqueue_many(self, requests: Iterable[JobRequest], *, connection: Any = None) -> list[Job]:
         """Enqueue many jobs in one transaction (multi-row inserts); all or none."""
-        if connection is None:
-            return self.store.job_enqueue(self._prepare_as_sent(requests))
-        return self.store.job_enqueue(self._prepare(requests), connection=connection)
+        if connection is not None:
+            prepared = self._prepare(requests)  # before the store is looked at
+            return self.store.job_enqueue(prepared, connection=connection)
+        jobs = self._prepare_as_sent(requests)
+        return self.store.job_enqueue(jobs)
 
     async def aenqueue_many(
         self, requests: Iterable[JobRequest], *, connection: Any = None
     ) -> list[Job]:
         """`enqueue_many` for async code; `connection` may be a psycopg AsyncConnection."""
+        # Every request checked and encoded now, on the loop: once this awaits,
+        # other coroutines may change the arguments' objects.
+        jobs = self._prepare(requests)
         store = self.store
         if connection is not None:
-            return await store.job_enqueue_async(self._prepare(requests), connection)
-        jobs = self._prepare_as_sent(requests)
+            return await store.job_enqueue_async(jobs, connection)
         created = await store.job_enqueue_on_loop(jobs)  # one job: grouped with the loop's others
         if created is not None:
             return created
@@ -307,10 +311,12 @@ class App:
 
     def _prepare_as_sent(self, requests: Iterable[JobRequest]) -> Sequence[NewJob]:
         """Many requests for the store's own transaction on PostgreSQL: prepared
-        as their rows are sent (PreparedOnRead). One request, or on SQLite, whose
-        one writer would wait while they are prepared: all first."""
+        as their rows are sent (PreparedOnRead), so a bad one deep in the batch
+        is met after the store is reached. One request, or on SQLite, whose one
+        writer would wait while they are prepared: all first, before the store
+        is looked at (its schema is checked on first use)."""
         requests = list(requests)
-        if len(requests) == 1 or self.store.single_writer:
+        if len(requests) == 1 or self._open_store().single_writer:
             return self._prepare(requests)
         return PreparedOnRead(requests, self._preparer())
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from collections.abc import Callable
 from typing import Any
@@ -180,6 +181,36 @@ def test_a_bad_request_deep_in_a_big_batch_rejects_the_whole_batch(
     assert prepared_while_sending == (backend == "postgres")
     batch[700] = send.request(700)
     assert len(app.enqueue_many(batch)) == 1000  # and the store writes on
+
+
+def test_a_bad_request_deep_in_an_async_batch_is_refused_on_the_loop(
+    app: due.App, send: due.Task
+) -> None:
+    """`aenqueue_many` checks every request before it hands the batch to a
+    thread: other coroutines may change the arguments once it awaits."""
+    batch = [send.request(n) for n in range(1000)]
+    batch[700] = send.request(object())
+    with pytest.raises(due.PayloadError, match="argument 0") as refusal:
+        asyncio.run(app.aenqueue_many(batch))
+    assert not any(entry.name == "run_many" for entry in refusal.traceback)
+    assert app.jobs() == []
+
+
+def test_bad_input_is_refused_before_the_store_is_looked_at(backend_url: str) -> None:
+    """Even with no schema yet (or no database), the error says what is wrong
+    with the request: one job, or a batch on SQLite or on the caller's connection."""
+    app = due.App(backend_url)  # not migrated
+    send = app.task(name="send")(lambda user_id: None)
+    try:
+        with pytest.raises(due.PayloadError):
+            send.enqueue(object())
+        with pytest.raises(due.ArgumentsError):
+            asyncio.run(send.aenqueue())
+        if backend_url.startswith("sqlite"):
+            with pytest.raises(due.PayloadError):
+                app.enqueue_many([send.request(1), send.request(object())])
+    finally:
+        app.close()
 
 
 def test_unsupported_url_scheme() -> None:

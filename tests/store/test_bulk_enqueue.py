@@ -79,3 +79,28 @@ def test_a_row_a_trigger_skips_fails_the_enqueue_rather_than_hand_back_no_job(
     with pytest.raises(due.StoreError, match="did not store a job of task 't'"):
         t.enqueue(-1)
     assert app.jobs() == []
+
+
+def test_without_pipelines_the_batches_go_one_after_another(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A libpq older than 14 has no pipeline mode (`due[postgres]` takes the
+    system's): a bulk enqueue must still work, its batches sent in turn."""
+    import psycopg
+
+    def unsupported(*args: object, **kwargs: object) -> None:
+        raise psycopg.NotSupportedError("libpq too old")
+
+    monkeypatch.setattr(psycopg.Pipeline, "is_supported", classmethod(lambda cls: False))
+    monkeypatch.setattr(psycopg.Connection, "pipeline", unsupported)
+    app = due.App(postgres_url)
+    app.migrate()
+    t = app.task(name="t")(lambda n: None)
+    try:
+        count = 2 * MANY_BATCH + 1
+        held = t.options(key="k7").enqueue(-7)
+        jobs = app.enqueue_many([t.options(key=f"k{n}").request(n) for n in range(count)])
+        assert jobs[7].id == held.id and jobs[7].deduplicated
+        assert len(app.jobs(limit=1000)) == count
+    finally:
+        app.close()

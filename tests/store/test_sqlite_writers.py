@@ -240,6 +240,7 @@ def _refused_at_commit(app: due.App, conn: sqlite3.Connection) -> None:
     backend = app.store.backend
     refused = pytest.raises(due.StoreError, match="FOREIGN KEY")
     with refused, backend.transaction() as tx:  # type: ignore[attr-defined]
+        tx.run("schema_version")  # a statement of the transaction's own cursor
         tx.connection.execute("INSERT INTO child VALUES (42)")  # checked at COMMIT
         tx.connection.execute(
             "INSERT INTO due_jobs (task, queue, payload, run_at, max_attempts, created_at)"

@@ -136,7 +136,10 @@ def _enqueue_one(job: NewJob, now: Any) -> Generator[Step, Rows, Job]:
         if holder["holds_key"]:
             return job_from_row(holder, deduplicated=True)
         yield Step("release_key", {"id": holder["id"]})
-    raise StoreError(f"could not settle key {job.key!r} after {MAX_KEY_ROUNDS} rounds")
+    raise StoreError(
+        f"could not settle key {job.key!r} after {MAX_KEY_ROUNDS} rounds: its job was not "
+        "inserted and no job holds it (a trigger on due_jobs that skips rows?)"
+    )
 
 
 def _enqueue_bulk(jobs: Sequence[NewJob], now: Any, chunk: int) -> Generator[Step, Rows, list[Job]]:
@@ -212,11 +215,12 @@ def _insert_rows(
 def _not_stored(job: NewJob) -> StoreError:
     """A row the database skipped without an error: a trigger of the user's on
     due_jobs that returns NULL (RAISE(IGNORE) on SQLite), say. Raised in the
-    transaction, so nothing of the enqueue is written, and no handle is given
-    for a job that does not exist."""
+    transaction, so the store's own rolls back and nothing is written, and no
+    handle is given for a job that does not exist."""
     return StoreError(
         f"the database did not store a job of task {job.task!r} and gave no error "
-        "(a trigger on due_jobs that skips rows?); nothing of this enqueue was written"
+        "(a trigger on due_jobs that skips rows?); the enqueue is refused as a whole "
+        "(on a connection of yours, roll your transaction back: it may hold the others)"
     )
 
 
