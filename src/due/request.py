@@ -105,15 +105,16 @@ class PreparedOnRead(Sequence[NewJob]):
     def __getitem__(self, index: int | slice) -> NewJob | PreparedOnRead:
         if isinstance(index, slice):
             return PreparedOnRead(self._requests[index], self._prepare)
-        index = range(len(self._requests))[index]  # negative indexes; IndexError
+        return self._job(range(len(self._requests))[index])  # negative indexes; IndexError
+
+    def __iter__(self) -> Iterator[NewJob]:
+        return map(self._job, range(len(self._requests)))
+
+    def _job(self, index: int) -> NewJob:
         job = self._jobs.get(index)
         if job is None:
             job = self._jobs[index] = self._prepare(self._requests[index])
         return job
-
-    def __iter__(self) -> Iterator[NewJob]:
-        for index in range(len(self._requests)):
-            yield self[index]
 
 
 def validate_queue(queue: Any) -> str:

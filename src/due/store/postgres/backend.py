@@ -485,8 +485,8 @@ class PostgresTransaction:
         connection = self.cursor.connection
         sent = []  # a cursor per statement: each keeps its own row count
         with _pipeline(connection):
-            for batch in _batches(rows, MANY_BATCH):
-                sent.append(connection.execute(statement, {**params, **_arrays(columns, batch)}))
+            for batch in _batch_params(columns, rows, params):
+                sent.append(connection.execute(statement, batch))
         return sum(cursor.rowcount for cursor in sent)
 
 
@@ -552,9 +552,8 @@ class AsyncPostgresTransaction:
         connection = self.cursor.connection
         sent = []
         async with _async_pipeline(connection):
-            for batch in _batches(rows, MANY_BATCH):
-                params_now = {**params, **_arrays(columns, batch)}
-                sent.append(await connection.execute(statement, params_now))
+            for batch in _batch_params(columns, rows, params):
+                sent.append(await connection.execute(statement, batch))
         return sum(cursor.rowcount for cursor in sent)
 
 
@@ -589,15 +588,15 @@ def _async_pipeline(
     return contextlib.nullcontext()
 
 
-def _batches(rows: Iterable[tuple[Any, ...]], size: int) -> Iterator[list[tuple[Any, ...]]]:
+def _batch_params(
+    columns: Sequence[str], rows: Iterable[tuple[Any, ...]], params: Mapping[str, Any]
+) -> Iterator[dict[str, Any]]:
+    """The parameters of each statement of `run_many`: MANY_BATCH rows as one
+    list per column, named as the column, beside the shared `params`. Each
+    batch is read from `rows` only when the statement before it has gone."""
     rows = iter(rows)
-    while batch := list(itertools.islice(rows, size)):
-        yield batch
-
-
-def _arrays(columns: Sequence[str], rows: list[tuple[Any, ...]]) -> dict[str, list[Any]]:
-    """Rows as one list per column, named as the column."""
-    return dict(zip(columns, map(list, zip(*rows, strict=True)), strict=True))
+    while batch := list(itertools.islice(rows, MANY_BATCH)):
+        yield {**params, **dict(zip(columns, map(list, zip(*batch, strict=True)), strict=True))}
 
 
 def _values(
