@@ -164,6 +164,38 @@ def test_a_request_refused_in_a_group_fails_only_its_own_caller(
     assert threads == holder.threads + holder.group_threads + 6, "each request made alone"
 
 
+SKIP = {
+    "postgres": "CREATE FUNCTION skip_row() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+    " RETURN NULL; END $$; CREATE TRIGGER skip_row BEFORE INSERT ON due_jobs FOR EACH ROW"
+    " WHEN (NEW.task = 'skipped') EXECUTE FUNCTION skip_row()",
+    "sqlite": "CREATE TRIGGER skip_row BEFORE INSERT ON due_jobs WHEN NEW.task = 'skipped'"
+    " BEGIN SELECT RAISE(IGNORE); END",
+}
+
+
+def test_a_row_a_trigger_skips_in_a_group_fails_only_its_own_caller(
+    grouped: tuple[due.App, due.Task[..., None], Holder], backend: str
+) -> None:
+    """A trigger of the user's that skips a row without an error: its caller is
+    told its job was not stored; the others get theirs, each stored once.
+    PostgreSQL's group statement has committed the others' rows; SQLite's
+    transaction was rolled back, and each request was then made alone."""
+    app, t, holder = grouped
+    skipped = app.task(name="skipped")(lambda n: None)
+    holder.run(SKIP[backend])
+    calls = [functools.partial(t.aenqueue, n) for n in range(10, 15)]
+    calls.insert(2, functools.partial(skipped.aenqueue, 99))
+    (_, outcomes), threads = run_counting(lambda: behind_the_held_write(holder, t, calls))
+    error = outcomes.pop(2)
+    assert isinstance(error, StoreError) and "did not store" in str(error), error
+    assert [job.args for job in outcomes if isinstance(job, due.Job)] == [
+        (n,) for n in range(10, 15)
+    ]
+    assert stored_args(app) == [*holder.before, *range(10, 15)]
+    alone = 0 if backend == "postgres" else 6
+    assert threads == holder.threads + holder.group_threads + alone
+
+
 def test_an_error_met_after_the_commit_goes_to_every_caller_and_nothing_is_sent_again(
     postgres_url: str,
 ) -> None:

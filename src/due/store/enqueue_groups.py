@@ -13,7 +13,9 @@ What a caller can count on is what it had alone:
 - its job is created once, or it gets an error;
 - a statement the server refused (one request's row breaking a constraint of
   the user's, say) wrote nothing: every request of that group is then made
-  alone, on a thread, so a bad request fails only its own caller; any other
+  alone, on a thread, so a bad request fails only its own caller; a row the
+  statement committed without (a trigger of the user's skipped it) fails its
+  own caller, and the others have their jobs; any other
   error (an outage, one the client met reading the reply, a failed commit)
   may have come after the commit, so it goes to every caller of the group
   and nothing is sent again;
@@ -45,8 +47,9 @@ from due.store.backend import StatementRefused
 MAX_GROUP = 500
 """Requests in one statement at most (a bigger crowd is written in turns)."""
 
-Write = Callable[[Sequence[NewJob]], Awaitable[list[Job] | None]]
-"""Writes jobs in one statement from the running loop; None: it cannot (take a thread)."""
+Write = Callable[[Sequence[NewJob]], Awaitable[list[Job | StatementRefused] | None]]
+"""Writes jobs in one statement from the running loop: each request's job, or the
+error its caller gets; None: it cannot (take a thread)."""
 
 _Waiting = tuple[NewJob, "asyncio.Future[Job | None]"]
 
@@ -83,7 +86,11 @@ class EnqueueGroups:
             created = await self._write([job])
         finally:
             self._next(group, loop)
-        return None if created is None else created[0]
+        if created is None:
+            return None
+        if isinstance(created[0], Exception):
+            raise created[0]
+        return created[0]
 
     def _next(self, group: _Group, loop: asyncio.AbstractEventLoop) -> None:
         """After a statement: those who waited for it are written next, by a task
@@ -131,7 +138,11 @@ class EnqueueGroups:
                 _fail(answer, error)
             return
         for index, (_, answer) in enumerate(batch):
-            _answer(answer, None if created is None else created[index])
+            outcome = None if created is None else created[index]
+            if isinstance(outcome, Exception):
+                _fail(answer, outcome)
+            else:
+                _answer(answer, outcome)
 
 
 def _answer(answer: asyncio.Future[Job | None], job: Job | None) -> None:

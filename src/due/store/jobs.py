@@ -15,7 +15,7 @@ from due.core.jobs import Job, JobState
 from due.core.records import RETRY_RULE, JobFilter, NewJob, Retention, job_from_row, refusal
 from due.errors import JobNotFoundError
 from due.store import pieces, steps
-from due.store.backend import Backend, DuplicateError, Transaction
+from due.store.backend import Backend, DuplicateError, StatementRefused, Transaction
 from due.store.conflicts import retried_on_conflict
 from due.store.settling import lock_parents, settle
 from due.store.stats import count_endings
@@ -34,26 +34,33 @@ def enqueue(db: Backend, jobs: Sequence[NewJob], connection: Any = None) -> list
         return steps.carry_out(tx, steps.enqueue_steps(jobs, tx.now))
 
 
-async def enqueue_together(db: Backend, jobs: Sequence[NewJob]) -> list[Job] | None:
+async def enqueue_together(
+    db: Backend, jobs: Sequence[NewJob]
+) -> list[Job | StatementRefused] | None:
     """One-job enqueues without keys (enqueue_groups.py) written together. On
     PostgreSQL, one autocommitted statement on the store's connection of the
     running loop, without a thread; None when there is none to use (the loop's
     first enqueue, the store closed): take a thread. On SQLite, which writes
     one transaction at a time whatever the threads, one transaction on a
-    thread: one commit, one fsync, for the group."""
+    thread: one commit, one fsync, for the group. Each request's job, or, for
+    a row the statement committed without (a trigger of the user's skipped
+    it), the error its caller gets."""
     if db.single_writer:
-        return await asyncio.to_thread(enqueue, db, jobs)
+        return [*await asyncio.to_thread(enqueue, db, jobs)]
     async with db.loop_statement() as tx:
         if tx is None:
             return None
         if len(jobs) == 1:
-            return await steps.carry_out_async(tx, steps.enqueue_steps(jobs, tx.now))
+            return [*await steps.carry_out_async(tx, steps.enqueue_steps(jobs, tx.now))]
         rows = await tx.run_each("insert_grouped_jobs", steps.grouped_rows(jobs), {"now": tx.now})
     by_request = {row["ord"]: row for row in rows}  # ord counts the requests from 1
-    created = []
+    created: list[Job | StatementRefused] = []
     for n, job in enumerate(jobs, 1):
-        row = by_request[n]
-        created.append(steps.new_job(job, row["id"], row["run_at"], row["created_at"]))
+        row = by_request.get(n)
+        if row is None:
+            created.append(steps.not_stored(job))
+        else:
+            created.append(steps.new_job(job, row["id"], row["run_at"], row["created_at"]))
     return created
 
 

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from due.core.jobs import Job, JobState
 from due.core.records import NewJob, job_from_row
 from due.errors import InvalidStateError, StoreError
-from due.store.backend import AsyncTransaction, Rows, Transaction
+from due.store.backend import AsyncTransaction, Rows, StatementRefused, Transaction
 
 MAX_KEY_ROUNDS = 20
 BULK_CHUNK = 5000
@@ -128,7 +128,7 @@ def _enqueue_one(job: NewJob, now: Any) -> Generator[Step, Rows, Job]:
             row = rows[0]
             return new_job(job, row["id"], row["run_at"], row["created_at"])
         if job.key is None:
-            raise _not_stored(job)
+            raise not_stored(job)
         holders = yield Step("lock_job_by_key", {"key": job.key, "now": now})
         if not holders:
             continue  # the holder released the key in between: insert again
@@ -161,7 +161,7 @@ def _enqueue_bulk(jobs: Sequence[NewJob], now: Any, chunk: int) -> Generator[Ste
             elif job.key is not None:  # its key is held: settle it one by one
                 created.append((yield from _enqueue_one(job, now)))
             else:
-                raise _not_stored(job)
+                raise not_stored(job)
     wake = earliest_by_queue((job.queue, job.run_at) for job in created if not job.deduplicated)
     if wake:
         each = [{"queue": queue, "run_at": run_at} for queue, run_at in wake.items()]
@@ -212,12 +212,14 @@ def _insert_rows(
         )
 
 
-def _not_stored(job: NewJob) -> StoreError:
+def not_stored(job: NewJob) -> StatementRefused:
     """A row the database skipped without an error: a trigger of the user's on
     due_jobs that returns NULL (RAISE(IGNORE) on SQLite), say. Raised in the
     transaction, so the store's own rolls back and nothing is written, and no
-    handle is given for a job that does not exist."""
-    return StoreError(
+    handle is given for a job that does not exist. A refusal (StatementRefused):
+    a group of enqueues it ends (enqueue_groups.py) wrote nothing, so each of
+    its requests is made again alone, and only this one fails."""
+    return StatementRefused(
         f"the database did not store a job of task {job.task!r} and gave no error "
         "(a trigger on due_jobs that skips rows?); the enqueue is refused as a whole "
         "(on a connection of yours, roll your transaction back: it may hold the others)"
