@@ -222,3 +222,82 @@ def test_a_connection_of_the_wrong_kind_is_refused(
     with pytest.raises(due.ConfigurationError, match="no async connections"):
         asyncio.run(sqlite_ship.options(connection=conn).aenqueue(1))
     assert sqlite_app.jobs() == [] and postgres_app.jobs() == []
+
+
+# A bulk enqueue on the caller's connection refused half way (a row the database
+# refuses, after batches already sent): it leaves nothing, and the caller's
+# transaction goes on with its own work.
+
+REFUSE_POSTGRES = "ALTER TABLE due_jobs ADD CONSTRAINT no_refused CHECK (task <> 'refused')"
+# RAISE(ABORT) undoes only the statement it is in: rows inserted before stay.
+REFUSE_SQLITE = (
+    "CREATE TRIGGER refuse BEFORE INSERT ON due_jobs WHEN NEW.task = 'refused'"
+    " BEGIN SELECT RAISE(ABORT, 'no_refused'); END"
+)
+
+
+def refused_half_way(app: due.App) -> list[due.JobRequest]:
+    """Rows enough for several statements, the last one refused by the database."""
+    ship = register(app)
+    refused = app.task(name="refused")(lambda n: None)
+    return [*(ship.request(n) for n in range(3 * MANY_BATCH)), refused.request(0)]
+
+
+def test_postgres_a_bulk_enqueue_refused_half_way_leaves_nothing(postgres_app: due.App) -> None:
+    requests = refused_half_way(postgres_app)
+    with psycopg.connect(postgres_app.url) as conn:
+        conn.execute(REFUSE_POSTGRES)
+        conn.execute("CREATE TABLE orders (id int PRIMARY KEY)")
+        conn.commit()
+        conn.execute("INSERT INTO orders VALUES (1)")
+        with pytest.raises(due.StoreError, match="no_refused"):
+            postgres_app.enqueue_many(requests, connection=conn)
+        conn.execute("INSERT INTO orders VALUES (2)")  # the transaction is still good
+        conn.commit()
+        assert conn.execute("SELECT id FROM orders ORDER BY id").fetchall() == [(1,), (2,)]
+    with psycopg.connect(postgres_app.url, autocommit=True) as conn:
+        with pytest.raises(due.StoreError, match="no_refused"):
+            postgres_app.enqueue_many(requests, connection=conn)
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+    async def on_an_async_connection() -> None:
+        async with await psycopg.AsyncConnection.connect(postgres_app.url) as aconn:
+            await aconn.execute("INSERT INTO orders VALUES (3)")
+            with pytest.raises(due.StoreError, match="no_refused"):
+                await postgres_app.aenqueue_many(requests, connection=aconn)
+            await aconn.execute("INSERT INTO orders VALUES (4)")
+            await aconn.commit()
+
+    asyncio.run(on_an_async_connection())
+    assert postgres_app.jobs(limit=10) == []
+    with psycopg.connect(postgres_app.url) as conn:
+        assert len(conn.execute("SELECT id FROM orders").fetchall()) == 4
+
+
+def test_sqlite_a_bulk_enqueue_refused_half_way_leaves_nothing(sqlite_app: due.App) -> None:
+    requests = refused_half_way(sqlite_app)
+    path = path_from_url(sqlite_app.url)
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        conn.execute(REFUSE_SQLITE)
+        conn.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY)")
+        conn.execute("BEGIN")
+        conn.execute("INSERT INTO orders VALUES (1)")
+        with pytest.raises(due.StoreError, match="no_refused"):
+            sqlite_app.enqueue_many(requests, connection=conn)
+        conn.execute("INSERT INTO orders VALUES (2)")
+        conn.execute("COMMIT")
+        with pytest.raises(due.StoreError, match="no_refused"):  # in autocommit
+            sqlite_app.enqueue_many(requests, connection=conn)
+        assert not conn.in_transaction
+    # Python's implicit transactions, none open yet: the enqueue opens the
+    # caller's, which their commit or rollback ends.
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        with pytest.raises(due.StoreError, match="no_refused"):
+            sqlite_app.enqueue_many(requests, connection=conn)
+        conn.execute("INSERT INTO orders VALUES (3)")
+        conn.commit()
+        sqlite_app.enqueue_many(requests[:-1], connection=conn)
+        assert conn.in_transaction
+        conn.rollback()
+        assert [row[0] for row in conn.execute("SELECT id FROM orders")] == [1, 2, 3]
+    assert sqlite_app.jobs(limit=10) == []

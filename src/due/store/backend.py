@@ -193,14 +193,20 @@ class Backend(Protocol):
         fenced transaction (PostgreSQL ends it if it idles 2 s: a paused leader
         must not hold the lease row)."""
 
-    def on_connection(self, connection: Any, call: str) -> AbstractContextManager[Transaction]:
+    def on_connection(
+        self, connection: Any, call: str, *, atomic: bool = False
+    ) -> AbstractContextManager[Transaction]:
         """The caller's own sync connection, inside their open transaction (refused,
-        naming `call`, when it is not one of this backend's)."""
+        naming `call`, when it is not one of this backend's). `atomic`: the
+        statements run here are kept all or none (a savepoint in the caller's
+        transaction; a transaction of their own on a connection in autocommit),
+        so that an operation of several statements that fails half way leaves
+        nothing in the caller's transaction, which stays usable."""
 
     def on_async_connection(
-        self, connection: Any, call: str
+        self, connection: Any, call: str, *, atomic: bool = False
     ) -> AbstractAsyncContextManager[AsyncTransaction]:
-        """The caller's own async connection (PostgreSQL only)."""
+        """The caller's own async connection (PostgreSQL only); `atomic` as above."""
 
     def handler_transaction(self) -> AbstractContextManager[tuple[Any, Transaction]]:
         """A transaction for a handler's own writes (`ctx.transaction()`): the raw

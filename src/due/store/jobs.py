@@ -26,7 +26,10 @@ def enqueue(db: Backend, jobs: Sequence[NewJob], connection: Any = None) -> list
     if not jobs:
         return []
     if connection is not None:
-        with db.on_connection(connection, "enqueue(connection=...)") as tx:
+        # Several jobs are several statements: kept all or none, whatever the
+        # caller's transaction (or autocommit) does with the others.
+        atomic = len(jobs) > 1
+        with db.on_connection(connection, "enqueue(connection=...)", atomic=atomic) as tx:
             return steps.carry_out(tx, steps.enqueue_steps(jobs, tx.now))
     # One job without a key is one statement: no BEGIN/COMMIT round trips.
     single = len(jobs) == 1 and jobs[0].key is None
@@ -66,7 +69,8 @@ async def enqueue_together(
 
 async def enqueue_async(db: Backend, jobs: Sequence[NewJob], connection: Any) -> list[Job]:
     """`enqueue` on a caller's async connection (psycopg AsyncConnection)."""
-    async with db.on_async_connection(connection, "aenqueue(connection=...)") as tx:
+    call = "aenqueue(connection=...)"
+    async with db.on_async_connection(connection, call, atomic=len(jobs) > 1) as tx:
         return await steps.carry_out_async(tx, steps.enqueue_steps(jobs, tx.now))
 
 

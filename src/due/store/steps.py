@@ -221,8 +221,7 @@ def not_stored(job: NewJob) -> StatementRefused:
     its requests is made again alone, and only this one fails."""
     return StatementRefused(
         f"the database did not store a job of task {job.task!r} and gave no error "
-        "(a trigger on due_jobs that skips rows?); the enqueue is refused as a whole "
-        "(on a connection of yours, roll your transaction back: it may hold the others)"
+        "(a trigger on due_jobs that skips rows?); the enqueue is refused as a whole"
     )
 
 

@@ -23,7 +23,7 @@ import threading
 import weakref
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import psycopg
 import psycopg_pool
@@ -202,7 +202,9 @@ class PostgresBackend:
                 yield PostgresTransaction(cur, self._clock.now(), self._queries)
 
     @contextlib.contextmanager
-    def on_connection(self, connection: Any, call: str) -> Iterator[Transaction]:
+    def on_connection(
+        self, connection: Any, call: str, *, atomic: bool = False
+    ) -> Iterator[Transaction]:
         if isinstance(connection, psycopg.AsyncConnection):
             raise ConfigurationError(
                 f"{call} got an async psycopg connection: use the async call "
@@ -216,11 +218,24 @@ class PostgresBackend:
         with translate_errors(self.url), connection.cursor(row_factory=dict_row) as cur:
             # A caller's connection may find `due_jobs` in another schema than the
             # store's: its statements name the channel of the table they write.
-            yield PostgresTransaction(cur, self._clock.now(), QUERIES, to_utc=True)
+            tx = PostgresTransaction(cur, self._clock.now(), QUERIES, to_utc=True)
+            if not atomic:
+                yield tx
+                return
+            start, keep, undo = AllOrNone.of(connection)
+            cur.execute(start)
+            try:
+                yield tx
+            except BaseException:
+                with contextlib.suppress(psycopg.Error):  # the caller's error is the one
+                    for statement in undo:
+                        cur.execute(statement)
+                raise
+            cur.execute(keep)
 
     @contextlib.asynccontextmanager
     async def on_async_connection(
-        self, connection: Any, call: str
+        self, connection: Any, call: str, *, atomic: bool = False
     ) -> AsyncIterator[AsyncPostgresTransaction]:
         if not isinstance(connection, psycopg.AsyncConnection):
             raise ConfigurationError(
@@ -229,7 +244,20 @@ class PostgresBackend:
             )
         with translate_errors(self.url):
             async with connection.cursor(row_factory=dict_row) as cur:
-                yield AsyncPostgresTransaction(cur, self._clock.now(), QUERIES)  # as on_connection
+                tx = AsyncPostgresTransaction(cur, self._clock.now(), QUERIES)  # as on_connection
+                if not atomic:
+                    yield tx
+                    return
+                start, keep, undo = AllOrNone.of(connection)
+                await cur.execute(start)
+                try:
+                    yield tx
+                except BaseException:
+                    with contextlib.suppress(psycopg.Error):
+                        for statement in undo:
+                            await cur.execute(statement)
+                    raise
+                await cur.execute(keep)
 
     @contextlib.asynccontextmanager
     async def loop_statement(self) -> AsyncIterator[AsyncPostgresTransaction | None]:
@@ -731,6 +759,31 @@ SESSION_SETTINGS = (
 )
 """How due's own sessions start (through a transaction-mode pooler: only the
 time zone; the bounds are set per transaction there)."""
+
+
+class AllOrNone(NamedTuple):
+    """Statements that keep what a caller's connection runs between them all or
+    none (on_connection's `atomic`): in the caller's transaction, a savepoint
+    (rolled back to, the transaction stays usable, its own work kept); on a
+    connection in autocommit and idle, a transaction of its own. On a
+    connection not in autocommit the first statement opens the caller's
+    transaction, as the caller's next statement would have."""
+
+    start: str
+    keep: str
+    undo: tuple[str, ...]
+
+    @staticmethod
+    def of(connection: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> AllOrNone:
+        idle = connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        if connection.autocommit and idle:
+            return AllOrNone("BEGIN", "COMMIT", ("ROLLBACK",))
+        return AllOrNone(
+            "SAVEPOINT due_all_or_none",
+            "RELEASE SAVEPOINT due_all_or_none",
+            ("ROLLBACK TO SAVEPOINT due_all_or_none", "RELEASE SAVEPOINT due_all_or_none"),
+        )
+
 
 LANE_SETTINGS = (
     # The lane runs two statements, the claim and the acknowledgement, hundreds

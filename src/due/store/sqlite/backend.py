@@ -112,6 +112,23 @@ and setting it back around every write cost a single enqueue about a tenth of
 its time."""
 
 
+def _all_or_none(connection: sqlite3.Connection) -> tuple[tuple[str, ...], str, tuple[str, ...]]:
+    """Statements that keep what runs between them on a caller's connection all
+    or none (on_connection's `atomic`): in the caller's transaction, a savepoint;
+    on a connection in autocommit, a transaction of its own; with Python's
+    implicit transactions and none open yet, the caller's transaction opened
+    as the first INSERT would have opened it, then a savepoint in it."""
+    savepoint = (
+        "RELEASE due_all_or_none",
+        ("ROLLBACK TO due_all_or_none", "RELEASE due_all_or_none"),
+    )
+    if connection.in_transaction:
+        return ("SAVEPOINT due_all_or_none",), *savepoint
+    if connection.isolation_level is None or getattr(connection, "autocommit", None) is True:
+        return ("BEGIN IMMEDIATE",), "COMMIT", ("ROLLBACK",)
+    return (f"BEGIN {connection.isolation_level}", "SAVEPOINT due_all_or_none"), *savepoint
+
+
 def _locked(error: sqlite3.OperationalError) -> bool:
     return "locked" in str(error) or "busy" in str(error)
 
@@ -260,16 +277,34 @@ class SQLiteBackend:
             self._local.short_wait = False
 
     @contextlib.contextmanager
-    def on_connection(self, connection: Any, call: str) -> Iterator[Transaction]:
+    def on_connection(
+        self, connection: Any, call: str, *, atomic: bool = False
+    ) -> Iterator[Transaction]:
         if not isinstance(connection, sqlite3.Connection):
             raise ConfigurationError(
                 f"{call} takes a sqlite3.Connection for a SQLite app, "
                 f"got {type(connection).__name__}"
             )
         with translate_errors(self.path):
-            yield SQLiteTransaction(connection, self._now())
+            tx = SQLiteTransaction(connection, self._now())
+            if not atomic:
+                yield tx
+                return
+            start, keep, undo = _all_or_none(connection)
+            for statement in start:
+                connection.execute(statement)
+            try:
+                yield tx
+            except BaseException:
+                # A statement SQLite rolled back itself took the savepoint with
+                # it: the caller's error is the one to see.
+                with contextlib.suppress(sqlite3.Error):
+                    for statement in undo:
+                        connection.execute(statement)
+                raise
+            connection.execute(keep)
 
-    def on_async_connection(self, connection: Any, call: str) -> Any:
+    def on_async_connection(self, connection: Any, call: str, *, atomic: bool = False) -> Any:
         raise ConfigurationError(
             f"a SQLite app has no async connections; call the sync form of {call} with a "
             "sqlite3.Connection"
