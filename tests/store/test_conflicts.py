@@ -13,8 +13,17 @@ from due.store.conflicts import retried_on_conflict
 from due.store.postgres.backend import translate_errors
 
 
-def test_a_real_deadlock_is_a_conflict_safe_to_retry(postgres_url: str) -> None:
+@pytest.mark.parametrize(
+    ("callers", "says"),
+    [(False, "trying again is safe"), (True, "roll your transaction back and run it again")],
+)
+def test_a_real_deadlock_is_a_conflict_safe_to_retry(
+    postgres_url: str, callers: bool, says: str
+) -> None:
+    """In due's own transaction (rolled back) or on a connection of the caller's
+    (whose transaction is theirs to roll back and run again)."""
     with psycopg.connect(postgres_url, autocommit=True) as setup:
+        setup.execute("DROP TABLE IF EXISTS pair")
         setup.execute("CREATE TABLE pair (id int PRIMARY KEY)")
         setup.execute("INSERT INTO pair VALUES (1), (2)")
     first_locked, second_locked = threading.Event(), threading.Event()
@@ -22,7 +31,10 @@ def test_a_real_deadlock_is_a_conflict_safe_to_retry(postgres_url: str) -> None:
 
     def lock(mine: int, theirs: int, locked: threading.Event, other: threading.Event) -> None:
         try:
-            with translate_errors(postgres_url), psycopg.connect(postgres_url) as conn:
+            with (
+                translate_errors(postgres_url, callers=callers),
+                psycopg.connect(postgres_url) as conn,
+            ):
                 conn.execute("SET deadlock_timeout = '100ms'")
                 conn.execute(f"SELECT 1 FROM pair WHERE id = {mine} FOR UPDATE")
                 locked.set()
@@ -41,7 +53,7 @@ def test_a_real_deadlock_is_a_conflict_safe_to_retry(postgres_url: str) -> None:
         thread.join(30)
     (error,) = errors  # one of the two was chosen as the victim
     assert isinstance(error, due.StoreConflictError)
-    assert "40P01" in str(error) and "trying again is safe" in str(error)
+    assert "40P01" in str(error) and says in str(error)
 
 
 def test_a_conflict_is_retried_then_reported() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import threading
 
 import psycopg
 import pytest
@@ -13,6 +14,7 @@ import due
 from due.store.postgres.backend import MANY_BATCH
 from due.store.sqlite.backend import path_from_url
 from tests.conftest import made_schema, postgres_schema_url
+from tests.helpers.waiting import wait_until
 
 
 class Abort(Exception):
@@ -259,6 +261,11 @@ def test_postgres_a_bulk_enqueue_refused_half_way_leaves_nothing(postgres_app: d
         with pytest.raises(due.StoreError, match="no_refused"):
             postgres_app.enqueue_many(requests, connection=conn)
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        with conn.transaction():  # in autocommit, inside a transaction of the caller's
+            conn.execute("INSERT INTO orders VALUES (5)")
+            with pytest.raises(due.StoreError, match="no_refused"):
+                postgres_app.enqueue_many(requests, connection=conn)
+            conn.execute("INSERT INTO orders VALUES (6)")
 
     async def on_an_async_connection() -> None:
         async with await psycopg.AsyncConnection.connect(postgres_app.url) as aconn:
@@ -271,7 +278,7 @@ def test_postgres_a_bulk_enqueue_refused_half_way_leaves_nothing(postgres_app: d
     asyncio.run(on_an_async_connection())
     assert postgres_app.jobs(limit=10) == []
     with psycopg.connect(postgres_app.url) as conn:
-        assert len(conn.execute("SELECT id FROM orders").fetchall()) == 4
+        assert len(conn.execute("SELECT id FROM orders").fetchall()) == 6
 
 
 def test_sqlite_a_bulk_enqueue_refused_half_way_leaves_nothing(sqlite_app: due.App) -> None:
@@ -301,3 +308,18 @@ def test_sqlite_a_bulk_enqueue_refused_half_way_leaves_nothing(sqlite_app: due.A
         conn.rollback()
         assert [row[0] for row in conn.execute("SELECT id FROM orders")] == [1, 2, 3]
     assert sqlite_app.jobs(limit=10) == []
+
+
+def test_postgres_a_batch_on_an_autocommit_connection_another_thread_is_using(
+    postgres_app: due.App,
+) -> None:
+    """psycopg lets threads share a connection, each statement after the other:
+    the batch waits for the running one, and is a transaction of its own."""
+    ship = register(postgres_app)
+    with psycopg.connect(postgres_app.url, autocommit=True) as conn:
+        sleeper = threading.Thread(target=conn.execute, args=("SELECT pg_sleep(1)",))
+        sleeper.start()
+        wait_until(lambda: conn.info.transaction_status == psycopg.pq.TransactionStatus.ACTIVE, 10)
+        jobs = postgres_app.enqueue_many([ship.request(1), ship.request(2)], connection=conn)
+        sleeper.join(10)
+    assert sorted(postgres_app.get(job.id).args for job in jobs) == [(1,), (2,)]

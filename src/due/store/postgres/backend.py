@@ -23,7 +23,7 @@ import threading
 import weakref
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import psycopg_pool
@@ -215,14 +215,24 @@ class PostgresBackend:
                 f"{call} takes a psycopg.Connection for a PostgreSQL app, "
                 f"got {type(connection).__name__}"
             )
-        with translate_errors(self.url), connection.cursor(row_factory=dict_row) as cur:
+        with (
+            translate_errors(self.url, callers=True),
+            connection.cursor(row_factory=dict_row) as cur,
+        ):
             # A caller's connection may find `due_jobs` in another schema than the
             # store's: its statements name the channel of the table they write.
             tx = PostgresTransaction(cur, self._clock.now(), QUERIES, to_utc=True)
             if not atomic:
                 yield tx
                 return
-            start, keep, undo = AllOrNone.of(connection)
+            if connection.autocommit:
+                # psycopg reads the session's state under its lock and opens a
+                # transaction, or a savepoint in the caller's (another thread's
+                # statement may be running on a shared connection).
+                with connection.transaction():
+                    yield tx
+                return
+            start, keep, undo = SAVEPOINT
             cur.execute(start)
             try:
                 yield tx
@@ -242,13 +252,17 @@ class PostgresBackend:
                 f"{call} takes a psycopg.AsyncConnection for a PostgreSQL app, "
                 f"got {type(connection).__name__}"
             )
-        with translate_errors(self.url):
+        with translate_errors(self.url, callers=True):
             async with connection.cursor(row_factory=dict_row) as cur:
                 tx = AsyncPostgresTransaction(cur, self._clock.now(), QUERIES)  # as on_connection
                 if not atomic:
                     yield tx
                     return
-                start, keep, undo = AllOrNone.of(connection)
+                if connection.autocommit:
+                    async with connection.transaction():
+                        yield tx
+                    return
+                start, keep, undo = SAVEPOINT
                 await cur.execute(start)
                 try:
                     yield tx
@@ -761,28 +775,17 @@ SESSION_SETTINGS = (
 time zone; the bounds are set per transaction there)."""
 
 
-class AllOrNone(NamedTuple):
-    """Statements that keep what a caller's connection runs between them all or
-    none (on_connection's `atomic`): in the caller's transaction, a savepoint
-    (rolled back to, the transaction stays usable, its own work kept); on a
-    connection in autocommit and idle, a transaction of its own. On a
-    connection not in autocommit the first statement opens the caller's
-    transaction, as the caller's next statement would have."""
-
-    start: str
-    keep: str
-    undo: tuple[str, ...]
-
-    @staticmethod
-    def of(connection: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> AllOrNone:
-        idle = connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-        if connection.autocommit and idle:
-            return AllOrNone("BEGIN", "COMMIT", ("ROLLBACK",))
-        return AllOrNone(
-            "SAVEPOINT due_all_or_none",
-            "RELEASE SAVEPOINT due_all_or_none",
-            ("ROLLBACK TO SAVEPOINT due_all_or_none", "RELEASE SAVEPOINT due_all_or_none"),
-        )
+SAVEPOINT = (
+    "SAVEPOINT due_all_or_none",
+    "RELEASE SAVEPOINT due_all_or_none",
+    ("ROLLBACK TO SAVEPOINT due_all_or_none", "RELEASE SAVEPOINT due_all_or_none"),
+)
+"""What on_connection's `atomic` runs around its statements on a caller's
+connection not in autocommit: start, keep, undo. In the caller's transaction a
+savepoint, rolled back to on failure: the caller's own work is kept and the
+transaction goes on. Not `connection.transaction()`, which on an idle
+connection would BEGIN and COMMIT, ending the transaction the caller means
+to end; here the SAVEPOINT opens it, as the caller's next statement would."""
 
 
 LANE_SETTINGS = (
@@ -828,8 +831,10 @@ in a transaction, or by an administrator."""
 
 
 @contextlib.contextmanager
-def translate_errors(url: str) -> Iterator[None]:
-    """Driver errors become StoreErrors, with the original as the cause."""
+def translate_errors(url: str, *, callers: bool = False) -> Iterator[None]:
+    """Driver errors become StoreErrors, with the original as the cause.
+    `callers`: on a connection of the caller's, whose transaction is theirs to
+    roll back and try again (due's own are rolled back here)."""
     try:
         yield
     except psycopg_pool.PoolClosed as error:
@@ -848,6 +853,12 @@ def translate_errors(url: str) -> Iterator[None]:
         if is_pooler_breakage(error):
             raise StoreUnavailableError(f"{redact(url)}: {HINT} ({str(error).strip()})") from error
         state = error.sqlstate or ""
+        if callers and (state.startswith("40") or state in ROLLED_BACK_STATES):
+            raise StoreConflictError(
+                f"{redact(url)}: a statement on your connection was ended ({error.sqlstate}: "
+                f"{str(error).strip()}); nothing of this call was kept: roll your transaction "
+                "back and run it again"
+            ) from error
         if state.startswith("40") or state in ROLLED_BACK_STATES:
             raise StoreConflictError(
                 f"{redact(url)}: this transaction was rolled back ({error.sqlstate}: "
