@@ -137,63 +137,56 @@ def test_enqueues_that_wait_for_the_loops_write_are_written_in_one_after_it(
         assert job.run_at.utcoffset() == timedelta(0)
 
 
-REFUSE = {
-    "postgres": "ALTER TABLE due_jobs ADD CONSTRAINT no_refused CHECK (task <> 'refused')",
-    # RAISE(ROLLBACK): SQLite ends the transaction itself, and says why.
-    "sqlite": "CREATE TRIGGER refuse BEFORE INSERT ON due_jobs WHEN NEW.task = 'refused'"
-    " BEGIN SELECT RAISE(ROLLBACK, 'no_refused'); END",
+BAD_ROW = {
+    # A row the database refuses: the group's write wrote nothing, and each of
+    # its requests is then made alone.
+    "refused": {
+        "postgres": "ALTER TABLE due_jobs ADD CONSTRAINT no_refused CHECK (task <> 'refused')",
+        # RAISE(ROLLBACK): SQLite ends the transaction itself, and says why.
+        "sqlite": "CREATE TRIGGER refuse BEFORE INSERT ON due_jobs WHEN NEW.task = 'refused'"
+        " BEGIN SELECT RAISE(ROLLBACK, 'no_refused'); END",
+    },
+    # A row a trigger of the user's skips without an error: PostgreSQL's group
+    # statement has committed the others; SQLite's transaction is rolled back
+    # (nothing was stored) and each request is then made alone.
+    "skipped": {
+        "postgres": "CREATE FUNCTION skip_row() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+        " RETURN NULL; END $$; CREATE TRIGGER skip_row BEFORE INSERT ON due_jobs FOR EACH ROW"
+        " WHEN (NEW.task = 'skipped') EXECUTE FUNCTION skip_row()",
+        "sqlite": "CREATE TRIGGER skip_row BEFORE INSERT ON due_jobs WHEN NEW.task = 'skipped'"
+        " BEGIN SELECT RAISE(IGNORE); END",
+    },
 }
 
 
-def test_a_request_refused_in_a_group_fails_only_its_own_caller(
-    grouped: tuple[due.App, due.Task[..., None], Holder], backend: str
+@pytest.mark.parametrize(
+    ("bad", "says", "made_alone"),
+    [
+        ("refused", "no_refused", {"postgres": 6, "sqlite": 6}),
+        ("skipped", "did not store", {"postgres": 0, "sqlite": 6}),
+    ],
+)
+def test_a_bad_row_in_a_group_fails_only_its_own_caller(
+    grouped: tuple[due.App, due.Task[..., None], Holder],
+    backend: str,
+    bad: str,
+    says: str,
+    made_alone: dict[str, int],
 ) -> None:
-    """The group's write wrote nothing; each of its requests is then made alone."""
+    """Its caller gets the error; the others get their jobs, each stored once."""
     app, t, holder = grouped
-    refused = app.task(name="refused")(lambda n: None)
-    holder.run(REFUSE[backend])
+    bad_task = app.task(name=bad)(lambda n: None)
+    holder.run(BAD_ROW[bad][backend])
     calls = [functools.partial(t.aenqueue, n) for n in range(10, 15)]
-    calls.insert(2, functools.partial(refused.aenqueue, 99))
+    calls.insert(2, functools.partial(bad_task.aenqueue, 99))
     (_, outcomes), threads = run_counting(lambda: behind_the_held_write(holder, t, calls))
     error = outcomes.pop(2)
-    assert isinstance(error, StoreError) and "no_refused" in str(error)
+    assert isinstance(error, StoreError) and says in str(error), error
     assert [job.args for job in outcomes if isinstance(job, due.Job)] == [
         (n,) for n in range(10, 15)
     ]
     assert stored_args(app) == [*holder.before, *range(10, 15)]
-    assert threads == holder.threads + holder.group_threads + 6, "each request made alone"
-
-
-SKIP = {
-    "postgres": "CREATE FUNCTION skip_row() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
-    " RETURN NULL; END $$; CREATE TRIGGER skip_row BEFORE INSERT ON due_jobs FOR EACH ROW"
-    " WHEN (NEW.task = 'skipped') EXECUTE FUNCTION skip_row()",
-    "sqlite": "CREATE TRIGGER skip_row BEFORE INSERT ON due_jobs WHEN NEW.task = 'skipped'"
-    " BEGIN SELECT RAISE(IGNORE); END",
-}
-
-
-def test_a_row_a_trigger_skips_in_a_group_fails_only_its_own_caller(
-    grouped: tuple[due.App, due.Task[..., None], Holder], backend: str
-) -> None:
-    """A trigger of the user's that skips a row without an error: its caller is
-    told its job was not stored; the others get theirs, each stored once.
-    PostgreSQL's group statement has committed the others' rows; SQLite's
-    transaction was rolled back, and each request was then made alone."""
-    app, t, holder = grouped
-    skipped = app.task(name="skipped")(lambda n: None)
-    holder.run(SKIP[backend])
-    calls = [functools.partial(t.aenqueue, n) for n in range(10, 15)]
-    calls.insert(2, functools.partial(skipped.aenqueue, 99))
-    (_, outcomes), threads = run_counting(lambda: behind_the_held_write(holder, t, calls))
-    error = outcomes.pop(2)
-    assert isinstance(error, StoreError) and "did not store" in str(error), error
-    assert [job.args for job in outcomes if isinstance(job, due.Job)] == [
-        (n,) for n in range(10, 15)
-    ]
-    assert stored_args(app) == [*holder.before, *range(10, 15)]
-    alone = 0 if backend == "postgres" else 6
-    assert threads == holder.threads + holder.group_threads + alone
+    assert threads == holder.threads + holder.group_threads + made_alone[backend]
 
 
 def test_an_error_met_after_the_commit_goes_to_every_caller_and_nothing_is_sent_again(

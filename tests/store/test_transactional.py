@@ -323,3 +323,30 @@ def test_postgres_a_batch_on_an_autocommit_connection_another_thread_is_using(
         jobs = postgres_app.enqueue_many([ship.request(1), ship.request(2)], connection=conn)
         sleeper.join(10)
     assert sorted(postgres_app.get(job.id).args for job in jobs) == [(1,), (2,)]
+
+
+def test_postgres_a_conflict_on_the_callers_connection_says_to_roll_it_back(
+    postgres_app: due.App,
+) -> None:
+    """A deadlock or serialization failure ends a statement of the caller's
+    transaction, not the transaction: it is theirs to roll back and run again.
+    A batch's savepoint is undone and the transaction goes on."""
+    ship = register(postgres_app)
+    conflicted = postgres_app.task(name="conflicted")(lambda n: None)
+    with psycopg.connect(postgres_app.url) as conn:
+        conn.execute(
+            "CREATE FUNCTION conflict() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+            " RAISE EXCEPTION 'made up' USING ERRCODE = '40001'; END $$;"
+            " CREATE TRIGGER conflict BEFORE INSERT ON due_jobs FOR EACH ROW"
+            " WHEN (NEW.task = 'conflicted') EXECUTE FUNCTION conflict()"
+        )
+        conn.commit()
+        batch = [ship.request(1), conflicted.request(2)]
+        with pytest.raises(due.StoreConflictError, match="roll your transaction back"):
+            postgres_app.enqueue_many(batch, connection=conn)
+        kept = ship.options(connection=conn).enqueue(3)  # the transaction goes on
+        conn.commit()
+        with pytest.raises(due.StoreConflictError, match="roll your transaction back"):
+            conflicted.options(connection=conn).enqueue(4)
+        conn.rollback()
+    assert [job.id for job in postgres_app.jobs(limit=10)] == [kept.id]

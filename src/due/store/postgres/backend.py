@@ -38,6 +38,7 @@ from due.errors import (
     StoreError,
     StoreUnavailableError,
 )
+from due.store.all_or_none import SAVEPOINT, kept_all_or_none
 from due.store.backend import (
     Batch,
     ChangeFeed,
@@ -232,16 +233,11 @@ class PostgresBackend:
                 with connection.transaction():
                     yield tx
                 return
-            start, keep, undo = SAVEPOINT
-            cur.execute(start)
-            try:
+            # Not connection.transaction(), which on an idle connection would
+            # BEGIN and COMMIT, ending the transaction the caller means to end:
+            # the SAVEPOINT opens it, as the caller's next statement would.
+            with kept_all_or_none(cur.execute, SAVEPOINT, psycopg.Error):
                 yield tx
-            except BaseException:
-                with contextlib.suppress(psycopg.Error):  # the caller's error is the one
-                    for statement in undo:
-                        cur.execute(statement)
-                raise
-            cur.execute(keep)
 
     @contextlib.asynccontextmanager
     async def on_async_connection(
@@ -262,16 +258,16 @@ class PostgresBackend:
                     async with connection.transaction():
                         yield tx
                     return
-                start, keep, undo = SAVEPOINT
+                (start,) = SAVEPOINT.start  # as kept_all_or_none, awaited
                 await cur.execute(start)
                 try:
                     yield tx
                 except BaseException:
                     with contextlib.suppress(psycopg.Error):
-                        for statement in undo:
+                        for statement in SAVEPOINT.undo:
                             await cur.execute(statement)
                     raise
-                await cur.execute(keep)
+                await cur.execute(SAVEPOINT.keep)
 
     @contextlib.asynccontextmanager
     async def loop_statement(self) -> AsyncIterator[AsyncPostgresTransaction | None]:
@@ -775,19 +771,6 @@ SESSION_SETTINGS = (
 time zone; the bounds are set per transaction there)."""
 
 
-SAVEPOINT = (
-    "SAVEPOINT due_all_or_none",
-    "RELEASE SAVEPOINT due_all_or_none",
-    ("ROLLBACK TO SAVEPOINT due_all_or_none", "RELEASE SAVEPOINT due_all_or_none"),
-)
-"""What on_connection's `atomic` runs around its statements on a caller's
-connection not in autocommit: start, keep, undo. In the caller's transaction a
-savepoint, rolled back to on failure: the caller's own work is kept and the
-transaction goes on. Not `connection.transaction()`, which on an idle
-connection would BEGIN and COMMIT, ending the transaction the caller means
-to end; here the SAVEPOINT opens it, as the caller's next statement would."""
-
-
 LANE_SETTINGS = (
     # The lane runs two statements, the claim and the acknowledgement, hundreds
     # of times a second. The server kept planning the claim anew each time (its
@@ -853,13 +836,14 @@ def translate_errors(url: str, *, callers: bool = False) -> Iterator[None]:
         if is_pooler_breakage(error):
             raise StoreUnavailableError(f"{redact(url)}: {HINT} ({str(error).strip()})") from error
         state = error.sqlstate or ""
-        if callers and (state.startswith("40") or state in ROLLED_BACK_STATES):
+        rolled_back = state.startswith("40") or state in ROLLED_BACK_STATES
+        if rolled_back and callers:
             raise StoreConflictError(
                 f"{redact(url)}: a statement on your connection was ended ({error.sqlstate}: "
                 f"{str(error).strip()}); nothing of this call was kept: roll your transaction "
                 "back and run it again"
             ) from error
-        if state.startswith("40") or state in ROLLED_BACK_STATES:
+        if rolled_back:
             raise StoreConflictError(
                 f"{redact(url)}: this transaction was rolled back ({error.sqlstate}: "
                 f"{str(error).strip()}); nothing was written, and trying again is safe"

@@ -37,6 +37,7 @@ from typing import Any
 
 from due.clock import Clock, SystemClock
 from due.errors import ConfigurationError, NotMigratedError, StoreError, StoreUnavailableError
+from due.store.all_or_none import SAVEPOINT, AllOrNone, kept_all_or_none
 from due.store.backend import (
     Batch,
     ChangeFeed,
@@ -112,21 +113,17 @@ and setting it back around every write cost a single enqueue about a tenth of
 its time."""
 
 
-def _all_or_none(connection: sqlite3.Connection) -> tuple[tuple[str, ...], str, tuple[str, ...]]:
-    """Statements that keep what runs between them on a caller's connection all
-    or none (on_connection's `atomic`): in the caller's transaction, a savepoint;
-    on a connection in autocommit, a transaction of its own; with Python's
-    implicit transactions and none open yet, the caller's transaction opened
-    as the first INSERT would have opened it, then a savepoint in it."""
-    savepoint = (
-        "RELEASE due_all_or_none",
-        ("ROLLBACK TO due_all_or_none", "RELEASE due_all_or_none"),
-    )
+def _all_or_none(connection: sqlite3.Connection) -> AllOrNone:
+    """What keeps a caller's statements all or none (on_connection's `atomic`):
+    in the caller's transaction, a savepoint; on a connection in autocommit, a
+    transaction of its own; with Python's implicit transactions and none open
+    yet, the caller's transaction opened as the first INSERT would have opened
+    it, then a savepoint in it."""
     if connection.in_transaction:
-        return ("SAVEPOINT due_all_or_none",), *savepoint
+        return SAVEPOINT
     if connection.isolation_level is None or getattr(connection, "autocommit", None) is True:
-        return ("BEGIN IMMEDIATE",), "COMMIT", ("ROLLBACK",)
-    return (f"BEGIN {connection.isolation_level}", "SAVEPOINT due_all_or_none"), *savepoint
+        return AllOrNone(("BEGIN IMMEDIATE",), "COMMIT", ("ROLLBACK",))
+    return SAVEPOINT._replace(start=(f"BEGIN {connection.isolation_level}", *SAVEPOINT.start))
 
 
 def _locked(error: sqlite3.OperationalError) -> bool:
@@ -290,19 +287,8 @@ class SQLiteBackend:
             if not atomic:
                 yield tx
                 return
-            start, keep, undo = _all_or_none(connection)
-            for statement in start:
-                connection.execute(statement)
-            try:
+            with kept_all_or_none(connection.execute, _all_or_none(connection), sqlite3.Error):
                 yield tx
-            except BaseException:
-                # A statement SQLite rolled back itself took the savepoint with
-                # it: the caller's error is the one to see.
-                with contextlib.suppress(sqlite3.Error):
-                    for statement in undo:
-                        connection.execute(statement)
-                raise
-            connection.execute(keep)
 
     def on_async_connection(self, connection: Any, call: str, *, atomic: bool = False) -> Any:
         raise ConfigurationError(
