@@ -8,6 +8,7 @@ import base64
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -365,3 +366,21 @@ def test_odd_input_gets_an_answer_not_an_error(app: due.App, work: due.Task) -> 
     with TestClient(app.dashboard()) as client:
         for path in ("/jobs?q=\u00b2", "/jobs?before=\u00b2", "/jobs?q=" + "9" * 30):
             assert client.get(path).status_code == 200, path
+
+
+def test_a_taken_port_is_an_error_and_never_announced_as_listening(
+    app: due.App, backend_url: str
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "due", "--url", backend_url, "dashboard", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 1, done.stderr
+    assert f"could not listen on 127.0.0.1:{port}" in done.stderr
+    assert "dashboard on http" not in done.stderr

@@ -65,23 +65,33 @@ def dashboard(
     except DueError as error:
         click.echo(f"error: {error}", err=True)
         sys.exit(1)
-    server = _server_class()(
+    shown = f"[{host}]" if ":" in host else host
+    server = _server_class(f"dashboard on http://{shown}:{port}/ (Ctrl-C stops it)")(
         uvicorn.Config(asgi, host=host, port=port, log_level="warning", access_log=False)
     )
-    shown = f"[{host}]" if ":" in host else host
-    click.echo(f"dashboard on http://{shown}:{port}/ (Ctrl-C stops it)", err=True)
-    server.run()
+    try:
+        server.run()
+    except SystemExit:
+        # uvicorn exits from inside its loop when the bind fails.
+        if server.started:
+            raise
     if not server.started:
         click.echo(f"error: could not listen on {host}:{port}", err=True)
         sys.exit(1)
 
 
-def _server_class() -> Any:
+def _server_class(listening: str) -> Any:
     import uvicorn
 
     class Server(uvicorn.Server):
         """uvicorn's server, but SIGTERM and SIGINT end it with exit code 0 (uvicorn
-        raises the signal again once stopped; a supervisor would see a crash)."""
+        raises the signal again once stopped; a supervisor would see a crash), and
+        it says `listening` only once its socket is bound: whoever waits for that
+        line may connect at once."""
+
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            click.echo(listening, err=True)
 
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:
