@@ -350,3 +350,55 @@ def test_postgres_a_conflict_on_the_callers_connection_says_to_roll_it_back(
             conflicted.options(connection=conn).enqueue(4)
         conn.rollback()
     assert [job.id for job in postgres_app.jobs(limit=10)] == [kept.id]
+
+
+@pytest.mark.parametrize("autocommit", [False, True], ids=["transaction", "autocommit"])
+def test_postgres_enqueues_inside_the_callers_pipeline(
+    postgres_app: due.App, autocommit: bool
+) -> None:
+    """In pipeline mode a statement's result comes only at a sync: each step
+    that needs the one before (a keyed job's conflict, a batch's reserved ids)
+    still gets it, a handle is never "not stored" for a row that is, and a
+    refused batch leaves nothing while the caller's work goes on."""
+    requests = refused_half_way(postgres_app)  # registers ship
+    ship = postgres_app.tasks.get("ship")
+    with psycopg.connect(postgres_app.url, autocommit=True) as setup:
+        setup.execute(REFUSE_POSTGRES)
+        setup.execute("CREATE TABLE orders (id int PRIMARY KEY)")
+    with psycopg.connect(postgres_app.url, autocommit=autocommit) as conn:
+        with conn.pipeline():
+            conn.execute("INSERT INTO orders VALUES (1)")
+            one = ship.options(connection=conn).enqueue(1)
+            keyed = ship.options(connection=conn, key="order-2").enqueue(2)
+            again = ship.options(connection=conn, key="order-2").enqueue(2)
+            many = postgres_app.enqueue_many([ship.request(n) for n in (3, 4, 5)], connection=conn)
+            with pytest.raises(due.StoreError, match="no_refused"):
+                postgres_app.enqueue_many(requests, connection=conn)
+            conn.execute("INSERT INTO orders VALUES (2)")
+        conn.commit()
+        assert conn.execute("SELECT id FROM orders ORDER BY id").fetchall() == [(1,), (2,)]
+    assert again.deduplicated and again.id == keyed.id
+    stored = {job.id: job.args for job in postgres_app.jobs(limit=100)}
+    assert stored == {job.id: job.args for job in (one, keyed, *many)}
+    assert sorted(stored.values()) == [(1,), (2,), (3,), (4,), (5,)]
+
+
+def test_postgres_aenqueue_inside_the_callers_async_pipeline(postgres_app: due.App) -> None:
+    ship = register(postgres_app)
+
+    async def scenario() -> list[due.Job]:
+        async with await psycopg.AsyncConnection.connect(postgres_app.url) as conn:
+            async with conn.pipeline():
+                one = await ship.options(connection=conn).aenqueue(1)
+                keyed = await ship.options(connection=conn, key="k").aenqueue(2)
+                again = await ship.options(connection=conn, key="k").aenqueue(2)
+                requests = [ship.request(n) for n in (3, 4)]
+                many = await postgres_app.aenqueue_many(requests, connection=conn)
+            await conn.commit()
+        assert again.deduplicated and again.id == keyed.id
+        return [one, keyed, *many]
+
+    created = asyncio.run(scenario())
+    stored = {job.id: job.args for job in postgres_app.jobs(limit=100)}
+    assert stored == {job.id: job.args for job in created}
+    assert sorted(stored.values()) == [(1,), (2,), (3,), (4,)]

@@ -499,13 +499,15 @@ class PostgresTransaction:
         return self._instant
 
     def run(self, query: str, params: Mapping[str, Any] | None = None) -> Rows:
-        self.cursor.execute(self._queries[query], _encoded(params or {}))
+        with _results_at_once(self.cursor.connection):
+            self.cursor.execute(self._queries[query], _encoded(params or {}))
         rows = self.cursor.fetchall() if returns_rows(self.cursor) else []
         return [_utc(row) for row in rows] if self._to_utc else rows
 
     def run_values(self, query: str, params: Mapping[str, Any] | None = None) -> Values:
         with self.cursor.connection.cursor(row_factory=tuple_row) as cursor:
-            cursor.execute(self._queries[query], _encoded(params or {}))
+            with _results_at_once(cursor.connection):
+                cursor.execute(self._queries[query], _encoded(params or {}))
             rows = cursor.fetchall() if returns_rows(cursor) else []
             return _values(cursor, rows, self._to_utc)
 
@@ -553,7 +555,8 @@ class AsyncPostgresTransaction:
         return self._now
 
     async def run(self, query: str, params: Mapping[str, Any] | None = None) -> Rows:
-        await self.cursor.execute(self._queries[query], _encoded(params or {}))
+        async with _async_results_at_once(self.cursor.connection):
+            await self.cursor.execute(self._queries[query], _encoded(params or {}))
         rows = await self.cursor.fetchall() if returns_rows(self.cursor) else []
         return [_utc(row) for row in rows] if self._to_utc else rows
 
@@ -570,7 +573,8 @@ class AsyncPostgresTransaction:
         query: str,
         params: Mapping[str, Any] | None,
     ) -> Values:
-        await cursor.execute(self._queries[query], _encoded(params or {}))
+        async with _async_results_at_once(cursor.connection):
+            await cursor.execute(self._queries[query], _encoded(params or {}))
         rows = await cursor.fetchall() if returns_rows(cursor) else []
         return _values(cursor, rows, self._to_utc)
 
@@ -622,6 +626,25 @@ def _async_pipeline(
     connection: psycopg.AsyncConnection[Any],
 ) -> contextlib.AbstractAsyncContextManager[Any]:
     if psycopg.AsyncPipeline.is_supported():
+        return connection.pipeline()
+    return contextlib.nullcontext()
+
+
+def _results_at_once(connection: psycopg.Connection[Any]) -> contextlib.AbstractContextManager[Any]:
+    """On a caller's connection in pipeline mode, a statement's result (its rows,
+    its error) comes only when the pipeline is synced, and each step needs the
+    one before it (an insert's id, a conflict): the statement runs in a nested
+    pipeline, which syncs as it ends. Otherwise nothing is done."""
+    if connection.pgconn.pipeline_status:  # PipelineStatus.OFF is 0
+        return connection.pipeline()
+    return contextlib.nullcontext()
+
+
+def _async_results_at_once(
+    connection: psycopg.AsyncConnection[Any],
+) -> contextlib.AbstractAsyncContextManager[Any]:
+    """`_results_at_once` for an async connection."""
+    if connection.pgconn.pipeline_status:
         return connection.pipeline()
     return contextlib.nullcontext()
 
