@@ -24,6 +24,40 @@ DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 MAX_ERROR_CHARACTERS = 10_000
 
 _encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _not_encodable(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+_make_c_encoder = getattr(json.encoder, "c_make_encoder", None)
+_c_encoder = (
+    None
+    if _make_c_encoder is None
+    else _make_c_encoder(
+        None, _not_encodable, json.encoder.encode_basestring, None, ":", ",", False, False, False
+    )
+)
+"""`_encoder`'s C encoder made once, without the check for circular values.
+`JSONEncoder.encode` makes a new one, with a new dict of the values it is in,
+at every call: half the time of encoding a job's arguments (1.9 against
+3.4 us), paid by every enqueue of a bulk. Its circular check needs a dict of
+its own per call (one shared between calls keeps the marks of a call that
+failed half way, and later takes other values for circular ones), so a
+circular value is met as a RecursionError instead, and handed to `_encoder`
+to be named."""
+
+
+def _json_text(value: Any) -> str:
+    """`_encoder.encode(value)`: TypeError or ValueError for what JSON cannot hold."""
+    if _c_encoder is None:
+        return _encoder.encode(value)
+    try:
+        return "".join(_c_encoder(value, 0))
+    except RecursionError:
+        return _encoder.encode(value)  # ValueError if circular; too deep: RecursionError
+
+
 # \u0000 in encoded JSON, unless its backslash is itself escaped ("\\u0000" is text).
 _ENCODED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
@@ -39,7 +73,7 @@ def encode_arguments(
 ) -> str:
     """The JSON text stored for a job's arguments; raises PayloadError."""
     try:
-        text = _encoder.encode({"args": args, "kwargs": kwargs})
+        text = _json_text({"args": args, "kwargs": kwargs})
     except (TypeError, ValueError) as error:
         raise _explain_unserialisable(task, args, kwargs) from error
     if _holds_nul(text):
@@ -60,7 +94,7 @@ def encode_arguments(
 def encode_value(value: Any, what: str) -> str:
     """JSON text of a result, checkpoint or progress; raises PayloadError naming `what`."""
     try:
-        text = _encoder.encode(value)
+        text = _json_text(value)
     except (TypeError, ValueError) as error:
         raise PayloadError(f"{what} is not JSON-serialisable: {error}") from error
     if _holds_nul(text):

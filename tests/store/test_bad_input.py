@@ -55,6 +55,14 @@ def test_unserialisable_arguments_are_named(app: due.App, send: due.Task) -> Non
         "argument 'template'.*not JSON-serialisable",
     )
     rejected(app, lambda: send.enqueue(float("nan")), due.PayloadError, "argument 0")
+    circular: list[Any] = [1]
+    circular.append(circular)
+    rejected(
+        app,
+        lambda: send.enqueue(1, template=circular),
+        due.PayloadError,
+        "argument 'template'.*Circular reference",
+    )
 
 
 def test_a_nul_character_in_the_arguments_is_refused_and_its_spelling_as_text_is_not(
