@@ -402,3 +402,25 @@ def test_postgres_aenqueue_inside_the_callers_async_pipeline(postgres_app: due.A
     stored = {job.id: job.args for job in postgres_app.jobs(limit=100)}
     assert stored == {job.id: job.args for job in created}
     assert sorted(stored.values()) == [(1,), (2,), (3,), (4,)]
+
+
+def test_postgres_an_enqueue_in_an_autocommit_pipeline_commits_nothing_of_its_own(
+    postgres_app: due.App,
+) -> None:
+    """Between two syncs an autocommit pipeline is one implicit transaction: an
+    enqueue inside it (one job, or a keyed one, several statements) reads its
+    results without a sync, so a statement of the caller's failing after it
+    leaves nothing, as it would have without the enqueue."""
+    ship = register(postgres_app)
+    with psycopg.connect(postgres_app.url, autocommit=True) as setup:
+        setup.execute("CREATE TABLE orders (id int PRIMARY KEY)")
+        setup.execute("INSERT INTO orders VALUES (100)")
+    with psycopg.connect(postgres_app.url, autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.UniqueViolation), conn.pipeline():
+            conn.execute("INSERT INTO orders VALUES (1)")
+            one = ship.options(connection=conn).enqueue(1)
+            keyed = ship.options(connection=conn, key="order-2").enqueue(2)
+            conn.execute("INSERT INTO orders VALUES (100)")  # refused: ends it all
+        assert conn.execute("SELECT id FROM orders ORDER BY id").fetchall() == [(100,)]
+    assert one.id != keyed.id
+    assert postgres_app.jobs(limit=10) == []

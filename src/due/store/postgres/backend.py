@@ -21,9 +21,9 @@ import itertools
 import re
 import threading
 import weakref
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 import psycopg_pool
@@ -106,6 +106,8 @@ def with_channel_names(names: Mapping[str, str]) -> dict[str, str]:
     literals = {base: f"'{name}'" for base, name in names.items()}
     return {name: _with_channels(text, literals) for name, text in _RAW_QUERIES.items()}
 
+
+T = TypeVar("T")
 
 _RAW_QUERIES = load_queries("due.store.postgres")
 _SUBQUERIES = {base: channel_sql(base) for base in (NOTIFY_CHANNEL, ENDED_CHANNEL)}
@@ -236,7 +238,8 @@ class PostgresBackend:
             # Not connection.transaction(), which on an idle connection would
             # BEGIN and COMMIT, ending the transaction the caller means to end:
             # the SAVEPOINT opens it, as the caller's next statement would.
-            with kept_all_or_none(cur.execute, SAVEPOINT, psycopg.Error):
+            execute = _after_an_aborted_pipeline(cur.execute, connection)
+            with kept_all_or_none(execute, SAVEPOINT, psycopg.Error):
                 yield tx
 
     @contextlib.asynccontextmanager
@@ -264,6 +267,9 @@ class PostgresBackend:
                     yield tx
                 except BaseException:
                     with contextlib.suppress(psycopg.Error):
+                        if connection.pgconn.pipeline_status == psycopg.pq.PipelineStatus.ABORTED:
+                            async with connection.pipeline() as pipeline:
+                                await pipeline.sync()  # as _after_an_aborted_pipeline
                         for statement in SAVEPOINT.undo:
                             await cur.execute(statement)
                     raise
@@ -499,16 +505,14 @@ class PostgresTransaction:
         return self._instant
 
     def run(self, query: str, params: Mapping[str, Any] | None = None) -> Rows:
-        with _results_at_once(self.cursor.connection):
-            self.cursor.execute(self._queries[query], _encoded(params or {}))
-        rows = self.cursor.fetchall() if returns_rows(self.cursor) else []
+        self.cursor.execute(self._queries[query], _encoded(params or {}))
+        rows = _rows(self.cursor)
         return [_utc(row) for row in rows] if self._to_utc else rows
 
     def run_values(self, query: str, params: Mapping[str, Any] | None = None) -> Values:
         with self.cursor.connection.cursor(row_factory=tuple_row) as cursor:
-            with _results_at_once(cursor.connection):
-                cursor.execute(self._queries[query], _encoded(params or {}))
-            rows = cursor.fetchall() if returns_rows(cursor) else []
+            cursor.execute(self._queries[query], _encoded(params or {}))
+            rows = _rows(cursor)
             return _values(cursor, rows, self._to_utc)
 
     def run_each(self, query: str, rows: Batch, params: Mapping[str, Any] | None = None) -> Rows:
@@ -555,9 +559,8 @@ class AsyncPostgresTransaction:
         return self._now
 
     async def run(self, query: str, params: Mapping[str, Any] | None = None) -> Rows:
-        async with _async_results_at_once(self.cursor.connection):
-            await self.cursor.execute(self._queries[query], _encoded(params or {}))
-        rows = await self.cursor.fetchall() if returns_rows(self.cursor) else []
+        await self.cursor.execute(self._queries[query], _encoded(params or {}))
+        rows = await _async_rows(self.cursor)
         return [_utc(row) for row in rows] if self._to_utc else rows
 
     async def run_values(self, query: str, params: Mapping[str, Any] | None = None) -> Values:
@@ -573,9 +576,8 @@ class AsyncPostgresTransaction:
         query: str,
         params: Mapping[str, Any] | None,
     ) -> Values:
-        async with _async_results_at_once(cursor.connection):
-            await cursor.execute(self._queries[query], _encoded(params or {}))
-        rows = await cursor.fetchall() if returns_rows(cursor) else []
+        await cursor.execute(self._queries[query], _encoded(params or {}))
+        rows = await _async_rows(cursor)
         return _values(cursor, rows, self._to_utc)
 
     async def run_each(
@@ -630,23 +632,47 @@ def _async_pipeline(
     return contextlib.nullcontext()
 
 
-def _results_at_once(connection: psycopg.Connection[Any]) -> contextlib.AbstractContextManager[Any]:
-    """On a caller's connection in pipeline mode, a statement's result (its rows,
-    its error) comes only when the pipeline is synced, and each step needs the
-    one before it (an insert's id, a conflict): the statement runs in a nested
-    pipeline, which syncs as it ends. Otherwise nothing is done."""
-    if connection.pgconn.pipeline_status:  # PipelineStatus.OFF is 0
-        return connection.pipeline()
-    return contextlib.nullcontext()
+def _rows(cursor: psycopg.Cursor[T]) -> list[T]:
+    """The rows of the statement just sent (none for one that returns none).
+    On a caller's connection in pipeline mode its result has not come yet: it
+    is asked for as psycopg's own fetch asks, by a flush, not a sync (which
+    in autocommit would commit the caller's statements queued before it)."""
+    if cursor.pgresult is None and cursor.connection.pgconn.pipeline_status:
+        try:
+            return cursor.fetchall()
+        except psycopg.ProgrammingError as error:
+            if error.sqlstate is not None:  # the server's error for the statement
+                raise
+            return []  # it returns no rows
+    return cursor.fetchall() if returns_rows(cursor) else []
 
 
-def _async_results_at_once(
-    connection: psycopg.AsyncConnection[Any],
-) -> contextlib.AbstractAsyncContextManager[Any]:
-    """`_results_at_once` for an async connection."""
-    if connection.pgconn.pipeline_status:
-        return connection.pipeline()
-    return contextlib.nullcontext()
+async def _async_rows(cursor: psycopg.AsyncCursor[T]) -> list[T]:
+    """`_rows` for an async cursor."""
+    if cursor.pgresult is None and cursor.connection.pgconn.pipeline_status:
+        try:
+            return await cursor.fetchall()
+        except psycopg.ProgrammingError as error:
+            if error.sqlstate is not None:
+                raise
+            return []
+    return await cursor.fetchall() if returns_rows(cursor) else []
+
+
+def _after_an_aborted_pipeline(
+    execute: Callable[[str], object], connection: psycopg.Connection[Any]
+) -> Callable[[str], object]:
+    """`execute`, but on a caller's connection whose pipeline a failed statement
+    aborted, the pipeline is synced first: until then the server skips what it
+    is sent, the undoing of a savepoint too."""
+
+    def run(statement: str) -> object:
+        if connection.pgconn.pipeline_status == psycopg.pq.PipelineStatus.ABORTED:
+            with connection.pipeline() as pipeline:
+                pipeline.sync()
+        return execute(statement)
+
+    return run
 
 
 def _batch_params(
