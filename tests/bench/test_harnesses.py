@@ -131,6 +131,7 @@ def test_the_shortest_soak_runs_and_judges(backend: str, tmp_path: Path) -> None
             ["--finished", "5000", "--queued", "500", "--future", "500", "--repeat", "1"],
         ),
         ("sqlite_contention.py", ["--seconds", "2", "--runs", "1"]),  # a table only
+        ("thread_enqueue.py", ["--jobs", "200", "--runs", "1", "--threads", "1,4"]),  # a table
     ],
 )
 def test_the_due_only_benchmarks_run(script: str, options: list[str], tmp_path: Path) -> None:
@@ -143,6 +144,10 @@ def test_the_due_only_benchmarks_run(script: str, options: list[str], tmp_path: 
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     if script == "sqlite_contention.py":
         assert re.search(r"^\| 1 \| \d+ \|", done.stdout, re.MULTILINE)
+    elif script == "thread_enqueue.py":
+        for backend in ("sqlite", "postgres"):
+            for threads in (1, 4):
+                assert re.search(rf"^\| {backend} \| {threads} \| [\d,]+ ", done.stdout, re.M)
     else:
         assert (tmp_path / "results" / "results.jsonl").read_text().strip()
 

@@ -56,6 +56,24 @@ async def enqueue_together(
         if len(jobs) == 1:
             return [*await steps.carry_out_async(tx, steps.enqueue_steps(jobs, tx.now))]
         rows = await tx.run_each("insert_grouped_jobs", steps.grouped_rows(jobs), {"now": tx.now})
+    return _grouped(jobs, rows)
+
+
+def enqueue_grouped(db: Backend, jobs: Sequence[NewJob]) -> list[Job | StatementRefused]:
+    """One-job enqueues without keys made side by side by threads
+    (thread_groups.py), written together: on PostgreSQL one autocommitted
+    statement, on SQLite one transaction. Each request's job, or the error its
+    caller gets; StatementRefused when the group was refused, nothing written."""
+    if db.single_writer or len(jobs) == 1:
+        return [*enqueue(db, jobs)]
+    with db.transaction(single=True) as tx:
+        rows = tx.run_each("insert_grouped_jobs", steps.grouped_rows(jobs), {"now": tx.now})
+    return _grouped(jobs, rows)
+
+
+def _grouped(jobs: Sequence[NewJob], rows: Sequence[Any]) -> list[Job | StatementRefused]:
+    """Each request's job from insert_grouped_jobs' rows, or the error of one
+    the statement committed without."""
     by_request = {row["ord"]: row for row in rows}  # ord counts the requests from 1
     created: list[Job | StatementRefused] = []
     for n, job in enumerate(jobs, 1):

@@ -53,6 +53,7 @@ from due.core.stats import TaskFigures
 from due.store import actions, jobs, long_work, queues, registry, schedules, stats, work
 from due.store.backend import Backend, ChangeFeed, Lane
 from due.store.enqueue_groups import EnqueueGroups
+from due.store.thread_groups import ThreadGroups
 
 
 class Store:
@@ -64,6 +65,7 @@ class Store:
         folds its acknowledgements into its claims, one commit for both. With
         concurrent writers (PostgreSQL) they run in parallel instead."""
         self._enqueue_groups = EnqueueGroups(functools.partial(jobs.enqueue_together, backend))
+        self._thread_groups = ThreadGroups(functools.partial(jobs.enqueue_grouped, backend))
 
     # --- schema and plumbing --------------------------------------------------
 
@@ -102,6 +104,13 @@ class Store:
     # --- jobs, from producers and operators -------------------------------------
 
     def job_enqueue(self, new: Sequence[NewJob], connection: Any = None) -> list[Job]:
+        """Insert jobs; one job without a key (and on no connection of the
+        caller's) is written with those other threads enqueue meanwhile
+        (thread_groups.py)."""
+        if connection is None and len(new) == 1 and new[0].key is None:
+            created = self._thread_groups.enqueue(new[0])
+            if created is not None:
+                return [created]
         return jobs.enqueue(self.backend, new, connection)
 
     async def job_enqueue_async(self, new: Sequence[NewJob], connection: Any) -> list[Job]:

@@ -1,0 +1,195 @@
+"""One-job enqueues made side by side by threads: those that come while
+another thread's enqueue is written wait for it, and are written together
+next (store/thread_groups.py), each caller given its own job.
+
+The crowd is made certain rather than likely: another session holds a lock,
+so the first thread's write waits (it has taken its group) while the others
+enqueue and join the line; then the lock goes."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+import due
+from due.errors import StoreError
+from due.store.sqlite.backend import path_from_url
+from tests.helpers.waiting import wait_until
+from tests.store.test_enqueue_groups import BAD_ROW, stored_args
+from tests.store.test_loop_connections import make_app
+
+CROWD = 30
+
+
+class Outcome:
+    """What one thread's call gave."""
+
+    def __init__(self, call: Callable[[], due.Job]) -> None:
+        self.value: due.Job | BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(call,))
+
+    def _run(self, call: Callable[[], due.Job]) -> None:
+        try:
+            self.value = call()
+        except BaseException as error:  # the test reads it
+            self.value = error
+
+
+class Lock:
+    """The database's write lock, held by another session."""
+
+    def __init__(self, backend: str, url: str) -> None:
+        self.backend = backend
+        if backend == "postgres":
+            self.postgres: psycopg.Connection[Any] = psycopg.connect(url, autocommit=True)
+        else:
+            self.sqlite = sqlite3.connect(path_from_url(url), isolation_level=None)
+
+    def run(self, sql: str) -> None:
+        (self.postgres if self.backend == "postgres" else self.sqlite).execute(sql)
+
+    def hold(self) -> None:
+        if self.backend == "postgres":
+            self.postgres.autocommit = False
+            self.postgres.execute("LOCK TABLE due_jobs IN SHARE MODE")  # inserts wait
+        else:
+            self.sqlite.execute("BEGIN IMMEDIATE")
+
+    def release(self) -> None:
+        if self.backend == "postgres":
+            self.postgres.rollback()
+        else:
+            self.sqlite.execute("ROLLBACK")
+
+    def close(self) -> None:
+        (self.postgres if self.backend == "postgres" else self.sqlite).close()
+
+
+@pytest.fixture
+def grouped(backend: str, backend_url: str) -> Iterator[tuple[due.App, due.Task[..., None], Lock]]:
+    app, t = make_app(backend_url)
+    t.enqueue(-1)  # the store's schema checked and its connections open
+    lock = Lock(backend, backend_url)
+    try:
+        yield app, t, lock
+    finally:
+        lock.close()
+        app.close()
+
+
+def behind_a_held_write(
+    app: due.App, t: due.Task[..., None], lock: Lock, calls: list[Callable[[], due.Job]]
+) -> tuple[due.Job, list[due.Job | BaseException | None]]:
+    """The first thread's job, written alone while the lock was held, and what
+    each call of the crowd that came meanwhile gave."""
+    groups = app.store._thread_groups
+    lock.hold()
+    first = Outcome(lambda: t.enqueue(0))
+    first.thread.start()
+    wait_until(lambda: groups.being_written == 1, what="the first write to take its group")
+    crowd = [Outcome(call) for call in calls]
+    for outcome in crowd:
+        outcome.thread.start()
+    wait_until(lambda: groups.in_line == 1 + len(calls), what="the crowd to join the line")
+    lock.release()
+    for outcome in (first, *crowd):
+        outcome.thread.join(timeout=60)
+        assert not outcome.thread.is_alive()
+    assert isinstance(first.value, due.Job), first.value
+    return first.value, [outcome.value for outcome in crowd]
+
+
+def test_enqueues_that_wait_for_another_threads_write_are_written_in_one_after_it(
+    grouped: tuple[due.App, due.Task[..., None], Lock],
+) -> None:
+    app, t, lock = grouped
+    numbers = range(10, 10 + CROWD)
+    calls = [
+        (lambda n=n: t.options(delay=60 if n % 2 else 0).enqueue(n))  # type: ignore[misc]
+        for n in numbers
+    ]
+    first, crowd = behind_a_held_write(app, t, lock, calls)
+    jobs = [job for job in crowd if isinstance(job, due.Job)]
+    assert [job.args for job in jobs] == [(n,) for n in numbers], crowd
+    assert stored_args(app) == [-1, 0, *numbers]
+    assert len({job.created_at for job in jobs}) == 1, "one transaction for the crowd"
+    assert first.created_at != jobs[0].created_at, "the first wrote its job alone"
+    for job in jobs:  # each caller's handle is its own row, as stored
+        stored_job = app.get(job.id)
+        assert (stored_job.args, stored_job.run_at, stored_job.created_at) == (
+            job.args,
+            job.run_at,
+            job.created_at,
+        )
+        assert job.run_at - job.created_at == timedelta(seconds=60 if job.args[0] % 2 else 0)
+    assert app.store._thread_groups.in_line == 0
+
+
+@pytest.mark.parametrize(("bad", "says"), [("refused", "no_refused"), ("skipped", "did not store")])
+def test_a_bad_row_in_a_group_of_threads_fails_only_its_own_caller(
+    grouped: tuple[due.App, due.Task[..., None], Lock], backend: str, bad: str, says: str
+) -> None:
+    app, t, lock = grouped
+    bad_task = app.task(name=bad)(lambda n: None)
+    lock.run(BAD_ROW[bad][backend])
+    calls: list[Callable[[], due.Job]] = [(lambda n=n: t.enqueue(n)) for n in range(10, 15)]  # type: ignore[misc]
+    calls.insert(2, lambda: bad_task.enqueue(99))
+    _, outcomes = behind_a_held_write(app, t, lock, calls)
+    error = outcomes.pop(2)
+    assert isinstance(error, StoreError) and says in str(error), error
+    assert [job.args for job in outcomes if isinstance(job, due.Job)] == [
+        (n,) for n in range(10, 15)
+    ], outcomes
+    assert stored_args(app) == [-1, 0, *range(10, 15)]
+
+
+def test_an_outage_met_by_the_group_goes_to_each_of_its_callers(
+    grouped: tuple[due.App, due.Task[..., None], Lock], backend: str
+) -> None:
+    """An error that is not a refusal (here: the database's table gone while the
+    crowd waited) reaches every caller of the group, none left waiting."""
+    app, t, lock = grouped
+    calls: list[Callable[[], due.Job]] = [(lambda n=n: t.enqueue(n)) for n in range(10, 15)]  # type: ignore[misc]
+    groups = app.store._thread_groups
+    lock.hold()
+    first = Outcome(lambda: t.enqueue(0))
+    first.thread.start()
+    wait_until(lambda: groups.being_written == 1, what="the first write to take its group")
+    crowd = [Outcome(call) for call in calls]
+    for outcome in crowd:
+        outcome.thread.start()
+    wait_until(lambda: groups.in_line == 6, what="the crowd to join the line")
+    lock.run("DROP TABLE due_jobs" + (" CASCADE" if backend == "postgres" else ""))
+    lock.run("COMMIT") if backend == "sqlite" else lock.postgres.commit()
+    for outcome in (first, *crowd):
+        outcome.thread.join(timeout=60)
+        assert not outcome.thread.is_alive()
+        assert isinstance(outcome.value, StoreError), outcome.value
+    assert app.store._thread_groups.in_line == 0
+
+
+def test_a_process_forked_while_threads_are_in_line_enqueues_without_waiting_for_them(
+    grouped: tuple[due.App, due.Task[..., None], Lock], backend: str
+) -> None:
+    app, t, lock = grouped
+    groups = app.store._thread_groups
+    lock.hold()
+    first = Outcome(lambda: t.enqueue(0))
+    first.thread.start()
+    wait_until(lambda: groups.being_written == 1, what="the first write to take its group")
+    child = os.fork()
+    if child == 0:  # the child: none of the parent's threads, an empty line
+        code = 0 if (groups.in_line, groups.being_written) == (0, 0) else 1
+        os._exit(code)
+    _, status = os.waitpid(child, 0)
+    lock.release()
+    first.thread.join(timeout=60)
+    assert isinstance(first.value, due.Job), first.value
+    assert os.waitstatus_to_exitcode(status) == 0
