@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import subprocess
+import sys
 import threading
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -289,3 +291,46 @@ def test_a_connection_that_cannot_roll_back_is_closed_and_replaced(sqlite_url: s
         assert [job.args for job in app.jobs()] == [(1,)]
     finally:
         app.close()
+
+
+CLOSE_WHILE_WRITING = """
+import sqlite3, sys, threading, time
+import due
+from due.store.sqlite.backend import path_from_url, writer_lock
+
+app = due.App(sys.argv[1])
+app.migrate()
+t = app.task(name="t")(lambda n: None)
+t.enqueue(0)
+holder = sqlite3.connect(path_from_url(sys.argv[1]), isolation_level=None)
+holder.execute("BEGIN IMMEDIATE")  # another process's write: ours waits for it
+outcome = []
+writer = threading.Thread(target=lambda: outcome.append(t.enqueue(1)))
+writer.start()
+lock = writer_lock(path_from_url(sys.argv[1]))
+deadline = time.monotonic() + 30  # until the write waits, holding the process's lock
+while lock.acquire(blocking=False) and time.monotonic() < deadline:
+    lock.release()
+    time.sleep(0.005)
+app.close()  # while the other thread's write waits on its connection
+holder.execute("ROLLBACK")
+writer.join(30)
+print(sorted(job.args[0] for job in due.App(sys.argv[1]).jobs()), len(outcome))
+"""
+
+
+def test_closing_the_store_while_another_thread_writes_lets_that_write_end(
+    sqlite_url: str,
+) -> None:
+    """`app.close()` (a web server shutting down) while a request's enqueue
+    waits for the write lock: the enqueue ends on its connection, which is
+    closed after it. Closing the connection under the thread crashed the
+    process (a segfault in sqlite3)."""
+    done = subprocess.run(
+        [sys.executable, "-c", CLOSE_WHILE_WRITING, sqlite_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["[0,", "1]", "1"], done.stdout

@@ -185,6 +185,10 @@ class SQLiteBackend:
         self._busy_timeout = busy_timeout
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
+        self._busy: set[sqlite3.Connection] = set()
+        """Connections a thread is using now."""
+        self._retired: set[sqlite3.Connection] = set()
+        """Busy connections `close` left to their thread to close when done."""
         self._lock = threading.Lock()
         self._writer_key = os.path.realpath(self.path)
 
@@ -199,8 +203,7 @@ class SQLiteBackend:
         unbounded: bool = False,
         leader: bool = False,
     ) -> Iterator[Transaction]:
-        conn = self._connection()
-        with translate_errors(self.path):
+        with self._in_use() as conn, translate_errors(self.path):
             if read:
                 self._wait_fully(conn)
                 yield SQLiteTransaction(conn, self._now())
@@ -343,11 +346,33 @@ class SQLiteBackend:
         yield None
 
     def close(self) -> None:
+        """Close every connection; one another thread is using (a write waiting
+        for the lock, say) is closed by that thread when its use ends: closing
+        it under the thread crashed the process (a segfault in sqlite3)."""
         with self._lock:
             for conn in self._connections:
-                conn.close()
+                if conn in self._busy:
+                    self._retired.add(conn)
+                else:
+                    conn.close()
             self._connections.clear()
         self._local = threading.local()
+
+    @contextlib.contextmanager
+    def _in_use(self) -> Iterator[sqlite3.Connection]:
+        """This thread's connection, marked busy while it is used (see `close`)."""
+        conn = self._connection()
+        with self._lock:
+            self._busy.add(conn)
+        try:
+            yield conn
+        finally:
+            with self._lock:
+                self._busy.discard(conn)
+                retired = conn in self._retired
+                self._retired.discard(conn)
+            if retired:
+                conn.close()
 
     # --- schema ---------------------------------------------------------------------
 
@@ -393,8 +418,7 @@ class SQLiteBackend:
 
     def data_version(self) -> int:
         """Changes whenever another connection commits: a cheap wake-up check."""
-        with translate_errors(self.path):
-            conn = self._connection()
+        with self._in_use() as conn, translate_errors(self.path):
             self._wait_fully(conn)
             return int(conn.execute("PRAGMA data_version").fetchone()[0])
 
