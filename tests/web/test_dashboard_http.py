@@ -11,6 +11,7 @@ import re
 import socket
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -384,3 +385,32 @@ def test_a_taken_port_is_an_error_and_never_announced_as_listening(
     assert done.returncode == 1, done.stderr
     assert f"could not listen on 127.0.0.1:{port}" in done.stderr
     assert "dashboard on http" not in done.stderr
+
+
+def test_port_zero_listens_on_a_free_port_and_says_which(app: due.App, backend_url: str) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "due", "--url", backend_url, "dashboard", "--port", "0"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline()  # the first line: where it listens, once it does
+        found = re.search(r"dashboard on http://127\.0\.0\.1:(\d+)/", line)
+        assert found and int(found[1]) > 0, line
+        with urllib.request.urlopen(f"http://127.0.0.1:{found[1]}/", timeout=30) as page:
+            assert page.status == 200
+    finally:
+        process.terminate()
+        assert process.wait(timeout=30) == 0
+
+
+def test_a_port_out_of_range_is_refused_by_name() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "due", "dashboard", "--port", "70000"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "--port" in done.stderr and "0<=x<=65535" in done.stderr, done.stderr

@@ -17,7 +17,13 @@ from due.errors import DueError
 
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Listen on this address.")
-@click.option("--port", default=8080, show_default=True, help="Listen on this port.")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8080,
+    show_default=True,
+    help="Listen on this port (0: any free one, said when listening).",
+)
 @click.option(
     "--token",
     envvar="DUE_DASHBOARD_TOKEN",
@@ -66,7 +72,7 @@ def dashboard(
         click.echo(f"error: {error}", err=True)
         sys.exit(1)
     shown = f"[{host}]" if ":" in host else host
-    server = _server_class(f"dashboard on http://{shown}:{port}/ (Ctrl-C stops it)")(
+    server = _server_class(shown)(
         uvicorn.Config(asgi, host=host, port=port, log_level="warning", access_log=False)
     )
     try:
@@ -80,18 +86,21 @@ def dashboard(
         sys.exit(1)
 
 
-def _server_class(listening: str) -> Any:
+def _server_class(shown_host: str) -> Any:
     import uvicorn
 
     class Server(uvicorn.Server):
         """uvicorn's server, but SIGTERM and SIGINT end it with exit code 0 (uvicorn
         raises the signal again once stopped; a supervisor would see a crash), and
-        it says `listening` only once its socket is bound: whoever waits for that
-        line may connect at once."""
+        it says where it listens only once its socket is bound (whoever waits for
+        that line may connect at once), with the port bound (--port 0: any)."""
 
         async def startup(self, sockets: Any = None) -> None:
             await super().startup(sockets)
-            click.echo(listening, err=True)
+            if self.started:
+                port = self.servers[0].sockets[0].getsockname()[1]
+                where = f"http://{shown_host}:{port}/"
+                click.echo(f"dashboard on {where} (Ctrl-C stops it)", err=True)
 
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:
