@@ -193,3 +193,25 @@ def test_a_process_forked_while_threads_are_in_line_enqueues_without_waiting_for
     first.thread.join(timeout=60)
     assert isinstance(first.value, due.Job), first.value
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_thread_inside_its_own_sqlite_write_enqueues_alone(sqlite_url: str) -> None:
+    """A handler in `ctx.transaction()` holds SQLite's one writer: its enqueue
+    without `connection=` is refused at once, as before grouping, instead of
+    waiting in line behind a writer that waits for it."""
+    app = due.App(sqlite_url, store_options={"busy_timeout": 5})
+    app.migrate()
+    t = app.task(name="t")(lambda n: None)
+    groups = app.store._thread_groups
+    try:
+        with app.store.backend.handler_transaction():
+            other = Outcome(lambda: t.enqueue(1))
+            other.thread.start()
+            wait_until(lambda: groups.being_written == 1, what="another thread's write")
+            with pytest.raises(StoreError, match="within a transaction"):
+                t.enqueue(2)
+        other.thread.join(timeout=60)
+        assert isinstance(other.value, due.Job), other.value
+        assert stored_args(app) == [1]
+    finally:
+        app.close()

@@ -212,6 +212,10 @@ class Backend(Protocol):
         """A transaction for a handler's own writes (`ctx.transaction()`): the raw
         connection to give the handler, and the transaction on it."""
 
+    def writing_on_this_thread(self) -> bool:
+        """Whether this thread is inside a write transaction of the store's (a
+        handler's `ctx.transaction()` on SQLite, whose one writer it holds)."""
+
     def now(self) -> datetime: ...
 
     def migrate(self) -> list[int]: ...

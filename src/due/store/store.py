@@ -107,7 +107,14 @@ class Store:
         """Insert jobs; one job without a key (and on no connection of the
         caller's) is written with those other threads enqueue meanwhile
         (thread_groups.py)."""
-        if connection is None and len(new) == 1 and new[0].key is None:
+        if (
+            connection is None
+            and len(new) == 1
+            and new[0].key is None
+            # Inside its own write transaction (SQLite: holding the one writer),
+            # a thread in line would wait for a writer that waits for it.
+            and not self.backend.writing_on_this_thread()
+        ):
             created = self._thread_groups.enqueue(new[0])
             if created is not None:
                 return [created]

@@ -50,6 +50,8 @@ gets; raises StatementRefused when the group was refused and nothing written."""
 @dataclass(eq=False)
 class _Request:
     job: NewJob
+    taken: bool = False
+    """In a group being written (its job may be written from then on)."""
     done: bool = False
     outcome: Job | BaseException | None = None
     """The job, the caller's error, or None: write it alone."""
@@ -89,26 +91,51 @@ class ThreadGroups:
         with self._lock:
             self._line.append(request)
             first = self._line[0] is request
-        if not first:
-            request._ready.wait()  # written by the first, or first in line now
-            if request.done:
-                return _outcome(request)
-        with self._lock:
-            group = [self._line[i] for i in range(min(self._most, len(self._line)))]
-            self._writing = len(group)
+        group: list[_Request] = []
         try:
-            self._write_group(group)
-        finally:
+            if not first:
+                request._ready.wait()  # written by the first, or first in line now
+                if request.done:
+                    return _outcome(request)
             with self._lock:
-                self._writing = 0
-                for _ in group:
-                    self._line.popleft()
-                for written in group:
-                    if not written.done:  # this thread was interrupted while writing
-                        _settle(written, _interrupted())
-                if self._line:
-                    self._line[0]._ready.set()  # the next in line writes
+                group = [self._line[i] for i in range(min(self._most, len(self._line)))]
+                for member in group:
+                    member.taken = True
+                self._writing = len(group)
+            self._write_group(group)
+        except BaseException:
+            if not group:  # interrupted in line (KeyboardInterrupt, a timeout's exception)
+                self._leave(request)
+            raise
+        finally:
+            if group:
+                self._written(group)
         return _outcome(request)
+
+    def _leave(self, request: _Request) -> None:
+        """A caller interrupted while in line leaves it, its job not written; if
+        it was first, the next one writes. One already taken into a group stays:
+        its job may be written, as a caller's interrupted during its own
+        statement may be."""
+        with self._lock:
+            if request.taken:
+                return
+            first = self._line[0] is request
+            self._line.remove(request)
+            if first and self._line:
+                self._line[0]._ready.set()
+
+    def _written(self, group: list[_Request]) -> None:
+        """The group out of the line, each request settled, and the next first."""
+        with self._lock:
+            self._writing = 0
+            for _ in group:
+                self._line.popleft()
+            for written in group:
+                if not written.done:  # this thread was interrupted while writing
+                    _settle(written, _interrupted())
+            if self._line:
+                self._line[0]._ready.set()  # the next in line writes
 
     def _write_group(self, group: list[_Request]) -> None:
         try:

@@ -299,6 +299,11 @@ class PostgresBackend:
         ):
             yield conn, PostgresTransaction(cur, self._clock.now(), self._queries)
 
+    def writing_on_this_thread(self) -> bool:
+        """False: a handler's transaction holds no lock another enqueue needs (each
+        enqueue takes a connection of its own)."""
+        return False
+
     def now(self) -> datetime:
         """The current instant on the store's clock."""
         with self.transaction(read=True) as tx:
