@@ -334,3 +334,22 @@ def test_closing_the_store_while_another_thread_writes_lets_that_write_end(
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["[0,", "1]", "1"], done.stdout
+
+
+def test_a_read_inside_a_handlers_transaction_keeps_its_connection_from_close(
+    sqlite_url: str,
+) -> None:
+    """`app.get` inside `ctx.transaction()` is a use of the connection inside a
+    use: when it ends the connection is still in use, and `app.close()` from
+    another thread must leave it to the handler's thread."""
+    app, t = make_app(sqlite_url)
+    job = t.enqueue(0)
+    backend = app.store.backend
+    with backend.handler_transaction() as (connection, _):
+        assert app.get(job.id).args == (0,)  # the nested use
+        closer = threading.Thread(target=app.close)
+        closer.start()
+        closer.join(timeout=30)
+        assert connection.execute("SELECT count(*) FROM due_jobs").fetchone()[0] == 1
+    with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+        connection.execute("SELECT 1")  # closed by this thread once its use ended

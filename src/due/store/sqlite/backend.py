@@ -185,8 +185,9 @@ class SQLiteBackend:
         self._busy_timeout = busy_timeout
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
-        self._busy: set[sqlite3.Connection] = set()
-        """Connections a thread is using now."""
+        self._busy: dict[sqlite3.Connection, int] = {}
+        """Connections a thread is using now: how many uses deep (a read inside
+        a handler's transaction is a use inside a use)."""
         self._retired: set[sqlite3.Connection] = set()
         """Busy connections `close` left to their thread to close when done."""
         self._lock = threading.Lock()
@@ -305,6 +306,10 @@ class SQLiteBackend:
             assert isinstance(tx, SQLiteTransaction)
             yield tx.connection, tx
 
+    def writing_on_this_thread(self) -> bool:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        return conn is not None and conn.in_transaction
+
     def now(self) -> datetime:
         return to_datetime(self._now())
 
@@ -363,14 +368,17 @@ class SQLiteBackend:
         """This thread's connection, marked busy while it is used (see `close`)."""
         conn = self._connection()
         with self._lock:
-            self._busy.add(conn)
+            self._busy[conn] = self._busy.get(conn, 0) + 1
         try:
             yield conn
         finally:
             with self._lock:
-                self._busy.discard(conn)
-                retired = conn in self._retired
-                self._retired.discard(conn)
+                depth = self._busy.pop(conn) - 1
+                if depth:
+                    self._busy[conn] = depth
+                retired = not depth and conn in self._retired
+                if retired:
+                    self._retired.discard(conn)
             if retired:
                 conn.close()
 
