@@ -215,3 +215,36 @@ def test_a_thread_inside_its_own_sqlite_write_enqueues_alone(sqlite_url: str) ->
         assert stored_args(app) == [1]
     finally:
         app.close()
+
+
+def test_threads_in_line_when_the_store_closes_are_told_and_open_nothing(
+    sqlite_url: str,
+) -> None:
+    """The write under way ends on its connection; those waiting behind it get
+    "store was closed", and no connection is opened for them on the closed
+    store (it would never be closed)."""
+    app, t = make_app(sqlite_url)
+    t.enqueue(-1)
+    store, lock = app.store, Lock("sqlite", sqlite_url)
+    groups, backend = store._thread_groups, store.backend
+    try:
+        lock.hold()
+        first = Outcome(lambda: t.enqueue(0))
+        first.thread.start()
+        wait_until(lambda: backend._busy, what="the first write to wait on its connection")
+        behind = [Outcome(lambda n=n: t.enqueue(n)) for n in (1, 2)]  # type: ignore[misc]
+        for outcome in behind:
+            outcome.thread.start()
+        wait_until(lambda: groups.in_line == 3, what="the others to join the line")
+        app.close()
+        lock.release()
+        for outcome in (first, *behind):
+            outcome.thread.join(timeout=60)
+        assert isinstance(first.value, due.Job), first.value
+        for outcome in behind:
+            assert isinstance(outcome.value, due.StoreUnavailableError), outcome.value
+            assert "closed" in str(outcome.value)
+        assert backend._connections == []
+    finally:
+        lock.close()
+    assert stored_args(due.App(sqlite_url)) == [-1, 0]

@@ -188,6 +188,7 @@ class SQLiteBackend:
         self._busy: dict[sqlite3.Connection, int] = {}
         """Connections a thread is using now: how many uses deep (a read inside
         a handler's transaction is a use inside a use)."""
+        self._closed = False
         self._retired: set[sqlite3.Connection] = set()
         """Busy connections `close` left to their thread to close when done."""
         self._lock = threading.Lock()
@@ -321,11 +322,22 @@ class SQLiteBackend:
     def _connection(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
+            if self._closed:  # a part still holding the store (a thread in line)
+                raise self._closed_error()
             conn = self._open()
-            self._local.conn = conn
             with self._lock:
+                if self._closed:  # closed meanwhile: this one would never be
+                    conn.close()
+                    raise self._closed_error()
                 self._connections.append(conn)
+            self._local.conn = conn
         return conn
+
+    def _closed_error(self) -> StoreUnavailableError:
+        return StoreUnavailableError(
+            f"SQLite database {self.path}: this app's store was closed (app.close()); "
+            "use an open App"
+        )
 
     def _open(self) -> sqlite3.Connection:
         with translate_errors(self.path):
@@ -355,6 +367,7 @@ class SQLiteBackend:
         for the lock, say) is closed by that thread when its use ends: closing
         it under the thread crashed the process (a segfault in sqlite3)."""
         with self._lock:
+            self._closed = True
             for conn in self._connections:
                 if conn in self._busy:
                     self._retired.add(conn)
