@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import sqlite3
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import timedelta
 
-import psycopg
 import pytest
 
 import due
 from due.errors import StoreError
-from due.store.sqlite.backend import path_from_url
 from tests.helpers.waiting import wait_until
+from tests.helpers.write_lock import WriteLock
 from tests.store.test_loop_connections import (
     an_insert_waits_for_a_lock,
     make_app,
@@ -36,7 +34,7 @@ def stored_args(app: due.App) -> list[int]:
     return sorted(job.args[0] for job in app.jobs(limit=10_000))
 
 
-class Holder:
+class Holder(WriteLock):
     """Keeps the loop's write of one job waiting, from another session, while
     the crowd comes; then lets it go. PostgreSQL: a table lock makes the loop's
     statement wait on the server (after the loop's first enqueue, on a thread,
@@ -44,11 +42,7 @@ class Holder:
     connection's write lock makes the loop's write, on a thread, wait."""
 
     def __init__(self, backend: str, url: str) -> None:
-        self.backend = backend
-        if backend == "postgres":
-            self.postgres: psycopg.Connection[object] = psycopg.connect(url, autocommit=True)
-        else:
-            self.sqlite = sqlite3.connect(path_from_url(url), isolation_level=None)
+        super().__init__(backend, url)
         self.before = [0, 1, 2] if backend == "postgres" else [0]
         """The jobs the holding enqueues (the last one is the held one)."""
         self.group_threads = 0 if backend == "postgres" else 1
@@ -57,35 +51,18 @@ class Holder:
         """Threads the holding takes: PostgreSQL, the loop's first enqueue and the
         test's wait for the lock; SQLite, the held write."""
 
-    def run(self, sql: str) -> None:
-        """A statement of the test's own (a constraint, a trigger), committed."""
-        if self.backend == "postgres":
-            self.postgres.execute(sql)
-        else:
-            self.sqlite.execute(sql)
-
     async def hold(self, t: due.Task[..., None]) -> asyncio.Task[due.Job]:
         if self.backend == "postgres":
             await t.aenqueue(0)
             await t.aenqueue(1)
-            self.postgres.autocommit = False
-            self.postgres.execute("LOCK TABLE due_jobs IN SHARE MODE")  # inserts wait for it
+            self.take()
             held = asyncio.create_task(t.aenqueue(2))
             await asyncio.to_thread(wait_until, an_insert_waits_for_a_lock, 10)
             return held
-        self.sqlite.execute("BEGIN IMMEDIATE")  # the loop's write waits for it
+        self.take()  # the loop's write waits for it
         held = asyncio.create_task(t.aenqueue(0))
         await asyncio.sleep(0)  # it has begun its write: the group is writing
         return held
-
-    def release(self) -> None:
-        if self.backend == "postgres":
-            self.postgres.rollback()
-        else:
-            self.sqlite.execute("ROLLBACK")
-
-    def close(self) -> None:
-        (self.postgres if self.backend == "postgres" else self.sqlite).close()
 
 
 @pytest.fixture

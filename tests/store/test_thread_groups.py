@@ -9,19 +9,16 @@ enqueue and join the line; then the lock goes."""
 from __future__ import annotations
 
 import os
-import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
-from typing import Any
 
-import psycopg
 import pytest
 
 import due
 from due.errors import StoreError
-from due.store.sqlite.backend import path_from_url
 from tests.helpers.waiting import wait_until
+from tests.helpers.write_lock import WriteLock
 from tests.store.test_enqueue_groups import BAD_ROW, stored_args
 from tests.store.test_loop_connections import make_app
 
@@ -42,41 +39,14 @@ class Outcome:
             self.value = error
 
 
-class Lock:
-    """The database's write lock, held by another session."""
-
-    def __init__(self, backend: str, url: str) -> None:
-        self.backend = backend
-        if backend == "postgres":
-            self.postgres: psycopg.Connection[Any] = psycopg.connect(url, autocommit=True)
-        else:
-            self.sqlite = sqlite3.connect(path_from_url(url), isolation_level=None)
-
-    def run(self, sql: str) -> None:
-        (self.postgres if self.backend == "postgres" else self.sqlite).execute(sql)
-
-    def hold(self) -> None:
-        if self.backend == "postgres":
-            self.postgres.autocommit = False
-            self.postgres.execute("LOCK TABLE due_jobs IN SHARE MODE")  # inserts wait
-        else:
-            self.sqlite.execute("BEGIN IMMEDIATE")
-
-    def release(self) -> None:
-        if self.backend == "postgres":
-            self.postgres.rollback()
-        else:
-            self.sqlite.execute("ROLLBACK")
-
-    def close(self) -> None:
-        (self.postgres if self.backend == "postgres" else self.sqlite).close()
+Scene = tuple[due.App, due.Task[..., None], WriteLock]
 
 
 @pytest.fixture
-def grouped(backend: str, backend_url: str) -> Iterator[tuple[due.App, due.Task[..., None], Lock]]:
+def grouped(backend: str, backend_url: str) -> Iterator[Scene]:
     app, t = make_app(backend_url)
     t.enqueue(-1)  # the store's schema checked and its connections open
-    lock = Lock(backend, backend_url)
+    lock = WriteLock(backend, backend_url)
     try:
         yield app, t, lock
     finally:
@@ -84,13 +54,13 @@ def grouped(backend: str, backend_url: str) -> Iterator[tuple[due.App, due.Task[
         app.close()
 
 
-def behind_a_held_write(
-    app: due.App, t: due.Task[..., None], lock: Lock, calls: list[Callable[[], due.Job]]
-) -> tuple[due.Job, list[due.Job | BaseException | None]]:
-    """The first thread's job, written alone while the lock was held, and what
-    each call of the crowd that came meanwhile gave."""
+def crowd_behind_a_held_write(
+    app: due.App, t: due.Task[..., None], lock: WriteLock, calls: list[Callable[[], due.Job]]
+) -> tuple[Outcome, list[Outcome]]:
+    """The lock taken, the first thread's enqueue (of 0) written alone and
+    waiting for it, and each call of the crowd in line behind it."""
     groups = app.store._thread_groups
-    lock.hold()
+    lock.take()
     first = Outcome(lambda: t.enqueue(0))
     first.thread.start()
     wait_until(lambda: groups.being_written == 1, what="the first write to take its group")
@@ -98,16 +68,30 @@ def behind_a_held_write(
     for outcome in crowd:
         outcome.thread.start()
     wait_until(lambda: groups.in_line == 1 + len(calls), what="the crowd to join the line")
-    lock.release()
-    for outcome in (first, *crowd):
+    return first, crowd
+
+
+def ended(outcomes: Sequence[Outcome]) -> list[due.Job | BaseException | None]:
+    for outcome in outcomes:
         outcome.thread.join(timeout=60)
         assert not outcome.thread.is_alive()
-    assert isinstance(first.value, due.Job), first.value
-    return first.value, [outcome.value for outcome in crowd]
+    return [outcome.value for outcome in outcomes]
+
+
+def behind_a_held_write(
+    app: due.App, t: due.Task[..., None], lock: WriteLock, calls: list[Callable[[], due.Job]]
+) -> tuple[due.Job, list[due.Job | BaseException | None]]:
+    """The first thread's job, written alone while the lock was held, and what
+    each call of the crowd that came meanwhile gave."""
+    first, crowd = crowd_behind_a_held_write(app, t, lock, calls)
+    lock.release()
+    first_job, *outcomes = ended([first, *crowd])
+    assert isinstance(first_job, due.Job), first_job
+    return first_job, outcomes
 
 
 def test_enqueues_that_wait_for_another_threads_write_are_written_in_one_after_it(
-    grouped: tuple[due.App, due.Task[..., None], Lock],
+    grouped: Scene,
 ) -> None:
     app, t, lock = grouped
     numbers = range(10, 10 + CROWD)
@@ -134,7 +118,7 @@ def test_enqueues_that_wait_for_another_threads_write_are_written_in_one_after_i
 
 @pytest.mark.parametrize(("bad", "says"), [("refused", "no_refused"), ("skipped", "did not store")])
 def test_a_bad_row_in_a_group_of_threads_fails_only_its_own_caller(
-    grouped: tuple[due.App, due.Task[..., None], Lock], backend: str, bad: str, says: str
+    grouped: Scene, backend: str, bad: str, says: str
 ) -> None:
     app, t, lock = grouped
     bad_task = app.task(name=bad)(lambda n: None)
@@ -151,47 +135,33 @@ def test_a_bad_row_in_a_group_of_threads_fails_only_its_own_caller(
 
 
 def test_an_outage_met_by_the_group_goes_to_each_of_its_callers(
-    grouped: tuple[due.App, due.Task[..., None], Lock], backend: str
+    grouped: Scene, backend: str
 ) -> None:
     """An error that is not a refusal (here: the database's table gone while the
     crowd waited) reaches every caller of the group, none left waiting."""
     app, t, lock = grouped
     calls: list[Callable[[], due.Job]] = [(lambda n=n: t.enqueue(n)) for n in range(10, 15)]  # type: ignore[misc]
-    groups = app.store._thread_groups
-    lock.hold()
-    first = Outcome(lambda: t.enqueue(0))
-    first.thread.start()
-    wait_until(lambda: groups.being_written == 1, what="the first write to take its group")
-    crowd = [Outcome(call) for call in calls]
-    for outcome in crowd:
-        outcome.thread.start()
-    wait_until(lambda: groups.in_line == 6, what="the crowd to join the line")
+    first, crowd = crowd_behind_a_held_write(app, t, lock, calls)
     lock.run("DROP TABLE due_jobs" + (" CASCADE" if backend == "postgres" else ""))
-    lock.run("COMMIT") if backend == "sqlite" else lock.postgres.commit()
-    for outcome in (first, *crowd):
-        outcome.thread.join(timeout=60)
-        assert not outcome.thread.is_alive()
-        assert isinstance(outcome.value, StoreError), outcome.value
+    lock.commit()
+    for outcome in ended([first, *crowd]):
+        assert isinstance(outcome, StoreError), outcome
     assert app.store._thread_groups.in_line == 0
 
 
 def test_a_process_forked_while_threads_are_in_line_enqueues_without_waiting_for_them(
-    grouped: tuple[due.App, due.Task[..., None], Lock], backend: str
+    grouped: Scene, backend: str
 ) -> None:
     app, t, lock = grouped
     groups = app.store._thread_groups
-    lock.hold()
-    first = Outcome(lambda: t.enqueue(0))
-    first.thread.start()
-    wait_until(lambda: groups.being_written == 1, what="the first write to take its group")
+    first, behind = crowd_behind_a_held_write(app, t, lock, [lambda: t.enqueue(1)])
     child = os.fork()
     if child == 0:  # the child: none of the parent's threads, an empty line
         code = 0 if (groups.in_line, groups.being_written) == (0, 0) else 1
         os._exit(code)
     _, status = os.waitpid(child, 0)
     lock.release()
-    first.thread.join(timeout=60)
-    assert isinstance(first.value, due.Job), first.value
+    assert all(isinstance(outcome, due.Job) for outcome in ended([first, *behind]))
     assert os.waitstatus_to_exitcode(status) == 0
 
 
@@ -225,10 +195,10 @@ def test_threads_in_line_when_the_store_closes_are_told_and_open_nothing(
     store (it would never be closed)."""
     app, t = make_app(sqlite_url)
     t.enqueue(-1)
-    store, lock = app.store, Lock("sqlite", sqlite_url)
+    store, lock = app.store, WriteLock("sqlite", sqlite_url)
     groups, backend = store._thread_groups, store.backend
     try:
-        lock.hold()
+        lock.take()
         first = Outcome(lambda: t.enqueue(0))
         first.thread.start()
         wait_until(lambda: backend._busy, what="the first write to wait on its connection")

@@ -32,7 +32,7 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from due.core.jobs import Job
 from due.core.records import NewJob
@@ -55,7 +55,13 @@ class _Request:
     done: bool = False
     outcome: Job | BaseException | None = None
     """The job, the caller's error, or None: write it alone."""
-    _ready: threading.Event = field(default_factory=threading.Event)
+    ready: threading.Event | None = None
+    """Set when it is settled or first in line; only for a request that came
+    behind another (one alone, the usual case, never waits: no Event made)."""
+
+    def wake(self) -> None:
+        if self.ready is not None:
+            self.ready.set()
 
 
 class ThreadGroups:
@@ -65,7 +71,6 @@ class ThreadGroups:
         self._lock = threading.Lock()
         self._line: deque[_Request] = deque()
         """Requests in the order they came; the first one's thread writes."""
-        self._writing = 0
         _ALL.add(self)
 
     def _forget_in_child(self) -> None:
@@ -73,7 +78,6 @@ class ThreadGroups:
         none of those threads: its first enqueue must not wait behind them."""
         self._lock = threading.Lock()
         self._line = deque()
-        self._writing = 0
 
     @property
     def in_line(self) -> int:
@@ -83,25 +87,25 @@ class ThreadGroups:
     @property
     def being_written(self) -> int:
         """Requests of the group being written (0: none is)."""
-        return self._writing
+        return sum(request.taken for request in self._line)
 
     def enqueue(self, job: NewJob) -> Job | None:
         """The job created, or None: write it alone instead."""
         request = _Request(job)
         with self._lock:
+            if self._line:
+                request.ready = threading.Event()
             self._line.append(request)
-            first = self._line[0] is request
         group: list[_Request] = []
         try:
-            if not first:
-                request._ready.wait()  # written by the first, or first in line now
+            if request.ready is not None:
+                request.ready.wait()  # written by the first, or first in line now
                 if request.done:
                     return _outcome(request)
             with self._lock:
                 group = [self._line[i] for i in range(min(self._most, len(self._line)))]
                 for member in group:
                     member.taken = True
-                self._writing = len(group)
             self._write_group(group)
         except BaseException:
             if not group:  # interrupted in line (KeyboardInterrupt, a timeout's exception)
@@ -123,19 +127,18 @@ class ThreadGroups:
             first = self._line[0] is request
             self._line.remove(request)
             if first and self._line:
-                self._line[0]._ready.set()
+                self._line[0].wake()
 
     def _written(self, group: list[_Request]) -> None:
         """The group out of the line, each request settled, and the next first."""
         with self._lock:
-            self._writing = 0
             for _ in group:
                 self._line.popleft()
             for written in group:
                 if not written.done:  # this thread was interrupted while writing
                     _settle(written, _interrupted())
             if self._line:
-                self._line[0]._ready.set()  # the next in line writes
+                self._line[0].wake()  # the next in line writes
 
     def _write_group(self, group: list[_Request]) -> None:
         try:
@@ -170,7 +173,7 @@ if hasattr(os, "register_at_fork"):
 def _settle(request: _Request, outcome: Job | BaseException | None) -> None:
     request.outcome = outcome
     request.done = True
-    request._ready.set()
+    request.wake()
 
 
 def _outcome(request: _Request) -> Job | None:

@@ -189,8 +189,8 @@ class SQLiteBackend:
         """Connections a thread is using now: how many uses deep (a read inside
         a handler's transaction is a use inside a use)."""
         self._closed = False
-        self._retired: set[sqlite3.Connection] = set()
-        """Busy connections `close` left to their thread to close when done."""
+        """For good: a closed store opens no connection again, and one in use
+        when it closed is closed by its thread when that use ends."""
         self._lock = threading.Lock()
         self._writer_key = os.path.realpath(self.path)
 
@@ -369,9 +369,7 @@ class SQLiteBackend:
         with self._lock:
             self._closed = True
             for conn in self._connections:
-                if conn in self._busy:
-                    self._retired.add(conn)
-                else:
+                if conn not in self._busy:  # a busy one: by its thread, after
                     conn.close()
             self._connections.clear()
         self._local = threading.local()
@@ -389,10 +387,8 @@ class SQLiteBackend:
                 depth = self._busy.pop(conn) - 1
                 if depth:
                     self._busy[conn] = depth
-                retired = not depth and conn in self._retired
-                if retired:
-                    self._retired.discard(conn)
-            if retired:
+                left_to_this_thread = not depth and self._closed
+            if left_to_this_thread:
                 conn.close()
 
     # --- schema ---------------------------------------------------------------------
