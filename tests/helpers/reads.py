@@ -35,9 +35,9 @@ def sqlite_steps(url: str, statement: str, params: Mapping[str, Any], *, backlog
         conn.execute("ANALYZE")  # a planner that knows the table, as after `PRAGMA optimize`
         if backlog:
             (rows,) = conn.execute("SELECT count(*) FROM due_jobs").fetchone()
-            columns = len(conn.execute("PRAGMA index_info(due_jobs_active)").fetchall())
+            columns = len(conn.execute("PRAGMA index_info(due_jobs_claim)").fetchall())
             stat = " ".join(str(n) for n in [rows, rows, rows] + [1] * (columns - 2))
-            conn.execute("UPDATE sqlite_stat1 SET stat = ? WHERE idx = 'due_jobs_active'", (stat,))
+            conn.execute("UPDATE sqlite_stat1 SET stat = ? WHERE idx = 'due_jobs_claim'", (stat,))
     counted = [0]
 
     def step() -> int:

@@ -138,7 +138,7 @@ def test_postgres_claim_can_use_the_partial_claim_index(postgres_url: str) -> No
 
 @pytest.mark.parametrize(
     ("query", "index"),
-    [("due_queues", "due_jobs_active"), ("unknown_task_candidates", "due_jobs_claim")],
+    [("due_queues", "due_jobs_claim"), ("unknown_task_candidates", "due_jobs_claim")],
 )
 def test_sqlite_maintenance_queries_use_an_index_of_queued_jobs(
     sqlite_url: str, query: str, index: str

@@ -7,10 +7,6 @@ CREATE INDEX due_actions_queue ON due_actions (queue) WHERE queue IS NOT NULL;
 -- index due_actions_schedule
 CREATE INDEX due_actions_schedule ON due_actions (schedule) WHERE schedule IS NOT NULL;
 
--- index due_jobs_active
-CREATE INDEX due_jobs_active ON due_jobs (queue, state, run_at, attempt, held)
-    WHERE state IN ('queued', 'running', 'waiting', 'failed');
-
 -- index due_jobs_children
 CREATE INDEX due_jobs_children ON due_jobs (parent_id)
     WHERE parent_id IS NOT NULL AND state IN ('queued', 'running', 'waiting');
@@ -28,8 +24,16 @@ CREATE UNIQUE INDEX due_jobs_dedupe_key ON due_jobs (dedupe_key) WHERE dedupe_ke
 -- index due_jobs_failed
 CREATE INDEX due_jobs_failed ON due_jobs (finished_at) WHERE state = 'failed';
 
+-- index due_jobs_held
+CREATE INDEX due_jobs_held ON due_jobs (queue, run_at)
+    WHERE state = 'queued' AND held AND NOT timer;
+
 -- index due_jobs_key
 CREATE INDEX due_jobs_key ON due_jobs (key) WHERE key IS NOT NULL;
+
+-- index due_jobs_parked
+CREATE INDEX due_jobs_parked ON due_jobs (queue, state)
+    WHERE state IN ('waiting', 'failed');
 
 -- index due_jobs_piece
 CREATE UNIQUE INDEX due_jobs_piece ON due_jobs (parent_id, piece_key) WHERE parent_id IS NOT NULL;

@@ -4,8 +4,8 @@
 -- Every writing transaction is BEGIN IMMEDIATE, so SQLite's single writer
 -- serialises claims: no row is claimed twice.
 -- SQLite reads a partial index only for a query whose WHERE repeats the
--- index's own terms: hence `state IN (...)` beside `state = ...` wherever the
--- index of active jobs or of waiting and failed jobs serves. The equality comes
+-- index's own terms: hence `state IN (...)` beside `state = ...` wherever an
+-- index of waiting and failed jobs serves. The equality comes
 -- first: of two terms that seem as good, SQLite searches the index by the
 -- first, and searched by the IN it read every queued job of a queue to count
 -- its running ones (a million queued: 0.2 s for each such count).
@@ -291,12 +291,38 @@ WHERE id = :id AND state IN ('failed', 'cancelled') AND pieces_total = 0
 RETURNING *
 
 -- name: due_queues
--- Through the index of active jobs, which holds the timers too (the state
--- IN term lets SQLite see that its partial index applies).
-SELECT DISTINCT queue
-FROM due_jobs INDEXED BY due_jobs_active
-WHERE state = 'queued' AND state IN ('queued', 'running', 'waiting', 'failed')
-  AND NOT held AND run_at <= :now
+-- The queues with a job a worker may take now: those of the claim index (a
+-- job enters it once due), found by one probe each, and those of a timer that
+-- came due.
+WITH RECURSIVE claimable(queue) AS (
+    SELECT (SELECT queue FROM due_jobs INDEXED BY due_jobs_claim
+            WHERE state = 'queued' AND NOT held AND NOT timer
+            ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM due_jobs AS j INDEXED BY due_jobs_claim
+            WHERE j.state = 'queued' AND NOT j.held AND NOT j.timer AND j.queue > c.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM claimable AS c
+    WHERE c.queue IS NOT NULL
+),
+timed(queue) AS (
+    SELECT (SELECT queue FROM due_jobs INDEXED BY due_jobs_timers
+            WHERE state = 'queued' AND timer
+            ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM due_jobs AS j INDEXED BY due_jobs_timers
+            WHERE j.state = 'queued' AND j.timer AND j.queue > t.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM timed AS t
+    WHERE t.queue IS NOT NULL
+)
+SELECT queue FROM claimable WHERE queue IS NOT NULL
+UNION
+SELECT t.queue FROM timed AS t
+WHERE t.queue IS NOT NULL
+  AND EXISTS (SELECT 1 FROM due_jobs INDEXED BY due_jobs_timers
+              WHERE state = 'queued' AND timer AND queue = t.queue AND run_at <= :now
+                AND NOT held)
 ORDER BY queue
 
 -- name: release_jobs
@@ -769,51 +795,81 @@ SELECT name, paused, updated_at FROM due_queues ORDER BY name
 -- and when its oldest due job became due. Each count reads at most :limit
 -- entries of an index (a count that reaches it means "at least"), so a queue
 -- with ten million jobs scheduled for next month costs what one with :limit
--- does; the queues are found by one probe each into the index of active jobs,
--- never by reading its rows. The oldest due job is found as next_due finds the
--- next: the earliest of each priority level of the claim index and the first
--- due timer, so the held pieces of a paused backfill, however many, are never
--- read (through the index of active jobs, a million of them took 0.8 s).
-WITH RECURSIVE queues(queue) AS (
-    SELECT (SELECT queue FROM due_jobs INDEXED BY due_jobs_active
-            WHERE state IN ('queued', 'running', 'waiting', 'failed')
-            ORDER BY queue LIMIT 1)
+-- does. A queued job is in one of three indexes: the claim index (due: a
+-- writer puts a job there only once its run_at has come), the timers (due
+-- or later by run_at) or the held pieces of a paused group (the same); the
+-- queues are found by one probe each into those and the index of waiting and
+-- failed jobs, never by reading their rows, and among the running jobs. The
+-- oldest due job is found as next_due finds the next: the earliest of each
+-- priority level of the claim index and the first due timer, so the held
+-- pieces, however many, are never read.
+WITH RECURSIVE listed(queue) AS (
+    SELECT ''
     UNION ALL
-    SELECT (SELECT j.queue FROM due_jobs AS j INDEXED BY due_jobs_active
-            WHERE j.state IN ('queued', 'running', 'waiting', 'failed') AND j.queue > q.queue
-            ORDER BY j.queue LIMIT 1)
-    FROM queues AS q
-    WHERE q.queue IS NOT NULL
+    SELECT (SELECT min(later.queue) FROM (
+                SELECT (SELECT queue FROM due_jobs INDEXED BY due_jobs_claim
+                        WHERE state = 'queued' AND NOT held AND NOT timer AND queue > listed.queue
+                        ORDER BY queue LIMIT 1) AS queue
+                UNION ALL
+                SELECT (SELECT queue FROM due_jobs INDEXED BY due_jobs_timers
+                        WHERE state = 'queued' AND timer AND queue > listed.queue
+                        ORDER BY queue LIMIT 1)
+                UNION ALL
+                SELECT (SELECT queue FROM due_jobs INDEXED BY due_jobs_held
+                        WHERE state = 'queued' AND held AND NOT timer AND queue > listed.queue
+                        ORDER BY queue LIMIT 1)
+                UNION ALL
+                SELECT (SELECT queue FROM due_jobs INDEXED BY due_jobs_parked
+                        WHERE state IN ('waiting', 'failed') AND queue > listed.queue
+                        ORDER BY queue LIMIT 1)) AS later)
+    FROM listed
+    WHERE listed.queue IS NOT NULL
+),
+queues(queue) AS (
+    SELECT queue FROM listed WHERE queue <> ''
+    UNION
+    SELECT queue FROM due_jobs INDEXED BY due_jobs_running WHERE state = 'running'
 )
 SELECT q.queue,
+       min(:limit,
+           (SELECT count(*) FROM (
+                SELECT 1 FROM due_jobs INDEXED BY due_jobs_claim
+                WHERE queue = q.queue AND state = 'queued' AND NOT held AND NOT timer
+                LIMIT :limit))
+           + (SELECT count(*) FROM (
+                SELECT 1 FROM due_jobs INDEXED BY due_jobs_timers
+                WHERE queue = q.queue AND state = 'queued' AND timer AND run_at <= :now
+                LIMIT :limit))
+           + (SELECT count(*) FROM (
+                SELECT 1 FROM due_jobs INDEXED BY due_jobs_held
+                WHERE queue = q.queue AND state = 'queued' AND held AND NOT timer
+                  AND run_at <= :now
+                LIMIT :limit))) AS due,
+       min(:limit,
+           (SELECT count(*) FROM (
+                SELECT 1 FROM due_jobs INDEXED BY due_jobs_timers
+                WHERE queue = q.queue AND state = 'queued' AND timer AND run_at > :now
+                LIMIT :limit))
+           + (SELECT count(*) FROM (
+                SELECT 1 FROM due_jobs INDEXED BY due_jobs_held
+                WHERE queue = q.queue AND state = 'queued' AND held AND NOT timer
+                  AND run_at > :now
+                LIMIT :limit))) AS scheduled,
        (SELECT count(*) FROM (
-            SELECT 1 FROM due_jobs INDEXED BY due_jobs_active
-            WHERE queue = q.queue AND state = 'queued' AND run_at <= :now
-              AND state IN ('queued', 'running', 'waiting', 'failed')
-            LIMIT :limit)) AS due,
-       (SELECT count(*) FROM (
-            SELECT 1 FROM due_jobs INDEXED BY due_jobs_active
-            WHERE queue = q.queue AND state = 'queued' AND run_at > :now
-              AND state IN ('queued', 'running', 'waiting', 'failed')
-            LIMIT :limit)) AS scheduled,
-       (SELECT count(*) FROM (
-            SELECT 1 FROM due_jobs INDEXED BY due_jobs_active
-            WHERE queue = q.queue AND state = 'running'
-              AND state IN ('queued', 'running', 'waiting', 'failed')
+            SELECT 1 FROM due_jobs INDEXED BY due_jobs_running
+            WHERE state = 'running' AND queue = q.queue
             LIMIT :limit)) AS running,
        (SELECT count(*) FROM (
-            SELECT 1 FROM due_jobs INDEXED BY due_jobs_active
-            WHERE queue = q.queue AND state = 'waiting'
-              AND state IN ('queued', 'running', 'waiting', 'failed')
+            SELECT 1 FROM due_jobs INDEXED BY due_jobs_parked
+            WHERE queue = q.queue AND state = 'waiting' AND state IN ('waiting', 'failed')
             LIMIT :limit)) AS waiting,
        (SELECT count(*) FROM (
             SELECT 1 FROM due_jobs INDEXED BY due_jobs_retrying
             WHERE queue = q.queue AND state = 'queued' AND attempt > 0
             LIMIT :limit)) AS retrying,
        (SELECT count(*) FROM (
-            SELECT 1 FROM due_jobs INDEXED BY due_jobs_active
-            WHERE queue = q.queue AND state = 'failed'
-              AND state IN ('queued', 'running', 'waiting', 'failed')
+            SELECT 1 FROM due_jobs INDEXED BY due_jobs_parked
+            WHERE queue = q.queue AND state = 'failed' AND state IN ('waiting', 'failed')
             LIMIT :limit)) AS failed,
        (SELECT min(due_times.run_at) FROM (
             WITH RECURSIVE levels(priority) AS (
