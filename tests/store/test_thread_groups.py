@@ -144,9 +144,14 @@ def test_an_outage_met_by_the_group_goes_to_each_of_its_callers(
     first, crowd = crowd_behind_a_held_write(app, t, lock, calls)
     lock.run("DROP TABLE due_jobs" + (" CASCADE" if backend == "postgres" else ""))
     lock.commit()
-    for outcome in ended([first, *crowd]):
+    outcomes = ended([first, *crowd])
+    for outcome in outcomes:
         assert isinstance(outcome, StoreError), outcome
     assert app.store._thread_groups.in_line == 0
+    # The crowd's one error, as an object of each caller's own: raised in
+    # several threads, one object's traceback is spliced from all of theirs.
+    assert len({str(outcome) for outcome in outcomes[1:]}) == 1
+    assert len({id(outcome) for outcome in outcomes}) == len(outcomes)
 
 
 def test_a_process_forked_while_threads_are_in_line_enqueues_without_waiting_for_them(

@@ -18,7 +18,7 @@ What a caller can count on is what it had alone:
   own caller, and the others have their jobs; any other
   error (an outage, one the client met reading the reply, a failed commit)
   may have come after the commit, so it goes to every caller of the group
-  and nothing is sent again;
+  and nothing is sent again (group_outcomes.py holds these rules);
 - a caller cancelled while it waits is taken out of its group, and its job is
   not created; one cancelled while its group's statement runs may find its
   job created, as a caller cancelled during a statement of its own may.
@@ -43,6 +43,7 @@ from due.core.jobs import Job
 from due.core.records import NewJob
 from due.errors import StoreUnavailableError
 from due.store.backend import StatementRefused
+from due.store.group_outcomes import group_outcomes
 
 MAX_GROUP = 500
 """Requests in one statement at most (a bigger crowd is written in turns)."""
@@ -126,23 +127,18 @@ class EnqueueGroups:
             group.writing = False
 
     async def _write_group(self, batch: list[_Waiting]) -> None:
+        created: list[Job | StatementRefused] | None = None
+        failed: Exception | None = None
         try:
             created = await self._write([job for job, _ in batch])
-        except StatementRefused as error:
-            if len(batch) == 1:  # refused alone: the error is its own
-                _fail(batch[0][1], error)
-                return
-            created = None  # nothing was written: each alone, on a thread
-        except Exception as error:  # it may have committed: nothing is sent again
-            for _, answer in batch:
-                _fail(answer, error)
-            return
-        for index, (_, answer) in enumerate(batch):
-            outcome = None if created is None else created[index]
-            if isinstance(outcome, Exception):
+        except Exception as error:
+            failed = error
+        outcomes = group_outcomes(len(batch), created, failed)
+        for (_, answer), outcome in zip(batch, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
                 _fail(answer, outcome)
             else:
-                _answer(answer, outcome)
+                _answer(answer, outcome)  # None: made alone, on a thread
 
 
 def _answer(answer: asyncio.Future[Job | None], job: Job | None) -> None:

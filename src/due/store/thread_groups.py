@@ -19,7 +19,8 @@ loop (enqueue_groups.py):
   statement committed without (a trigger of the user's skipped it) fails its
   own caller, and the others have their jobs;
 - any other error (an outage, a failed commit) may have come after the
-  commit, so it goes to every caller of the group and nothing is sent again.
+  commit, so it goes to every caller of the group and nothing is sent again
+  (group_outcomes.py holds these rules).
 
 Only one-job enqueues without a key, and without a connection of the
 caller's, are grouped (a key is settled row by row: steps.py).
@@ -38,6 +39,7 @@ from due.core.jobs import Job
 from due.core.records import NewJob
 from due.errors import StoreUnavailableError
 from due.store.backend import StatementRefused
+from due.store.group_outcomes import group_outcomes
 
 MAX_GROUP = 500
 """Requests written together at most (a bigger crowd is written in turns)."""
@@ -141,20 +143,14 @@ class ThreadGroups:
                 self._line[0].wake()  # the next in line writes
 
     def _write_group(self, group: list[_Request]) -> None:
+        created: list[Job | StatementRefused] | None = None
+        failed: Exception | None = None
         try:
             created = self._write([request.job for request in group])
-        except StatementRefused as error:
-            if len(group) == 1:  # refused alone: the error is its own
-                _settle(group[0], error)
-                return
-            for request in group:  # nothing was written: each alone
-                _settle(request, None)
-            return
-        except Exception as error:  # it may have committed: nothing is sent again
-            for request in group:
-                _settle(request, error)
-            return
-        for request, outcome in zip(group, created, strict=True):
+        except Exception as error:
+            failed = error
+        outcomes = group_outcomes(len(group), created, failed)
+        for request, outcome in zip(group, outcomes, strict=True):
             _settle(request, outcome)
 
 
