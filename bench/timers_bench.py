@@ -4,13 +4,13 @@
                                            [--timers 10000000] [--finished 1000000]
                                            [--drain 20000] [--runs 3]
 
-Each backend is measured twice in one database: first nearly empty, then with
+Each backend is measured in two databases: one nearly empty, one with
 --timers jobs due over the next month at priorities above the measured jobs'
 (the worst case: a claim that ordered by priority first would walk past all of
 them) and --finished succeeded jobs, written by SQL (COPY-like, one statement),
-not through enqueue. One worker process (`due worker`, concurrency 100, no
-scheduler) runs throughout; each measure is repeated --runs times and the
-median is reported:
+not through enqueue. One worker process each (`due worker`, concurrency 100,
+no scheduler) runs throughout; the runs alternate between the two databases,
+each measure --runs times in each, and the medians are reported:
 
 drain     --drain no-op jobs enqueued while the queue is paused, then resumed:
           jobs / (last acknowledgement as the database recorded it - resume)
@@ -132,6 +132,8 @@ def start_worker(url: str, log: Path) -> subprocess.Popen[bytes]:
 
 stop_worker = common.stop_due_worker
 
+PHASES = ("empty", "timers")
+
 
 def wait_ended(app: due.App, ids: list[int], timeout: float = 300.0) -> list[due.Job]:
     deadline = time.monotonic() + timeout
@@ -245,16 +247,18 @@ def measure(
 
 
 def run_backend(backend: str, args: argparse.Namespace) -> dict[str, dict[str, list[dict]]]:
-    url = common.fresh_due_url(backend, "timers")
-    app, noop = make_app(url)
-    app.migrate()
-    log = common.WORK_DIR / "logs" / f"timers-{backend}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    worker = start_worker(url, log)
+    """Two databases side by side, one kept empty and one filled, each with its
+    worker; the runs alternate between them, so the machine's drift over the
+    minutes of a run (up to 2x here) falls on both phases alike."""
+    setups: dict[str, tuple[str, due.App, due.Task[Any, Any]]] = {}
+    workers: list[subprocess.Popen[bytes]] = []
     table: dict[str, dict[str, list[dict]]] = {}
     try:
-        time.sleep(2)
-        for phase in ("empty", "timers"):
+        for phase in PHASES:
+            url = common.fresh_due_url(backend, f"timers_{phase}")
+            app, noop = make_app(url)
+            setups[phase] = (url, app, noop)
+            app.migrate()
             if phase == "timers":
                 seconds = fill(backend, url, args.timers, args.finished)
                 common.save(
@@ -266,7 +270,13 @@ def run_backend(backend: str, args: argparse.Namespace) -> dict[str, dict[str, l
                         "finished": args.finished,
                     }
                 )
-            for run in range(args.runs):
+            log = common.WORK_DIR / "logs" / f"timers-{backend}-{phase}.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            workers.append(start_worker(url, log))
+        time.sleep(2)
+        for run in range(args.runs):
+            for phase in PHASES if run % 2 == 0 else PHASES[::-1]:
+                url, app, noop = setups[phase]
                 for name, values in measure(url, app, noop, args.drain).items():
                     rec = {
                         "bench": "timers",
@@ -279,8 +289,10 @@ def run_backend(backend: str, args: argparse.Namespace) -> dict[str, dict[str, l
                     common.save(rec)
                     table.setdefault(name, {}).setdefault(phase, []).append(values)
     finally:
-        stop_worker(worker)
-        app.close()
+        for worker in workers:
+            stop_worker(worker)
+        for _, app, _ in setups.values():
+            app.close()
     return table
 
 
