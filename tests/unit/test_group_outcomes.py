@@ -6,8 +6,10 @@ from __future__ import annotations
 import threading
 import traceback
 
+import psycopg
+
 from due.core.jobs import Job
-from due.errors import StoreUnavailableError
+from due.errors import StoreError, StoreUnavailableError
 from due.store.backend import StatementRefused
 from due.store.group_outcomes import group_outcomes
 
@@ -57,7 +59,15 @@ def test_another_error_reaches_every_caller_each_as_its_own_object() -> None:
     assert all(text.count("raise error") == 1 for text in seen), seen
 
 
-class _NeedsTwo(Exception):
+def test_a_copy_keeps_its_own_notes() -> None:
+    failed = StoreUnavailableError("the database went away")
+    failed.add_note("while writing a group of 2")
+    first, second = group_outcomes(2, None, failed)
+    second.add_note("seen by the second caller")  # type: ignore[union-attr]
+    assert first.__notes__ == ["while writing a group of 2"]  # type: ignore[union-attr]
+
+
+class _NeedsTwo(StoreError):
     def __init__(self, what: str, why: str) -> None:
         super().__init__(f"{what}: {why}")
 
@@ -65,3 +75,12 @@ class _NeedsTwo(Exception):
 def test_an_error_that_cannot_be_copied_is_shared() -> None:
     odd = _NeedsTwo("write", "refused by a driver")
     assert group_outcomes(2, None, odd) == [odd, odd]
+
+
+def test_a_drivers_error_is_shared_and_left_as_it_was() -> None:
+    """psycopg's __reduce__ writes into the original's __dict__: a copy would
+    take the connection and result off the error its first caller gets."""
+    driver = psycopg.errors.UniqueViolation("duplicate key")
+    before = dict(driver.__dict__)
+    assert group_outcomes(2, None, driver) == [driver, driver]
+    assert driver.__dict__ == before

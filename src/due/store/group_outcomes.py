@@ -9,8 +9,8 @@ threads' (thread_groups.py) share, each over its own way of waiting.
   fails its own caller; the others have their jobs.
 - Any other error may have come after the commit: every caller gets it, and
   nothing is sent again. Each caller gets an exception object of its own
-  (raised in several threads, one object's traceback would be spliced from
-  all of theirs).
+  when it is one of due's (raised in several threads, one object's traceback
+  would be spliced from all of theirs).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import copy
 from collections.abc import Sequence
 
 from due.core.jobs import Job
+from due.errors import DueError
 from due.store.backend import StatementRefused
 
 Outcome = Job | BaseException | None
@@ -43,8 +44,13 @@ def group_outcomes(
 
 
 def _own_copy(error: Exception) -> Exception:
-    """The same error (type, message, cause) as an object of its own; the
-    error itself when it cannot be copied."""
+    """The same error (type, message, cause, notes) as an object of its own;
+    the error itself when it cannot be copied. Only due's own errors (the
+    stores turn every driver's error into one): copying a psycopg error
+    empties the original's connection and result (its __reduce__ writes into
+    the original's __dict__)."""
+    if not isinstance(error, DueError):
+        return error
     try:
         mine = copy.copy(error)
     except Exception:
@@ -54,4 +60,6 @@ def _own_copy(error: Exception) -> Exception:
     mine.__cause__ = error.__cause__
     mine.__context__ = error.__context__
     mine.__suppress_context__ = error.__suppress_context__
+    if hasattr(error, "__notes__"):
+        mine.__notes__ = list(error.__notes__)
     return mine.with_traceback(error.__traceback__)

@@ -796,8 +796,10 @@ SELECT name, paused, updated_at FROM due_queues ORDER BY name
 -- entries of an index (a count that reaches it means "at least"), so a queue
 -- with ten million jobs scheduled for next month costs what one with :limit
 -- does. A queued job is in one of three indexes: the claim index (due: a
--- writer puts a job there only once its run_at has come), the timers (due
--- or later by run_at) or the held pieces of a paused group (the same); the
+-- writer puts a job there only once its run_at has come by its own clock; a
+-- reader whose clock is behind counts it due, though not yet as the oldest),
+-- the timers (due or later by run_at) or the held pieces of a paused group
+-- (the same); the
 -- queues are found by one probe each into those and the index of waiting and
 -- failed jobs, never by reading their rows, and among the running jobs. The
 -- oldest due job is found as next_due finds the next: the earliest of each
