@@ -13,7 +13,8 @@ no scheduler) runs throughout; the runs alternate between the two databases,
 each measure --runs times in each, and the medians are reported:
 
 drain     --drain no-op jobs enqueued while the queue is paused, then resumed:
-          jobs / (last acknowledgement as the database recorded it - resume)
+          jobs / (last acknowledgement as the database recorded it - resume),
+          and the CPU per job of the worker and (PostgreSQL) of the server
 pickup    200 jobs enqueued one by one 20 ms apart to the idle worker:
           started_at - created_at (database times), p50 and p99 in ms
 late      200 jobs enqueued due 0.5 to 2.5 s later: started_at - run_at,
@@ -163,6 +164,20 @@ def measure_drain(url: str, app: due.App, noop: due.Task[Any, Any], count: int) 
     return {"jobs_per_s": count / seconds, "seconds": seconds}
 
 
+def measure_drain_and_cpu(
+    url: str, app: due.App, noop: due.Task[Any, Any], count: int, meters: tuple[int, int | None]
+) -> dict[str, Any]:
+    """The drain, and the CPU each job cost the worker and the PostgreSQL server
+    (`meters`: their pids): the machine's noise moves a rate far more than a cost."""
+    worker, server = meters
+    before = [common.cpu_seconds(common.process_tree(pid)) for pid in (worker, server) if pid]
+    drained = measure_drain(url, app, noop, count)
+    after = [common.cpu_seconds(common.process_tree(pid)) for pid in (worker, server) if pid]
+    for name, start, end in zip(("worker_cpu_us", "server_cpu_us"), before, after, strict=False):
+        drained[name] = (end - start) / count * 1e6
+    return drained
+
+
 def ended_between(url: str, first: int, last: int) -> tuple[int, float]:
     """How many of the jobs first..last succeeded, and the epoch of the last
     acknowledgement (as the database recorded it)."""
@@ -235,10 +250,10 @@ def measure_enqueue(noop: due.Task[Any, Any], count: int = 2000) -> dict[str, An
 
 
 def measure(
-    url: str, app: due.App, noop: due.Task[Any, Any], drain: int
+    url: str, app: due.App, noop: due.Task[Any, Any], drain: int, meters: tuple[int, int | None]
 ) -> dict[str, dict[str, Any]]:
     results = {
-        "drain": measure_drain(url, app, noop, drain),
+        "drain": measure_drain_and_cpu(url, app, noop, drain, meters),
         "pickup": measure_pickup(app, noop),
         "late": measure_lateness(app, noop),
         "enqueue": measure_enqueue(noop),
@@ -251,6 +266,7 @@ def run_backend(backend: str, args: argparse.Namespace) -> dict[str, dict[str, l
     worker; the runs alternate between them, so the machine's drift over the
     minutes of a run (up to 2x here) falls on both phases alike."""
     setups: dict[str, tuple[str, due.App, due.Task[Any, Any]]] = {}
+    meters: dict[str, tuple[int, int | None]] = {}
     workers: list[subprocess.Popen[bytes]] = []
     table: dict[str, dict[str, list[dict]]] = {}
     try:
@@ -273,11 +289,17 @@ def run_backend(backend: str, args: argparse.Namespace) -> dict[str, dict[str, l
             log = common.WORK_DIR / "logs" / f"timers-{backend}-{phase}.log"
             log.parent.mkdir(parents=True, exist_ok=True)
             workers.append(start_worker(url, log))
+            server = (
+                common.postmaster_pid(f"{common.DB_PREFIX}due_timers_{phase}")
+                if backend == "postgres"
+                else None
+            )
+            meters[phase] = (workers[-1].pid, server)
         time.sleep(2)
         for run in range(args.runs):
             for phase in PHASES if run % 2 == 0 else PHASES[::-1]:
                 url, app, noop = setups[phase]
-                for name, values in measure(url, app, noop, args.drain).items():
+                for name, values in measure(url, app, noop, args.drain, meters[phase]).items():
                     rec = {
                         "bench": "timers",
                         "backend": backend,
@@ -307,8 +329,12 @@ def report(backend: str, table: dict[str, dict[str, list[dict]]], args: argparse
         "| measure | empty | with timers | ratio |",
         "|---|---|---|---|",
     ]
+    rows = [("drain, jobs/s", ("drain", "jobs_per_s"))]
+    rows += [("drain, worker CPU us/job", ("drain", "worker_cpu_us"))]
+    if backend == "postgres":
+        rows += [("drain, server CPU us/job", ("drain", "server_cpu_us"))]
     for name, key in (
-        ("drain, jobs/s", ("drain", "jobs_per_s")),
+        *rows,
         ("pickup p50 ms", ("pickup", "p50_ms")),
         ("pickup p99 ms", ("pickup", "p99_ms")),
         ("delayed job lateness p50 ms", ("late", "p50_ms")),
