@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Awaitable, Callable, Iterator
-from datetime import timedelta
 
 import pytest
 
 import due
 from due.errors import StoreError
+from tests.helpers.handles import assert_each_handle_is_its_row
 from tests.helpers.waiting import wait_until
 from tests.helpers.write_lock import WriteLock
 from tests.store.test_loop_connections import (
@@ -103,15 +103,7 @@ def test_enqueues_that_wait_for_the_loops_write_are_written_in_one_after_it(
     assert stored_args(app) == [*holder.before, *numbers]
     assert len({job.created_at for job in jobs}) == 1, "one statement, one transaction"
     assert held.created_at != jobs[0].created_at, "the held write wrote its job alone"
-    for job in jobs:  # each caller's handle is its own row, as stored
-        stored_job = app.get(job.id)
-        assert (stored_job.args, stored_job.run_at, stored_job.created_at) == (
-            job.args,
-            job.run_at,
-            job.created_at,
-        )
-        assert job.run_at - job.created_at == timedelta(seconds=60 if job.args[0] % 2 else 0)
-        assert job.run_at.utcoffset() == timedelta(0)
+    assert_each_handle_is_its_row(app, jobs)
 
 
 BAD_ROW = {

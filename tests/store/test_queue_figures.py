@@ -105,12 +105,13 @@ def test_a_queue_whose_jobs_all_run_is_shown(
     assert (row.running, row.queued, row.failed) == (1, 0, 0)
 
 
-def test_a_queue_is_counted_wherever_its_jobs_wait(
+def one_kind_of_job_per_queue(
     app: due.App, tasks: dict[str, due.Task[..., None]], clock: FakeClock
-) -> None:
-    """SQLite finds a queue's jobs in an index of their own for each kind:
-    claimable, timers (due or not), held pieces, waiting and failed, running. A
-    queue whose only jobs are of one kind is still listed, and counted."""
+) -> dict[str, tuple[int, ...]]:
+    """A queue for each index SQLite finds a queue's jobs in (claimable,
+    timers due or not, held pieces, waiting and failed, running), each with
+    jobs of that kind only; the figures (due, scheduled, running, waiting,
+    failed) each queue should show."""
     ok, broken = tasks["ok"], tasks["broken"]
     ok.options(queue="claimable").enqueue()
     ok.options(queue="timer-due", delay="1s").enqueue()
@@ -123,11 +124,7 @@ def test_a_queue_is_counted_wherever_its_jobs_wait(
     ok.options(queue="running").enqueue()
     app.store.job_claim(ClaimRequest("running", 1, "w", 30.0))
     clock.advance(2)
-    shown = {
-        queue.name: (queue.due, queue.scheduled, queue.running, queue.waiting, queue.failed)
-        for queue in app.store.queue_overview()
-    }
-    assert shown == {
+    return {
         "claimable": (1, 0, 0, 0, 0),
         "timer-due": (1, 0, 0, 0, 0),
         "timer-later": (0, 1, 0, 0, 0),
@@ -136,7 +133,44 @@ def test_a_queue_is_counted_wherever_its_jobs_wait(
         "failed": (0, 0, 0, 0, 1),
         "running": (0, 0, 1, 0, 0),
     }
+
+
+def shown(app: due.App) -> dict[str, tuple[int, ...]]:
+    return {
+        queue.name: (queue.due, queue.scheduled, queue.running, queue.waiting, queue.failed)
+        for queue in app.store.queue_overview()
+    }
+
+
+def test_a_queue_is_counted_wherever_its_jobs_wait(
+    app: due.App, tasks: dict[str, due.Task[..., None]], clock: FakeClock
+) -> None:
+    """A queue whose only jobs are of one kind is still listed, and counted."""
+    expected = one_kind_of_job_per_queue(app, tasks, clock)
+    assert shown(app) == expected
     assert app.store.queue_due_names() == ["claimable", "timer-due"]
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_sqlite_upgrading_to_counting_queued_jobs_in_their_own_indexes_keeps_the_figures(
+    app: due.App, tasks: dict[str, due.Task[..., None]], clock: FakeClock
+) -> None:
+    """Migration 0011 on a table that holds jobs of every kind: back to the
+    schema before it (the index of active jobs, none of the two new ones),
+    then upgraded again."""
+    expected = one_kind_of_job_per_queue(app, tasks, clock)
+    with sqlite3.connect(path_from_url(app.url)) as conn:
+        conn.executescript(
+            """
+            DROP INDEX due_jobs_held;
+            DROP INDEX due_jobs_parked;
+            CREATE INDEX due_jobs_active ON due_jobs (queue, state, run_at, attempt, held)
+                WHERE state IN ('queued', 'running', 'waiting', 'failed');
+            DELETE FROM due_schema_migrations WHERE version = 11;
+            """
+        )
+    assert app.migrate() == [11]
+    assert shown(app) == expected
 
 
 @pytest.mark.parametrize("backend", ["postgres"])

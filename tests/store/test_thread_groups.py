@@ -11,12 +11,12 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from datetime import timedelta
 
 import pytest
 
 import due
 from due.errors import StoreError
+from tests.helpers.handles import assert_each_handle_is_its_row
 from tests.helpers.waiting import wait_until
 from tests.helpers.write_lock import WriteLock
 from tests.store.test_enqueue_groups import BAD_ROW, stored_args
@@ -105,14 +105,7 @@ def test_enqueues_that_wait_for_another_threads_write_are_written_in_one_after_i
     assert stored_args(app) == [-1, 0, *numbers]
     assert len({job.created_at for job in jobs}) == 1, "one transaction for the crowd"
     assert first.created_at != jobs[0].created_at, "the first wrote its job alone"
-    for job in jobs:  # each caller's handle is its own row, as stored
-        stored_job = app.get(job.id)
-        assert (stored_job.args, stored_job.run_at, stored_job.created_at) == (
-            job.args,
-            job.run_at,
-            job.created_at,
-        )
-        assert job.run_at - job.created_at == timedelta(seconds=60 if job.args[0] % 2 else 0)
+    assert_each_handle_is_its_row(app, jobs)
     assert app.store._thread_groups.in_line == 0
 
 
