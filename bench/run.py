@@ -72,6 +72,11 @@ class Sizes:
 
 
 # The shapes of the issues: 20,000 no-op jobs; 20,000 jobs of 10 ms at concurrency 50.
+BIG_BATCH = 1000
+"""The no-op drain runs each library at its default batch and at this one: with
+larger batches pgqueuer and the bare loops drain faster (a sweep of 2026-12-03,
+bench/README.md "Each library at its best"), so a ratio to a peer's best setting
+needs both."""
 FULL = Sizes(
     single=5000, bulk=20000, drain=20000, sleep=20000, latency=200, scheduled=50, rescue_wait=120
 )
@@ -122,7 +127,15 @@ def cases(sz: Sizes) -> list[Case]:
             ("--task", "noop", "--n", f"{sz.drain}", *drain),
             everyone,
             330,
-            extra=(("due", ("--processes", "2")),),  # two worker processes, one database
+            extra=(
+                ("due", ("--processes", "2")),  # two worker processes, one database
+                # Each at batches of 1,000 too: every one's best setting is in the table.
+                *(
+                    (lib, ("--concurrency", f"{BIG_BATCH}"))
+                    for lib in ("due", "raw_pg", "raw_sqlite")
+                ),
+                ("pgqueuer", ("--batch", f"{BIG_BATCH}")),
+            ),
         ),
         Case(
             "drain",
@@ -326,6 +339,7 @@ def finish(r: Running) -> tuple[list[dict[str, Any]], str | None]:
 
 def tag(rec: dict[str, Any], step: Step, plan: Plan, run: int) -> dict[str, Any]:
     rec.update(run_id=plan.run_id, run=run, kind=step.lib.kind, cmd=" ".join(step.cmd()[1:]))
+    rec["extra_flags"] = " ".join(step.flags)  # "": the case's own setting
     rec["load1"] = round(os.getloadavg()[0], 2)
     return rec
 
@@ -453,7 +467,9 @@ def group_rows(recs: Iterable[dict[str, Any]]) -> Rows:
 
 
 def due_base(rows: Rows) -> list[dict[str, Any]]:
-    return next((v for (lib, _), v in rows.items() if lib == "due"), [])
+    """due's row at the case's own setting (not one of its extra variants)."""
+    due = [recs for (lib, _), recs in rows.items() if lib == "due"]
+    return next((recs for recs in due if not recs[0].get("extra_flags")), due[0] if due else [])
 
 
 def table(header: Sequence[str], body: Iterable[Sequence[str]]) -> list[str]:
@@ -533,7 +549,39 @@ def drain_tables(results: list[dict[str, Any]], backend: str) -> list[str]:
             "due ÷ lib",
         ]
         out += table(header, body)
+        if task == "noop":
+            out += best_table(rows, backend)
     return out
+
+
+def best_table(rows: Rows, backend: str) -> list[str]:
+    """Each library at the setting of one worker process that drained fastest
+    (median), and due's best against each one's best."""
+    best: dict[str, tuple[str, list[dict[str, Any]]]] = {}
+    for (lib, setting), recs in rows.items():
+        median = common.median(values_of(recs, "value"))
+        if "processes=" in setting or median is None:
+            continue
+        if lib not in best or median > (common.median(values_of(best[lib][1], "value")) or 0):
+            best[lib] = (setting, recs)
+    if "due" not in best:
+        return []
+    due_best = best["due"][1]
+    body = [
+        [lib, setting, med_range(recs), med_range(recs, "worker_cpu_us"),
+         med_range(recs, "server_cpu_us"), ratio(due_best, recs)]
+        for lib, (setting, recs) in best.items()
+    ]  # fmt: skip
+    title = f"### Drain, noop, each library at its best setting tried, {backend}\n"
+    header = [
+        "lib",
+        "best setting",
+        "jobs/s (DB)",
+        "worker CPU us/job",
+        "server CPU us/job",
+        "due's best ÷ lib's best",
+    ]
+    return [title, *table(header, body)]
 
 
 def latency_tables(results: list[dict[str, Any]], backend: str) -> list[str]:

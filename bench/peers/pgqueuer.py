@@ -7,8 +7,10 @@ Run with bench/.venv-peers/bin/python bench/peers/pgqueuer.py <test> ...
   Worker: `PgQueuer(AsyncpgDriver(conn)).run(...)` (what
   `pgq run` runs).  Default here = the best no-op setting in
   shared/peer-bench/postgres/RESULTS.md: batch_size=100, max_concurrent_tasks unlimited
-  (library defaults: 10, unlimited).  --concurrency C caps in-flight jobs:
-  max_concurrent_tasks=C with batch_size=C//2 (pgqueuer requires max >= 2 x batch).
+  (library defaults: 10, unlimited).  --batch B: batch_size=B, max_concurrent_tasks
+  unlimited (a no-op drain gains up to about 1,000: bench/README.md, "Each library at
+  its best").  --concurrency C caps in-flight jobs: max_concurrent_tasks=C with
+  batch_size=C//2 (pgqueuer requires max >= 2 x batch).
   Scheduled jobs: `execute_after=timedelta`.  Finished jobs are deleted from `pgqueuer`.
   Rescue: the dequeue re-picks 'picked' jobs whose heartbeat is older than 30 s.
 """
@@ -41,9 +43,11 @@ ENTRYPOINT = "bench_job"
 DEFAULT_BATCH = 100
 
 
-def run_options(concurrency: int | None) -> dict[str, int | None]:
+def run_options(concurrency: int | None, batch: int | None = None) -> dict[str, int | None]:
     if concurrency is None:
-        return {"batch_size": DEFAULT_BATCH, "max_concurrent_tasks": None}
+        return {"batch_size": batch or DEFAULT_BATCH, "max_concurrent_tasks": None}
+    if batch is not None:
+        raise SystemExit("pgqueuer: give --batch (unlimited in-flight jobs) or --concurrency")
     return {"batch_size": max(1, concurrency // 2), "max_concurrent_tasks": concurrency}
 
 
@@ -57,11 +61,26 @@ class PgQueuerAdapter(common.Adapter):
         "(default 30 s, heartbeat every 15 s)"
     )
 
+    @classmethod
+    def add_arguments(cls, parser: common.argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--batch",
+            type=int,
+            default=None,
+            help=f"batch_size with unlimited in-flight jobs (default {DEFAULT_BATCH})",
+        )
+
     def version(self) -> str:
         return version("pgqueuer")
 
+    def variant(self) -> str:
+        return "" if self.args.batch is None else f"_b{self.args.batch}"
+
+    def worker_args(self) -> list[str]:
+        return [] if self.args.batch is None else ["--batch", str(self.args.batch)]
+
     def setting(self, concurrency: int | None) -> str:
-        opts = run_options(concurrency)
+        opts = run_options(concurrency, self.args.batch)
         cap = opts["max_concurrent_tasks"] or "unlimited"
         return f"batch_size={opts['batch_size']} max_concurrent_tasks={cap}"
 
@@ -150,7 +169,7 @@ class PgQueuerAdapter(common.Adapter):
             data = common.Job.from_json(job.payload or b"")
             await common.run_job_async(data.ref, data.t_ref, data.sleep_s)
 
-        opts = run_options(concurrency)
+        opts = run_options(concurrency, self.args.batch)
         await pgq.run(
             batch_size=opts["batch_size"] or 1, max_concurrent_tasks=opts["max_concurrent_tasks"]
         )

@@ -25,6 +25,7 @@ from tests.helpers.workers import REPOSITORY
 
 sys.path.insert(0, str(REPOSITORY / "bench"))
 import common  # bench/common.py: the harness's names for its databases
+import run  # bench/run.py: its tables
 
 pytestmark = pytest.mark.bench
 RATIO = re.compile(r"\b(\d+)/(\d+)\b")
@@ -76,6 +77,11 @@ def test_a_smoke_run_of_the_benchmark_measures_due_and_the_bare_loops(tmp_path: 
         rows = section.split("###")[0].splitlines()
         assert any(row.startswith("| due |") for row in rows)
         assert any(row.startswith(f"| {bare} |") for row in rows)
+        best = tables.split(f"### Drain, noop, each library at its best setting tried, {backend}")
+        assert len(best) == 2, f"no table of each library's best drain on {backend}"
+        best_rows = best[1].split("###")[0].splitlines()
+        for lib in ("due", bare):  # each ran at its own batch and at 1,000
+            assert any(row.startswith(f"| {lib} |") for row in best_rows), best_rows
     rows = [line for line in tables.splitlines() if line.startswith("| ")]
     checks = [found for row in rows for found in RATIO.findall(row)]
     assert checks, "no row says how many of its runs were exactly once"
@@ -194,3 +200,28 @@ def test_a_process_trees_cpu_keeps_the_time_of_a_child_that_exited() -> None:
     subprocess.run([sys.executable, "-c", burn], check=True)
     after = common.cpu_seconds(common.process_tree(os.getpid()))
     assert after - before >= 0.25  # most of the child's 0.3 s: /proc counts 10 ms ticks
+
+
+def test_each_librarys_best_drain_is_its_fastest_setting_of_one_process() -> None:
+    """The issue's target is due against a peer at its best setting: the table
+    picks each library's fastest setting (the median of its runs), never one of
+    several worker processes, and divides due's best by each one's best."""
+
+    def runs(lib: str, setting: str, *rates: float) -> list[dict[str, object]]:
+        return [{"lib": lib, "setting": setting, "value": rate} for rate in rates]
+
+    rows = {
+        ("due", "concurrency=100"): runs("due", "concurrency=100", 10_000, 11_000, 9_000),
+        ("due", "concurrency=100, processes=2"): runs(
+            "due", "concurrency=100, processes=2", 30_000, 30_000, 30_000
+        ),
+        ("due", "concurrency=1000"): runs("due", "concurrency=1000", 12_000, 14_000, 13_000),
+        ("pgqueuer", "batch_size=100"): runs("pgqueuer", "batch_size=100", 5_000, 6_500, 6_000),
+        ("pgqueuer", "batch_size=1000"): runs("pgqueuer", "batch_size=1000", 6_500, 7_000, 6_000),
+    }
+    lines = run.best_table(rows, "postgres")
+    body = {line.split(" | ")[0].strip("| "): line for line in lines if line.startswith("| ")}
+    assert f"| concurrency=1000 | 13,000 [12,000{run.DASH}14,000] |" in body["due"]
+    assert f"| batch_size=1000 | 6,500 [6,000{run.DASH}7,000] |" in body["pgqueuer"]
+    assert body["pgqueuer"].endswith("| 2.00 |")  # 13,000 / 6,500
+    assert body["due"].endswith("| 1.00 |")
