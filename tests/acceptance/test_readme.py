@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.ports import free_port
 from tests.helpers.waiting import wait_until
 from tests.helpers.workers import REPOSITORY
 
@@ -178,6 +179,11 @@ class Reader:
     def _value(self, arg: str, command: str, before: str) -> str:
         if arg == "ID":
             return self._job_for(command, before)
+        if before == "--port":
+            # The README's port, as the user would pick a free one: the store's
+            # two runs of this test may overlap (pytest -n), and a port held by
+            # any other process must not fail the README.
+            return str(free_port())
         if arg == "NAME":
             return self._helper(
                 "if 'readme' not in [s.stored.name for s in app.schedules()]:",

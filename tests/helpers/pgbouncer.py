@@ -66,7 +66,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -77,6 +76,8 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import psycopg
+
+from tests.helpers.ports import free_port
 
 DEFAULT_BINARY = "/usr/sbin/pgbouncer"
 START_TIMEOUT = 10.0
@@ -91,12 +92,6 @@ def pgbouncer_binary() -> str | None:
     if found is not None:
         return found
     return DEFAULT_BINARY if os.access(DEFAULT_BINARY, os.X_OK) else None
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _identifier(name: str) -> str:
@@ -150,7 +145,7 @@ class PgBouncer:
         ini_path = tmp_dir / "pgbouncer.ini"
         last_error = ""
         for _ in range(PORT_ATTEMPTS):
-            port = _free_port()
+            port = free_port()
             lines = {
                 "listen_addr": "127.0.0.1",
                 "listen_port": str(port),

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import due
+from tests.helpers.ports import free_port
 from tests.helpers.waiting import holds_for, wait_until
 from tests.helpers.workers import REPOSITORY, WorkerProcess, Workers, app_with_tasks_of
 
@@ -59,12 +59,6 @@ def worker(workers: Workers) -> WorkerProcess:
     started = workers.start("--grace", "2s", app=APP)
     workers.wait_ready(started)
     return started
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture
