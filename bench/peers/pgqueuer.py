@@ -145,8 +145,10 @@ class PgQueuerAdapter(common.Adapter):
         return int(common.pg_scalar(self.db, "SELECT count(*) FROM pgqueuer"))
 
     def count_acknowledged(self, enqueued: int) -> int | None:
-        # pgqueuer deletes a job's row when it completes (and logs it, buffered):
-        # a row gone from its queue table is a job acknowledged.
+        # pgqueuer deletes a job's row when it completes, and logs it in the same
+        # statement (its log_job query: DELETE ... RETURNING into pgqueuer_log,
+        # sent for a buffer of ended jobs): a row gone from its queue table is a
+        # job acknowledged and present in its log.
         return enqueued - int(common.pg_scalar(self.db, "SELECT count(*) FROM pgqueuer"))
 
     def queue_state(self) -> dict[str, Any]:
