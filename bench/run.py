@@ -564,20 +564,21 @@ def best_table(rows: Rows, backend: str) -> list[str]:
     (median), and due's best against each one's best. A setting with a run that
     failed its checks (a job lost, run twice, or not done in time) is not a
     candidate."""
-    best: dict[str, tuple[str, list[dict[str, Any]]]] = {}
+    best: dict[str, tuple[float, str, list[dict[str, Any]]]] = {}
     for (lib, setting), recs in rows.items():
         median = common.median(values_of(recs, "value"))
-        if "processes=" in setting or median is None or not all(r.get("ok") for r in recs):
+        several = "--processes" in recs[0].get("extra_flags", "")
+        if several or median is None or not all(r.get("ok") for r in recs):
             continue
-        if lib not in best or median > (common.median(values_of(best[lib][1], "value")) or 0):
-            best[lib] = (setting, recs)
+        if lib not in best or median > best[lib][0]:
+            best[lib] = (median, setting, recs)
     if "due" not in best:
         return []
-    due_best = best["due"][1]
+    due_best = best["due"][2]
     body = [
         [lib, setting, med_range(recs) + body_timed(recs), med_range(recs, "worker_cpu_us"),
          med_range(recs, "server_cpu_us"), ratio(due_best, recs)]
-        for lib, (setting, recs) in best.items()
+        for lib, (_, setting, recs) in best.items()
     ]  # fmt: skip
     title = f"### Drain, noop, each library at its best setting tried, {backend}\n"
     header = [

@@ -8,8 +8,8 @@ Run with bench/.venv-peers/bin/python bench/peers/pgqueuer.py <test> ...
   `pgq run` runs).  Default here = the best no-op setting in
   shared/peer-bench/postgres/RESULTS.md: batch_size=100, max_concurrent_tasks unlimited
   (library defaults: 10, unlimited).  --batch B: batch_size=B, max_concurrent_tasks
-  unlimited (a no-op drain gains up to about 1,000: bench/README.md, "Each library at
-  its best").  --concurrency C caps in-flight jobs: max_concurrent_tasks=C with
+  unlimited (a no-op drain is fastest at about 1,000: bench/README.md, "Each library
+  at its best").  --concurrency C caps in-flight jobs: max_concurrent_tasks=C with
   batch_size=C//2 (pgqueuer requires max >= 2 x batch).
   Scheduled jobs: `execute_after=timedelta`.  Finished jobs are deleted from `pgqueuer`.
   Rescue: the dequeue re-picks 'picked' jobs whose heartbeat is older than 30 s.
