@@ -192,11 +192,10 @@ def _insert_rows(
     the database inserts this one). Due times from the database's now (one
     instant for the transaction), in UTC, as the store gives a due time back."""
     for job_id, job in zip(ids, jobs, strict=True):
-        run_at = (
-            job.run_at.astimezone(UTC)
-            if job.run_at is not None
-            else now + timedelta(seconds=job.delay)
-        )
+        if job.run_at is not None:
+            run_at = job.run_at.astimezone(UTC)
+        else:  # due now: no timedelta to make (0.4 us a job of a bulk enqueue)
+            run_at = now + timedelta(seconds=job.delay) if job.delay else now
         handles.append((job, new_job(job, job_id, run_at, now)))
         yield (
             job_id,
@@ -232,19 +231,25 @@ def grouped_rows(jobs: Sequence[NewJob]) -> list[dict[str, Any]]:
 
 def new_job(job: NewJob, job_id: int, run_at: datetime, created_at: datetime) -> Job:
     """The handle of a job just inserted, from the request and what the store set."""
+    # Positional, in Job's field order (half the time of keywords, once per job
+    # of a bulk enqueue); the conformance test of the handle holds each in place.
     return Job(
-        id=job_id,
-        task=job.task,
-        queue=job.queue,
-        priority=job.priority,
-        state=JobState.QUEUED,
-        args=job.args,
-        kwargs=job.kwargs,
-        run_at=run_at,
-        attempt=0,
-        max_attempts=job.max_attempts,
-        created_at=created_at,
-        key=job.key,
+        job_id,
+        job.task,
+        job.queue,
+        job.priority,
+        JobState.QUEUED,
+        job.args,
+        job.kwargs,
+        run_at,
+        0,
+        job.max_attempts,
+        created_at,
+        None,  # started_at
+        None,  # finished_at
+        None,  # lease_expires_at
+        None,  # worker
+        job.key,
     )
 
 
