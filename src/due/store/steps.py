@@ -194,7 +194,7 @@ def _insert_rows(
     for job_id, job in zip(ids, jobs, strict=True):
         if job.run_at is not None:
             run_at = job.run_at.astimezone(UTC)
-        else:  # due now: no timedelta to make (0.4 us a job of a bulk enqueue)
+        else:  # one due now takes now as it is: no timedelta made (0.4 us a job)
             run_at = now + timedelta(seconds=job.delay) if job.delay else now
         handles.append((job, new_job(job, job_id, run_at, now)))
         yield (
@@ -231,8 +231,9 @@ def grouped_rows(jobs: Sequence[NewJob]) -> list[dict[str, Any]]:
 
 def new_job(job: NewJob, job_id: int, run_at: datetime, created_at: datetime) -> Job:
     """The handle of a job just inserted, from the request and what the store set."""
-    # Positional, in Job's field order (half the time of keywords, once per job
-    # of a bulk enqueue); the conformance test of the handle holds each in place.
+    # The required fields by position, in Job's order (about half the time of
+    # keywords, once per job of a bulk enqueue); the conformance test of the
+    # handle holds each in place.
     return Job(
         job_id,
         job.task,
@@ -245,11 +246,7 @@ def new_job(job: NewJob, job_id: int, run_at: datetime, created_at: datetime) ->
         0,
         job.max_attempts,
         created_at,
-        None,  # started_at
-        None,  # finished_at
-        None,  # lease_expires_at
-        None,  # worker
-        job.key,
+        key=job.key,
     )
 
 
