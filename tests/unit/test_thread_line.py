@@ -31,7 +31,10 @@ wait_for(lambda: groups.being_written == 1)  # A's group taken: the rest wait
 
 def interrupt():
     wait_for(lambda: groups.in_line == 2)
-    os.kill(os.getpid(), signal.SIGINT)
+    # To the main thread itself: a signal sent to the process may be taken by
+    # another thread, and then nothing wakes the main thread from its wait (a
+    # run in CI hung so for 120 s).
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
 threading.Thread(target=interrupt, daemon=True).start()
 try:
