@@ -12,6 +12,11 @@ INTERRUPTED_IN_LINE = """
 import os, signal, threading, time
 from due.store.thread_groups import ThreadGroups
 
+# Python's own handler, whatever this process inherited: a shell that starts a
+# command in the background (as a CI script may) has it ignore SIGINT, and
+# then the interrupt below never came and the scene hung for 120 s.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 gate = threading.Event()
 groups = ThreadGroups(lambda jobs: (gate.wait(), [f"job-{job}" for job in jobs])[1])
 outcomes = {}
@@ -31,9 +36,7 @@ wait_for(lambda: groups.being_written == 1)  # A's group taken: the rest wait
 
 def interrupt():
     wait_for(lambda: groups.in_line == 2)
-    # To the main thread itself: a signal sent to the process may be taken by
-    # another thread, and then nothing wakes the main thread from its wait (a
-    # run in CI hung so for 120 s).
+    # To the main thread itself, whose wait it must interrupt.
     signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
 threading.Thread(target=interrupt, daemon=True).start()
