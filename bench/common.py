@@ -703,12 +703,18 @@ def cpu_seconds(pids: Sequence[int]) -> float:
 def postmaster_pid(db: str) -> int | None:
     """The local PostgreSQL server's main process (its backends are its children);
     None if the server is not on this machine."""
-    backend = int(pg_scalar(db, "SELECT pg_backend_pid()"))
-    try:
-        with open(f"/proc/{backend}/stat") as stat:
-            return int(stat.read().rsplit(")", 1)[1].split()[1])
-    except OSError:
-        return None
+    import psycopg  # lazy: common.py must import without psycopg
+
+    # Read while the connection is open: once it closes, its backend exits, and
+    # a /proc read that lost that race took the server for a remote one (a
+    # timers bench run without the server's CPU, 2026-12-04).
+    with psycopg.connect(pg_url(db), autocommit=True) as conn:
+        backend = conn.info.backend_pid
+        try:
+            with open(f"/proc/{backend}/stat") as stat:
+                return int(stat.read().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            return None
 
 
 class CpuMeter:

@@ -141,11 +141,15 @@ def test_the_shortest_soak_runs_and_judges(backend: str, tmp_path: Path) -> None
         ),
         ("sqlite_contention.py", ["--seconds", "2", "--runs", "1"]),  # a table only
         ("thread_enqueue.py", ["--jobs", "200", "--runs", "1", "--threads", "1,4"]),  # a table
+        (
+            "timers_bench.py",
+            ["--timers", "2000", "--finished", "1000", "--drain", "2000", "--runs", "1"],
+        ),
     ],
 )
 def test_the_due_only_benchmarks_run(script: str, options: list[str], tmp_path: Path) -> None:
-    """The smaller benchmarks of `make bench` (timers, schedules and the pooler
-    take minutes and are left to it), at small sizes."""
+    """The smaller benchmarks of `make bench` (schedules and the pooler take
+    minutes and are left to it), at small sizes."""
     try:
         done = run_apart([sys.executable, f"bench/{script}", *options], tmp_path, timeout=300)
     finally:
@@ -159,6 +163,10 @@ def test_the_due_only_benchmarks_run(script: str, options: list[str], tmp_path: 
                 assert re.search(rf"^\| {backend} \| {threads} \| [\d,]+ ", done.stdout, re.M)
     else:
         assert (tmp_path / "results" / "results.jsonl").read_text().strip()
+    if script == "timers_bench.py":  # both tables, the local server's CPU read in each run
+        assert "### sqlite: empty table vs 2,000 timers" in done.stdout
+        server_row = r"^\| drain, server CPU us/job \| [\d,.]+ \| [\d,.]+ \|"
+        assert re.search(server_row, done.stdout, re.M)
 
 
 def test_the_cost_breakdown_measures_every_shape_on_both_sides(tmp_path: Path) -> None:
