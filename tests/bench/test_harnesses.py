@@ -163,10 +163,10 @@ def test_the_due_only_benchmarks_run(script: str, options: list[str], tmp_path: 
                 assert re.search(rf"^\| {backend} \| {threads} \| [\d,]+ ", done.stdout, re.M)
     else:
         assert (tmp_path / "results" / "results.jsonl").read_text().strip()
-    if script == "timers_bench.py":  # both tables, the local server's CPU read in each run
-        assert "### sqlite: empty table vs 2,000 timers" in done.stdout
-        server_row = r"^\| drain, server CPU us/job \| [\d,.]+ \| [\d,.]+ \|"
-        assert re.search(server_row, done.stdout, re.M)
+        if script == "timers_bench.py":  # both tables, the local server's CPU in each run
+            assert "### sqlite: empty table vs 2,000 timers" in done.stdout
+            server_row = r"^\| drain, server CPU us/job \| [\d,.]+ \| [\d,.]+ \|"
+            assert re.search(server_row, done.stdout, re.M)
 
 
 def test_the_cost_breakdown_measures_every_shape_on_both_sides(tmp_path: Path) -> None:
