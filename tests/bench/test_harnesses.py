@@ -140,7 +140,11 @@ def test_the_shortest_soak_runs_and_judges(backend: str, tmp_path: Path) -> None
             ["--finished", "5000", "--queued", "500", "--future", "500", "--repeat", "1"],
         ),
         ("sqlite_contention.py", ["--seconds", "2", "--runs", "1"]),  # a table only
-        ("thread_enqueue.py", ["--jobs", "200", "--runs", "1", "--threads", "1,4"]),  # a table
+        (
+            "thread_enqueue.py",
+            ["--jobs", "200", "--runs", "1", "--threads", "1,4", "--processes", "2"],
+        ),
+        ("notify_cost.py", ["--jobs", "200", "--runs", "1", "--processes", "1,2"]),
         (
             "timers_bench.py",
             ["--timers", "2000", "--finished", "1000", "--drain", "2000", "--runs", "1"],
@@ -157,10 +161,17 @@ def test_the_due_only_benchmarks_run(script: str, options: list[str], tmp_path: 
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     if script == "sqlite_contention.py":
         assert re.search(r"^\| 1 \| \d+ \|", done.stdout, re.MULTILINE)
+    elif script == "notify_cost.py":  # both shapes, every notification heard
+        for processes in (1, 2):
+            assert re.search(
+                rf"^\| {processes} \| [\d,]+ .* \| [\d,]+ .* \| [\d.]+ \|$", done.stdout, re.M
+            )
+        assert re.search(r"^notifications heard: (\d+) of \1 sent$", done.stdout, re.M)
     elif script == "thread_enqueue.py":
         for backend in ("sqlite", "postgres"):
-            for threads in (1, 4):
-                assert re.search(rf"^\| {backend} \| {threads} \| [\d,]+ ", done.stdout, re.M)
+            for threads, processes in ((1, 1), (4, 1), (1, 2)):
+                row = rf"^\| {backend} \| {threads} \| {processes} \| [\d,]+ "
+                assert re.search(row, done.stdout, re.M)
     else:
         assert (tmp_path / "results" / "results.jsonl").read_text().strip()
         if script == "timers_bench.py":  # both tables, the local server's CPU in each run

@@ -1,0 +1,167 @@
+"""What an enqueue's wake-up costs on PostgreSQL, alone and with processes side by side.
+
+    .venv/bin/python bench/notify_cost.py [--processes 1,4,8] [--jobs 2400] [--runs 5]
+
+An enqueue on PostgreSQL wakes idle workers with a notification sent by its own
+statement (`insert_job`'s `pg_notify`). At commit the server takes one lock for
+all of its notifications and holds it until the commit has been flushed to
+disk, so transactions that notify commit one after another, never together in
+one flush. This measures what that costs: `processes` processes (each its own
+connection, one job at a time, autocommitted, as several web server processes
+enqueue) run due's `insert_job` as the store sends it, and the same statement
+with its `pg_notify(channel, payload)` turned into `concat_ws(channel, payload)`
+(the same arguments computed, no notification): jobs/s of each, interleaved run
+by run and each first in every other run, while one connection LISTENs and
+reads every notification, as an idle worker does. The statements only, without
+due's Python: what the database does.
+
+A table of medians [min-max] and the ratio. PostgreSQL only (SQLite's workers
+watch its commits, with no notification).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import statistics
+import sys
+import threading
+import time
+from multiprocessing.synchronize import Barrier
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common
+import due
+
+PARAMS = {
+    "task": "job",
+    "queue": "default",
+    "priority": 0,
+    "payload": '{"args":[1],"kwargs":{}}',
+    "run_at": None,
+    "delay": 0.0,
+    "max_attempts": 1,
+    "key": None,
+    "unique_for": None,
+    "stuck_after": None,
+    "now": None,
+}
+SHAPES = ("with its wake-up", "without")
+
+
+def statements(url: str) -> dict[str, str]:
+    """insert_job as the store sends it (its channel named by a literal, once the
+    schema is checked), and the same without the notification."""
+    app = due.App(url)
+    try:
+        app.migrate()
+        app.store.check_schema()
+        sent = app.store.backend._queries["insert_job"]  # type: ignore[attr-defined]
+    finally:
+        app.close()
+    if sent.count("pg_notify(") != 1:
+        raise SystemExit("insert_job no longer sends one pg_notify: update notify_cost.py")
+    return {SHAPES[0]: sent, SHAPES[1]: sent.replace("pg_notify(", "concat_ws(")}
+
+
+def _insert(url: str, statement: str, count: int, start: Barrier, results: Any) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(statement, PARAMS).fetchall()  # connected, the statement prepared
+        start.wait()
+        for _ in range(count):
+            conn.execute(statement, PARAMS).fetchall()
+    results.put(count)
+
+
+def one_run(url: str, statement: str, processes: int, jobs: int) -> float:
+    context = multiprocessing.get_context("spawn")
+    start = context.Barrier(processes + 1)
+    results = context.Queue()
+    per_process = jobs // processes
+    children = [
+        context.Process(target=_insert, args=(url, statement, per_process, start, results))
+        for _ in range(processes)
+    ]
+    for child in children:
+        child.start()
+    start.wait(timeout=120)
+    began = time.perf_counter()
+    made = sum(results.get(timeout=300) for _ in children)
+    seconds = time.perf_counter() - began
+    for child in children:
+        child.join(timeout=60)
+    return made / seconds
+
+
+class Listener:
+    """One connection LISTENing on the jobs' channel and reading what comes, as an
+    idle worker's does."""
+
+    def __init__(self, url: str, channel: str) -> None:
+        self.conn = psycopg.connect(url, autocommit=True)
+        self.conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        self.heard = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while not self._stop.is_set():
+            for _ in self.conn.notifies(timeout=0.2, stop_after=1000):
+                self.heard += 1
+
+    def wait_for(self, count: int, timeout: float = 10.0) -> int:
+        """What was heard once `count` have been, or the timeout passed."""
+        deadline = time.monotonic() + timeout
+        while self.heard < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.heard
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.conn.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--processes", default="1,4,8", help="process counts")
+    parser.add_argument("--jobs", type=int, default=2400, help="jobs a run")
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    counts = [int(n) for n in args.processes.split(",")]
+    url = common.fresh_due_url("postgres", "notify_cost")
+    sent = statements(url)
+    channel = sent[SHAPES[0]].split("pg_notify('", 1)[1].split("'", 1)[0]
+    listener = Listener(url, channel)
+    rates: dict[tuple[int, str], list[float]] = {}
+    try:
+        for run in range(args.runs):
+            for n in counts:
+                for shape in SHAPES if run % 2 == 0 else SHAPES[::-1]:  # neither always first
+                    rates.setdefault((n, shape), []).append(one_run(url, sent[shape], n, args.jobs))
+        expected = args.runs * sum(n * (args.jobs // n) + n for n in counts)  # + each one's first
+        heard = listener.wait_for(expected)
+    finally:
+        listener.close()
+    print(f"| processes | {SHAPES[0]}, jobs/s | {SHAPES[1]}, jobs/s | without ÷ with |")
+    print("|---|---|---|---|")
+    for n in counts:
+        cells = []
+        for shape in SHAPES:
+            found = rates[n, shape]
+            cells.append(f"{statistics.median(found):,.0f} [{min(found):,.0f}-{max(found):,.0f}]")
+        ratio = statistics.median(rates[n, SHAPES[1]]) / statistics.median(rates[n, SHAPES[0]])
+        print(f"| {n} | {cells[0]} | {cells[1]} | {ratio:.2f} |")
+    print(f"\nnotifications heard: {heard:,} of {expected:,} sent")
+    return 0 if heard == expected else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
