@@ -22,7 +22,9 @@ import argparse
 import asyncio
 import hashlib
 import json
+import multiprocessing
 import os
+import queue
 import signal
 import sqlite3
 import statistics
@@ -671,6 +673,43 @@ def drain_values(effects: EffectsLog, refs: Sequence[str], t_spawn: float) -> di
 
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def side_by_side_processes(
+    target: Callable[..., None], arguments: Sequence[tuple[Any, ...]], timeout: float = 300.0
+) -> tuple[float, list[Any]]:
+    """A process for each tuple of `arguments` (spawned: nothing of this process's
+    state), each calling `target(*arguments, start, results)`: it waits at `start`
+    (a barrier) and puts one result in `results`. Returns the seconds from the
+    barrier's release to the last result, and the results. A process that exits
+    without its result fails the run at once; any left at the end is stopped."""
+    context = multiprocessing.get_context("spawn")
+    start = context.Barrier(len(arguments) + 1)
+    results = context.Queue()
+    children = [context.Process(target=target, args=(*args, start, results)) for args in arguments]
+    try:
+        for child in children:
+            child.start()
+        start.wait(timeout=120)
+        began, deadline = time.perf_counter(), time.monotonic() + timeout
+        found: list[Any] = []
+        while len(found) < len(children):
+            try:
+                found.append(results.get(timeout=0.5))
+            except queue.Empty:
+                failed = [child.exitcode for child in children if child.exitcode not in (None, 0)]
+                if failed or time.monotonic() > deadline:
+                    raise SystemExit(
+                        f"processes side by side: exit codes {failed or 'none'}, "
+                        f"{len(found)} of {len(children)} results"
+                    ) from None
+        return time.perf_counter() - began, found
+    finally:
+        for child in children:
+            child.join(timeout=10)
+            if child.is_alive():
+                child.terminate()
+                child.join(timeout=5)
 
 
 def process_tree(pid: int) -> list[int]:

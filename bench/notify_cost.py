@@ -22,7 +22,6 @@ watch its commits, with no notification).
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import statistics
 import sys
 import threading
@@ -55,48 +54,35 @@ PARAMS = {
 SHAPES = ("with its wake-up", "without")
 
 
-def statements(url: str) -> dict[str, str]:
+def statements(url: str) -> tuple[dict[str, str], str]:
     """insert_job as the store sends it (its channel named by a literal, once the
-    schema is checked), and the same without the notification."""
+    schema is checked) and the same without the notification; and the channel."""
     app = due.App(url)
     try:
         app.migrate()
         app.store.check_schema()
-        sent = app.store.backend._queries["insert_job"]  # type: ignore[attr-defined]
+        backend: Any = app.store.backend
+        sent, channel = backend._queries["insert_job"], backend.channel_name("due_jobs")
     finally:
         app.close()
     if sent.count("pg_notify(") != 1:
         raise SystemExit("insert_job no longer sends one pg_notify: update notify_cost.py")
-    return {SHAPES[0]: sent, SHAPES[1]: sent.replace("pg_notify(", "concat_ws(")}
+    return {SHAPES[0]: sent, SHAPES[1]: sent.replace("pg_notify(", "concat_ws(")}, channel
 
 
 def _insert(url: str, statement: str, count: int, start: Barrier, results: Any) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(statement, PARAMS).fetchall()  # connected, the statement prepared
+        conn.execute(statement, PARAMS).fetchall()  # connected, before the start
         start.wait()
         for _ in range(count):
             conn.execute(statement, PARAMS).fetchall()
-    results.put(count)
+        results.put(count)
 
 
 def one_run(url: str, statement: str, processes: int, jobs: int) -> float:
-    context = multiprocessing.get_context("spawn")
-    start = context.Barrier(processes + 1)
-    results = context.Queue()
-    per_process = jobs // processes
-    children = [
-        context.Process(target=_insert, args=(url, statement, per_process, start, results))
-        for _ in range(processes)
-    ]
-    for child in children:
-        child.start()
-    start.wait(timeout=120)
-    began = time.perf_counter()
-    made = sum(results.get(timeout=300) for _ in children)
-    seconds = time.perf_counter() - began
-    for child in children:
-        child.join(timeout=60)
-    return made / seconds
+    arguments = [(url, statement, jobs // processes)] * processes
+    seconds, made = common.side_by_side_processes(_insert, arguments)
+    return sum(made) / seconds
 
 
 class Listener:
@@ -116,11 +102,14 @@ class Listener:
             for _ in self.conn.notifies(timeout=0.2, stop_after=1000):
                 self.heard += 1
 
-    def wait_for(self, count: int, timeout: float = 10.0) -> int:
-        """What was heard once `count` have been, or the timeout passed."""
+    def settled(self, quiet: float = 1.0, timeout: float = 30.0) -> int:
+        """How many were heard, once none has come for `quiet` seconds."""
         deadline = time.monotonic() + timeout
-        while self.heard < count and time.monotonic() < deadline:
+        last, last_change = self.heard, time.monotonic()
+        while time.monotonic() - last_change < quiet and time.monotonic() < deadline:
             time.sleep(0.05)
+            if self.heard != last:
+                last, last_change = self.heard, time.monotonic()
         return self.heard
 
     def close(self) -> None:
@@ -137,8 +126,7 @@ def main() -> int:
     args = parser.parse_args()
     counts = [int(n) for n in args.processes.split(",")]
     url = common.fresh_due_url("postgres", "notify_cost")
-    sent = statements(url)
-    channel = sent[SHAPES[0]].split("pg_notify('", 1)[1].split("'", 1)[0]
+    sent, channel = statements(url)
     listener = Listener(url, channel)
     rates: dict[tuple[int, str], list[float]] = {}
     try:
@@ -147,7 +135,7 @@ def main() -> int:
                 for shape in SHAPES if run % 2 == 0 else SHAPES[::-1]:  # neither always first
                     rates.setdefault((n, shape), []).append(one_run(url, sent[shape], n, args.jobs))
         expected = args.runs * sum(n * (args.jobs // n) + n for n in counts)  # + each one's first
-        heard = listener.wait_for(expected)
+        heard = listener.settled()
     finally:
         listener.close()
     print(f"| processes | {SHAPES[0]}, jobs/s | {SHAPES[1]}, jobs/s | without ÷ with |")

@@ -18,7 +18,6 @@ interleave. A table of medians [min-max].
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import statistics
 import sys
 import threading
@@ -79,22 +78,9 @@ def _process(url: str, count: int, start: Barrier, results: Any) -> None:
 
 
 def processes_run(url: str, processes: int, jobs: int) -> tuple[float, list[int]]:
-    context = multiprocessing.get_context("spawn")  # nothing of this process's state
-    start = context.Barrier(processes + 1)
-    results = context.Queue()
-    children = [
-        context.Process(target=_process, args=(url, jobs // processes, start, results))
-        for _ in range(processes)
-    ]
-    for child in children:
-        child.start()
-    start.wait(timeout=120)
-    began = time.perf_counter()
-    ids = [job_id for _ in children for job_id in results.get(timeout=300)]
-    seconds = time.perf_counter() - began
-    for child in children:
-        child.join(timeout=60)
-    return seconds, ids
+    arguments = [(url, jobs // processes)] * processes
+    seconds, found = common.side_by_side_processes(_process, arguments)
+    return seconds, [job_id for ids in found for job_id in ids]
 
 
 def one_run(backend: str, kind: str, n: int, jobs: int) -> float:

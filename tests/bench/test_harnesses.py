@@ -166,7 +166,7 @@ def test_the_due_only_benchmarks_run(script: str, options: list[str], tmp_path: 
             assert re.search(
                 rf"^\| {processes} \| [\d,]+ .* \| [\d,]+ .* \| [\d.]+ \|$", done.stdout, re.M
             )
-        assert re.search(r"^notifications heard: (\d+) of \1 sent$", done.stdout, re.M)
+        assert re.search(r"^notifications heard: ([\d,]+) of \1 sent$", done.stdout, re.M)
     elif script == "thread_enqueue.py":
         for backend in ("sqlite", "postgres"):
             for threads, processes in ((1, 1), (4, 1), (1, 2)):
