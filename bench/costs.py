@@ -13,18 +13,25 @@ due         the worker's own path: the claim and the acknowledgement as the work
             fencing tokens, per-task counts, wake-ups), and the client's work of turning rows
             into jobs and outcomes into arrays
 due-table   the bare loop's two statements, run on due's table (its row, its indexes)
+narrow-table  the same two statements on due's table split in two: the columns a claim,
+            a heartbeat and an end change in one table with the indexes on them, the
+            job's record (task, payload, results, errors, progress ...) in another that
+            the claim joins for the payload; a sketch of the narrow hot table, not a store
 bare        the bare loop itself (bench/limits/raw_pg.py): its statements on its table
 
 due against due-table is what due's statements cost beyond the simplest claim and
 acknowledgement of the same rows; due-table against bare is what due's wider row and its
-indexes cost. Over the batch sizes, each side's CPU per job is fitted as
+indexes cost, and narrow-table against due-table how much of that a narrow hot row would
+take back. Over the batch sizes, each side's CPU per job is fitted as
 `per job + per cycle / batch` (least squares): what a cycle costs whatever it carries
 (statements, commits, round trips) and what each job adds.
 
 Then enqueue, per job: `task.enqueue` against the bare loop's one-row INSERT, `await
 task.aenqueue` against the same INSERT on an async connection (each one after the other, as
 a request handler enqueues), and `app.enqueue_many` (1,000 a call) against the bare
-multi-row INSERT: wall time, the client's CPU and the server's.
+multi-row INSERT: wall time, the client's CPU and the server's. For the bulk insert also the
+statement alone, the rows made ready beforehand: due's `insert_jobs` into due's table
+(due-table) and the same rows into the two narrow tables in one statement (narrow-table).
 
 One JSON line per measurement (bench/results/results.jsonl), then Markdown tables.
 docs/scaling.md reads them. PostgreSQL only: on SQLite client and database are one process.
@@ -35,10 +42,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import statistics
 import time
 from collections.abc import Sequence
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
 
 import psycopg
 
@@ -48,7 +57,7 @@ from due.core.jobs import JobState
 from due.core.records import ClaimRequest, Completion
 from limits import raw_pg
 
-SHAPES = ("due", "due-table", "bare")
+SHAPES = ("due", "due-table", "narrow-table", "bare")
 QUEUE = "default"
 TASK = "cost_job"
 # raw_pg's two statements, on due's table: the same claim order and the same rows.
@@ -64,6 +73,104 @@ DUE_TABLE_DONE = (
     "UPDATE due_jobs SET state = 'succeeded', lease_token = lease_token + 1 WHERE id = ANY(%s)"
 )
 PAYLOAD = json.dumps(["ref", 1733000000.123, 0.0])
+
+# The narrow sketch: what a claim, a heartbeat, an end or a rescue changes, and the
+# keys a claim or an insert tests, in the hot table; the rest is the job's record.
+HOT_COLUMNS = (
+    "id", "queue", "priority", "state", "run_at", "timer", "held", "attempt", "max_attempts",
+    "lease_token", "lease_expires_at", "worker", "lost_leases", "started_at", "finished_at",
+    "cancel_requested", "dedupe_key",
+)  # fmt: skip
+NARROW_CLAIM = """
+WITH claimed AS (
+    UPDATE narrow_jobs SET state = 'running', lease_token = lease_token + 1
+    WHERE id = ANY(ARRAY(
+        SELECT id FROM narrow_jobs
+        WHERE queue = 'default' AND state = 'queued' AND NOT held AND NOT timer
+              AND run_at <= now()
+        ORDER BY priority DESC, run_at, id LIMIT %s FOR UPDATE SKIP LOCKED))
+    RETURNING id)
+SELECT claimed.id, record.payload FROM claimed JOIN narrow_records AS record USING (id)
+"""
+NARROW_DONE = (
+    "UPDATE narrow_jobs SET state = 'succeeded', lease_token = lease_token + 1 WHERE id = ANY(%s)"
+)
+# insert_jobs' row and arrays, into both tables in one statement.
+NARROW_INSERT = """
+WITH j AS (
+    SELECT * FROM unnest(%(id)b::bigint[], %(task)b::text[], %(queue)b::text[],
+                         %(priority)b::int[], %(payload)b::text[], %(run_at)b::timestamptz[],
+                         %(max_attempts)b::int[], %(key)b::text[], %(unique_for)b::float8[],
+                         %(stuck_after)b::float8[])
+         AS j(id, task, queue, priority, payload, run_at, max_attempts, key, unique_for,
+              stuck_after)),
+hot AS (
+    INSERT INTO narrow_jobs (id, queue, priority, run_at, timer, max_attempts, dedupe_key)
+    SELECT id, queue, priority, run_at, run_at > %(now)s::timestamptz, max_attempts, key FROM j
+    ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
+    RETURNING id)
+INSERT INTO narrow_records (id, task, payload, key, unique_for, stuck_after, created_at)
+SELECT j.id, j.task, j.payload::jsonb, j.key, j.unique_for, j.stuck_after, %(now)s::timestamptz
+FROM j JOIN hot USING (id)
+"""
+
+
+class NarrowSchema(NamedTuple):
+    ddl: str
+    columns: dict[str, list[str]]
+    """Each table's columns."""
+    left_out: list[str]
+    """due's indexes that name columns of both tables (a real split would rethink them)."""
+
+
+def narrow_schema(conn: psycopg.Connection[Any]) -> NarrowSchema:
+    """due_jobs split in two, from its catalogue: each column with its type, default and
+    NOT NULL, and each index on the table whose columns it names."""
+    columns = conn.execute(
+        """SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
+                  pg_get_expr(d.adbin, d.adrelid)
+           FROM pg_attribute a
+           LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+           WHERE a.attrelid = 'due_jobs'::regclass AND a.attnum > 0 AND NOT a.attisdropped
+           ORDER BY a.attnum"""
+    ).fetchall()
+    names = [name for name, *_ in columns]
+    missing = set(HOT_COLUMNS) - set(names)
+    if missing:
+        raise SystemExit(f"costs.py: due_jobs has no column {sorted(missing)}: update HOT_COLUMNS")
+    tables: dict[str, list[str]] = {"narrow_jobs": [], "narrow_records": []}
+    split: dict[str, list[str]] = {table: [] for table in tables}
+    for name, kind, not_null, default in columns:
+        where = ["narrow_jobs"] if name in HOT_COLUMNS else ["narrow_records"]
+        if name == "id":
+            where = list(tables)
+        for table in where:
+            split[table].append(name)
+            tables[table].append(
+                f"{name} {kind}{' NOT NULL' if not_null else ''}"
+                f"{f' DEFAULT {default}' if default else ''}"
+            )
+    ddl = [
+        f"CREATE TABLE {table} ({', '.join(cols)}, PRIMARY KEY (id))"
+        for table, cols in tables.items()
+    ]
+    left_out = []
+    indexes = conn.execute(
+        "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'due_jobs' "
+        "AND indexname <> 'due_jobs_pkey' ORDER BY indexname"
+    ).fetchall()
+    for index, definition in indexes:
+        body = definition.split(" USING ", 1)[1]
+        named = {name for name in names if re.search(rf"\b{name}\b", body)}
+        if named <= set(HOT_COLUMNS):
+            table = "narrow_jobs"
+        elif not named & (set(HOT_COLUMNS) - {"id"}):
+            table = "narrow_records"
+        else:
+            left_out.append(index)
+            continue
+        ddl.append(definition.replace(f"INDEX {index} ON public.due_jobs", f"INDEX ON {table}", 1))
+    return NarrowSchema(";\n".join(ddl), split, left_out)
 
 
 def make_app(url: str) -> tuple[due.App, due.Task[Any, Any]]:
@@ -120,12 +227,14 @@ class Databases:
         self.app.migrate()
         self.conn = psycopg.connect(self.url, autocommit=True)
         self.conn.execute(raw_pg.SCHEMA)
+        self.narrow = narrow_schema(self.conn)
+        self.conn.execute(self.narrow.ddl)
         self.meter = Meter(self.db)
 
     def reset(self, shape: str, n: int) -> None:
         """An empty table for the shape, then its backlog of n jobs, then a checkpoint
         (so that every shape pays the same first writes of each page after one)."""
-        self.conn.execute("TRUNCATE due_jobs, due_job_stats, jobs")
+        self.conn.execute("TRUNCATE due_jobs, due_job_stats, jobs, narrow_jobs, narrow_records")
         for start in range(0, n, common.CHUNK):
             count = min(common.CHUNK, n - start)
             if shape == "bare":
@@ -134,7 +243,12 @@ class Databases:
                 self.app.enqueue_many(
                     [self.task.request("ref", 1733000000.123, 0.0) for _ in range(count)]
                 )
-        self.conn.execute("ANALYZE due_jobs, jobs")
+        if shape == "narrow-table":  # the same rows, split
+            for table, names in self.narrow.columns.items():
+                columns = ", ".join(names)
+                self.conn.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM due_jobs")
+            self.conn.execute("TRUNCATE due_jobs")
+        self.conn.execute("ANALYZE due_jobs, jobs, narrow_jobs, narrow_records")
         self.conn.execute("CHECKPOINT")
 
     def close(self) -> None:
@@ -199,6 +313,8 @@ def measure_drain(dbs: Databases, shape: str, batch: int, n: int) -> dict[str, A
         return drain_due(dbs, batch)
     if shape == "due-table":
         return drain_statements(dbs, DUE_TABLE_CLAIM, DUE_TABLE_DONE, batch)
+    if shape == "narrow-table":
+        return drain_statements(dbs, NARROW_CLAIM, NARROW_DONE, batch)
     return drain_statements(dbs, raw_pg.CLAIM, raw_pg.DONE, batch)
 
 
@@ -216,8 +332,10 @@ def fit(points: Sequence[tuple[int, float]]) -> tuple[float, float]:
 
 
 def measure_enqueue(dbs: Databases, shape: str, mode: str, n: int) -> dict[str, Any]:
-    dbs.conn.execute("TRUNCATE due_jobs, jobs")
+    dbs.conn.execute("TRUNCATE due_jobs, jobs, narrow_jobs, narrow_records")
     dbs.conn.execute("CHECKPOINT")
+    if shape in ("due-table", "narrow-table"):
+        return insert_statement(dbs, shape, n)
     if shape == "due":
         task, app = dbs.task, dbs.app
         if mode == "single":
@@ -254,6 +372,41 @@ def measure_enqueue(dbs: Databases, shape: str, mode: str, n: int) -> dict[str, 
                 ]
                 conn.execute(raw_pg.INSERT_MANY, (payloads,))
         return Meter.per_job(start, dbs.meter.read(), n)
+
+
+def insert_statement(dbs: Databases, shape: str, n: int) -> dict[str, Any]:
+    """A bulk enqueue's statement alone, 1,000 rows a statement, autocommitted: due's
+    insert_jobs into its table, or the same arrays into the narrow tables. The rows are
+    made in the measured time, alike for both: compare the server's side."""
+    statement = (
+        dbs.app.store.backend._queries["insert_jobs"] if shape == "due-table" else NARROW_INSERT
+    )
+    with psycopg.connect(dbs.url, autocommit=True) as conn:
+        conn.execute(statement, bulk_params(0, 1))  # first use: its plan (not measured)
+        conn.execute("TRUNCATE due_jobs, narrow_jobs, narrow_records")
+        start = dbs.meter.read()
+        for offset in range(0, n, common.CHUNK):
+            conn.execute(statement, bulk_params(offset, min(common.CHUNK, n - offset)))
+        return Meter.per_job(start, dbs.meter.read(), n)
+
+
+def bulk_params(offset: int, count: int) -> dict[str, Any]:
+    """insert_jobs' arrays for `count` keyless jobs due now, ids from offset + 1."""
+    now = datetime.now(UTC)
+    ids = range(offset + 1, offset + count + 1)
+    return {
+        "id": list(ids),
+        "task": [TASK] * count,
+        "queue": [QUEUE] * count,
+        "priority": [0] * count,
+        "payload": [json.dumps({"args": [f"ref{i}", 1733000000.123, 0.0]}) for i in ids],
+        "run_at": [now] * count,
+        "max_attempts": [1] * count,
+        "key": [None] * count,
+        "unique_for": [None] * count,
+        "stuck_after": [None] * count,
+        "now": now,
+    }
 
 
 async def aenqueue_due(dbs: Databases, n: int) -> dict[str, Any]:
@@ -360,7 +513,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          jobs=n, round=round_)  # fmt: skip
             modes = (("single", args.single), ("single-async", args.single), ("bulk", args.bulk))
             for mode, n in modes:
-                for shape in ("due", "bare"):
+                for shape in SHAPES if mode == "bulk" else ("due", "bare"):
                     rec = measure_enqueue(dbs, shape, mode, n)
                     keep(enqueues, (mode, shape), rec, test="enqueue", mode=mode, shape=shape,
                          jobs=n, round=round_)  # fmt: skip
@@ -368,6 +521,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         dbs.close()
     print()
     print(drain_table(drains, batches))
+    if dbs.narrow.left_out:
+        both = ", ".join(dbs.narrow.left_out)
+        print(f"\n(narrow-table: without the indexes naming columns of both tables: {both})")
     print()
     print(enqueue_table(enqueues))
     return 0

@@ -25,6 +25,7 @@ from tests.helpers.workers import REPOSITORY
 
 sys.path.insert(0, str(REPOSITORY / "bench"))
 import common  # bench/common.py: the harness's names for its databases
+import costs  # bench/costs.py: its shapes
 import run  # bench/run.py: its tables
 
 pytestmark = pytest.mark.bench
@@ -198,14 +199,15 @@ def test_the_cost_breakdown_measures_every_shape_on_both_sides(tmp_path: Path) -
     drains = [r for r in records if r["test"] == "drain"]
     enqueues = [r for r in records if r["test"] == "enqueue"]
     assert sorted((r["shape"], r["batch"]) for r in drains) == sorted(
-        (shape, batch) for shape in ("due", "due-table", "bare") for batch in (1, 20)
+        (shape, batch) for shape in costs.SHAPES for batch in (1, 20)
     )
-    assert sorted((r["mode"], r["shape"]) for r in enqueues) == sorted(
-        (mode, shape) for mode in ("single", "single-async", "bulk") for shape in ("due", "bare")
-    )
+    singles = [(mode, shape) for mode in ("single", "single-async") for shape in ("due", "bare")]
+    bulks = [("bulk", shape) for shape in ("due", "due-table", "narrow-table", "bare")]
+    assert sorted((r["mode"], r["shape"]) for r in enqueues) == sorted(singles + bulks)
     for record in records:
         assert record["wall_us"] > 0 and record["client_us"] > 0 and record["server_us"] > 0
-    for shape in ("due", "due-table", "bare"):
+    assert costs.SHAPES == ("due", "due-table", "narrow-table", "bare")
+    for shape in costs.SHAPES:
         assert re.search(
             rf"^\| {shape} \| [\d.]+ / [\d.]+ \| [\d.]+ / [\d.]+ \|", done.stdout, re.M
         )
