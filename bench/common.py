@@ -731,12 +731,29 @@ def cpu_seconds(pids: Sequence[int]) -> float:
     sum of a process tree from falling when one of its processes exits between two
     reads: its time moves into its parent's (a PostgreSQL backend's into the
     postmaster's), and is not lost."""
-    ticks = 0
+    total = 0.0
     for pid in pids:
-        with suppress(OSError), open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-            ticks += sum(int(field) for field in fields[11:15])
-    return ticks / CLOCK_TICKS
+        with suppress(OSError):
+            total += _process_cpu_seconds(pid)
+    return total
+
+
+def _process_cpu_seconds(pid: int) -> float:
+    """One process's CPU time and its reaped children's. /proc's stat counts in clock
+    ticks (10 ms), each process's rounded down: a quick drain's server, a few
+    connections of a few milliseconds each, read as nothing. A process of one
+    thread (every PostgreSQL process) is read in nanoseconds from its schedstat
+    instead; one of several threads keeps the ticks, which include its threads that
+    have exited (a schedstat per live thread would lose them)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    own, reaped = fields[11:13], fields[13:15]  # utime, stime; cutime, cstime
+    threads = int(fields[17])
+    if threads == 1:
+        with open(f"/proc/{pid}/schedstat") as schedstat:
+            running_ns = int(schedstat.read().split()[0])
+        return running_ns / 1e9 + sum(map(int, reaped)) / CLOCK_TICKS
+    return sum(map(int, own + reaped)) / CLOCK_TICKS
 
 
 def postmaster_pid(db: str) -> int | None:
@@ -762,9 +779,9 @@ class CpuMeter:
     less than it moves a rate. The server's includes its background processes
     (WAL writer, autovacuum): costs of the work too."""
 
-    def __init__(self, adapter: Adapter, worker: subprocess.Popen[bytes]) -> None:
+    def __init__(self, worker: subprocess.Popen[bytes], server: int | None) -> None:
         self.worker = worker.pid
-        self.server = postmaster_pid(adapter.db) if adapter.backend == "postgres" else None
+        self.server = server
         self.start = self.read()
 
     def read(self) -> tuple[float, float]:
@@ -820,13 +837,16 @@ def measure_drain(
     rows_before = adapter.count_rows()
     settle(adapter)
     refs = [j.ref for j in jobs]
+    # Found before the worker starts: a connection to find it, made once the first
+    # job has started, kept the meter from a quick drain's first claims.
+    server = postmaster_pid(adapter.db) if adapter.backend == "postgres" else None
     t_spawn = time.time()
     worker = s.spawn_worker(concurrency, "A")
     deadline = time.monotonic() + timeout
     # The CPU counted from the first job's start: the worker's start-up (imports,
     # connections) is not the drain's.
     s.wait_any_started(timeout, worker, interval=ACK_POLL_SECONDS)
-    meter = CpuMeter(adapter, worker)
+    meter = CpuMeter(worker, server)
     in_time = s.wait_ended(refs, timeout, worker, interval=ACK_POLL_SECONDS)
     acked_at = wait_acknowledged(adapter, n, max(deadline - time.monotonic(), 1.0), worker)
     cpu = meter.per_job_us(n)

@@ -25,7 +25,6 @@ from tests.helpers.workers import REPOSITORY
 
 sys.path.insert(0, str(REPOSITORY / "bench"))
 import common  # bench/common.py: the harness's names for its databases
-import costs  # bench/costs.py: its shapes
 import run  # bench/run.py: its tables
 
 pytestmark = pytest.mark.bench
@@ -196,18 +195,18 @@ def test_the_cost_breakdown_measures_every_shape_on_both_sides(tmp_path: Path) -
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     lines = (tmp_path / "results" / "results.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in lines]
+    shapes = ("due", "due-table", "narrow-table", "bare")
     drains = [r for r in records if r["test"] == "drain"]
     enqueues = [r for r in records if r["test"] == "enqueue"]
     assert sorted((r["shape"], r["batch"]) for r in drains) == sorted(
-        (shape, batch) for shape in costs.SHAPES for batch in (1, 20)
+        (shape, batch) for shape in shapes for batch in (1, 20)
     )
     singles = [(mode, shape) for mode in ("single", "single-async") for shape in ("due", "bare")]
-    bulks = [("bulk", shape) for shape in ("due", "due-table", "narrow-table", "bare")]
+    bulks = [("bulk", shape) for shape in shapes]
     assert sorted((r["mode"], r["shape"]) for r in enqueues) == sorted(singles + bulks)
     for record in records:
         assert record["wall_us"] > 0 and record["client_us"] > 0 and record["server_us"] > 0
-    assert costs.SHAPES == ("due", "due-table", "narrow-table", "bare")
-    for shape in costs.SHAPES:
+    for shape in shapes:
         assert re.search(
             rf"^\| {shape} \| [\d.]+ / [\d.]+ \| [\d.]+ / [\d.]+ \|", done.stdout, re.M
         )
@@ -224,6 +223,40 @@ def test_a_process_trees_cpu_keeps_the_time_of_a_child_that_exited() -> None:
     subprocess.run([sys.executable, "-c", burn], check=True)
     after = common.cpu_seconds(common.process_tree(os.getpid()))
     assert after - before >= 0.25  # most of the child's 0.3 s: /proc counts 10 ms ticks
+
+
+def test_a_one_thread_process_is_read_finer_than_a_clock_tick() -> None:
+    """A quick drain's server is a few connections of a few milliseconds each: read
+    in 10 ms ticks, each rounded down, it read as no CPU at all (the smoke run's
+    10 ms drain on a fast hour, 2026-12-04). A process of one thread, as every
+    PostgreSQL process is, is read to the microsecond."""
+    burn = (
+        "import sys, time\n"
+        "print('ready', flush=True)\n"
+        "for line in sys.stdin:\n"
+        "    end = time.process_time() + 0.004\n"
+        "    while time.process_time() < end: pass\n"
+        "    print('burnt', flush=True)\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", burn], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        assert child.stdout.readline() == "ready\n"  # started: its start is not measured
+        moved = []
+        for _ in range(3):
+            before = common.cpu_seconds([child.pid])
+            child.stdin.write("burn\n")
+            child.stdin.flush()
+            assert child.stdout.readline() == "burnt\n"
+            moved.append(common.cpu_seconds([child.pid]) - before)
+    finally:
+        child.kill()
+        child.wait()
+    # In ticks each reading would move by 0 or 10 ms; 4 ms of burning, and the
+    # child's reading and writing of a line, read as 4 to 9.
+    assert all(0.004 <= seconds < 0.009 for seconds in moved), moved
 
 
 def drain_rows() -> run.Rows:
