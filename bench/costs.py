@@ -74,8 +74,10 @@ DUE_TABLE_DONE = (
 )
 PAYLOAD = json.dumps(["ref", 1733000000.123, 0.0])
 
-# The narrow sketch: what a claim, a heartbeat, an end or a rescue changes, and the
-# keys a claim or an insert tests, in the hot table; the rest is the job's record.
+# The narrow sketch: the columns every claim, end and rescue writes whatever the job
+# returns, and the keys a claim or an insert tests, in the hot table; the rest (a
+# result, errors, progress too) is the job's record, so a job that returns nothing,
+# as here, is the sketch's best case.
 HOT_COLUMNS = (
     "id", "queue", "priority", "state", "run_at", "timer", "held", "attempt", "max_attempts",
     "lease_token", "lease_expires_at", "worker", "lost_leases", "started_at", "finished_at",
@@ -95,7 +97,9 @@ SELECT claimed.id, record.payload FROM claimed JOIN narrow_records AS record USI
 NARROW_DONE = (
     "UPDATE narrow_jobs SET state = 'succeeded', lease_token = lease_token + 1 WHERE id = ANY(%s)"
 )
-# insert_jobs' row and arrays, into both tables in one statement.
+# insert_jobs' row and arrays, into both tables in one statement. Every row here is
+# keyless, so each gets its record; a real split would write the record only for a
+# row its key let in.
 NARROW_INSERT = """
 WITH j AS (
     SELECT * FROM unnest(%(id)b::bigint[], %(task)b::text[], %(queue)b::text[],
@@ -107,11 +111,9 @@ WITH j AS (
 hot AS (
     INSERT INTO narrow_jobs (id, queue, priority, run_at, timer, max_attempts, dedupe_key)
     SELECT id, queue, priority, run_at, run_at > %(now)s::timestamptz, max_attempts, key FROM j
-    ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
-    RETURNING id)
+    ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING)
 INSERT INTO narrow_records (id, task, payload, key, unique_for, stuck_after, created_at)
-SELECT j.id, j.task, j.payload::jsonb, j.key, j.unique_for, j.stuck_after, %(now)s::timestamptz
-FROM j JOIN hot USING (id)
+SELECT id, task, payload::jsonb, key, unique_for, stuck_after, %(now)s::timestamptz FROM j
 """
 
 
@@ -125,7 +127,8 @@ class NarrowSchema(NamedTuple):
 
 def narrow_schema(conn: psycopg.Connection[Any]) -> NarrowSchema:
     """due_jobs split in two, from its catalogue: each column with its type, default and
-    NOT NULL, and each index on the table whose columns it names."""
+    NOT NULL; each CHECK and each index with the table whose columns it names; and the
+    table's storage settings (its fillfactor decides where a row's new version goes)."""
     columns = conn.execute(
         """SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
                   pg_get_expr(d.adbin, d.adrelid)
@@ -138,21 +141,43 @@ def narrow_schema(conn: psycopg.Connection[Any]) -> NarrowSchema:
     missing = set(HOT_COLUMNS) - set(names)
     if missing:
         raise SystemExit(f"costs.py: due_jobs has no column {sorted(missing)}: update HOT_COLUMNS")
-    tables: dict[str, list[str]] = {"narrow_jobs": [], "narrow_records": []}
-    split: dict[str, list[str]] = {table: [] for table in tables}
+    hot = set(HOT_COLUMNS)
+    split: dict[str, list[str]] = {"narrow_jobs": [], "narrow_records": []}
+    column_ddl: dict[str, list[str]] = {table: [] for table in split}
     for name, kind, not_null, default in columns:
-        where = ["narrow_jobs"] if name in HOT_COLUMNS else ["narrow_records"]
-        if name == "id":
-            where = list(tables)
-        for table in where:
+        home = "narrow_jobs" if name in hot else "narrow_records"
+        for table in list(split) if name == "id" else [home]:
             split[table].append(name)
-            tables[table].append(
+            column_ddl[table].append(
                 f"{name} {kind}{' NOT NULL' if not_null else ''}"
                 f"{f' DEFAULT {default}' if default else ''}"
             )
+
+    def table_of(text: str) -> str | None:
+        """The table holding every column the text names; None if it names both's.
+        Names matched as words in the catalogue's own text: enough for due's, whose
+        literals ('queued', 'running' ...) are no column's name."""
+        named = {name for name in names if re.search(rf"\b{name}\b", text)}
+        if named <= hot:
+            return "narrow_jobs"
+        return "narrow_records" if not named & (hot - {"id"}) else None
+
+    checks = conn.execute(
+        "SELECT pg_get_constraintdef(oid) FROM pg_constraint "
+        "WHERE conrelid = 'due_jobs'::regclass AND contype = 'c'"
+    ).fetchall()
+    for (check,) in checks:
+        table = table_of(check)
+        if table is not None:
+            column_ddl[table].append(check)
+    (options,) = conn.execute(
+        "SELECT coalesce(array_to_string(reloptions, ', '), '') FROM pg_class "
+        "WHERE oid = 'due_jobs'::regclass"
+    ).fetchone() or ("",)
+    storage = f" WITH ({options})" if options else ""
     ddl = [
-        f"CREATE TABLE {table} ({', '.join(cols)}, PRIMARY KEY (id))"
-        for table, cols in tables.items()
+        f"CREATE TABLE {table} ({', '.join(cols)}, PRIMARY KEY (id)){storage}"
+        for table, cols in column_ddl.items()
     ]
     left_out = []
     indexes = conn.execute(
@@ -160,16 +185,13 @@ def narrow_schema(conn: psycopg.Connection[Any]) -> NarrowSchema:
         "AND indexname <> 'due_jobs_pkey' ORDER BY indexname"
     ).fetchall()
     for index, definition in indexes:
-        body = definition.split(" USING ", 1)[1]
-        named = {name for name in names if re.search(rf"\b{name}\b", body)}
-        if named <= set(HOT_COLUMNS):
-            table = "narrow_jobs"
-        elif not named & (set(HOT_COLUMNS) - {"id"}):
-            table = "narrow_records"
-        else:
+        table = table_of(definition.split(" USING ", 1)[1])
+        if table is None:
             left_out.append(index)
             continue
         ddl.append(definition.replace(f"INDEX {index} ON public.due_jobs", f"INDEX ON {table}", 1))
+    if not any("narrow_jobs" in line and "state = 'queued'" in line for line in ddl):
+        raise SystemExit("costs.py: no claim index on narrow_jobs: update HOT_COLUMNS")
     return NarrowSchema(";\n".join(ddl), split, left_out)
 
 
@@ -307,15 +329,28 @@ def drain_statements(dbs: Databases, claim: str, done_sql: str, batch: int) -> d
         return Meter.per_job(start, dbs.meter.read(), done)
 
 
+UNFINISHED = {  # what a drain leaves that it should have ended
+    "due": "SELECT count(*) FROM due_jobs WHERE state <> 'succeeded'",
+    "due-table": "SELECT count(*) FROM due_jobs WHERE state <> 'succeeded'",
+    "narrow-table": "SELECT count(*) FROM narrow_jobs WHERE state <> 'succeeded'",
+    "bare": "SELECT count(*) FROM jobs WHERE state <> 'done'",
+}
+
+
 def measure_drain(dbs: Databases, shape: str, batch: int, n: int) -> dict[str, Any]:
     dbs.reset(shape, n)
     if shape == "due":
-        return drain_due(dbs, batch)
-    if shape == "due-table":
-        return drain_statements(dbs, DUE_TABLE_CLAIM, DUE_TABLE_DONE, batch)
-    if shape == "narrow-table":
-        return drain_statements(dbs, NARROW_CLAIM, NARROW_DONE, batch)
-    return drain_statements(dbs, raw_pg.CLAIM, raw_pg.DONE, batch)
+        measured = drain_due(dbs, batch)
+    elif shape == "due-table":
+        measured = drain_statements(dbs, DUE_TABLE_CLAIM, DUE_TABLE_DONE, batch)
+    elif shape == "narrow-table":
+        measured = drain_statements(dbs, NARROW_CLAIM, NARROW_DONE, batch)
+    else:
+        measured = drain_statements(dbs, raw_pg.CLAIM, raw_pg.DONE, batch)
+    (left,) = dbs.conn.execute(UNFINISHED[shape]).fetchone() or (None,)
+    if left != 0:  # e.g. claimed rows the claim did not return
+        raise SystemExit(f"costs.py: the {shape} drain left {left} of {n} jobs unfinished")
+    return measured
 
 
 def fit(points: Sequence[tuple[int, float]]) -> tuple[float, float]:
@@ -382,12 +417,18 @@ def insert_statement(dbs: Databases, shape: str, n: int) -> dict[str, Any]:
         dbs.app.store.backend._queries["insert_jobs"] if shape == "due-table" else NARROW_INSERT
     )
     with psycopg.connect(dbs.url, autocommit=True) as conn:
-        conn.execute(statement, bulk_params(0, 1))  # first use: its plan (not measured)
+        conn.execute(statement, bulk_params(0, 1))  # first use: the session's caches
         conn.execute("TRUNCATE due_jobs, narrow_jobs, narrow_records")
         start = dbs.meter.read()
         for offset in range(0, n, common.CHUNK):
             conn.execute(statement, bulk_params(offset, min(common.CHUNK, n - offset)))
-        return Meter.per_job(start, dbs.meter.read(), n)
+        measured = Meter.per_job(start, dbs.meter.read(), n)
+    tables = ("due_jobs",) if shape == "due-table" else ("narrow_jobs", "narrow_records")
+    for table in tables:
+        (rows,) = dbs.conn.execute(f"SELECT count(*) FROM {table}").fetchone() or (None,)
+        if rows != n:
+            raise SystemExit(f"costs.py: the {shape} insert left {rows} of {n} rows in {table}")
+    return measured
 
 
 def bulk_params(offset: int, count: int) -> dict[str, Any]:
