@@ -179,19 +179,18 @@ def narrow_schema(conn: psycopg.Connection[Any]) -> NarrowSchema:
         f"CREATE TABLE {table} ({', '.join(cols)}, PRIMARY KEY (id)){storage}"
         for table, cols in column_ddl.items()
     ]
-    left_out = []
+    placed: dict[str, str | None] = {}
     indexes = conn.execute(
         "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'due_jobs' "
         "AND indexname <> 'due_jobs_pkey' ORDER BY indexname"
     ).fetchall()
     for index, definition in indexes:
-        table = table_of(definition.split(" USING ", 1)[1])
-        if table is None:
-            left_out.append(index)
-            continue
-        ddl.append(definition.replace(f"INDEX {index} ON public.due_jobs", f"INDEX ON {table}", 1))
-    if not any("narrow_jobs" in line and "state = 'queued'" in line for line in ddl):
-        raise SystemExit("costs.py: no claim index on narrow_jobs: update HOT_COLUMNS")
+        table = placed[index] = table_of(definition.split(" USING ", 1)[1])
+        if table is not None:
+            ddl.append(definition.replace(f"INDEX {index} ON public.due_jobs", f"INDEX ON {table}"))
+    if placed.get("due_jobs_claim") != "narrow_jobs":
+        raise SystemExit("costs.py: due_jobs_claim is not on narrow_jobs: update HOT_COLUMNS")
+    left_out = [index for index, table in placed.items() if table is None]
     return NarrowSchema(";\n".join(ddl), split, left_out)
 
 

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -54,20 +53,23 @@ PARAMS = {
 SHAPES = ("with its wake-up", "without")
 
 
-def statements(url: str) -> tuple[dict[str, str], str]:
+def statements(url: str) -> tuple[dict[str, str], psycopg.Connection[Any]]:
     """insert_job as the store sends it (its channel named by a literal, once the
-    schema is checked) and the same without the notification; and the channel."""
+    schema is checked) and the same without the notification; and a connection
+    LISTENing as a worker's does (the store's own, which outlives the app)."""
     app = due.App(url)
     try:
         app.migrate()
         app.store.check_schema()
         backend: Any = app.store.backend
-        sent, channel = backend._queries["insert_job"], backend.channel_name("due_jobs")
+        listening = backend.listen_connection()  # names the channel, then the queries
+        sent = backend._queries["insert_job"]
     finally:
         app.close()
     if sent.count("pg_notify(") != 1:
+        listening.close()
         raise SystemExit("insert_job no longer sends one pg_notify: update notify_cost.py")
-    return {SHAPES[0]: sent, SHAPES[1]: sent.replace("pg_notify(", "concat_ws(")}, channel
+    return {SHAPES[0]: sent, SHAPES[1]: sent.replace("pg_notify(", "concat_ws(")}, listening
 
 
 def _insert(url: str, statement: str, count: int, start: Barrier, results: Any) -> None:
@@ -89,9 +91,8 @@ class Listener:
     """One connection LISTENing on the jobs' channel and reading what comes, as an
     idle worker's does."""
 
-    def __init__(self, url: str, channel: str) -> None:
-        self.conn = psycopg.connect(url, autocommit=True)
-        self.conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
         self.heard = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._read, daemon=True)
@@ -126,8 +127,8 @@ def main() -> int:
     args = parser.parse_args()
     counts = [int(n) for n in args.processes.split(",")]
     url = common.fresh_due_url("postgres", "notify_cost")
-    sent, channel = statements(url)
-    listener = Listener(url, channel)
+    sent, listening = statements(url)
+    listener = Listener(listening)
     rates: dict[tuple[int, str], list[float]] = {}
     try:
         for run in range(args.runs):

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import sqlite3
 import threading
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -75,6 +76,22 @@ def test_postgres_notification_is_sent_only_on_commit(postgres_app: due.App) -> 
             conn.commit()
         (note,) = list(listener.notifies(timeout=2, stop_after=1))
         assert note.channel == channel and note.payload.startswith("shipping ")
+
+
+def test_a_postgres_bulk_enqueue_wakes_each_queue_once(postgres_app: due.App) -> None:
+    """The README's promise: many enqueuing processes are cheaper in batches, since
+    `app.enqueue_many` sends one wake-up per queue a call, not one per job."""
+    ship = register(postgres_app)
+    # Each its own due time: one wake-up a job would be 200 notifications, since
+    # PostgreSQL folds only identical ones sent in one transaction.
+    due_at = [datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=i) for i in range(200)]
+    requests = [
+        ship.options(queue=("mail", "bulk")[i % 2], run_at=due_at[i]).request(i) for i in range(200)
+    ]
+    with postgres_app.store.backend.listen_connection() as listener:  # type: ignore[attr-defined]
+        postgres_app.enqueue_many(requests)
+        notes = list(listener.notifies(timeout=1))
+    assert sorted(note.payload.split()[0] for note in notes) == ["bulk", "mail"]
 
 
 def test_postgres_notification_names_due_s_schema_whatever_the_connection_searches_first(
