@@ -99,6 +99,12 @@ def encode_value(value: Any, what: str) -> str:
         raise PayloadError(f"{what} is not JSON-serialisable: {error}") from error
     if _holds_nul(text):
         raise PayloadError(f"{what} holds a NUL character (\\x00), which cannot be stored")
+    if not text.isascii() and _holds_surrogate(text):
+        raise PayloadError(
+            f"{what} holds a lone surrogate (text decoded with errors='surrogateescape', "
+            "as Python does for file names that are not UTF-8), which cannot be stored; "
+            "decode the bytes properly, or pass them as base64"
+        )
     return text
 
 
@@ -114,10 +120,25 @@ def finite_number(value: Any, what: str) -> int | float:
 
 
 def storable_text(text: str, limit: int = MAX_ERROR_CHARACTERS) -> str:
-    """Text for the job's record (an error message, a traceback): NUL characters
-    shown as \\x00, and at most `limit` characters (the end, where it matters, is kept)."""
+    """Text for the job's record (an error message, a traceback, a warning, a
+    progress message): NUL characters shown as \\x00, lone surrogates as
+    \\udcxx (neither store can hold them), and at most `limit` characters (the
+    end, where it matters, is kept)."""
     text = text.replace("\x00", "\\x00")
+    if not text.isascii() and _holds_surrogate(text):
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text if len(text) <= limit else "…" + text[-(limit - 1) :]
+
+
+def _holds_surrogate(text: str) -> bool:
+    """Whether `text` holds a lone surrogate, which UTF-8 cannot encode: how Python
+    decodes bytes that are not UTF-8 in file names, argv and the environment
+    (surrogateescape). No driver can send it; the batch carrying it would fail."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _explain_unserialisable(

@@ -99,3 +99,69 @@ def test_progress_refuses_what_is_not_a_number() -> None:
             raise AssertionError(f"progress({bad!r}) was accepted")
     ctx.progress(3, 10, "a\x00b")
     assert ctx.last_progress == {"done": 3, "total": 10, "message": "a\\x00b"}
+
+
+SURROGATE = b"caf\xe9".decode("utf-8", "surrogateescape")
+"""A lone surrogate: how Python decodes bytes that are not UTF-8 (file names,
+argv). No driver can encode it (issue 35, hole 1)."""
+
+
+def test_a_lone_surrogate_ends_its_own_job_and_no_other(app: due.App) -> None:
+    """A result, progress message, check= warning or error text holding a lone
+    surrogate used to fail every acknowledgement of the worker for ever (and, on
+    SQLite, every claim): refused or escaped where produced, for that job alone."""
+
+    @app.task(name="surrogate_result")
+    def surrogate_result() -> str:
+        return SURROGATE
+
+    @app.task(name="surrogate_progress")
+    def surrogate_progress(ctx: due.Context) -> str:
+        ctx.progress(1, 2, SURROGATE)
+        return "done"
+
+    @app.task(name="surrogate_warning", check=lambda result: f"odd file {SURROGATE}")
+    def surrogate_warning() -> int:
+        return 1
+
+    @app.task(name="surrogate_error", retry=due.Retry(max_attempts=1))
+    def surrogate_error() -> None:
+        raise FileNotFoundError(f"no such file: {SURROGATE}")
+
+    @app.task(name="surrogate_checkpoint", retry=due.Retry(max_attempts=1))
+    def surrogate_checkpoint(ctx: due.Context) -> None:
+        ctx.checkpoint({"file": SURROGATE})
+
+    @app.task(name="fine")
+    def fine(n: int) -> int:
+        return n
+
+    async def scenario() -> dict[str, Any]:
+        made = {
+            "result": surrogate_result.enqueue(),
+            "progress": surrogate_progress.enqueue(),
+            "warning": surrogate_warning.enqueue(),
+            "error": surrogate_error.enqueue(),
+            "checkpoint": surrogate_checkpoint.enqueue(),
+            **{f"fine{n}": fine.enqueue(n) for n in range(5)},
+        }
+        worker = Worker(app, WorkerSettings.build({"default": 20}))
+        await drain_worker(worker, len(made))
+        return {name: app.get(job.id) for name, job in made.items()}
+
+    ended = asyncio.run(asyncio.wait_for(scenario(), timeout=30))
+    assert all(ended[f"fine{n}"].result == n for n in range(5))
+    result = ended["result"]
+    assert result.state == JobState.SUCCEEDED
+    assert result.result == {"unstorable_result": repr(SURROGATE)}
+    progress = ended["progress"]
+    assert progress.state == JobState.SUCCEEDED and progress.result == "done"
+    assert progress.progress == {"done": 1, "total": 2, "message": "caf\\udce9"}
+    warned = ended["warning"]
+    assert warned.state == JobState.SUCCEEDED and warned.warning == "odd file caf\\udce9"
+    failed = ended["error"]
+    assert failed.state == JobState.FAILED
+    assert failed.last_error == "FileNotFoundError: no such file: caf\\udce9"
+    checkpoint = ended["checkpoint"]
+    assert checkpoint.state == JobState.FAILED
+    assert "lone surrogate" in (checkpoint.last_error or "")

@@ -273,15 +273,18 @@ class Action:
 
 
 def attempt_error_json(error: AttemptError) -> str:
-    return json.dumps(
-        {
-            "attempt": error.attempt,
-            "kind": error.kind,
-            "error": error.error,
-            "traceback": error.traceback,
-            "at": error.at.isoformat() if error.at else None,
-        }
-    )
+    # Not ensure_ascii: a lone surrogate escaped as \udcxx passes the driver,
+    # then SQLite's JSON functions store it as bytes that are not UTF-8 (the row
+    # can no longer be read) and PostgreSQL refuses the whole batch. Raw, the
+    # driver refuses that row alone before sending it (batches.py strips it).
+    record = {
+        "attempt": error.attempt,
+        "kind": error.kind,
+        "error": error.error,
+        "traceback": error.traceback,
+        "at": error.at.isoformat() if error.at else None,
+    }
+    return json.dumps(record, ensure_ascii=False)
 
 
 def job_from_row(row: Mapping[str, Any], *, deduplicated: bool = False) -> Job:

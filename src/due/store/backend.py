@@ -66,8 +66,19 @@ Batch = Sequence[Mapping[str, Any]] | Columns
 
 class StatementRefused(StoreError):
     """The database sent back an error for a statement (a constraint it broke, a
-    value out of range): its transaction wrote nothing. Not an error the client
-    raised itself, such as one reading a reply after the commit."""
+    value out of range), or the driver refused a value before sending it: its
+    transaction wrote nothing. Not an error met reading a reply after the
+    commit."""
+
+
+class ValueRefused(StatementRefused):
+    """What a statement carried could not be stored: a value the database refused
+    (out of range, not in its character set, malformed JSON, a constraint the
+    row broke) or one the driver could not even encode (a lone surrogate, an
+    integer too large). The fault of the rows sent, not of the database: a
+    batch refused so is written again row by row (batches.py), and only a row
+    refused so on its own may be stripped of its details. A statement timeout
+    or a full disk is not this: the batch is kept whole and tried again."""
 
 
 class DuplicateError(StatementRefused):

@@ -65,8 +65,8 @@ def complete_and_claim(
         with db.transaction() as tx:
             applied = _complete_in(db, tx, completions)
             values = _claim_in(db, tx, request)
-    except StoreError as error:
-        if not completions or not batches.refused(error):
+    except Exception as error:
+        if not completions or not batches.row_fault(error):
             raise
         return complete(db, completions), claim(db, request)
     return applied, _readable(db, values)

@@ -48,6 +48,7 @@ from due.store.backend import (
     Rows,
     StatementRefused,
     Transaction,
+    ValueRefused,
     Values,
 )
 from due.store.postgres.arrays import ADAPTERS
@@ -862,6 +863,11 @@ def redact(url: str) -> str:
     return f"{info.get('dbname', '')!s} on {host}:{info.get('port', 5432)}"
 
 
+VALUE_STATE_CLASSES = ("22", "23", "54")
+"""SQLSTATE classes of a value the statement carried (a data exception, a
+constraint the row broke, a limit such as jsonb's size): the rows' fault
+(ValueRefused). Any other refusal — a statement timeout (57014), a full disk
+(53100) — is the database's, and says nothing about the rows."""
 ROLLED_BACK_STATES = ("25P03", "57P01")
 """Besides class 40 (deadlock, serialization failure): a session ended for idling
 in a transaction, or by an administrator."""
@@ -886,6 +892,8 @@ def translate_errors(url: str, *, callers: bool = False) -> Iterator[None]:
         raise DuplicateError(f"{redact(url)}: {error}") from error
     except psycopg.errors.LockNotAvailable as error:
         raise LockWaitTimeout(f"{redact(url)}: {error}") from error
+    except (UnicodeEncodeError, OverflowError) as error:  # a parameter the driver cannot send
+        raise ValueRefused(f"{redact(url)}: a value could not be sent: {error}") from error
     except psycopg.Error as error:
         if is_pooler_breakage(error):
             raise StoreUnavailableError(f"{redact(url)}: {HINT} ({str(error).strip()})") from error
@@ -904,6 +912,8 @@ def translate_errors(url: str, *, callers: bool = False) -> Iterator[None]:
             ) from error
         if isinstance(error, psycopg.OperationalError):
             raise StoreUnavailableError(f"{redact(url)} is unreachable: {error}") from error
+        if state[:2] in VALUE_STATE_CLASSES:
+            raise ValueRefused(f"{redact(url)}: {error}") from error
         if state:  # sent by the server (psycopg's own errors have no SQLSTATE)
             raise StatementRefused(f"{redact(url)}: {error}") from error
         raise StoreError(f"{redact(url)}: {error}") from error

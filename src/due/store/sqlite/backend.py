@@ -44,8 +44,8 @@ from due.store.backend import (
     Columns,
     DuplicateError,
     Rows,
-    StatementRefused,
     Transaction,
+    ValueRefused,
     Values,
 )
 from due.store.sql import load_migrations, load_queries, require_current_schema
@@ -668,6 +668,12 @@ def _json(value: Any) -> Any:
         return value
 
 
+VALUE_ERROR_WORDS = ("malformed JSON", "JSON cannot hold", "too big", "too large")
+"""What SQLite says, as an OperationalError, of a value it cannot take (its JSON
+functions' refusals, a string or blob over its limit): the rows' fault
+(ValueRefused), unlike a full disk or an I/O error."""
+
+
 @contextlib.contextmanager
 def translate_errors(path: str) -> Iterator[None]:
     """Driver errors become StoreErrors, with the original as the cause."""
@@ -676,14 +682,18 @@ def translate_errors(path: str) -> Iterator[None]:
     except sqlite3.IntegrityError as error:
         if "UNIQUE" in str(error):
             raise DuplicateError(f"SQLite database {path}: {error}") from error
-        raise StatementRefused(f"SQLite database {path}: {error}") from error
+        raise ValueRefused(f"SQLite database {path}: {error}") from error
     except sqlite3.DataError as error:  # a value SQLite cannot take: nothing written
-        raise StatementRefused(f"SQLite database {path}: {error}") from error
+        raise ValueRefused(f"SQLite database {path}: {error}") from error
+    except (UnicodeEncodeError, OverflowError) as error:  # a parameter sqlite3 cannot bind
+        raise ValueRefused(f"SQLite database {path}: a value could not be sent: {error}") from error
     except sqlite3.OperationalError as error:
         if _locked(error):
             raise StoreUnavailableError(
                 f"SQLite database {path} stayed locked by another writer: {error}"
             ) from error
+        if any(words in str(error) for words in VALUE_ERROR_WORDS):
+            raise ValueRefused(f"SQLite database {path}: {error}") from error
         raise StoreError(f"SQLite database {path}: {error}") from error
     except sqlite3.Error as error:
         raise StoreError(f"SQLite database {path}: {error}") from error
