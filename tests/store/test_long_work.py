@@ -133,6 +133,56 @@ def test_a_job_asked_to_stop_whose_worker_died_ends_cancelled(
     assert retried.state == JobState.QUEUED and not retried.cancel_requested
 
 
+@pytest.mark.parametrize(
+    ("end", "says"),
+    [
+        (JobState.QUEUED, "not retried after its attempt failed"),
+        (JobState.FAILED, "its attempt had failed"),
+        (JobState.SUCCEEDED, "its attempt had succeeded (result kept)"),
+    ],
+)
+def test_a_job_asked_to_stop_ends_cancelled_whatever_its_attempt_then_does(
+    app: due.App, tasks: dict[str, due.Task], end: JobState, says: str
+) -> None:
+    """Issue 35, hole 3: the acknowledgement of a failed attempt wrote the retry
+    without looking at the request, and the job ran four more attempts."""
+    job = tasks["backfill"].enqueue()
+    (claimed,) = claim(app)
+    app.cancel(job.id)
+    error = None if end == JobState.SUCCEEDED else AttemptError(1, "boom", None, START)
+    completion = Completion(job.id, claimed.lease_token, end, result='"made"', error=error)
+    completion.retry_in = 0.0
+    assert app.store.job_complete([completion]) == {job.id}
+    stopped = app.get(job.id)
+    assert stopped.state == JobState.CANCELLED and stopped.finished_at is not None
+    assert stopped.last_error == "cancelled on request"
+    assert stopped.errors[-1].kind == "cancelled" and says in stopped.errors[-1].error
+    if error is not None:
+        assert stopped.errors[-2].error == "boom"  # what the attempt did is kept
+    else:
+        assert stopped.result == "made"
+    assert claim(app) == [], "a job asked to stop ran again"
+    # The same write tried again (its first reply lost) is known as recorded.
+    assert app.store.job_complete([completion]) == {job.id}
+    (figures,) = [f for f in app.store.stats_figures() if f.task == "backfill"]
+    counted = {outcome: n for outcome, n in figures.window("total").counts.items() if n}
+    assert counted == {"cancelled": 1}
+
+
+def test_a_job_asked_to_stop_commits_nothing_in_its_own_transaction(
+    app: due.App, tasks: dict[str, due.Task]
+) -> None:
+    job = tasks["backfill"].enqueue()
+    (claimed,) = claim(app)
+    app.cancel(job.id)
+    with (
+        pytest.raises(due.JobCancelled),
+        app.store.job_transaction(job.id, claimed.lease_token, None),
+    ):
+        pass
+    assert app.get(job.id).state == JobState.RUNNING  # its end is written by its worker
+
+
 # --- pieces -----------------------------------------------------------------------------
 
 

@@ -283,7 +283,9 @@ class Context:
         """A connection to the job's database, in a transaction that also records
         the job's success, fenced by its lease: your writes and the job's success
         commit together or not at all, and a rescued or duplicate attempt cannot
-        commit them twice. The job has succeeded once the block exits.
+        commit them twice. The job has succeeded once the block exits. A job
+        asked to stop before the commit commits nothing: `due.JobCancelled` is
+        raised and it ends cancelled.
 
             with ctx.transaction() as conn:
                 conn.execute("INSERT INTO invoices ...", ...)

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from due.core.records import BatchRequest, NewJob, PieceSpawn
-from due.errors import JobNotFoundError, LeaseLost
+from due.errors import JobCancelled, JobNotFoundError, LeaseLost
 from due.store import pieces
 from due.store.backend import Backend, Transaction
 from due.store.conflicts import retried_on_conflict
@@ -114,6 +114,8 @@ def job_transaction(db: Backend, job_id: int, token: int, progress: str | None) 
         rows = tx.run("complete_in_transaction", params)
         if not rows:
             raise LeaseLost(f"job {job_id} lost its lease: its transaction is undone")
+        if rows[0]["cancel_requested"]:  # a stop asked for is a stop: none of it is kept
+            raise JobCancelled(f"job {job_id} was asked to stop: its transaction is undone")
         count_endings(tx, rows)
         settle(tx, [{**rows[0], "state": "succeeded"}])
 

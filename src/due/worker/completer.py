@@ -109,6 +109,9 @@ def _log_end(running: RunningJob, completion: Completion, applied: bool) -> None
         )
         return
     name, level = _end_event(completion)
+    if running.cancel_requested and completion.state != JobState.WAITING:
+        # The store ends a job asked to stop cancelled, whatever its attempt did.
+        name, level = "job.cancelled", logging.INFO
     if not log.isEnabledFor(level):
         return  # a line per job: its fields are built only when it is written
     fields = {

@@ -276,25 +276,46 @@ FROM locked l LEFT JOIN renewed r ON r.id = l.id
 -- parent's settling locks in id order too. Should a plan ever take them in
 -- another order, the server's deadlock check ends one of two statements, and
 -- it is written again (retried on conflict).
+-- A job asked to stop ends cancelled whatever its attempt did (a stop asked
+-- for is a stop): not retried after a failure, and after a success its result
+-- is kept. The request is read from the locked row (`j.cancel_requested` in
+-- SET is evaluated on the row as it is when locked), so a cancel committed
+-- while this statement waited for the row is seen; an entry in its errors says
+-- what the attempt did.
 WITH done AS (
     UPDATE due_jobs AS j
-    SET state = c.state,
+    SET state = CASE WHEN j.cancel_requested AND c.state IN ('queued', 'failed', 'succeeded')
+                     THEN 'cancelled' ELSE c.state END,
         lease_token = j.lease_token + 1,  -- the attempt is over: its token is stale now
         result = CASE WHEN c.state = 'succeeded' THEN c.result::jsonb ELSE j.result END,
         warning = CASE WHEN c.state = 'succeeded' THEN c.warning ELSE j.warning END,
-        run_at = CASE WHEN c.state = 'queued'
+        run_at = CASE WHEN c.state = 'queued' AND NOT j.cancel_requested
                       THEN coalesce(%(now)s::timestamptz, now()) + make_interval(secs => c.retry_in)
                       ELSE j.run_at END,
-        timer = c.state = 'queued' AND c.retry_in > 0,  -- a retry after a backoff waits as a timer
+        -- a retry after a backoff waits as a timer
+        timer = c.state = 'queued' AND c.retry_in > 0 AND NOT j.cancel_requested,
         finished_at = CASE WHEN c.state IN ('succeeded', 'failed', 'cancelled')
+                             OR (j.cancel_requested AND c.state = 'queued')
                            THEN coalesce(%(now)s::timestamptz, now()) END,
         lease_expires_at = NULL,
         lost_leases = 0,
         progress = coalesce(c.progress::jsonb, j.progress),
-        last_error = coalesce(c.error::jsonb ->> 'error', j.last_error),
-        errors = CASE WHEN c.error IS NULL THEN j.errors
-                      ELSE j.errors || jsonb_build_array(c.error::jsonb) END,
-        dedupe_key = CASE WHEN c.state IN ('failed', 'cancelled')
+        last_error = CASE WHEN j.cancel_requested AND c.state IN ('queued', 'failed', 'succeeded')
+                          THEN 'cancelled on request'
+                          ELSE coalesce(c.error::jsonb ->> 'error', j.last_error) END,
+        errors = j.errors
+                 || CASE WHEN c.error IS NULL THEN '[]'::jsonb
+                         ELSE jsonb_build_array(c.error::jsonb) END
+                 || CASE WHEN j.cancel_requested AND c.state IN ('queued', 'failed', 'succeeded')
+                         THEN jsonb_build_array(jsonb_build_object(
+                             'attempt', j.attempt, 'kind', 'cancelled',
+                             'error', 'cancelled on request; ' || CASE c.state
+                                 WHEN 'succeeded' THEN 'its attempt had succeeded (result kept)'
+                                 WHEN 'queued' THEN 'not retried after its attempt failed'
+                                 ELSE 'its attempt had failed' END,
+                             'traceback', NULL, 'at', coalesce(%(now)s::timestamptz, now())))
+                         ELSE '[]'::jsonb END,
+        dedupe_key = CASE WHEN c.state IN ('failed', 'cancelled') OR j.cancel_requested
                             OR (c.state = 'succeeded' AND coalesce(j.unique_for, 0) <= 0)
                           THEN NULL ELSE j.dedupe_key END
     FROM unnest(%(id)b::bigint[], %(token)b::bigint[], %(state)b::text[], %(result)b::text[],
@@ -306,7 +327,10 @@ WITH done AS (
     WHERE j.id = ANY(%(id)b::bigint[])
       AND j.id = c.id AND j.lease_token = c.token
     RETURNING j.id, j.task, j.queue, j.schedule, j.state, j.parent_id, j.completes,
-              j.pieces_total, j.cancel_requested, c.outcome, c.bucket, c.seconds,
+              j.pieces_total, j.cancel_requested,
+              CASE WHEN j.state = 'cancelled' AND c.state <> 'cancelled' THEN 'cancelled'
+                   ELSE c.outcome END AS outcome,
+              c.bucket, c.seconds,
               CASE WHEN j.state = 'queued' THEN  -- wake workers for the job due again
                   pg_notify({channel:due_jobs}, j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text
               WHEN j.state IN ('succeeded', 'failed', 'cancelled') THEN  -- wake app.wait()
@@ -351,13 +375,16 @@ FROM done
 -- state the release left, queued or cancelled, is taken as recorded, and the
 -- job is in that state either way), a parent finished by its last piece is no
 -- longer waiting, and the handler's own transaction (complete_in_transaction)
--- ended the attempt succeeded, as the completion says.
+-- ended the attempt succeeded, as the completion says. A job asked to stop
+-- ended cancelled whatever the completion said (complete_jobs), its error kept
+-- before the entry that says so.
 SELECT j.id
 FROM unnest(%(id)b::bigint[], %(token)b::bigint[], %(state)b::text[], %(error)b::text[])
      AS c(id, token, state, error)
 JOIN due_jobs AS j ON j.id = c.id
-WHERE j.lease_token = c.token + 1 AND j.state = c.state AND j.lost_leases = 0
-  AND (c.error IS NULL OR j.errors -> -1 = c.error::jsonb)
+WHERE j.lease_token = c.token + 1 AND j.lost_leases = 0
+  AND (j.state = c.state OR (j.state = 'cancelled' AND j.cancel_requested AND c.state <> 'waiting'))
+  AND (c.error IS NULL OR j.errors @> jsonb_build_array(c.error::jsonb))
 
 -- name: select_expired
 -- Running jobs whose worker stopped renewing the lease. The task is never
@@ -1009,7 +1036,7 @@ SET state = 'succeeded', lease_token = lease_token + 1, result = 'null'::jsonb,
     progress = coalesce(%(progress)s::jsonb, progress),
     dedupe_key = CASE WHEN coalesce(unique_for, 0) <= 0 THEN NULL ELSE dedupe_key END
 WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running' AND pieces_total = 0
-RETURNING id, task, queue, schedule, state, parent_id, completes,
+RETURNING id, task, queue, schedule, state, parent_id, completes, cancel_requested,
           extract(epoch FROM finished_at - started_at)::float8 AS seconds,
           pg_notify({channel:due_ended}, '')::text AS ended
 

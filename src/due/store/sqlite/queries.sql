@@ -131,22 +131,41 @@ WHERE id = :id AND lease_token = :token AND state = 'running'
 RETURNING id, 1 AS renewed, cancel_requested
 
 -- name: complete_jobs
--- Fenced by the token: a stale worker's write matches nothing.
+-- Fenced by the token: a stale worker's write matches nothing. A job asked to
+-- stop ends cancelled whatever its attempt did (PostgreSQL's statement says
+-- more); an entry in its errors says what the attempt did.
 UPDATE due_jobs
-SET state = :state,
+SET state = CASE WHEN cancel_requested AND :state IN ('queued', 'failed', 'succeeded')
+                 THEN 'cancelled' ELSE :state END,
     lease_token = lease_token + 1,  -- the attempt is over: its token is stale now
     result = CASE WHEN :state = 'succeeded' THEN :result ELSE result END,
     warning = CASE WHEN :state = 'succeeded' THEN :warning ELSE warning END,
-    run_at = CASE WHEN :state = 'queued' THEN :now + :retry_in ELSE run_at END,
-    timer = :state = 'queued' AND :retry_in > 0,  -- a retry after a backoff waits as a timer
-    finished_at = CASE WHEN :state IN ('succeeded', 'failed', 'cancelled') THEN :now END,
+    run_at = CASE WHEN :state = 'queued' AND NOT cancel_requested THEN :now + :retry_in
+                  ELSE run_at END,
+    -- a retry after a backoff waits as a timer
+    timer = :state = 'queued' AND :retry_in > 0 AND NOT cancel_requested,
+    finished_at = CASE WHEN :state IN ('succeeded', 'failed', 'cancelled')
+                         OR (cancel_requested AND :state = 'queued') THEN :now END,
     lease_expires_at = NULL,
     lost_leases = 0,
     progress = coalesce(:progress, progress),
-    last_error = coalesce(json_extract(:error, '$.error'), last_error),
-    errors = CASE WHEN :error IS NULL THEN errors
+    last_error = CASE WHEN cancel_requested AND :state IN ('queued', 'failed', 'succeeded')
+                      THEN 'cancelled on request'
+                      ELSE coalesce(json_extract(:error, '$.error'), last_error) END,
+    errors = CASE WHEN cancel_requested AND :state IN ('queued', 'failed', 'succeeded')
+                  THEN json_insert(
+                      CASE WHEN :error IS NULL THEN errors
+                           ELSE json_insert(errors, '$[#]', json(:error)) END,
+                      '$[#]', json_object(
+                          'attempt', attempt, 'kind', 'cancelled',
+                          'error', 'cancelled on request; ' || CASE :state
+                              WHEN 'succeeded' THEN 'its attempt had succeeded (result kept)'
+                              WHEN 'queued' THEN 'not retried after its attempt failed'
+                              ELSE 'its attempt had failed' END,
+                          'traceback', NULL, 'at', strftime('%Y-%m-%dT%H:%M:%f+00:00', :now, 'unixepoch')))
+                  WHEN :error IS NULL THEN errors
                   ELSE json_insert(errors, '$[#]', json(:error)) END,
-    dedupe_key = CASE WHEN :state IN ('failed', 'cancelled')
+    dedupe_key = CASE WHEN :state IN ('failed', 'cancelled') OR cancel_requested
                         OR (:state = 'succeeded' AND coalesce(unique_for, 0) <= 0)
                       THEN NULL ELSE dedupe_key END
 WHERE id = :id AND lease_token = :token AND state = 'running'
@@ -157,8 +176,10 @@ RETURNING id, task, schedule, state, queue, run_at, parent_id, completes, pieces
 -- statement says why; here one ending at a time).
 SELECT id
 FROM due_jobs
-WHERE id = :id AND lease_token = :token + 1 AND state = :state AND lost_leases = 0
-  AND (:error IS NULL OR json_extract(errors, '$[#-1]') = json(:error))
+WHERE id = :id AND lease_token = :token + 1 AND lost_leases = 0
+  AND (state = :state OR (state = 'cancelled' AND cancel_requested AND :state <> 'waiting'))
+  AND (:error IS NULL
+       OR EXISTS (SELECT 1 FROM json_each(errors) WHERE value = json(:error)))
 
 -- name: select_expired
 -- Running jobs whose worker stopped renewing the lease. The task is never
@@ -689,7 +710,7 @@ SET state = 'succeeded', lease_token = lease_token + 1, result = 'null', finishe
     lease_expires_at = NULL, lost_leases = 0, progress = coalesce(:progress, progress),
     dedupe_key = CASE WHEN coalesce(unique_for, 0) <= 0 THEN NULL ELSE dedupe_key END
 WHERE id = :id AND lease_token = :token AND state = 'running' AND pieces_total = 0
-RETURNING id, task, queue, schedule, state, parent_id, completes,
+RETURNING id, task, queue, schedule, state, parent_id, completes, cancel_requested,
           finished_at - started_at AS seconds
 
 -- name: add_pieces
