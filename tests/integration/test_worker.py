@@ -538,7 +538,7 @@ def waiting_on_a_lock(url: str, application_name: str) -> bool:
             "SELECT count(*) FROM pg_stat_activity "
             "WHERE application_name = %s AND wait_event_type = 'Lock' "
             # the acknowledgement (within the 1 KB of its text the server shows)
-            "AND query LIKE '%%SET state = c.state%%'",
+            "AND query LIKE '%%SET state = CASE WHEN j.cancel_requested AND c.state%%'",
             (application_name,),
         ).fetchone()
     return bool(row and row[0])
