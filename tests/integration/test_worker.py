@@ -18,7 +18,7 @@ from due.core.records import ClaimRequest, Retention
 from due.store import open_store
 from due.worker.settings import WorkerSettings
 from due.worker.worker import Worker
-from tests.helpers.database import cut_sessions
+from tests.helpers.database import cut_sessions, plain_transaction
 from tests.helpers.waiting import async_wait_until
 
 
@@ -542,3 +542,73 @@ def waiting_on_a_lock(url: str, application_name: str) -> bool:
             (application_name,),
         ).fetchone()
     return bool(row and row[0])
+
+
+def test_a_tasks_shorter_lease_is_renewed_in_time_on_an_idle_worker(
+    backend_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 35, hole 9: an idle worker's heartbeat slept a third of its default
+    lease (3.3 s of 10 s), and nothing woke it when a job with a task's own
+    shorter lease was claimed: that job's trust deadline (0.8 of its lease)
+    passed before its first renewal, and it ran again elsewhere. Real time:
+    each job outlives its own lease."""
+    app = due.App(backend_url)
+    app.migrate()
+
+    @app.task(name="short", lease="2s")  # trusted for 1.6 s, renewed every 0.67 s
+    async def short(n: int) -> int:
+        await asyncio.sleep(2.2)
+        return n
+
+    async def scenario() -> None:
+        worker = make_worker(app)  # its own lease: 10 s, beats every 3.3 s when idle
+        running = asyncio.create_task(worker.run())
+        try:
+            await asyncio.sleep(0.3)  # the heartbeat settles into its idle sleep
+            job = short.enqueue(1)
+            await async_wait_until(lambda: app.get(job.id).state == JobState.SUCCEEDED, timeout=10)
+            assert app.get(job.id).attempt == 1
+        finally:
+            worker.request_stop()
+            await asyncio.wait_for(running, 10)
+            app.close()
+
+    with caplog.at_level("INFO", logger="due.worker"):
+        run(scenario)
+    lost = [r for r in caplog.records if getattr(r, "event", "") == "job.lease_lost"]
+    assert lost == []
+
+
+def test_a_failed_touch_keeps_the_renewal_it_follows(
+    app: due.App, clock: FakeClock, backend_url: str
+) -> None:
+    """The heartbeat round renews leases, then touches the worker's registration:
+    when the touch failed after the renewal succeeded, the renewal's reply was
+    thrown away (trust not extended, a cancel request dropped for that round)."""
+
+    @app.task(name="long")
+    async def long() -> None:
+        await asyncio.sleep(3600)
+
+    async def scenario() -> None:
+        job = long.enqueue()
+        worker = make_worker(app)
+        await worker.producers["default"].run_once()
+        await settle()
+        (running,) = worker.held()
+        trusted = running.trusted_until
+        app.cancel(job.id)
+        with plain_transaction(backend_url) as conn:  # the registry is gone: touches fail
+            conn.execute("ALTER TABLE due_workers RENAME TO due_workers_away")
+        clock.advance("3s")
+        try:
+            beat = await worker.heartbeater.run_once()
+        finally:
+            with plain_transaction(backend_url) as conn:
+                conn.execute("ALTER TABLE due_workers_away RENAME TO due_workers")
+        assert beat.renewed == 1 and not beat.failed
+        assert running.trusted_until > trusted and running.cancel_requested
+        running.handle.cancel()
+        await settle()
+
+    run(scenario)

@@ -19,6 +19,7 @@ itself is abandoned when no lease it carries can still be saved by it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -64,43 +65,72 @@ class Heartbeater:
         self._lease = lease
         self._on_lost = on_lost
         self._on_cancel = on_cancel
+        self.wake = asyncio.Event()
+        """Set to beat now: a lease was claimed that must be renewed before the
+        beat the loop sleeps until (`note_held`)."""
+        self._next_beat = float("-inf")
 
     def interval(self) -> float:
         leases = [running.lease_seconds for running in self._held()]
         return min([self._lease, *leases]) / 3
 
+    def note_held(self, running: RunningJob) -> None:
+        """A job was just claimed. Its lease is renewed with the others; if it is
+        shorter than the beat the loop sleeps until allows (a task's own
+        `lease=`, claimed into an idle worker that sleeps a third of the default
+        lease), the loop beats now and sleeps a third of the shortest lease
+        from then: its trust deadline never passes before its first renewal."""
+        if self._clock.monotonic() + running.lease_seconds / 3 < self._next_beat:
+            self.wake.set()
+
     async def run_once(self) -> HeartbeatRound:
         held = [running for running in self._held() if not running.lost]
         sent_at = self._clock.monotonic()
-        renewed = lost = 0
-        failed = False
         leases = [running.lease_with_progress() for running in held]
         try:
             reply = await self._renew(leases, self._deadline(held, sent_at))
-            await self._touch(self.interval())
         except StoreError as error:
-            failed = True
             for running, lease in zip(held, leases, strict=True):
                 if lease.progress is not None:
                     running.progress_unsent()
             event(log, "worker.heartbeat_failed", logging.WARNING, error=str(error))
+            renewed = lost = 0
+            failed = True
         else:
-            for running, lease in zip(held, leases, strict=True):
-                answered = running.job.id in reply.extended or running.job.id in reply.lost
-                if lease.progress is not None and not answered:
-                    running.progress_unsent()  # its row was busy: the progress goes next time
-            for running in held:
-                if running.job.id in reply.extended:
-                    running.trusted_until = trusted_until(sent_at, running.lease_seconds)
-                    renewed += 1
-                elif running.job.id in reply.lost and not running.finished:
-                    # (A finished job's ack may have landed first: its writer reports it.)
-                    lost += 1
-                    self._on_lost(running, "the store no longer holds this lease")
-            for job_id in reply.cancel_requested:
-                self._on_cancel(job_id, "heartbeat")
+            renewed, lost = self._apply(held, leases, reply, sent_at)
+            failed = False
+        # Apart from the renewal: a touch that fails must not throw its reply away.
+        await self._touch_registration()
         untrusted = expire_untrusted(self._held(), self._clock, self._on_lost)
+        self._next_beat = self._clock.monotonic() + self.interval()
         return HeartbeatRound(renewed, lost, untrusted, failed)
+
+    def _apply(
+        self, held: list[RunningJob], leases: list[Lease], reply: HeartbeatReply, sent_at: float
+    ) -> tuple[int, int]:
+        """Act on a renewal's reply; returns how many leases were renewed and lost."""
+        renewed = lost = 0
+        for running, lease in zip(held, leases, strict=True):
+            answered = running.job.id in reply.extended or running.job.id in reply.lost
+            if lease.progress is not None and not answered:
+                running.progress_unsent()  # its row was busy: the progress goes next time
+        for running in held:
+            if running.job.id in reply.extended:
+                running.trusted_until = trusted_until(sent_at, running.lease_seconds)
+                renewed += 1
+            elif running.job.id in reply.lost and not running.finished:
+                # (A finished job's ack may have landed first: its writer reports it.)
+                lost += 1
+                self._on_lost(running, "the store no longer holds this lease")
+        for job_id in reply.cancel_requested:
+            self._on_cancel(job_id, "heartbeat")
+        return renewed, lost
+
+    async def _touch_registration(self) -> None:
+        try:
+            await self._touch(self.interval())
+        except StoreError as error:
+            event(log, "worker.touch_failed", logging.WARNING, error=str(error))
 
     def _deadline(self, held: list[RunningJob], sent_at: float) -> float:
         """How long to wait for the renewal: until the last lease it could save is

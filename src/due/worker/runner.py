@@ -36,6 +36,7 @@ class Runner:
         default_lease: float,
         find: Callable[[int], RunningJob | None],
         cancel_grace: Callable[[], float],
+        on_held: Callable[[RunningJob], None] = lambda running: None,
     ) -> None:
         self._app = app
         self._executor = executor
@@ -43,6 +44,7 @@ class Runner:
         self._default_lease = default_lease
         self._find = find
         self._cancel_grace = cancel_grace
+        self._on_held = on_held
 
     def hold(self, job: ClaimedJob, jobs: RunningJobs, claimed_at: float) -> RunningJob:
         """Hold a job just claimed (its lease trusted from when the claim was sent)."""
@@ -54,6 +56,7 @@ class Runner:
             if running.context is not None:
                 running.context.trusted = functools.partial(self._trusts, running)
         jobs.hold(running)
+        self._on_held(running)
         return running
 
     def _trusts(self, running: RunningJob) -> bool:

@@ -95,6 +95,7 @@ class Worker:
             default_lease=settings.lease,
             find=self._find,
             cancel_grace=self._cancel_grace,
+            on_held=self._held_one,
         )
         self.producers = {
             queue: QueueProducer(
@@ -232,6 +233,9 @@ class Worker:
                 deadline, self.store.worker_register, self._registration()
             )
 
+    def _held_one(self, running: RunningJob) -> None:
+        self.heartbeater.note_held(running)  # (built after the runner)
+
     def _outcome_recorded(self) -> None:
         self.completer.wake.set()
 
@@ -333,7 +337,7 @@ class Worker:
             )
             for name, service, wake in (
                 ("completer", self.completer, self.completer.wake),
-                ("heartbeat", self.heartbeater, None),
+                ("heartbeat", self.heartbeater, self.heartbeater.wake),
                 ("trust", self.trust_watch, None),
                 ("rescuer", self.rescuer, None),
                 ("unknown_tasks", self.unknown_tasks, None),
