@@ -30,8 +30,10 @@ def load_queries(package: str) -> dict[str, str]:
 
 
 def _without_comments(sql: str) -> str:
-    """The statement without `--` comments, whole lines or ends of lines; a `--`
-    inside a string literal (after an odd number of quotes on its line) stays."""
+    """The statement without `--` comments, whole lines or ends of lines (a `--`
+    inside a string literal, after an odd number of quotes on its line, stays),
+    and without the indentation of its lines: a statement's text must not span
+    lines inside a string literal."""
     lines = []
     for line in sql.splitlines():
         start = line.find("--")
@@ -39,7 +41,7 @@ def _without_comments(sql: str) -> str:
             start = line.find("--", start + 2)
         code = line if start < 0 else line[:start].rstrip()
         if code or start < 0:  # a line that was all comment goes
-            lines.append(code)
+            lines.append(code.lstrip())
     return "\n".join(lines)
 
 
