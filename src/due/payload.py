@@ -97,6 +97,10 @@ def encode_value(value: Any, what: str) -> str:
         text = _json_text(value)
     except (TypeError, ValueError) as error:
         raise PayloadError(f"{what} is not JSON-serialisable: {error}") from error
+    except RecursionError as error:
+        raise PayloadError(
+            f"{what} is nested too deeply to be stored as JSON; flatten it"
+        ) from error
     if _holds_nul(text):
         raise PayloadError(f"{what} holds a NUL character (\\x00), which cannot be stored")
     if not text.isascii() and _holds_surrogate(text):

@@ -106,7 +106,7 @@ SURROGATE = b"caf\xe9".decode("utf-8", "surrogateescape")
 argv). No driver can encode it (issue 35, hole 1)."""
 
 
-def test_a_lone_surrogate_ends_its_own_job_and_no_other(app: due.App) -> None:
+def test_values_no_store_can_hold_end_their_own_job_and_no_other(app: due.App) -> None:
     """A result, progress message, check= warning or error text holding a lone
     surrogate used to fail every acknowledgement of the worker for ever (and, on
     SQLite, every claim): refused or escaped where produced, for that job alone."""
@@ -132,12 +132,20 @@ def test_a_lone_surrogate_ends_its_own_job_and_no_other(app: due.App) -> None:
     def surrogate_checkpoint(ctx: due.Context) -> None:
         ctx.checkpoint({"file": SURROGATE})
 
+    @app.task(name="deep_result")
+    def deep_result() -> list[Any]:
+        value: list[Any] = []
+        for _ in range(5000):
+            value = [value]
+        return value
+
     @app.task(name="fine")
     def fine(n: int) -> int:
         return n
 
     async def scenario() -> dict[str, Any]:
         made = {
+            "deep": deep_result.enqueue(),
             "result": surrogate_result.enqueue(),
             "progress": surrogate_progress.enqueue(),
             "warning": surrogate_warning.enqueue(),
@@ -151,6 +159,9 @@ def test_a_lone_surrogate_ends_its_own_job_and_no_other(app: due.App) -> None:
 
     ended = asyncio.run(asyncio.wait_for(scenario(), timeout=30))
     assert all(ended[f"fine{n}"].result == n for n in range(5))
+    deep = ended["deep"]
+    assert deep.state == JobState.SUCCEEDED
+    assert deep.result == {"unstorable_result": "<list whose repr() failed>"}
     result = ended["result"]
     assert result.state == JobState.SUCCEEDED
     assert result.result == {"unstorable_result": repr(SURROGATE)}

@@ -235,7 +235,9 @@ class Executor:
         except PayloadError as error:
             # The work is done; a result we cannot store must not make it run again.
             event(log, "job.result_unstorable", logging.WARNING, job=job.id, error=str(error))
-            stored = encode_value({"unstorable_result": repr(result)[:1000]}, "result")
+            stored = encode_value(
+                {"unstorable_result": storable_text(_repr(result), 1000)}, "result"
+            )
         completion = Completion(job.id, job.lease_token, JobState.SUCCEEDED, result=stored)
         completion.warning = _checked(task, job, result)
         return completion
@@ -289,6 +291,14 @@ def _checked(task: Task[Any, Any], job: ClaimedJob, result: Any) -> str | None:
     if problem is None:
         return None
     return storable_text(str(problem), MAX_WARNING_CHARACTERS)
+
+
+def _repr(value: Any) -> str:
+    """`repr(value)`, even when its repr fails or recurses too deep."""
+    try:
+        return repr(value)
+    except Exception:  # RecursionError included
+        return f"<{type(value).__name__} whose repr() failed>"
 
 
 def _text(error: BaseException) -> str:
