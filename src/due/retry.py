@@ -98,7 +98,13 @@ class LeaseLossVerdict:
 
 
 def judge_lost_lease(
-    *, attempt: int, max_attempts: int, lost_leases: int, worker: str | None, max_lost_leases: int
+    *,
+    attempt: int,
+    max_attempts: int,
+    lost_leases: int,
+    worker: str | None,
+    max_lost_leases: int,
+    attempt_status: str = "started",
 ) -> LeaseLossVerdict:
     """What happens to a job whose lease expired: retried at once, or failed.
 
@@ -106,14 +112,33 @@ def judge_lost_lease(
     A job whose worker keeps dying while running it (out of memory, a
     segfault) is failed after `max_lost_leases`, instead of killing workers
     forever; otherwise it is failed only when it has no attempts left.
+
+    Only a start that ran is an attempt (`attempt_status`): a job its worker
+    never said it started ('claimed': the claim's reply was lost, or the
+    worker stopped before the handler began, or within a second of it) goes
+    back without spending one, still bounded by `max_lost_leases` should it be
+    a job that kills its worker at once; one handed back at shutdown while its
+    handler thread still ran ('handed_back') goes back without either.
     """
     holder = worker or "unknown"
+    if attempt_status == "handed_back":
+        return LeaseLossVerdict(
+            False,
+            f"handed back by worker {holder} at shutdown while its handler thread still ran; "
+            "due again once its lease expired (attempt not counted)",
+        )
     in_a_row = lost_leases + 1
     if in_a_row >= max_lost_leases:
         return LeaseLossVerdict(
             True,
             f"lost its lease {in_a_row} times in a row (last held by worker {holder}); "
             "failed instead of crashing more workers",
+        )
+    if attempt_status == "claimed":
+        return LeaseLossVerdict(
+            False,
+            f"claimed by worker {holder}, which never said it started it (the claim's reply "
+            "was lost, or the worker stopped first); retrying at once (attempt not counted)",
         )
     if attempt >= max_attempts:
         return LeaseLossVerdict(

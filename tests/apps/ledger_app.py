@@ -48,6 +48,12 @@ async def async_work(ctx: due.Context, seconds: float = 0.0) -> int:
     return os.getpid()
 
 
+@app.task(name="one_shot", retry=due.Retry(max_attempts=1))
+def one_shot(ctx: due.Context) -> None:
+    """A job with one attempt: spent only by a start that ran."""
+    record("start", ctx)
+
+
 @app.task(name="noop")
 async def noop(ctx: due.Context) -> None:
     record("start", ctx)
@@ -175,7 +181,11 @@ def silent(ctx: due.Context, seconds: float) -> None:
 
 @app.task(name="post_entry")
 def post_entry(ctx: due.Context, hold: float) -> None:
-    """Writes its entry in the job's own transaction; the first attempt lingers in it."""
+    """Writes its entry in the job's own transaction; the first attempt lingers in it
+    (once its worker has had time to say it began: on SQLite the open transaction
+    holds the one write lock, and a start never said is an attempt not counted)."""
+    if ctx.attempt == 1:
+        time.sleep(0.5)
     with ctx.transaction() as conn:
         conn.execute(f"INSERT INTO entries VALUES ({ctx.job_id}, {ctx.attempt})")
         record("written", ctx)

@@ -1,13 +1,42 @@
 """A TCP proxy a test can freeze: connections stay open and no byte passes, as a
-worker sees a network partition or a hung proxy between it and PostgreSQL."""
+worker sees a network partition or a hung proxy between it and PostgreSQL.
+
+It can also lose the reply of a claim: armed (`cut_next_claim`), it reads the
+PostgreSQL protocol on every connection, and when a claim statement has run
+and claimed a job (a row in its reply, then the server's ReadyForQuery:
+committed, as a claim runs on its own) it closes that connection without
+passing the reply on, as a connection that breaks after the server committed."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
+
+CLAIM_MARKER = b"attempt_status = 'claimed'"
+"""A text only the claim statement has (both its parse and its simple query)."""
+NEGOTIATIONS = (80877103, 80877104)
+"""SSLRequest and GSSENCRequest: the startup message proper comes after them."""
+
+
+@dataclass
+class _Watch:
+    """What the proxy reads of one connection's protocol, to cut a claim's reply."""
+
+    client: bytearray = field(default_factory=bytearray)
+    server: bytearray = field(default_factory=bytearray)
+    started: bool = False
+    """The client's startup message (which has no type byte) has passed."""
+    claim_names: set[bytes] = field(default_factory=set)
+    """Prepared statements on this connection that are claims."""
+    claim_sent: bool = False
+    """A claim is running: cut at the server's next ReadyForQuery if it claimed."""
+    claimed: bool = False
+    replied: bool = False
 
 
 class FreezableProxy:
@@ -18,11 +47,18 @@ class FreezableProxy:
         self._flowing = asyncio.Event()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.Server | None = None
+        self._cut_claim = threading.Event()
+        self.claims_cut = 0
 
     def start(self) -> int:
         self._thread.start()
         asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
         return self.port
+
+    def cut_next_claim(self) -> None:
+        """Lose the reply of the next claim that claims a job through this proxy
+        (once)."""
+        self._cut_claim.set()
 
     def freeze(self) -> None:
         self._loop.call_soon_threadsafe(self._flowing.clear)
@@ -64,16 +100,85 @@ class FreezableProxy:
         except OSError:  # the database is down (restarting): the client sees it closed
             client_out.close()
             return
-        await asyncio.gather(self._pump(client_in, server_out), self._pump(server_in, client_out))
+        watch = _Watch()
+        ends = (client_out, server_out)
+        await asyncio.gather(
+            self._pump(client_in, server_out, lambda data: self._from_client(watch, data), ends),
+            self._pump(server_in, client_out, lambda data: self._from_server(watch, data), ends),
+        )
 
-    async def _pump(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    async def _pump(
+        self,
+        source: asyncio.StreamReader,
+        sink: asyncio.StreamWriter,
+        cut: Callable[[bytes], bool],
+        ends: tuple[asyncio.StreamWriter, ...],
+    ) -> None:
         with contextlib.suppress(ConnectionError, OSError):
             while data := await source.read(65536):
                 await self._flowing.wait()  # frozen: hold every byte, close nothing
+                if cut(data):  # a claim's reply: lost with the connection
+                    for end in ends:
+                        end.transport.abort()
+                    return
                 sink.write(data)
                 await sink.drain()
         with contextlib.suppress(ConnectionError, OSError):
             sink.close()
+
+    def _from_client(self, watch: _Watch, data: bytes) -> bool:
+        watch.client += data
+        while not watch.started:  # untyped: SSL or GSS negotiation, then the startup
+            if len(watch.client) < 8:
+                return False
+            length, code = struct.unpack("!ii", watch.client[:8])
+            if len(watch.client) < length:
+                return False
+            del watch.client[:length]
+            watch.started = code not in NEGOTIATIONS
+        armed = self._cut_claim.is_set()
+        for kind, body in _messages(watch.client):
+            if kind == b"P":  # Parse: name, query
+                name, _, rest = body.partition(b"\0")
+                if CLAIM_MARKER in rest:
+                    watch.claim_names.add(name)
+                    watch.claim_sent |= name == b"" and armed
+            elif kind == b"B":  # Bind: portal, statement
+                statement = body.split(b"\0", 2)[1]
+                watch.claim_sent |= statement in watch.claim_names and armed
+            elif kind == b"Q":  # a simple query
+                watch.claim_sent |= CLAIM_MARKER in body and armed
+        return False
+
+    def _from_server(self, watch: _Watch, data: bytes) -> bool:
+        if not watch.claim_sent:
+            return False
+        watch.server += data
+        for kind, body in _messages(watch.server):
+            watch.claimed |= kind == b"D"  # a row: a job was claimed
+            # ReadyForQuery, idle: the claim's implicit transaction has committed.
+            watch.replied |= kind == b"Z" and body == b"I"
+        if not watch.replied:
+            return False
+        claimed, watch.claimed, watch.replied, watch.claim_sent = watch.claimed, False, False, False
+        watch.server.clear()
+        if not claimed or not self._cut_claim.is_set():
+            return False  # it claimed nothing, or another connection's claim was cut first
+        self._cut_claim.clear()
+        self.claims_cut += 1
+        return True
+
+
+def _messages(buffer: bytearray) -> Iterator[tuple[bytes, bytes]]:
+    """The whole protocol messages at the head of `buffer` (type, body), taken
+    out of it; a message not yet whole stays for the next read."""
+    while len(buffer) >= 5:
+        (length,) = struct.unpack("!i", buffer[1:5])
+        if len(buffer) < 1 + length:
+            return
+        kind, body = bytes(buffer[:1]), bytes(buffer[5 : 1 + length])
+        del buffer[: 1 + length]
+        yield kind, body
 
 
 @contextlib.contextmanager

@@ -161,3 +161,13 @@ def app_with_tasks_of(url: str, source: due.App) -> due.App:
 
 def job_state(app: due.App, job_id: int) -> due.Job:
     return app.get(job_id)
+
+
+def wait_start_said(url: str, job_id: int) -> None:
+    """Until the worker running `job_id` has told the store its handler began
+    (within a quarter second of the start): from then on the attempt counts,
+    whatever becomes of that worker."""
+    from tests.helpers.database import rows
+
+    said = f"SELECT 1 FROM due_jobs WHERE id = {int(job_id)} AND attempt_status = 'started'"
+    wait_until(lambda: rows(url, said), what="the start to be said")

@@ -16,7 +16,7 @@ from tests.conftest import BACKENDS_AND_POOLER, backend_fixture
 from tests.helpers.cli import run_due
 from tests.helpers.database import plain_transaction, rows
 from tests.helpers.waiting import holds_for, wait_until
-from tests.helpers.workers import Workers
+from tests.helpers.workers import Workers, wait_start_said
 
 pytestmark = pytest.mark.slow
 backend = backend_fixture(BACKENDS_AND_POOLER)  # also through a transaction pooler
@@ -181,6 +181,7 @@ def test_the_jobs_transaction_is_undone_by_a_kill_and_written_once(
     workers.wait_ready(doomed)
     job = app.enqueue("post_entry", kwargs={"hold": 30})
     wait_until(lambda: workers.records("written"), what="the entry to be written")
+    wait_start_said(backend_url, job.id)  # the killed attempt counts
     doomed.signal(signal.SIGKILL)  # inside the transaction, before its commit
     doomed.wait_exit()
     survivor = workers.start("--lease", f"{LEASE}s")

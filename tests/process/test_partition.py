@@ -19,6 +19,7 @@ import pytest
 import due
 from due import JobState
 from tests.apps import ledger_app
+from tests.helpers.database import rows
 from tests.helpers.proxy import FreezableProxy, freezable_proxy
 from tests.helpers.waiting import wait_until
 from tests.helpers.workers import LedgerLine, Workers
@@ -69,6 +70,9 @@ def test_a_frozen_connection_stops_the_job_before_another_worker_runs_it(
     wait_until(lambda: lines(workers, "step", cut_off.pid), what="the job to start")
     survivor = workers.start("--lease", f"{LEASE}s")
     workers.wait_ready(survivor)
+    # Its heartbeat has said the handler began: the cut-off attempt counts.
+    started = f"SELECT 1 FROM due_jobs WHERE id = {job.id} AND attempt_status = 'started'"
+    wait_until(lambda: rows(postgres_url, started), what="the start to be said")
     proxy.freeze()
     frozen_at = time.time()
     taken_over = wait_until(
@@ -99,3 +103,24 @@ def test_a_frozen_connection_stops_the_job_before_another_worker_runs_it(
         what="the thawed worker to run a job",
     )
     assert app.get(cut_off_only.id).result == cut_off.pid
+
+
+def test_a_claim_whose_reply_is_lost_costs_no_attempt(
+    app: due.App, workers: Workers, proxy: FreezableProxy, postgres_url: str
+) -> None:
+    """The connection breaks right after the server committed a claim: the worker
+    never sees its job. Once the lease expires the job goes back without
+    spending an attempt (issue 35, hole 4: its only attempt was spent, and it
+    was failed as "lease expired on the last attempt" without having run)."""
+    proxy.cut_next_claim()
+    worker = workers.start(
+        "--lease", f"{LEASE}s", env={"DUE_DATABASE_URL": proxy.url_through(postgres_url)}
+    )
+    workers.wait_ready(worker)
+    job = app.enqueue("one_shot", kwargs={})
+    wait_until(lambda: app.get(job.id).state == JobState.SUCCEEDED, timeout=30, what="success")
+    assert proxy.claims_cut == 1
+    done = app.get(job.id)
+    assert done.attempt == 1 and len(lines(workers, "start")) == 1
+    (lost,) = done.errors
+    assert lost.kind == "lease_lost" and "never said it started" in lost.error

@@ -16,7 +16,7 @@ from tests.apps import ledger_app
 from tests.conftest import BACKENDS_AND_POOLER, POSTGRES_BASE_URL, backend_fixture
 from tests.helpers.database import cut_sessions
 from tests.helpers.waiting import wait_until
-from tests.helpers.workers import Workers
+from tests.helpers.workers import Workers, wait_start_said
 
 pytestmark = pytest.mark.slow
 backend = backend_fixture(BACKENDS_AND_POOLER)  # also through a transaction pooler
@@ -50,6 +50,7 @@ def test_a_paused_worker_past_its_lease_records_nothing(app: due.App, workers: W
     workers.wait_ready(paused)
     job = app.enqueue("work", kwargs={"seconds": 4})
     wait_until(lambda: starts_of(workers, job.id), what="the first attempt to start")
+    wait_start_said(app.url, job.id)  # the paused attempt counts
     workers.pause(paused)
     other = workers.start("--lease", f"{LEASE}s")
     workers.wait_ready(other)
@@ -93,21 +94,55 @@ def test_sigterm_lets_a_short_job_finish_and_exits_0(app: due.App, workers: Work
 def test_sigterm_releases_a_long_job_to_another_worker_at_once(
     app: due.App, workers: Workers
 ) -> None:
+    """After the grace the handler is told to stop, and reaches its next safe
+    point before the job is released: the next attempt never overlaps it
+    (issue 35, hole 2: the release used to come first, and the old attempt
+    kept working 0.2-0.5 s into the new one on PostgreSQL)."""
     leaving = workers.start("--grace", "1s", "--lease", "10s")
     workers.wait_ready(leaving)
-    job = app.enqueue("work", kwargs={"seconds": 20})
+    job = app.enqueue("ticking", kwargs={"seconds": 20})
     wait_until(lambda: starts_of(workers, job.id), what="the job to start")
     staying = workers.start("--lease", "10s")
     workers.wait_ready(staying)
     leaving.signal(signal.SIGTERM)
     signalled_at = time.time()
-    assert leaving.wait_exit(timeout=10) == 0  # without waiting for its busy thread
+    assert leaving.wait_exit(timeout=10) == 0
     taken = wait_until(lambda: starts_of(workers, job.id)[1:], timeout=10, what="the pickup")[0]
     assert taken.pid == staying.pid
-    assert taken.at - signalled_at < 1.0 + 2.0, "released jobs must not wait for the lease"
+    assert taken.at - signalled_at < 1.0 + 1.0 + 2.0, "released jobs must not wait for the lease"
+    steps = [
+        float(at) for _, _, _, pid, at, *_ in workers.records("step") if int(pid) == leaving.pid
+    ]
+    last_step = max(steps)
+    assert last_step < taken.at, "the released attempt still worked when the next began"
     released = app.get(job.id)
     assert released.attempt == 1  # the interrupted attempt is not counted
     assert released.errors[0].kind == "released"
+
+
+def test_sigterm_hands_a_job_whose_thread_cannot_stop_back_for_after_its_lease(
+    app: due.App, workers: Workers
+) -> None:
+    """A sync handler without a safe point cannot be stopped: its job is handed
+    back as it stands, due once the lease it held expires, when the worker that
+    ran it has exited and taken the thread with it. Never two at once, and the
+    interrupted attempt is not counted."""
+    leaving = workers.start("--grace", "1s", "--lease", "3s")
+    workers.wait_ready(leaving)
+    job = app.enqueue("work", kwargs={"seconds": 20})
+    wait_until(lambda: starts_of(workers, job.id), what="the job to start")
+    staying = workers.start("--lease", "3s")
+    workers.wait_ready(staying)
+    leaving.signal(signal.SIGTERM)
+    assert leaving.wait_exit(timeout=10) == 0
+    exited_at = time.time()
+    assert "worker.handed_back_running" in leaving.log()
+    taken = wait_until(lambda: starts_of(workers, job.id)[1:], timeout=15, what="the pickup")[0]
+    assert taken.pid == staying.pid and taken.at > exited_at
+    handed = app.get(job.id)
+    assert handed.attempt == 1  # neither the interrupted attempt nor its lease's end counted
+    assert [e.kind for e in handed.errors] == ["released", "lease_lost"]
+    assert "due again once its lease expires" in handed.errors[0].error
 
 
 def test_four_workers_run_10000_jobs_exactly_once(app: due.App, workers: Workers) -> None:

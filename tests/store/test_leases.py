@@ -28,8 +28,13 @@ def job(app: due.App) -> due.Job:
     return work.enqueue()
 
 
-def claim_one(app: due.App, worker: str = "w1"):  # type: ignore[no-untyped-def]
+def claim_one(app: due.App, worker: str = "w1", started: bool = True):  # type: ignore[no-untyped-def]
+    """Claim the next job; `started`: and say, as a worker's heartbeat does, that
+    its handler began (only then is the attempt counted)."""
     (claimed,) = app.store.job_claim(ClaimRequest("default", 1, worker, LEASE))
+    if started:
+        lease = Lease(claimed.id, claimed.lease_token, LEASE, started=True)
+        assert app.store.job_heartbeat([lease]).extended == {claimed.id}
     return claimed
 
 
@@ -354,3 +359,115 @@ def _two_dead_jobs(app: due.App, clock: FakeClock) -> tuple[due.Job, due.Job]:
     app.store.job_claim(ClaimRequest("default", 2, "gone", LEASE))
     clock.advance(LEASE + 1)
     return held, free
+
+
+# --- only a start that ran is an attempt (issue 35, holes 2 and 4) -----------------
+
+
+def test_a_claim_whose_worker_never_said_it_started_costs_no_attempt(
+    app: due.App, clock: FakeClock
+) -> None:
+    """The claim committed, but its worker never had the job in hand (the reply
+    was lost with the connection, or the worker died first): once the lease
+    expires the job goes back without spending its one attempt, and its
+    history says why."""
+
+    @app.task(name="once", retry=due.Retry(max_attempts=1))
+    def once() -> None: ...
+
+    job = once.enqueue()
+    claim_one(app, worker="lost-reply", started=False)
+    clock.advance(LEASE + 1)
+    assert app.store.job_rescue().requeued == (job.id,)
+    back = app.get(job.id)
+    assert back.state == JobState.QUEUED and back.attempt == 0 and back.run_at == job.run_at
+    assert back.errors[-1].kind == "lease_lost"
+    assert "never said it started" in (back.last_error or "") and "not counted" in back.last_error
+    again = claim_one(app, worker="w2")
+    assert again.attempt == 1
+    assert app.store.job_complete([done(job.id, again.lease_token)]) == {job.id}
+    assert app.get(job.id).state == JobState.SUCCEEDED
+
+
+def test_a_start_said_by_a_heartbeat_counts_the_attempt(app: due.App, clock: FakeClock) -> None:
+    @app.task(name="once", retry=due.Retry(max_attempts=1))
+    def once() -> None: ...
+
+    job = once.enqueue()
+    claimed = claim_one(app, started=False)
+    plain = Lease(job.id, claimed.lease_token, LEASE)
+    assert app.store.job_heartbeat([plain]).extended == {job.id}  # renewed, start not said
+    assert app.store.job_heartbeat([Lease(job.id, claimed.lease_token, LEASE, started=True)])
+    assert app.store.job_heartbeat([plain]).extended == {job.id}  # said once: it stays said
+    clock.advance(LEASE + 1)
+    assert app.store.job_rescue().failed == (job.id,)
+    assert "last attempt" in (app.get(job.id).last_error or "")
+
+
+def test_a_checkpoint_says_the_start_too(app: due.App, clock: FakeClock) -> None:
+    @app.task(name="once", retry=due.Retry(max_attempts=1))
+    def once() -> None: ...
+
+    job = once.enqueue()
+    claimed = claim_one(app, started=False)
+    assert app.store.checkpoint_save(job.id, claimed.lease_token, "1") is False
+    clock.advance(LEASE + 1)
+    assert app.store.job_rescue().failed == (job.id,)
+
+
+def test_a_job_never_started_is_still_bounded_by_the_lost_leases(
+    app: due.App, job: due.Job, clock: FakeClock
+) -> None:
+    """A job that kills its worker before the start is said still stops killing
+    workers after --max-lost-leases."""
+    for loss in range(1, 4):
+        claim_one(app, worker=f"w{loss}", started=False)
+        clock.advance(LEASE + 1)
+        result = app.store.job_rescue(max_lost_leases=3)
+        assert (result.failed if loss == 3 else result.requeued) == (job.id,)
+    failed = app.get(job.id)
+    assert failed.state == JobState.FAILED and failed.attempt == 0
+    assert "lost its lease 3 times in a row" in (failed.last_error or "")
+
+
+def test_a_job_handed_back_while_its_thread_runs_is_due_only_once_its_lease_expires(
+    app: due.App, clock: FakeClock
+) -> None:
+    """At shutdown, a job whose sync handler thread still runs (nothing can
+    interrupt it) is handed back as it stands: its token moves on, so that
+    thread can write nothing more; no other worker can take it before the
+    lease it held expires; then it goes back without spending an attempt or
+    counting a lost lease, however many deploys interrupt it."""
+
+    @app.task(name="once", retry=due.Retry(max_attempts=1))
+    def once() -> None: ...
+
+    job = once.enqueue()
+    for deploy in range(4):
+        held = claim_one(app, worker=f"old-{deploy}")
+        lease = Lease(job.id, held.lease_token, LEASE)
+        assert app.store.job_release([lease], "released at shutdown", later={job.id}) == {job.id}
+        handed = app.get(job.id)
+        assert handed.state == JobState.RUNNING and handed.lease_expires_at is not None
+        assert "due again once its lease expires" in handed.errors[-1].error
+        assert app.store.job_heartbeat([lease]).lost == {job.id}  # fenced
+        assert app.store.job_complete([done(job.id, held.lease_token)]) == set()
+        assert app.store.job_claim(ClaimRequest("default", 1, "new", LEASE)) == []
+        clock.advance(LEASE - 1)
+        assert app.store.job_rescue().count == 0  # not before its lease expires
+        clock.advance(2)
+        assert app.store.job_rescue().requeued == (job.id,)
+        back = app.get(job.id)
+        assert back.state == JobState.QUEUED and back.attempt == 0 and back.run_at == job.run_at
+    assert "handed back" in (app.get(job.id).last_error or "")
+
+
+def test_a_job_asked_to_stop_and_handed_back_while_its_thread_runs_ends_cancelled(
+    app: due.App, job: due.Job
+) -> None:
+    held = claim_one(app)
+    app.cancel(job.id)
+    lease = Lease(job.id, held.lease_token, LEASE)
+    app.store.job_release([lease], "released at shutdown", later={job.id})
+    stopped = app.get(job.id)
+    assert stopped.state == JobState.CANCELLED and stopped.lease_expires_at is None

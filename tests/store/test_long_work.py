@@ -136,7 +136,7 @@ def test_a_job_asked_to_stop_whose_worker_died_ends_cancelled(
 @pytest.mark.parametrize(
     ("end", "says"),
     [
-        (JobState.QUEUED, "not retried after its attempt failed"),
+        (JobState.QUEUED, "its attempt had failed"),
         (JobState.FAILED, "its attempt had failed"),
         (JobState.SUCCEEDED, "its attempt had succeeded (result kept)"),
     ],

@@ -115,6 +115,10 @@ class Lease:
     lease_seconds: float
     progress: str | None = None
     """Progress (JSON) that moved since the last heartbeat, else None."""
+    started: bool = False
+    """Its handler has begun since the last heartbeat that was answered: from
+    now on the attempt counts (a job whose worker dies before saying so is
+    given back without spending one)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ conformance suite (`tests/store/`) runs the same tests on both backends.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Self
@@ -187,8 +187,10 @@ class Store:
     ) -> RescueResult:
         return work.rescue(self.backend, limit, max_lost_leases)
 
-    def job_release(self, leases: Sequence[Lease], reason: str) -> set[int]:
-        return work.release(self.backend, leases, reason)
+    def job_release(
+        self, leases: Sequence[Lease], reason: str, later: Collection[int] = ()
+    ) -> set[int]:
+        return work.release(self.backend, leases, reason, later)
 
     def job_next_due(self, queue: str, tasks: Sequence[str]) -> datetime | None:
         return work.next_due(self.backend, queue, tasks)

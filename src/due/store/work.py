@@ -13,7 +13,7 @@ import contextlib
 import functools
 import json
 import operator
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -172,6 +172,7 @@ def _lease_rows(leases: Sequence[Lease]) -> list[dict[str, Any]]:
             "token": lease.lease_token,
             "lease": float(lease.lease_seconds),
             "progress": lease.progress,
+            "started": lease.started,
         }
         for lease in leases
     ]
@@ -357,6 +358,7 @@ def _verdicts(expired: Rows, at: datetime, max_lost_leases: int) -> list[dict[st
             lost_leases=row["lost_leases"],
             worker=row["worker"],
             max_lost_leases=max_lost_leases,
+            attempt_status=row["attempt_status"],
         )
         error = AttemptError(row["attempt"], verdict.reason, None, at, "lease_lost")
         rows.append(
@@ -365,6 +367,7 @@ def _verdicts(expired: Rows, at: datetime, max_lost_leases: int) -> list[dict[st
                 "token": row["lease_token"],
                 "gives_up": verdict.gives_up,
                 "error": attempt_error_json(error),
+                "status": row["attempt_status"],
             }
         )
     return rows
@@ -386,20 +389,29 @@ def _with_parents_locked(tx: Transaction, expired: Rows) -> Rows:
 
 
 @retried_on_conflict
-def release(db: Backend, leases: Sequence[Lease], reason: str) -> set[int]:
+def release(
+    db: Backend, leases: Sequence[Lease], reason: str, later: Collection[int] = ()
+) -> set[int]:
     """Hand back running jobs, due again at once, their attempt not counted (a
-    job asked to stop ends cancelled instead)."""
+    job asked to stop ends cancelled instead). Those in `later` (a handler
+    thread of theirs still runs, which nothing can interrupt) are handed back
+    as they stand: due only once the lease they hold expires, when a rescue
+    puts them back, their attempt still not counted; their token moves on now,
+    so that thread can write nothing more."""
     if not leases:
         return set()
     with db.transaction() as tx:
         lock_parents(tx, [lease.job_id for lease in leases])
         rows = tx.run_each(
             "release_jobs",
-            [{"id": lease.job_id, "token": lease.lease_token} for lease in leases],
+            [
+                {"id": lease.job_id, "token": lease.lease_token, "later": lease.job_id in later}
+                for lease in leases
+            ],
             {"reason": reason, "now": tx.now},
         )
         count_endings(tx, rows)  # the cancelled ones (a job handed back is no end)
-        settle(tx, [row for row in rows if row["state"] != "queued"])  # cancelled
+        settle(tx, [row for row in rows if row["state"] == "cancelled"])
     return {row["id"] for row in rows}
 
 

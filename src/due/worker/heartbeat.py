@@ -32,6 +32,12 @@ from due.worker.running import RunningJob, trusted_until
 
 log = logging.getLogger("due.worker")
 UNTRUSTED = "the lease could not be renewed in time (trust deadline passed)"
+START_REPORT_SECONDS = 0.25
+"""How soon after a handler begins the store is told (`report_starts`): a job
+ended by then needs no word (its end says it), so short jobs cost nothing, and
+a longer one costs one row written, once. A worker that dies within this
+quarter second of a start has that attempt given back uncounted (still
+counted as a lost lease, which bounds a job that kills its workers)."""
 
 Held = Callable[[], list[RunningJob]]
 """The jobs whose lease this worker holds."""
@@ -84,7 +90,31 @@ class Heartbeater:
             self.wake.set()
 
     async def run_once(self) -> HeartbeatRound:
-        held = [running for running in self._held() if not running.lost]
+        renewed, lost, failed = await self._renew_leases(
+            [running for running in self._held() if not running.lost]
+        )
+        # Apart from the renewal: a touch that fails must not throw its reply away.
+        await self._touch_registration()
+        untrusted = expire_untrusted(self._held(), self._clock, self._on_lost)
+        self._next_beat = self._clock.monotonic() + self.interval()
+        return HeartbeatRound(renewed, lost, untrusted, failed)
+
+    async def report_starts(self) -> int:
+        """Say which handlers have begun since the last answered beat (their
+        leases renewed with it): from then on their attempts count. Until then a
+        rescue gives such a job back without counting the attempt — a claim's
+        lost reply, or a worker that died before the handler began, costs
+        none — so this runs every START_REPORT_SECONDS, apart from the beats,
+        for the jobs still running (an end says it for the others). Returns
+        how many it said."""
+        started = [r for r in self._held() if r.start_unsent and not r.finished and not r.lost]
+        if started:
+            await self._renew_leases(started)
+        return len(started)
+
+    async def _renew_leases(self, held: list[RunningJob]) -> tuple[int, int, bool]:
+        """Renew these leases in one statement and act on the reply; returns how
+        many were renewed and lost, and whether the call failed."""
         sent_at = self._clock.monotonic()
         leases = [running.lease_with_progress() for running in held]
         try:
@@ -94,16 +124,9 @@ class Heartbeater:
                 if lease.progress is not None:
                     running.progress_unsent()
             event(log, "worker.heartbeat_failed", logging.WARNING, error=str(error))
-            renewed = lost = 0
-            failed = True
-        else:
-            renewed, lost = self._apply(held, leases, reply, sent_at)
-            failed = False
-        # Apart from the renewal: a touch that fails must not throw its reply away.
-        await self._touch_registration()
-        untrusted = expire_untrusted(self._held(), self._clock, self._on_lost)
-        self._next_beat = self._clock.monotonic() + self.interval()
-        return HeartbeatRound(renewed, lost, untrusted, failed)
+            return 0, 0, True
+        renewed, lost = self._apply(held, leases, reply, sent_at)
+        return renewed, lost, False
 
     def _apply(
         self, held: list[RunningJob], leases: list[Lease], reply: HeartbeatReply, sent_at: float
@@ -114,9 +137,11 @@ class Heartbeater:
             answered = running.job.id in reply.extended or running.job.id in reply.lost
             if lease.progress is not None and not answered:
                 running.progress_unsent()  # its row was busy: the progress goes next time
-        for running in held:
+        for running, lease in zip(held, leases, strict=True):
             if running.job.id in reply.extended:
                 running.trusted_until = trusted_until(sent_at, running.lease_seconds)
+                if lease.started:
+                    running.start_unsent = False
                 renewed += 1
             elif running.job.id in reply.lost and not running.finished:
                 # (A finished job's ack may have landed first: its writer reports it.)
@@ -170,3 +195,17 @@ class TrustWatch:
 
     async def run_once(self) -> int:
         return expire_untrusted(self._held(), self._clock, self._on_lost)
+
+
+class StartReports:
+    """The heartbeater's `report_starts` as a service of its own, every
+    START_REPORT_SECONDS (an idle worker's round reads only memory)."""
+
+    def __init__(self, heartbeater: Heartbeater) -> None:
+        self._heartbeater = heartbeater
+
+    def interval(self) -> float:
+        return START_REPORT_SECONDS
+
+    async def run_once(self) -> int:
+        return await self._heartbeater.report_starts()

@@ -62,6 +62,15 @@ class Runner:
     def _trusts(self, running: RunningJob) -> bool:
         return self._clock.monotonic() <= running.trusted_until
 
+    def _starts(self, running: RunningJob) -> bool:
+        """Asked once, right before the handler begins (in its thread, for a sync
+        one): whether it may, and if so the next heartbeat says it began (a plain
+        attribute written: the loop reads it at the next beat)."""
+        trusted = self._trusts(running)
+        if trusted:
+            running.start_unsent = True
+        return trusted
+
     def launch(self, running: RunningJob, jobs: RunningJobs) -> None:
         if log.isEnabledFor(logging.DEBUG):  # its fields are built only for a line written
             job = running.job
@@ -72,7 +81,7 @@ class Runner:
     async def _execute(self, running: RunningJob, jobs: RunningJobs) -> None:
         try:
             attempt = await self._executor.run(
-                running.job, running.context, functools.partial(self._trusts, running), running.task
+                running.job, running.context, functools.partial(self._starts, running), running.task
             )
         except asyncio.CancelledError:
             # The outcome is recorded before the slot frees: it keeps the slot until written.
@@ -126,8 +135,11 @@ class Runner:
         jobs.handler_ended()
 
     def _record(self, running: RunningJob, jobs: RunningJobs, attempt: Attempt) -> None:
-        if attempt.lease_lost:
-            self.lease_lost(running, "a fenced write found the lease taken")
+        if attempt.lease_lost:  # stopped at a safe point: told to, or a write was fenced
+            reason = running.stop_reason or "a fenced write found the lease taken"
+            self.lease_lost(
+                running, reason, logging.INFO if running.stop_reason else logging.WARNING
+            )
         if running.lost:
             event(
                 log,
@@ -174,6 +186,17 @@ class Runner:
         )
         if running.handle is not None and running.task.is_async and not running.finished:
             running.handle.cancel()  # raises CancelledError at the handler's next await
+
+    def stop_at_safe_point(self, running: RunningJob, reason: str) -> None:
+        """Tell a running handler to stop (a shutdown after its grace): its next
+        safe point raises LeaseLost, an async handler is cancelled at its next
+        await. Its lease is still held: if it returns meanwhile, its outcome
+        is recorded as usual."""
+        running.stop_reason = reason
+        if running.context is not None:
+            running.context.lease_lost = True
+        if running.handle is not None and running.task.is_async and not running.finished:
+            running.handle.cancel()
 
     def request_cancel(self, job_id: int, via: str) -> None:
         """Someone asked a job this worker runs to stop.

@@ -41,6 +41,11 @@ class RunningJob:
     context: Context | None = None
     """The handler's context, when it declares one (progress, cancellation flags)."""
     cancel_requested: bool = False
+    stop_reason: str | None = None
+    """Why its handler was told to stop at its next safe point (a shutdown)."""
+    start_unsent: bool = False
+    """Its handler has begun, and no heartbeat answered has said so yet: until
+    one has, a rescue would give the job back without counting the attempt."""
     seconds: float | None = None
     """How long its handler ran, once it has ended (for the log line of its end)."""
 
@@ -62,12 +67,16 @@ class RunningJob:
         return Lease(self.job.id, self.job.lease_token, self.lease_seconds)
 
     def lease_with_progress(self) -> Lease:
-        """The lease for a heartbeat, carrying progress that moved since the last one."""
+        """The lease for a heartbeat, carrying progress that moved since the last
+        one, and whether the handler began since the last answered one."""
         context = self.context
         if context is None or not context.progress_dirty:
-            return self.lease
-        context.progress_dirty = False
-        return Lease(self.job.id, self.job.lease_token, self.lease_seconds, context.progress_json())
+            progress = None
+        else:
+            context.progress_dirty = False
+            progress = context.progress_json()
+        job = self.job
+        return Lease(job.id, job.lease_token, self.lease_seconds, progress, self.start_unsent)
 
     def progress_unsent(self) -> None:
         """A heartbeat carrying progress failed: send it again with the next one."""

@@ -17,10 +17,11 @@ Guarantees and what happens when things fail:
   nothing more is written for the job (writes are fenced by the token anyway).
 - Each queue has its own slots: a flood on one queue never takes another's.
 - On SIGTERM/SIGINT the worker stops claiming, lets running jobs finish for
-  the grace period, then releases the rest (due again at once, attempt not
-  counted) so another worker takes them without waiting for the lease; a
-  second signal releases at once. Pending acknowledgements are always written
-  before exit.
+  the grace period, then stops trusting the rest, gives each handler a second
+  to reach a safe point, and releases them (attempt not counted): due again at
+  once, or, for a job whose handler thread still runs, once the lease it held
+  expires (`_release_running`). A second signal skips the waits. Pending
+  acknowledgements are always written before exit.
 - A database outage is ridden out: every loop retries with backoff; leases
   that cannot be renewed in time are given up, and rescued elsewhere.
 """
@@ -61,7 +62,7 @@ from due.worker.calls import StoreCalls
 from due.worker.completer import Completer
 from due.worker.event_loop import loop_name
 from due.worker.executor import Executor
-from due.worker.heartbeat import Heartbeater, TrustWatch
+from due.worker.heartbeat import Heartbeater, StartReports, TrustWatch
 from due.worker.ledger import RunningJobs
 from due.worker.producer import QueueProducer
 from due.worker.runner import Runner
@@ -71,6 +72,9 @@ from due.worker.wakeups import Wakeups
 
 log = logging.getLogger("due.worker")
 LANE_FAILURE_LOG_SECONDS = 60.0
+SAFE_POINT_SECONDS = 1.0
+"""At shutdown, after the grace: how long a handler told to stop has to reach
+its next safe point before its job is handed back (a second signal skips it)."""
 
 
 class Worker:
@@ -125,6 +129,7 @@ class Worker:
             on_lost=self.runner.lease_lost,
             on_cancel=self.runner.request_cancel,
         )
+        self.start_reports = StartReports(self.heartbeater)
         self.trust_watch = TrustWatch(
             held=self.held, clock=self.clock, on_lost=self.runner.lease_lost
         )
@@ -236,6 +241,7 @@ class Worker:
     def _held_one(self, running: RunningJob) -> None:
         self.heartbeater.note_held(running)  # (built after the runner)
 
+
     def _outcome_recorded(self) -> None:
         self.completer.wake.set()
 
@@ -338,6 +344,7 @@ class Worker:
             for name, service, wake in (
                 ("completer", self.completer, self.completer.wake),
                 ("heartbeat", self.heartbeater, self.heartbeater.wake),
+                ("starts", self.start_reports, None),
                 ("trust", self.trust_watch, None),
                 ("rescuer", self.rescuer, None),
                 ("unknown_tasks", self.unknown_tasks, None),
@@ -419,22 +426,71 @@ class Worker:
         unfinished = self._unfinished()
         if unfinished:
             event(log, "worker.draining", jobs=len(unfinished), grace=self.settings.grace)
-            handles = [r.straggler or r.handle for r in unfinished if r.handle is not None]
-            waiter = asyncio.ensure_future(asyncio.wait(handles))
-            await wait_for_any(self._hard_stop, _event_when_done(waiter), self.settings.grace)
-            waiter.cancel()
-        await self._release(self._unfinished())
+            await self._wait_for_handlers(unfinished, self.settings.grace)
+        await self._release_running(self._unfinished())
         await self._flush_acknowledgements()
+
+    async def _release_running(self, unfinished: list[RunningJob]) -> None:
+        """Hand back the jobs still running at the end of the grace. Each handler
+        is told to stop first (a safe point raises LeaseLost, an async handler is
+        cancelled at its next await) and has SAFE_POINT_SECONDS to get there;
+        then its attempt is no longer trusted, and only then is the release
+        written: a job whose handler has ended
+        is due again at once; one whose handler thread still runs (a sync
+        handler cannot be interrupted) is handed back as it stands, due only
+        once the lease it holds expires, by when this process has exited and
+        taken the thread with it. Either way its token moves on, so the old
+        attempt can write nothing more, and the attempt is not counted."""
+        if not unfinished:
+            return
+        for running in unfinished:
+            self.runner.stop_at_safe_point(running, "released at shutdown")
+        await self._wait_for_handlers(unfinished, SAFE_POINT_SECONDS)
+        # A handler that returned meanwhile has its outcome recorded (the lease is
+        # still this worker's): written with the others. The rest, stopped at a
+        # safe point (lost) or still working, are handed back.
+        unfinished = [r for r in unfinished if r.lost or not r.finished]
+        for running in unfinished:
+            self.runner.lease_lost(running, "released at shutdown", level=logging.INFO)
+        working = {r.job.id for r in unfinished if not _handler_done(r)}
+        if working:
+            event(
+                log,
+                "worker.handed_back_running",
+                logging.WARNING,
+                jobs=len(working),
+                note="their handler threads still ran: due again once their leases expire",
+            )
+        await self._release(unfinished, later=working)
+
+    async def _wait_for_handlers(self, held: list[RunningJob], seconds: float) -> None:
+        """Until every handler of `held` has ended or `seconds` pass. After a
+        second signal, only for the async ones: cancelled, they end at once (at
+        the loop's next turn), where a sync one may run on."""
+        assert self._hard_stop is not None
+        hurry = self._hard_stop.is_set()
+        handles = [
+            r.straggler or r.handle
+            for r in held
+            if r.handle is not None and not (hurry and not r.task.is_async)
+        ]
+        if not handles:
+            return
+        waiter = asyncio.ensure_future(asyncio.wait(handles))
+        stop = asyncio.Event() if hurry else self._hard_stop  # (set already: no wait)
+        await wait_for_any(stop, _event_when_done(waiter), seconds)
+        waiter.cancel()
 
     def _unfinished(self) -> list[RunningJob]:
         return [r for producer in self.producers.values() for r in producer.jobs.unfinished()]
 
-    async def _release(self, unfinished: list[RunningJob]) -> None:
+    async def _release(self, unfinished: list[RunningJob], later: set[int] | None = None) -> None:
         if not unfinished:
             return
         reason = f"released by worker {self.settings.worker_id} at shutdown"
+        leases = [r.lease for r in unfinished]
         try:
-            await self.call(self.store.job_release, [r.lease for r in unfinished], reason)
+            await self.call(self.store.job_release, leases, reason, later or set())
         except StoreError as error:
             event(
                 log,
@@ -461,6 +517,12 @@ class Worker:
             await self.call(self.store.worker_set_state, self.settings.worker_id, state)
         except StoreError as error:
             event(log, "worker.state_not_recorded", logging.WARNING, state=state, error=str(error))
+
+
+def _handler_done(running: RunningJob) -> bool:
+    """Whether the job's handler has ended (a sync one: its thread has returned)."""
+    work = running.straggler or running.handle
+    return work is None or work.done()
 
 
 def _event_when_done(future: asyncio.Future[Any]) -> asyncio.Event:

@@ -55,6 +55,7 @@ due_jobs | completes | bigint | YES | None
 due_jobs | held | boolean | NO | false
 due_jobs | warning | text | YES | None
 due_jobs | timer | boolean | NO | false
+due_jobs | attempt_status | text | NO | 'started'::text
 due_leases | name | text | NO | None
 due_leases | holder | text | NO | None
 due_leases | token | bigint | NO | None
@@ -108,6 +109,7 @@ due_workers | tasks | jsonb | NO | '[]'::jsonb
 due_actions | due_actions_pkey | PRIMARY KEY (id)
 due_job_stats | due_job_stats_pkey | PRIMARY KEY (span, minute, task, queue, outcome, bucket, writer)
 due_job_stats | due_job_stats_span_check | CHECK ((span = ANY (ARRAY['minute'::text, 'hour'::text, 'all'::text])))
+due_jobs | due_jobs_attempt_status_check | CHECK ((attempt_status = ANY (ARRAY['claimed'::text, 'started'::text, 'handed_back'::text])))
 due_jobs | due_jobs_on_piece_failure_check | CHECK ((on_piece_failure = ANY (ARRAY['continue'::text, 'fail'::text])))
 due_jobs | due_jobs_pkey | PRIMARY KEY (id)
 due_jobs | due_jobs_state_check | CHECK ((state = ANY (ARRAY['queued'::text, 'running'::text, 'waiting'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text])))

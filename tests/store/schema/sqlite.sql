@@ -124,7 +124,8 @@ CREATE TABLE due_jobs (
     errors           TEXT    NOT NULL DEFAULT '[]',
     result           TEXT
 , schedule TEXT, scheduled_for REAL, cancel_requested INTEGER NOT NULL DEFAULT 0, checkpoint TEXT, progress TEXT, progress_at REAL, stuck_after REAL, parent_id INTEGER, piece_key TEXT, pieces_total INTEGER NOT NULL DEFAULT 0, pieces_done INTEGER NOT NULL DEFAULT 0, pieces_failed INTEGER NOT NULL DEFAULT 0, on_complete TEXT, on_piece_failure TEXT NOT NULL DEFAULT 'continue'
-    CHECK (on_piece_failure IN ('continue', 'fail')), completes INTEGER, held INTEGER NOT NULL DEFAULT 0, warning TEXT, timer INTEGER NOT NULL DEFAULT 0);
+    CHECK (on_piece_failure IN ('continue', 'fail')), completes INTEGER, held INTEGER NOT NULL DEFAULT 0, warning TEXT, timer INTEGER NOT NULL DEFAULT 0, attempt_status TEXT NOT NULL DEFAULT 'started'
+    CHECK (attempt_status IN ('claimed', 'started', 'handed_back')));
 
 -- table due_leases
 CREATE TABLE due_leases (
@@ -180,9 +181,9 @@ CREATE TABLE due_schedules (
 
 -- table due_schema_migrations
 CREATE TABLE due_schema_migrations (
-    version    INTEGER PRIMARY KEY,
-    name       TEXT NOT NULL,
-    applied_at REAL NOT NULL
+version    INTEGER PRIMARY KEY,
+name       TEXT NOT NULL,
+applied_at REAL NOT NULL
 );
 
 -- table due_workers

@@ -189,7 +189,8 @@ SET state = 'running',
         secs => coalesce((%(leases)s::jsonb ->> j.task)::float8, %(lease)s)),
     started_at = coalesce(%(now)s::timestamptz, now()),
     progress_at = NULL,
-    worker = %(worker)s
+    worker = %(worker)s,
+    attempt_status = 'claimed'  -- an attempt once its worker says the handler began
 WHERE j.id = ANY(ARRAY(SELECT id FROM chosen))
 RETURNING j.id, j.task, j.queue, j.priority, j.payload::text AS payload, j.attempt,
           j.max_attempts, j.lease_token, j.lease_expires_at, j.run_at, j.created_at,
@@ -216,15 +217,19 @@ WITH locked AS MATERIALIZED (  -- row locks taken in id order: batches never dea
     ORDER BY id FOR NO KEY UPDATE SKIP LOCKED
 ),
 renewed AS (
-    -- Progress rides along (NULL: unchanged); the reply carries cancel requests.
+    -- Progress rides along (NULL: unchanged), and the news that the handler
+    -- began (`started`: the attempt counts from now on); the reply carries
+    -- cancel requests.
     UPDATE due_jobs AS j
     SET lease_expires_at = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => h.lease),
         progress = coalesce(h.progress::jsonb, j.progress),
         progress_at = CASE WHEN h.progress IS NOT NULL
                                 AND h.progress::jsonb IS DISTINCT FROM j.progress
-                           THEN coalesce(%(now)s::timestamptz, now()) ELSE j.progress_at END
+                           THEN coalesce(%(now)s::timestamptz, now()) ELSE j.progress_at END,
+        attempt_status = CASE WHEN h.started THEN 'started' ELSE j.attempt_status END
     FROM unnest(%(id)b::bigint[], %(token)b::bigint[], %(lease)b::float8[],
-                %(progress)b::text[]) AS h(id, token, lease, progress)
+                %(progress)b::text[], %(started)b::boolean[])
+         AS h(id, token, lease, progress, started)
     WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
       AND j.id = h.id AND j.lease_token = h.token
     RETURNING j.id, j.cancel_requested
@@ -244,15 +249,19 @@ WITH locked AS MATERIALIZED (  -- row locks taken in id order: batches never dea
     ORDER BY id FOR NO KEY UPDATE
 ),
 renewed AS (
-    -- Progress rides along (NULL: unchanged); the reply carries cancel requests.
+    -- Progress rides along (NULL: unchanged), and the news that the handler
+    -- began (`started`: the attempt counts from now on); the reply carries
+    -- cancel requests.
     UPDATE due_jobs AS j
     SET lease_expires_at = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => h.lease),
         progress = coalesce(h.progress::jsonb, j.progress),
         progress_at = CASE WHEN h.progress IS NOT NULL
                                 AND h.progress::jsonb IS DISTINCT FROM j.progress
-                           THEN coalesce(%(now)s::timestamptz, now()) ELSE j.progress_at END
+                           THEN coalesce(%(now)s::timestamptz, now()) ELSE j.progress_at END,
+        attempt_status = CASE WHEN h.started THEN 'started' ELSE j.attempt_status END
     FROM unnest(%(id)b::bigint[], %(token)b::bigint[], %(lease)b::float8[],
-                %(progress)b::text[]) AS h(id, token, lease, progress)
+                %(progress)b::text[], %(started)b::boolean[])
+         AS h(id, token, lease, progress, started)
     WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
       AND j.id = h.id AND j.lease_token = h.token
     RETURNING j.id, j.cancel_requested
@@ -284,8 +293,8 @@ FROM locked l LEFT JOIN renewed r ON r.id = l.id
 -- what the attempt did.
 WITH done AS (
     UPDATE due_jobs AS j
-    SET state = CASE WHEN j.cancel_requested AND c.state IN ('queued', 'failed', 'succeeded')
-                     THEN 'cancelled' ELSE c.state END,
+    SET state = CASE WHEN j.cancel_requested AND c.state <> 'waiting' THEN 'cancelled'
+                     ELSE c.state END,
         lease_token = j.lease_token + 1,  -- the attempt is over: its token is stale now
         result = CASE WHEN c.state = 'succeeded' THEN c.result::jsonb ELSE j.result END,
         warning = CASE WHEN c.state = 'succeeded' THEN c.warning ELSE j.warning END,
@@ -294,27 +303,22 @@ WITH done AS (
                       ELSE j.run_at END,
         -- a retry after a backoff waits as a timer
         timer = c.state = 'queued' AND c.retry_in > 0 AND NOT j.cancel_requested,
-        finished_at = CASE WHEN c.state IN ('succeeded', 'failed', 'cancelled')
-                             OR (j.cancel_requested AND c.state = 'queued')
+        finished_at = CASE WHEN c.state <> 'waiting' AND (c.state <> 'queued' OR j.cancel_requested)
                            THEN coalesce(%(now)s::timestamptz, now()) END,
         lease_expires_at = NULL,
         lost_leases = 0,
         progress = coalesce(c.progress::jsonb, j.progress),
-        last_error = CASE WHEN j.cancel_requested AND c.state IN ('queued', 'failed', 'succeeded')
+        last_error = CASE WHEN j.cancel_requested AND c.state <> 'waiting'
                           THEN 'cancelled on request'
                           ELSE coalesce(c.error::jsonb ->> 'error', j.last_error) END,
-        errors = j.errors
-                 || CASE WHEN c.error IS NULL THEN '[]'::jsonb
-                         ELSE jsonb_build_array(c.error::jsonb) END
-                 || CASE WHEN j.cancel_requested AND c.state IN ('queued', 'failed', 'succeeded')
-                         THEN jsonb_build_array(jsonb_build_object(
-                             'attempt', j.attempt, 'kind', 'cancelled',
-                             'error', 'cancelled on request; ' || CASE c.state
-                                 WHEN 'succeeded' THEN 'its attempt had succeeded (result kept)'
-                                 WHEN 'queued' THEN 'not retried after its attempt failed'
-                                 ELSE 'its attempt had failed' END,
-                             'traceback', NULL, 'at', coalesce(%(now)s::timestamptz, now())))
-                         ELSE '[]'::jsonb END,
+        errors = j.errors || CASE WHEN c.error IS NULL THEN '[]' ELSE jsonb_build_array(c.error::jsonb) END
+                 || CASE WHEN j.cancel_requested AND c.state NOT IN ('waiting', 'cancelled')
+                    THEN jsonb_build_array(jsonb_build_object('attempt', j.attempt,
+                        'kind', 'cancelled', 'error', 'cancelled on request; its attempt had '
+                        || CASE c.state WHEN 'succeeded' THEN 'succeeded (result kept)'
+                           ELSE 'failed' END,
+                        'traceback', NULL, 'at', coalesce(%(now)s::timestamptz, now())))
+                    ELSE '[]' END,
         dedupe_key = CASE WHEN c.state IN ('failed', 'cancelled') OR j.cancel_requested
                             OR (c.state = 'succeeded' AND coalesce(j.unique_for, 0) <= 0)
                           THEN NULL ELSE j.dedupe_key END
@@ -392,7 +396,8 @@ WHERE j.lease_token = c.token + 1 AND j.lost_leases = 0
 -- Read without locking: the parents of pieces are locked next (parents first),
 -- then rescue_jobs locks these rows and checks each is still the same attempt,
 -- still expired (another rescuer, or a late renewal, makes it a no-op).
-SELECT id, lease_token, attempt, max_attempts, lost_leases, worker, parent_id, completes
+SELECT id, lease_token, attempt, max_attempts, lost_leases, worker, parent_id, completes,
+       attempt_status
 FROM due_jobs
 WHERE state = 'running' AND lease_expires_at < coalesce(%(now)s::timestamptz, now())
 ORDER BY id
@@ -408,20 +413,27 @@ WITH locked AS MATERIALIZED (  -- row locks taken in id order: batches never dea
     SELECT id FROM due_jobs WHERE id = ANY(%(id)b::bigint[]) ORDER BY id
     FOR NO KEY UPDATE SKIP LOCKED
 )
+-- Only a start that ran is an attempt: one its worker never said it started
+-- ('claimed') is not counted, and one handed back at shutdown ('handed_back')
+-- is not counted as a lost lease either (as the verdict, read unlocked, said:
+-- a row whose status moved since is left for the next round).
 UPDATE due_jobs AS j
 SET state = CASE WHEN j.cancel_requested THEN 'cancelled'
                  WHEN r.gives_up THEN 'failed' ELSE 'queued' END,
     lease_token = j.lease_token + 1,
+    attempt = CASE WHEN j.attempt_status = 'started' THEN j.attempt ELSE j.attempt - 1 END,
     finished_at = CASE WHEN r.gives_up OR j.cancel_requested
                        THEN coalesce(%(now)s::timestamptz, now()) END,
     lease_expires_at = NULL,
-    lost_leases = j.lost_leases + 1,
+    lost_leases = CASE WHEN j.attempt_status = 'handed_back' THEN j.lost_leases
+                       ELSE j.lost_leases + 1 END,
     last_error = r.error::jsonb ->> 'error',
     errors = j.errors || jsonb_build_array(r.error::jsonb),
     dedupe_key = CASE WHEN r.gives_up OR j.cancel_requested THEN NULL ELSE j.dedupe_key END
 FROM unnest(%(id)b::bigint[], %(token)b::bigint[], %(gives_up)b::boolean[],
-            %(error)b::text[]) AS r(id, token, gives_up, error)
+            %(error)b::text[], %(status)b::text[]) AS r(id, token, gives_up, error, status)
 WHERE j.id = ANY(ARRAY(SELECT id FROM locked)) AND j.id = r.id AND j.lease_token = r.token
+  AND j.attempt_status = r.status
   AND j.state = 'running' AND j.lease_expires_at < coalesce(%(now)s::timestamptz, now())
 RETURNING j.id, j.task, j.queue, j.state, j.parent_id, j.completes, j.pieces_total,
           CASE WHEN j.state = 'queued' THEN  -- wake workers for the job due again
@@ -599,18 +611,26 @@ ORDER BY queue
 WITH locked AS MATERIALIZED (  -- row locks taken in id order: batches never deadlock
     SELECT id FROM due_jobs WHERE id = ANY(%(id)b::bigint[]) ORDER BY id FOR NO KEY UPDATE
 )
--- A job asked to stop is not handed back: it ends cancelled.
+-- A job asked to stop is not handed back: it ends cancelled. A job whose
+-- handler thread still runs (`later`: it cannot be interrupted) is handed back
+-- as it stands: still running under its lease, its token moved on (the thread
+-- can write nothing more), due again only when the lease it held expires and a
+-- rescue puts it back, attempt not counted (attempt_status 'handed_back').
 UPDATE due_jobs AS j
-SET state = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'queued' END,
+SET state = CASE WHEN j.cancel_requested THEN 'cancelled'
+                 WHEN r.later THEN 'running' ELSE 'queued' END,
     lease_token = j.lease_token + 1,
-    attempt = j.attempt - 1,
-    lease_expires_at = NULL,
+    attempt = CASE WHEN r.later AND NOT j.cancel_requested THEN j.attempt ELSE j.attempt - 1 END,
+    attempt_status = CASE WHEN r.later THEN 'handed_back' ELSE j.attempt_status END,
+    lease_expires_at = CASE WHEN r.later AND NOT j.cancel_requested THEN j.lease_expires_at END,
     finished_at = CASE WHEN j.cancel_requested THEN coalesce(%(now)s::timestamptz, now()) END,
     dedupe_key = CASE WHEN j.cancel_requested THEN NULL ELSE j.dedupe_key END,
     errors = j.errors || jsonb_build_array(jsonb_build_object(
-        'attempt', j.attempt, 'kind', 'released', 'error', %(reason)s::text, 'traceback', NULL,
-        'at', coalesce(%(now)s::timestamptz, now())))
-FROM unnest(%(id)b::bigint[], %(token)b::bigint[]) AS r(id, token)
+        'attempt', j.attempt, 'kind', 'released',
+        'error', %(reason)s::text || CASE WHEN r.later AND NOT j.cancel_requested
+            THEN '; its handler thread still ran: due again once its lease expires' ELSE '' END,
+        'traceback', NULL, 'at', coalesce(%(now)s::timestamptz, now())))
+FROM unnest(%(id)b::bigint[], %(token)b::bigint[], %(later)b::boolean[]) AS r(id, token, later)
 WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
   AND j.id = r.id AND j.lease_token = r.token
 RETURNING j.id, j.state, j.task, j.queue, j.parent_id, j.completes, j.pieces_total,
@@ -1016,8 +1036,9 @@ RETURNING schedule
 -- ------------------------------------------------------------- long work
 
 -- name: save_checkpoint
--- Fenced: only the attempt holding the token may move the cursor.
-UPDATE due_jobs SET checkpoint = %(value)s::jsonb
+-- Fenced: only the attempt holding the token may move the cursor. A handler
+-- that saves one has begun: its attempt counts from now on.
+UPDATE due_jobs SET checkpoint = %(value)s::jsonb, attempt_status = 'started'
 WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running'
 RETURNING cancel_requested
 

@@ -103,7 +103,8 @@ SET state = 'running',
         (SELECT value FROM json_each(:leases) WHERE key = due_jobs.task), :lease),
     started_at = :now,
     progress_at = NULL,
-    worker = :worker
+    worker = :worker,
+    attempt_status = 'claimed'  -- an attempt once its worker says the handler began
 WHERE id IN (
     SELECT id
     FROM due_jobs INDEXED BY due_jobs_claim
@@ -121,12 +122,14 @@ RETURNING id, task, queue, priority, payload, attempt, max_attempts,
           completes, pieces_total
 
 -- name: heartbeat
--- Progress rides along (NULL: unchanged); the reply carries cancel requests.
+-- Progress rides along (NULL: unchanged), and the news that the handler began
+-- (:started: the attempt counts from now on); the reply carries cancel requests.
 UPDATE due_jobs
 SET lease_expires_at = :now + :lease,
     progress = coalesce(:progress, progress),
     progress_at = CASE WHEN :progress IS NOT NULL AND :progress IS NOT progress
-                       THEN :now ELSE progress_at END
+                       THEN :now ELSE progress_at END,
+    attempt_status = CASE WHEN :started THEN 'started' ELSE attempt_status END
 WHERE id = :id AND lease_token = :token AND state = 'running'
 RETURNING id, 1 AS renewed, cancel_requested
 
@@ -135,8 +138,7 @@ RETURNING id, 1 AS renewed, cancel_requested
 -- stop ends cancelled whatever its attempt did (PostgreSQL's statement says
 -- more); an entry in its errors says what the attempt did.
 UPDATE due_jobs
-SET state = CASE WHEN cancel_requested AND :state IN ('queued', 'failed', 'succeeded')
-                 THEN 'cancelled' ELSE :state END,
+SET state = CASE WHEN cancel_requested AND :state <> 'waiting' THEN 'cancelled' ELSE :state END,
     lease_token = lease_token + 1,  -- the attempt is over: its token is stale now
     result = CASE WHEN :state = 'succeeded' THEN :result ELSE result END,
     warning = CASE WHEN :state = 'succeeded' THEN :warning ELSE warning END,
@@ -144,25 +146,23 @@ SET state = CASE WHEN cancel_requested AND :state IN ('queued', 'failed', 'succe
                   ELSE run_at END,
     -- a retry after a backoff waits as a timer
     timer = :state = 'queued' AND :retry_in > 0 AND NOT cancel_requested,
-    finished_at = CASE WHEN :state IN ('succeeded', 'failed', 'cancelled')
-                         OR (cancel_requested AND :state = 'queued') THEN :now END,
+    finished_at = CASE WHEN :state <> 'waiting' AND (:state <> 'queued' OR cancel_requested)
+                       THEN :now END,
     lease_expires_at = NULL,
     lost_leases = 0,
     progress = coalesce(:progress, progress),
-    last_error = CASE WHEN cancel_requested AND :state IN ('queued', 'failed', 'succeeded')
-                      THEN 'cancelled on request'
+    last_error = CASE WHEN cancel_requested AND :state <> 'waiting' THEN 'cancelled on request'
                       ELSE coalesce(json_extract(:error, '$.error'), last_error) END,
-    errors = CASE WHEN cancel_requested AND :state IN ('queued', 'failed', 'succeeded')
+    errors = CASE WHEN cancel_requested AND :state NOT IN ('waiting', 'cancelled')
                   THEN json_insert(
                       CASE WHEN :error IS NULL THEN errors
                            ELSE json_insert(errors, '$[#]', json(:error)) END,
-                      '$[#]', json_object(
-                          'attempt', attempt, 'kind', 'cancelled',
-                          'error', 'cancelled on request; ' || CASE :state
-                              WHEN 'succeeded' THEN 'its attempt had succeeded (result kept)'
-                              WHEN 'queued' THEN 'not retried after its attempt failed'
-                              ELSE 'its attempt had failed' END,
-                          'traceback', NULL, 'at', strftime('%Y-%m-%dT%H:%M:%f+00:00', :now, 'unixepoch')))
+                      '$[#]', json_object('attempt', attempt,
+                          'kind', 'cancelled', 'error', 'cancelled on request; its attempt had '
+                          || CASE :state WHEN 'succeeded' THEN 'succeeded (result kept)'
+                             ELSE 'failed' END,
+                          'traceback', NULL,
+                          'at', strftime('%Y-%m-%dT%H:%M:%f+00:00', :now, 'unixepoch')))
                   WHEN :error IS NULL THEN errors
                   ELSE json_insert(errors, '$[#]', json(:error)) END,
     dedupe_key = CASE WHEN :state IN ('failed', 'cancelled') OR cancel_requested
@@ -184,7 +184,8 @@ WHERE id = :id AND lease_token = :token + 1 AND lost_leases = 0
 -- name: select_expired
 -- Running jobs whose worker stopped renewing the lease. The task is never
 -- consulted, so a process that does not know the task rescues it too.
-SELECT id, lease_token, attempt, max_attempts, lost_leases, worker, parent_id, completes
+SELECT id, lease_token, attempt, max_attempts, lost_leases, worker, parent_id, completes,
+       attempt_status
 FROM due_jobs
 WHERE state = 'running' AND lease_expires_at < :now
 ORDER BY lease_expires_at
@@ -194,17 +195,21 @@ LIMIT :limit
 -- Back to the queue, keeping its run_at (its place in line: it has been due
 -- since then); or failed for good when the verdict gives up; or cancelled,
 -- when it was asked to stop (it will not run again).
+-- Only a start that ran is an attempt (PostgreSQL's statement says more).
 UPDATE due_jobs
 SET state = CASE WHEN cancel_requested THEN 'cancelled'
                  WHEN :gives_up THEN 'failed' ELSE 'queued' END,
     lease_token = lease_token + 1,
+    attempt = CASE WHEN attempt_status = 'started' THEN attempt ELSE attempt - 1 END,
     finished_at = CASE WHEN :gives_up OR cancel_requested THEN :now END,
     lease_expires_at = NULL,
-    lost_leases = lost_leases + 1,
+    lost_leases = CASE WHEN attempt_status = 'handed_back' THEN lost_leases
+                       ELSE lost_leases + 1 END,
     last_error = json_extract(:error, '$.error'),
     errors = json_insert(errors, '$[#]', json(:error)),
     dedupe_key = CASE WHEN :gives_up OR cancel_requested THEN NULL ELSE dedupe_key END
-WHERE id = :id AND lease_token = :token AND state = 'running' AND lease_expires_at < :now
+WHERE id = :id AND lease_token = :token AND attempt_status = :status
+  AND state = 'running' AND lease_expires_at < :now
 RETURNING id, task, state, queue, run_at, parent_id, completes, pieces_total
 
 -- name: get_job
@@ -349,17 +354,26 @@ ORDER BY queue
 -- name: release_jobs
 -- A stopping worker hands back a job it will not finish: due again at once (its
 -- run_at kept: its place in line), and the interrupted attempt is not counted.
--- A job asked to stop is not handed back: it ends cancelled.
+-- A job asked to stop is not handed back: it ends cancelled. A job whose
+-- handler thread still runs (:later: it cannot be interrupted) is handed back
+-- as it stands: still running under its lease, its token moved on (the thread
+-- can write nothing more), due again only when the lease it held expires and a
+-- rescue puts it back, attempt not counted (attempt_status 'handed_back').
 UPDATE due_jobs
-SET state = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'queued' END,
+SET state = CASE WHEN cancel_requested THEN 'cancelled'
+                 WHEN :later THEN 'running' ELSE 'queued' END,
     lease_token = lease_token + 1,
-    attempt = attempt - 1,
-    lease_expires_at = NULL,
+    attempt = CASE WHEN :later AND NOT cancel_requested THEN attempt ELSE attempt - 1 END,
+    attempt_status = CASE WHEN :later THEN 'handed_back' ELSE attempt_status END,
+    lease_expires_at = CASE WHEN :later AND NOT cancel_requested THEN lease_expires_at END,
     finished_at = CASE WHEN cancel_requested THEN :now END,
     dedupe_key = CASE WHEN cancel_requested THEN NULL ELSE dedupe_key END,
     errors = json_insert(errors, '$[#]', json_object(
-        'attempt', attempt, 'kind', 'released', 'error', :reason, 'traceback', NULL,
-        'at', strftime('%Y-%m-%dT%H:%M:%f+00:00', :now, 'unixepoch')))
+        'attempt', attempt, 'kind', 'released',
+        'error', :reason || CASE WHEN :later AND NOT cancel_requested
+                                 THEN '; its handler thread still ran: due again once its lease expires'
+                                 ELSE '' END,
+        'traceback', NULL, 'at', strftime('%Y-%m-%dT%H:%M:%f+00:00', :now, 'unixepoch')))
 WHERE id = :id AND lease_token = :token AND state = 'running'
 RETURNING id, state, task, queue, run_at, parent_id, completes, pieces_total
 
@@ -692,8 +706,9 @@ RETURNING schedule
 -- ------------------------------------------------------------- long work
 
 -- name: save_checkpoint
--- Fenced: only the attempt holding the token may move the cursor.
-UPDATE due_jobs SET checkpoint = :value
+-- Fenced: only the attempt holding the token may move the cursor. A handler
+-- that saves one has begun: its attempt counts from now on.
+UPDATE due_jobs SET checkpoint = :value, attempt_status = 'started'
 WHERE id = :id AND lease_token = :token AND state = 'running'
 RETURNING cancel_requested
 
