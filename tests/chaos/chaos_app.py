@@ -18,6 +18,7 @@ run, with the schedule and the time it ran for).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import tempfile
@@ -126,6 +127,46 @@ def slow(ctx: due.Context, n: int, count: int) -> None:
         maybe_fail(ctx)
 
     attempt(ctx, work)
+
+
+@app.task(name="chaos.long_sync", retry=RETRY)
+def long_sync(ctx: due.Context, n: int, count: int) -> None:
+    """Outlasts the workers' grace (2 s): a SIGTERM stops it at a safe point,
+    and no other attempt may begin before its last step."""
+    attempt(ctx, lambda: steps(ctx, count))
+
+
+HOSTILE_VALUES: dict[str, Any] = {
+    "surrogate": b"caf\xe9".decode("utf-8", "surrogateescape"),
+    "nul": "a\x00b",
+    "nan": float("nan"),
+    "deep": None,  # built on demand: 5,000 lists deep
+}
+
+
+def _hostile(kind: str) -> Any:
+    if kind != "deep":
+        return HOSTILE_VALUES[kind]
+    value: list[Any] = []
+    for _ in range(5000):
+        value = [value]
+    return value
+
+
+@app.task(name="chaos.hostile", retry=RETRY)
+def hostile(ctx: due.Context, n: int, kind: str) -> Any:
+    """Values no store can hold, in its progress and its result: each must end
+    this job alone (its result kept as a note, its progress refused), never the
+    acknowledgements or claims of the others."""
+    note("start", ctx)
+    value = _hostile(kind)
+    with contextlib.suppress(due.PayloadError):  # refused where produced: a NaN
+        if isinstance(value, str):
+            ctx.progress(1, 2, value)
+        else:
+            ctx.progress(value if kind == "nan" else 1, 2)
+    note("end", ctx, "ok")
+    return value
 
 
 @app.task(name="chaos.checkpointed", retry=RETRY, lease="2s")

@@ -5,7 +5,8 @@ later (longer than a lease, often), SIGTERM (a graceful restart), SIGKILL of
 the scheduler's leader. Database faults: on PostgreSQL, a restart of the
 server and `pg_terminate_backend` of every worker connection, and a frozen
 TCP path between one worker and the database (a proxy that stops passing
-bytes); on SQLite, another process holding the write lock for seconds.
+bytes), and a claim's reply lost after its commit (the same proxy breaks the
+connection); on SQLite, another process holding the write lock for seconds.
 """
 
 from __future__ import annotations
@@ -160,6 +161,15 @@ class Injector:
         self._record("freeze", self.deployment.worker_pid(self.deployment.slots[0]), seconds)
         self._later(seconds, self.proxy.thaw)
 
+    def _cut_claim_reply(self) -> None:
+        """The next claim through the proxy that claims a job loses its reply: the
+        connection breaks after the server committed it (the worker never sees
+        the job: it must go back without spending an attempt)."""
+        if self.proxy is None:
+            return
+        self.proxy.cut_next_claim()
+        self._record("cut_claim_reply", self.deployment.worker_pid(self.deployment.slots[0]))
+
     def _hold_write_lock(self) -> None:
         """Another process's long write transaction (here a thread of ours, on its
         own connection: to SQLite it is just another writer)."""
@@ -196,5 +206,11 @@ def leader_pid(url: str) -> int | None:
 
 
 PROCESS_FAULTS = ["kill", "pause", "term", "kill_leader"]
-POSTGRES_FAULTS = [*PROCESS_FAULTS, "terminate_connections", "freeze", "restart_postgres"]
+POSTGRES_FAULTS = [
+    *PROCESS_FAULTS,
+    "terminate_connections",
+    "freeze",
+    "restart_postgres",
+    "cut_claim_reply",
+]
 SQLITE_FAULTS = [*PROCESS_FAULTS, "hold_write_lock"]

@@ -4,8 +4,9 @@
 
 Starts worker processes (each with its scheduler) on one database, enqueues a
 steady mix of work for `--seconds` — immediate, delayed, failing at random,
-long with safe points, checkpointed, pieces under a parent, and four
-every-second schedules, one per overlap policy — while faults land at random
+long with safe points (some longer than the grace), checkpointed, pieces under
+a parent, values no store can hold, and four every-second schedules, one per
+overlap policy — while faults land at random
 (faults.py), then lets the deployment drain and prints the verdict
 (verdict.py): the rows that must be zero, and how fast it recovered. The
 verdict is also written as JSON (`--out`). `make chaos` runs it on both stores.
@@ -184,6 +185,11 @@ def _enqueue_one(app: due.App, tasks: dict[str, Any], number: int, rng: random.R
     elif roll < 0.95:
         items = [(number * 100 + i,) for i in range(rng.randint(3, 12))]
         app.batch(tasks["piece"], items, on_complete=tasks["pieces_done"])
+    elif roll < 0.975:  # longer than the grace: a SIGTERM stops it at a safe point
+        tasks["long_sync"].options(key=key).enqueue(number, rng.randint(60, 120))
+    else:
+        kind = rng.choice(list(chaos_app.HOSTILE_VALUES))
+        tasks["hostile"].options(key=key).enqueue(number, kind)
 
 
 def _drain(url: str, load_ended: float, stalled_after: float) -> None:
@@ -240,8 +246,8 @@ def _unfinished_rows(url: str, load_ended: float) -> list[dict[str, Any]]:
 def _facts(url: str, load_ended: float) -> dict[str, Any]:
     rows = _query(
         url,
-        f"SELECT id, state, {_epoch(url, 'run_at')}, errors, {_epoch(url, 'created_at')} "
-        "FROM due_jobs",
+        f"SELECT id, state, {_epoch(url, 'run_at')}, errors, {_epoch(url, 'created_at')}, "
+        "attempt FROM due_jobs",
     )
     jobs = {
         int(job_id): {
@@ -249,8 +255,9 @@ def _facts(url: str, load_ended: float) -> dict[str, Any]:
             "errors": _count(errors),
             "run_at": float(run_at),
             "created_at": float(created_at),
+            "attempt": int(attempt),
         }
-        for job_id, state, run_at, errors, created_at in rows
+        for job_id, state, run_at, errors, created_at, attempt in rows
     }
     runs = _query(
         url,

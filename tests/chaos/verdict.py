@@ -13,6 +13,10 @@ the fault log, and the rows that must be zero.
 - **scheduled times with zero or two runs**: a scheduled second of an
   every-second schedule with no record at all, or whose run succeeded twice.
 - **parents completed twice**: a parent's completion job ran to success twice.
+- **attempts counted that never started**: a job whose attempt count is more
+  than the attempts its ledger shows started (a claim's lost reply, a worker
+  that died before the handler began, a job handed back at shutdown: none may
+  spend an attempt).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ MUST_BE_ZERO = (
     "runs before run_at",
     "scheduled times with zero or two runs",
     "parents completed twice",
+    "attempts counted that never started",
 )
 CLOCK_TOLERANCE = 0.002
 """Seconds: `run_at` and the ledger's times are both this host's clock."""
@@ -178,6 +183,9 @@ def judge(
             found["lost"].append((job_id, jobs.get(job_id, {}).get("state")))
     for job_id, lines in starts.items():
         tokens = {line.token for line in lines}
+        counted = jobs.get(job_id, {}).get("attempt", 0)
+        if counted > len(tokens):
+            found["attempts counted that never started"].append((job_id, counted, len(tokens)))
         explained = jobs.get(job_id, {}).get("errors", 0)
         if len(tokens) - 1 > explained:
             found["run twice without a lost lease"].append((job_id, len(tokens), explained))
