@@ -19,9 +19,6 @@ if TYPE_CHECKING:
 MAX_QUEUE_LENGTH = 100
 MAX_KEY_LENGTH = 255
 MAX_PRIORITY = 1_000_000
-MAX_DELAY_SECONDS = 100 * 366 * 86_400
-"""A job due more than a century ahead is a mistake in the delay (seconds
-given as milliseconds, say); past the year 9999 it could not even be read back."""
 LAST_RUN_AT_YEAR = 9998
 """A run_at after this year (in UTC) is refused: Python's datetime ends with 9999,
 and a retry's backoff must still be writable after it."""
@@ -160,23 +157,20 @@ def validate_key(key: Any) -> str | None:
 
 
 def _validate_delay(delay: DurationLike | None, task: str) -> float:
-    if delay is None:
-        return 0.0
-    try:
-        seconds = to_seconds(delay, what=f"enqueue of {task!r}: delay")
-    except ConfigurationError as error:
-        raise InvalidJobError(str(error)) from None
-    if seconds > MAX_DELAY_SECONDS:
-        raise InvalidJobError(
-            f"enqueue of {task!r}: delay={delay!r} is more than 100 years; "
-            "give the delay in seconds (or as '90d'), or a run_at"
-        )
-    return seconds
+    """A job due more than a century ahead (durations.MAX_SECONDS) is a mistake
+    in the delay; past the year 9999 it could not even be read back."""
+    return 0.0 if delay is None else _seconds(delay, f"enqueue of {task!r}: delay")
 
 
 def _validate_unique_for(unique_for: DurationLike, task: str) -> float:
+    """Bounded like the delay: the end of the key's window (its job's end plus
+    this) is computed by every enqueue with the key and by every prune."""
+    return _seconds(unique_for, f"enqueue of {task!r}: unique_for")
+
+
+def _seconds(value: DurationLike, what: str) -> float:
     try:
-        return to_seconds(unique_for, what=f"enqueue of {task!r}: unique_for")
+        return to_seconds(value, what=what)
     except ConfigurationError as error:
         raise InvalidJobError(str(error)) from None
 
