@@ -35,6 +35,7 @@ from due.errors import ConfigurationError, ScheduleNotFoundError
 from due.long_work.context import Context
 from due.long_work.pieces import Item, check_policy, completion_spec, piece_jobs
 from due.payload import DEFAULT_MAX_PAYLOAD_BYTES
+from due.redaction import redact_url
 from due.request import JobRequest, PreparedOnRead, prepare, validate_queue
 from due.retry import Retry
 from due.scheduler.catalog import ScheduleCatalog
@@ -149,7 +150,7 @@ class App:
             self._store_options["listen_url"] = environment
 
     def __repr__(self) -> str:
-        return f"<due.App {self.url.split('@')[-1]} tasks={len(self.tasks)}>"
+        return f"<due.App {redact_url(self.url)} tasks={len(self.tasks)}>"
 
     # --- the store ----------------------------------------------------------
 

@@ -22,6 +22,7 @@ from rich.text import Text
 from due.app import App
 from due.cli.output import errors
 from due.errors import ConfigurationError, DueError
+from due.redaction import redact_url
 
 F = TypeVar("F", bound=Callable[..., Any])
 APP_HELP = "Your app, as module:attribute (or $DUE_APP)."
@@ -84,8 +85,9 @@ class Settings:
                 self._app = load_app(self.app_spec)
                 if self.url and self.url != self._app.url:
                     raise ConfigurationError(
-                        f"--app {self.app_spec} uses database {self._app.url!r} but --url "
-                        f"(or DUE_DATABASE_URL) says {self.url!r}; give one"
+                        f"--app {self.app_spec} uses database {redact_url(self._app.url)!r} "
+                        f"but --url (or DUE_DATABASE_URL) says {redact_url(self.url)!r}; "
+                        "give one"
                     )
         return self._app
 
