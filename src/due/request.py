@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, overload
 
 from due.core.records import NewJob
 from due.durations import DurationLike, to_seconds
-from due.errors import ConfigurationError, InvalidJobError
-from due.payload import encode_arguments
+from due.errors import ArgumentsError, ConfigurationError, InvalidJobError
+from due.payload import encode_arguments, unstorable
 
 if TYPE_CHECKING:
     from due.task import Task
@@ -44,6 +44,8 @@ class JobRequest:
 
 def prepare(request: JobRequest, task: Task[Any, Any], max_payload_bytes: int) -> NewJob:
     """Validate a request against its task; returns the row to insert."""
+    if type(request.args) is not tuple or type(request.kwargs) is not dict:  # made by hand
+        arguments_of(task.name, request.args, request.kwargs)
     task.check_arguments(request.args, request.kwargs)
     if request.delay is not None and request.run_at is not None:
         raise InvalidJobError(f"enqueue of {task.name!r}: give either delay= or run_at=, not both")
@@ -69,6 +71,23 @@ def prepare(request: JobRequest, task: Task[Any, Any], max_payload_bytes: int) -
         else _validate_unique_for(request.unique_for, task.name),
         options.stuck_after,
     )
+
+
+def arguments_of(task: str, args: Any, kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """`args=` and `kwargs=` of `app.enqueue` (or of a JobRequest made by hand),
+    as a request holds them; ArgumentsError when they have the wrong shape."""
+    if isinstance(args, str | bytes | bytearray | Mapping) or not isinstance(args, Iterable):
+        hint = " (keyword arguments go in kwargs=)" if isinstance(args, Mapping) else ""
+        raise ArgumentsError(
+            f"enqueue of {task!r}: args= takes a list or tuple of the positional arguments "
+            f"(args=[42] for one), got {type(args).__name__} {args!r:.40}{hint}"
+        )
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise ArgumentsError(
+            f"enqueue of {task!r}: kwargs= takes a dict of the keyword arguments by name, "
+            f"got {type(kwargs).__name__} {kwargs!r:.40}"
+        )
+    return tuple(args), dict(kwargs or {})
 
 
 class PreparedOnRead(Sequence[NewJob]):
@@ -153,6 +172,9 @@ def validate_key(key: Any) -> str | None:
             f"key {key!r} starts with {RESERVED_KEY_PREFIX!r}, which due keeps for its own "
             "jobs (a parent's completion job); choose another prefix"
         )
+    problem = unstorable(key)  # SQLite kept a NUL, PostgreSQL refused it
+    if problem is not None:
+        raise InvalidJobError(f"key {key!r} holds {problem}")
     return key
 
 
