@@ -14,6 +14,7 @@ from due.cli.jobs import JSON_HELP
 from due.cli.main import main
 from due.cli.output import Column, console, fitted_table, print_json, time_text
 from due.errors import ConfigurationError
+from due.lookups import list_limit
 from due.redaction import redact_url
 from due.worker.event_loop import DEFAULT_LOOP, LOOPS
 from due.worker.settings import DEFAULT_CONCURRENCY, WorkerSettings
@@ -295,7 +296,7 @@ def workers(settings: Settings, limit: int, as_json: bool) -> None:
     """List worker processes, newest first: where, what they serve, when they last
     reported (one silent for 3 leases is gone)."""
     store = settings.app.store
-    listed = store.worker_list(limit)
+    listed = store.worker_list(list_limit(limit, "--limit"))
     running = store.worker_running_counts()
     if as_json:
         print_json({"workers": [worker_document(info, running.get(info.id, 0)) for info in listed]})
