@@ -10,7 +10,8 @@ message still says which database it means.
 
 Written with the standard library only (the core must not import psycopg),
 and for text that may not parse as a URL at all (a URL refused for its
-scheme, say): when in doubt, more is hidden, never less.
+scheme, say): when in doubt, more is hidden (a URL whose query holds an "@"
+loses its host to the `***` too).
 """
 
 from __future__ import annotations

@@ -31,18 +31,19 @@ class Retry:
     - `backoff`: the delay before the first retry, doubled for each later one
       (`backoff * 2 ** (attempt - 1)`), or a function `attempt -> delay`.
     - `max_delay`: the cap on any one delay.
-
-    `backoff` and `max_delay` are refused beyond durations.MAX_SECONDS (100
-    years), like every duration. A delay computed later is clamped to
-    `max_delay` instead, never refused: the doubling overtakes any cap after
-    enough attempts, and a backoff function's result is only seen when an
-    attempt has failed, too late to refuse anything without losing the job.
     - `jitter`: each delay is multiplied by a random factor in
       `[1 - jitter, 1 + jitter]` (then capped), so a burst of failures does
       not come back as a burst of retries.
     - `retry_on`: exception types that are retried (default: any Exception).
     - `discard_on`: exception types that fail the job at once, attempts left
       or not; checked before `retry_on`.
+
+    `max_attempts` is at most MAX_ATTEMPTS; `backoff` and `max_delay` are
+    refused beyond durations.MAX_SECONDS (100 years), like every duration. A
+    delay computed later is clamped to `max_delay` instead, never refused: the
+    doubling overtakes any cap after enough attempts, and a backoff function's
+    result is only seen once an attempt has failed, too late to refuse
+    anything without losing the job.
     """
 
     max_attempts: int = DEFAULT_MAX_ATTEMPTS

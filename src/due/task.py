@@ -225,7 +225,7 @@ class Task(Generic[P, R]):
         keywords = [p.name for p in parameters if p.kind in _BY_NAME]
         hints = []
         for name in kwargs:
-            if name in keywords or name in ENQUEUE_OPTIONS:
+            if not isinstance(name, str) or name in keywords or name in ENQUEUE_OPTIONS:
                 continue
             close = did_you_mean(name, keywords)
             if f"unexpected keyword argument {name!r}" not in error:

@@ -372,6 +372,7 @@ def test_a_negative_or_broken_limit_is_refused_on_both(app: due.App, send: due.T
         ({"user_id": 1}, None, r"got dict .*keyword arguments go in kwargs="),
         ([1], 42, "kwargs= takes a dict.*got int 42"),
         ([1], [("template", "x")], "kwargs= takes a dict"),
+        ([1], {1: "x"}, "keywords must be strings"),
     ],
 )
 def test_args_and_kwargs_of_the_wrong_shape_are_refused(
