@@ -7,13 +7,13 @@ modules that take an App.
 from __future__ import annotations
 
 import asyncio
-import difflib
 import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, overload
 
+from due import lookups
 from due.clock import Clock, SystemClock
 from due.core.jobs import Job, JobState
 from due.core.records import Action, BatchRequest, JobFilter, NewJob, QueueOverview
@@ -35,12 +35,13 @@ from due.errors import ConfigurationError, ScheduleNotFoundError
 from due.long_work.context import Context
 from due.long_work.pieces import Item, check_policy, completion_spec, piece_jobs
 from due.payload import DEFAULT_MAX_PAYLOAD_BYTES
-from due.request import JobRequest, PreparedOnRead, prepare, validate_queue
+from due.redaction import redact_url
+from due.request import JobRequest, PreparedOnRead, arguments_of, prepare, validate_queue
 from due.retry import Retry
 from due.scheduler.catalog import ScheduleCatalog
 from due.scheduler.registration import ScheduleTiming, define_for_app
 from due.store import POSTGRES_PREFIXES, Store, open_store
-from due.task import DEFAULT_QUEUE, Registry, Task, TaskConfig
+from due.task import DEFAULT_QUEUE, Registry, Task, TaskConfig, did_you_mean
 from due.visibility import snapshot
 from due.visibility.alerts import Alert, AlertRules, QueueThresholds, evaluate
 from due.visibility.schedule_health import ExpectedRun, expected_runs
@@ -149,7 +150,7 @@ class App:
             self._store_options["listen_url"] = environment
 
     def __repr__(self) -> str:
-        return f"<due.App {self.url.split('@')[-1]} tasks={len(self.tasks)}>"
+        return f"<due.App {redact_url(self.url)} tasks={len(self.tasks)}>"
 
     # --- the store ----------------------------------------------------------
 
@@ -278,8 +279,9 @@ class App:
     ) -> Job:
         """Enqueue by task name, for callers that do not import the function
         (untyped; the options are those of `task.options(...)`)."""
+        positional, keywords = arguments_of(task, args, kwargs)
         request = JobRequest(
-            task, tuple(args), dict(kwargs or {}), delay, run_at, queue, priority, key, unique_for
+            task, positional, keywords, delay, run_at, queue, priority, key, unique_for
         )
         return self.enqueue_many([request], connection=connection)[0]
 
@@ -341,7 +343,7 @@ class App:
 
     def get(self, job_id: int) -> Job:
         """The job as stored now: state, attempts, times, errors, result."""
-        return self.store.job_get(int(job_id))
+        return self.store.job_get(lookups.job_id(job_id))
 
     def jobs(
         self,
@@ -366,12 +368,14 @@ class App:
             queue=queue,
             state=_state(state),
             task=task,
-            limit=int(limit),
-            parent=parent,
+            limit=lookups.list_limit(limit),
+            parent=lookups.id_filter(parent, "parent"),
             stuck_only=stuck,
             key=key,
-            before=None if before is None else int(before),
+            before=lookups.id_filter(before, "before"),
         )
+        if not lookups.can_match(queue, task, key):
+            return []
         return self.store.job_list(where)
 
     def wait(self, job_id: int, *, timeout: DurationLike | None = None) -> Job:
@@ -383,11 +387,11 @@ class App:
         None waits for as long as it takes). A job that fails and is retried
         has not ended: this waits for its last attempt.
         """
-        return self._waiter.wait(int(job_id), _timeout(timeout))
+        return self._waiter.wait(lookups.job_id(job_id), _timeout(timeout))
 
     async def await_job(self, job_id: int, *, timeout: DurationLike | None = None) -> Job:
         """`wait` for async code: the event loop runs on while it waits."""
-        return await self._waiter.await_job(int(job_id), _timeout(timeout))
+        return await self._waiter.await_job(lookups.job_id(job_id), _timeout(timeout))
 
     def cancel(self, job_id: int, *, by: str | None = None) -> Job:
         """Cancel a job. Queued or delayed: it will not run. Running: it is asked to
@@ -396,7 +400,7 @@ class App:
 
         `by` (here and in every other action) records who did it in the job's
         history (`history`), as the dashboard does."""
-        job = self.store.job_cancel(int(job_id))
+        job = self.store.job_cancel(lookups.job_id(job_id))
         self._note("cancel", by, job_id=job.id)
         return job
 
@@ -406,7 +410,7 @@ class App:
         It is due at once, unless it was cancelled while delayed to a time still
         to come: then it keeps that time (it is put back as it was), unless `now`.
         """
-        job = self.store.job_retry(int(job_id), run_now=bool(now))
+        job = self.store.job_retry(lookups.job_id(job_id), run_now=bool(now))
         self._note("retry", by, job_id=job.id)
         return job
 
@@ -421,7 +425,10 @@ class App:
         """What was done by hand (given `by=`) to a job, a schedule or a queue:
         the latest `limit` actions, oldest first."""
         return self.store.action_history(
-            job_id=None if job is None else int(job), schedule=schedule, queue=queue, limit=limit
+            job_id=lookups.id_filter(job, "job"),
+            schedule=schedule,
+            queue=queue,
+            limit=lookups.list_limit(limit),
         )
 
     def _note(self, action: str, by: str | None, **subject: Any) -> None:
@@ -476,9 +483,8 @@ class App:
         name = validate_queue(queue)
         if force or name in self.tasks.queues() or self.store.queue_in_use(name):
             return name
-        known = sorted({q.name for q in self.queues()})
-        close = difflib.get_close_matches(name, known, n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
+        close = did_you_mean(name, sorted({q.name for q in self.queues()}))
+        hint = f"{close} " if close else ""
         raise ConfigurationError(
             f"no task, job, worker or schedule uses queue {name!r}; {hint}"
             f"check the name, or {action} it anyway with --force (force=True)"
@@ -486,12 +492,14 @@ class App:
 
     def pause_group(self, parent_id: int, *, by: str | None = None) -> None:
         """Hold a parent's queued pieces (and those it spawns later) until resumed."""
-        self.store.group_hold(int(parent_id), True)
-        self._note("pause pieces", by, job_id=int(parent_id))
+        parent = lookups.job_id(parent_id)
+        self.store.group_hold(parent, True)
+        self._note("pause pieces", by, job_id=parent)
 
     def resume_group(self, parent_id: int, *, by: str | None = None) -> None:
-        self.store.group_hold(int(parent_id), False)
-        self._note("resume pieces", by, job_id=int(parent_id))
+        parent = lookups.job_id(parent_id)
+        self.store.group_hold(parent, False)
+        self._note("resume pieces", by, job_id=parent)
 
     # --- schedules (scheduler/catalog.py) -------------------------------------------
 
@@ -569,7 +577,7 @@ class App:
     def schedule_runs(self, name: str, limit: int = 50) -> list[ScheduleRun]:
         """A schedule's scheduled times, newest first, and what became of each
         (a removed schedule's history stays; a name never seen is refused)."""
-        return self._schedules.runs(name, limit)
+        return self._schedules.runs(name, lookups.list_limit(limit))
 
     def schedule_health(self, name: str, window: DurationLike = "24h") -> list[ExpectedRun]:
         """Every time the schedule expected within the last `window`, oldest first,

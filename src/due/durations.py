@@ -2,8 +2,8 @@
 a number of seconds, or a timedelta.
 
 Every duration `due` takes goes through `to_seconds`, so every setting reads
-the same spellings and refuses a negative or unreadable value with the same
-message, whatever type it came in.
+the same spellings and refuses a negative, unreadable or overlong value with
+the same message, whatever type it came in.
 """
 
 from __future__ import annotations
@@ -38,17 +38,30 @@ _UNIT_PATTERN = "|".join(sorted(_UNIT_OF, key=len, reverse=True))
 _PART = re.compile(rf"\s*(\d+(?:\.\d*)?|\.\d+)\s*({_UNIT_PATTERN})(?![a-z])")
 _NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)")
 EXAMPLES = "'500ms', '90s', '15m', '1h30m', '1h 30m', '1.5h', '2d' or a number of seconds"
+MAX_SECONDS = 100 * 366 * 86_400
+"""The longest duration due takes, for every setting (a delay, a key's
+`unique_for`, a lease, a retention...): a century. Longer is a mistake of unit
+(milliseconds given as seconds, say), and the times due computes from it (a
+due time, the end of a key's window, a pruning cut-off) must stay within what
+Python's datetime (up to the year 9999) and PostgreSQL's timestamps hold:
+beyond them a statement that meets the row fails, for every job it touches."""
+MAX_TEXT = "100 years"
 
 
-def to_seconds(value: DurationLike, *, what: str = "duration") -> float:
+def to_seconds(value: DurationLike, *, what: str = "duration", bounded: bool = True) -> float:
     """Seconds in `value`; raises ConfigurationError naming `what` when it is
-    unreadable, not finite, or negative."""
+    unreadable, not finite, negative, or (when `bounded`) longer than MAX_SECONDS."""
     seconds = _seconds(value, what)
     if not math.isfinite(seconds):
         raise ConfigurationError(f"{what}: {value!r} is not a finite duration; write {EXAMPLES}")
     if seconds < 0:
         raise ConfigurationError(
             f"{what} cannot be negative (got {describe(seconds)}); give zero or more"
+        )
+    if bounded and seconds > MAX_SECONDS:
+        raise ConfigurationError(
+            f"{what} of {value!r} is more than {MAX_TEXT}, the longest duration due takes; "
+            "durations are in seconds (or write it like '90d')"
         )
     return seconds
 

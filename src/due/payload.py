@@ -14,7 +14,7 @@ import json
 import math
 import numbers
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -68,6 +68,56 @@ def _holds_nul(text: str) -> bool:
     return "\\u0000" in text and _ENCODED_NUL.search(text) is not None
 
 
+SURROGATE = (
+    "Python's stand-in for a byte that is not UTF-8, as in file names and argv), "
+    "which cannot be stored; decode such bytes with errors='replace', or pass them as base64"
+)
+TOO_DEEP = (
+    "nested too deeply to store (lists or dicts about a thousand levels deep, past "
+    "Python's recursion limit); flatten them"
+)
+
+
+def unstorable(text: str) -> str | None:
+    """What keeps `text` from being stored as text on both stores (a NUL
+    character, a lone surrogate), or None: free for ASCII text without a NUL."""
+    if "\x00" in text:
+        return "a NUL character (\\x00)"
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return f"a lone surrogate ({text[error.start]!r}: {SURROGATE}"
+    return None
+
+
+def _surrogate(value: Any) -> str | None:
+    problem = unstorable(_json_text(value))
+    return None if problem is None else f"holds {problem}"
+
+
+def _too_deep(value: Any) -> str | None:
+    try:
+        _json_text(value)
+    except RecursionError:
+        return f"is {TOO_DEEP}"
+    return None
+
+
+def _culprit(
+    task: str, args: Sequence[Any], kwargs: Mapping[str, Any], problem: Callable[[Any], str | None]
+) -> PayloadError:
+    """The argument (or keyword name) with `problem`, named."""
+    named = [(f"argument {n}", value) for n, value in enumerate(args)]
+    named += [(f"keyword name {name!r}", name) for name in kwargs]
+    named += [(f"argument {name!r}", value) for name, value in kwargs.items()]
+    found = next(((what, p) for what, value in named if (p := problem(value))), None)
+    if found is None:  # only the arguments together: a level deeper than each
+        return PayloadError(f"arguments of task {task!r} are {TOO_DEEP}")
+    return PayloadError(f"{found[0]} of task {task!r} {found[1]}")
+
+
 def encode_arguments(
     task: str, args: Sequence[Any], kwargs: Mapping[str, Any], max_bytes: int
 ) -> str:
@@ -76,12 +126,20 @@ def encode_arguments(
         text = _json_text({"args": args, "kwargs": kwargs})
     except (TypeError, ValueError) as error:
         raise _explain_unserialisable(task, args, kwargs) from error
+    except RecursionError:
+        raise _culprit(task, args, kwargs, _too_deep) from None
     if _holds_nul(text):
         raise PayloadError(
             f"arguments of task {task!r} hold a NUL character (\\x00), which the job "
             "store cannot keep; remove it (or encode binary data, e.g. as base64)"
         )
-    size = len(text) if text.isascii() else len(text.encode("utf-8"))
+    if text.isascii():
+        size = len(text)
+    else:  # the size in UTF-8, which text with a lone surrogate has not: ASCII is spared
+        try:
+            size = len(text.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise _culprit(task, args, kwargs, _surrogate) from None
     if size > max_bytes:
         raise PayloadError(
             f"arguments of task {task!r} are {_human_bytes(size)} as JSON, over the limit of "

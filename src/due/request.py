@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, overload
 
 from due.core.records import NewJob
 from due.durations import DurationLike, to_seconds
-from due.errors import ConfigurationError, InvalidJobError
-from due.payload import encode_arguments
+from due.errors import ArgumentsError, ConfigurationError, InvalidJobError
+from due.payload import encode_arguments, unstorable
 
 if TYPE_CHECKING:
     from due.task import Task
@@ -19,9 +19,6 @@ if TYPE_CHECKING:
 MAX_QUEUE_LENGTH = 100
 MAX_KEY_LENGTH = 255
 MAX_PRIORITY = 1_000_000
-MAX_DELAY_SECONDS = 100 * 366 * 86_400
-"""A job due more than a century ahead is a mistake in the delay (seconds
-given as milliseconds, say); past the year 9999 it could not even be read back."""
 LAST_RUN_AT_YEAR = 9998
 """A run_at after this year (in UTC) is refused: Python's datetime ends with 9999,
 and a retry's backoff must still be writable after it."""
@@ -47,6 +44,8 @@ class JobRequest:
 
 def prepare(request: JobRequest, task: Task[Any, Any], max_payload_bytes: int) -> NewJob:
     """Validate a request against its task; returns the row to insert."""
+    if type(request.args) is not tuple or type(request.kwargs) is not dict:  # made by hand
+        arguments_of(task.name, request.args, request.kwargs)
     task.check_arguments(request.args, request.kwargs)
     if request.delay is not None and request.run_at is not None:
         raise InvalidJobError(f"enqueue of {task.name!r}: give either delay= or run_at=, not both")
@@ -72,6 +71,23 @@ def prepare(request: JobRequest, task: Task[Any, Any], max_payload_bytes: int) -
         else _validate_unique_for(request.unique_for, task.name),
         options.stuck_after,
     )
+
+
+def arguments_of(task: str, args: Any, kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """`args=` and `kwargs=` of `app.enqueue` (or of a JobRequest made by hand),
+    as a request holds them; ArgumentsError when they have the wrong shape."""
+    if isinstance(args, str | bytes | bytearray | Mapping) or not isinstance(args, Iterable):
+        hint = " (keyword arguments go in kwargs=)" if isinstance(args, Mapping) else ""
+        raise ArgumentsError(
+            f"enqueue of {task!r}: args= takes a list or tuple of the positional arguments "
+            f"(args=[42] for one), got {type(args).__name__} {args!r:.40}{hint}"
+        )
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise ArgumentsError(
+            f"enqueue of {task!r}: kwargs= takes a dict of the keyword arguments by name, "
+            f"got {type(kwargs).__name__} {kwargs!r:.40}"
+        )
+    return tuple(args), dict(kwargs or {})
 
 
 class PreparedOnRead(Sequence[NewJob]):
@@ -156,27 +172,28 @@ def validate_key(key: Any) -> str | None:
             f"key {key!r} starts with {RESERVED_KEY_PREFIX!r}, which due keeps for its own "
             "jobs (a parent's completion job); choose another prefix"
         )
+    if not key.isascii() or "\x00" in key:  # most keys, checked without a call
+        problem = unstorable(key)  # SQLite kept a NUL, PostgreSQL refused it
+        if problem is not None:
+            raise InvalidJobError(f"key {key!r} holds {problem}")
     return key
 
 
 def _validate_delay(delay: DurationLike | None, task: str) -> float:
-    if delay is None:
-        return 0.0
-    try:
-        seconds = to_seconds(delay, what=f"enqueue of {task!r}: delay")
-    except ConfigurationError as error:
-        raise InvalidJobError(str(error)) from None
-    if seconds > MAX_DELAY_SECONDS:
-        raise InvalidJobError(
-            f"enqueue of {task!r}: delay={delay!r} is more than 100 years; "
-            "give the delay in seconds (or as '90d'), or a run_at"
-        )
-    return seconds
+    """A job due more than a century ahead (durations.MAX_SECONDS) is a mistake
+    in the delay; past the year 9999 it could not even be read back."""
+    return 0.0 if delay is None else _seconds(delay, f"enqueue of {task!r}: delay")
 
 
 def _validate_unique_for(unique_for: DurationLike, task: str) -> float:
+    """Bounded like the delay: the end of the key's window (its job's end plus
+    this) is computed by every enqueue with the key and by every prune."""
+    return _seconds(unique_for, f"enqueue of {task!r}: unique_for")
+
+
+def _seconds(value: DurationLike, what: str) -> float:
     try:
-        return to_seconds(unique_for, what=f"enqueue of {task!r}: unique_for")
+        return to_seconds(value, what=what)
     except ConfigurationError as error:
         raise InvalidJobError(str(error)) from None
 

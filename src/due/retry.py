@@ -14,6 +14,8 @@ from due.durations import DurationLike, to_seconds
 from due.errors import ConfigurationError
 
 DEFAULT_MAX_ATTEMPTS = 20
+MAX_ATTEMPTS = 1_000_000
+"""More is a mistake (and PostgreSQL's integer column ends at 2**31 - 1)."""
 DEFAULT_BACKOFF_SECONDS = 1.0
 DEFAULT_MAX_DELAY_SECONDS = 3600.0
 DEFAULT_JITTER = 0.25
@@ -35,6 +37,13 @@ class Retry:
     - `retry_on`: exception types that are retried (default: any Exception).
     - `discard_on`: exception types that fail the job at once, attempts left
       or not; checked before `retry_on`.
+
+    `max_attempts` is at most MAX_ATTEMPTS; `backoff` and `max_delay` are
+    refused beyond durations.MAX_SECONDS (100 years), like every duration. A
+    delay computed later is clamped to `max_delay` instead, never refused: the
+    doubling overtakes any cap after enough attempts, and a backoff function's
+    result is only seen once an attempt has failed, too late to refuse
+    anything without losing the job.
     """
 
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
@@ -45,9 +54,13 @@ class Retry:
     discard_on: tuple[type[BaseException], ...] = field(default=())
 
     def __post_init__(self) -> None:
-        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
+        attempts = self.max_attempts
+        if isinstance(attempts, bool) or not isinstance(attempts, int):
+            attempts = 0
+        if not 1 <= attempts <= MAX_ATTEMPTS:
             raise ConfigurationError(
-                f"Retry(max_attempts={self.max_attempts!r}): must be a whole number >= 1"
+                f"Retry(max_attempts={self.max_attempts!r}): must be a whole number "
+                f"from 1 to {MAX_ATTEMPTS:,}"
             )
         if not callable(self.backoff):
             seconds = to_seconds(self.backoff, what="Retry(backoff=...)")
@@ -60,16 +73,20 @@ class Retry:
         object.__setattr__(self, "discard_on", _exception_types(self.discard_on, "discard_on"))
 
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:
-        """Seconds to wait after failed attempt number `attempt` (1-based)."""
-        if callable(self.backoff):
-            base = to_seconds(self.backoff(attempt), what="Retry(backoff=...) result")
-        else:
-            base = float(self.backoff) * 2.0 ** (attempt - 1)  # type: ignore[arg-type]
+        """Seconds to wait after failed attempt number `attempt` (1-based), at
+        most `max_delay`."""
         cap = float(self.max_delay)  # type: ignore[arg-type]
+        if callable(self.backoff):
+            result = self.backoff(attempt)  # capped below, however long
+            base = to_seconds(result, what="Retry(backoff=...) result", bounded=False)
+        else:
+            # 2.0 ** 1024 raises OverflowError; past 2 ** 1023 every delay is the cap.
+            base = float(self.backoff) * 2.0 ** min(attempt - 1, 1023)  # type: ignore[arg-type]
         factor = 1.0
         if self.jitter:
             factor = (rng or random).uniform(1.0 - self.jitter, 1.0 + self.jitter)
-        return max(0.0, min(cap, base * factor))
+        delay = base * factor  # infinite when base is huge; NaN for infinity times 0
+        return max(0.0, delay) if delay < cap else cap
 
     def should_retry(self, error: BaseException, attempt: int, max_attempts: int) -> bool:
         """Whether a failure of `attempt` (out of `max_attempts`) is retried."""

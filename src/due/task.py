@@ -16,6 +16,7 @@ from due.core.jobs import Job
 from due.durations import DurationLike, to_seconds
 from due.errors import ArgumentsError, ConfigurationError, InvalidJobError, UnknownTaskError
 from due.long_work.context import Context
+from due.payload import unstorable
 from due.request import JobRequest, validate_priority, validate_queue
 from due.retry import Retry
 
@@ -62,6 +63,7 @@ class TaskConfig:
         stuck_after: DurationLike | None = None,
         check: Callable[[Any], str | None] | None = None,
     ) -> TaskConfig:
+        _check_name(task)
         try:
             queue = validate_queue(queue)
             priority = validate_priority(priority)
@@ -85,6 +87,13 @@ class TaskConfig:
             stuck_after=_positive(stuck_after, f"task {task!r}: stuck_after"),
             check=_check(check, task),
         )
+
+
+def _check_name(task: Any) -> None:
+    if not isinstance(task, str) or not task:
+        raise ConfigurationError(f"a task name must be a non-empty string, got {task!r}")
+    if (problem := unstorable(task)) is not None:  # SQLite kept a NUL, PostgreSQL refused it
+        raise ConfigurationError(f"task name {task!r} holds {problem}")
 
 
 def _check(
@@ -202,8 +211,30 @@ class Task(Generic[P, R]):
         except TypeError as error:
             raise ArgumentsError(
                 f"arguments do not fit task {self.name!r}{self._signature}: {error}"
+                + self._unexpected_hint(kwargs, str(error))
                 + self._options_hint(kwargs)
             ) from None
+
+    def _unexpected_hint(self, kwargs: Mapping[str, Any], error: str) -> str:
+        """Keyword names the function does not take, each with the closest one it
+        does: `bind` names only its first complaint (a missing `user_id`, not
+        the `user` given in its place)."""
+        parameters = self._signature.parameters.values()
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+            return ""
+        keywords = [p.name for p in parameters if p.kind in _BY_NAME]
+        hints = []
+        for name in kwargs:
+            if not isinstance(name, str) or name in keywords or name in ENQUEUE_OPTIONS:
+                continue
+            close = did_you_mean(name, keywords)
+            if f"unexpected keyword argument {name!r}" not in error:
+                hints.append(
+                    f"unexpected keyword argument {name!r}" + (f" ({close})" if close else "")
+                )
+            elif close:
+                hints.append(f"for {name!r}, {close}")
+        return "".join(f"; {hint}" for hint in hints)
 
     def _options_hint(self, kwargs: Mapping[str, Any]) -> str:
         misplaced = [
@@ -355,11 +386,20 @@ class Registry:
         return sorted({task.config.queue for task in self._tasks.values()})
 
 
+_BY_NAME = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
+def did_you_mean(name: str, known: Sequence[str]) -> str:
+    """`did you mean 'x'?` for the closest of `known` to a misspelt `name`, or ""."""
+    close = difflib.get_close_matches(name, known, n=1)
+    return f"did you mean {close[0]!r}?" if close else ""
+
+
 def _unknown_task_message(name: str, known: list[str]) -> str:
     message = f"no task named {name!r} is registered"
-    close = difflib.get_close_matches(name, known, n=1)
+    close = did_you_mean(name, known)
     if close:
-        return f"{message}; did you mean {close[0]!r}?"
+        return f"{message}; {close}"
     if not known:
         return f"{message} (this app has no tasks yet: decorate functions with @app.task)"
     return f"{message}; known tasks: {', '.join(sorted(known)[:10])}"

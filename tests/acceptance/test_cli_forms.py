@@ -175,3 +175,47 @@ def test_pausing_a_queue_nothing_uses_is_refused_unless_forced(
     assert "queue later is resumed" in run_due(backend_url, "resume", "later")
     with due.App(backend_url) as app:
         assert {q.name: q.paused for q in app.queues()} == {"emails": True, "later": False}
+
+
+def test_an_app_not_on_the_path_says_where_python_looked_and_how_to_point_it(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """It said only `No module named 'myapp'`."""
+    write_app(tmp_path, sqlite_url)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    refused = run_due_in(elsewhere, "--app", "myapp:app", "jobs", expect=1)
+    assert "no module named 'myapp' in the current directory" in refused
+    assert f"({elsewhere})" in refused and "PYTHONPATH=not set; sys.path starts" in refused
+    assert "run due from the directory that holds myapp.py, or set PYTHONPATH" in refused
+    assert "Traceback" not in refused
+    found = run_due_in(
+        elsewhere, "--app", "myapp:app", "migrate", env={"PYTHONPATH": str(tmp_path)}
+    )
+    assert "applied migrations" in found
+    (tmp_path / "brokenapp.py").write_text("import no_such_dependency\n")
+    broken = run_due_in(tmp_path, "--app", "brokenapp:app", "jobs", expect=1)
+    assert "'brokenapp' was found, but importing it failed: " in broken
+    assert "No module named 'no_such_dependency'" in broken
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["show", str(2**70)],
+        ["cancel", str(2**70)],
+        ["retry", str(2**63)],
+        ["jobs", "--limit", "-1"],
+        ["workers", "--limit", "-1"],
+        ["schedule", "runs", "nightly", "--limit", "-1"],
+    ],
+)
+def test_ids_and_limits_out_of_range_get_one_clear_line_on_both(
+    backend_url: str, command: list[str]
+) -> None:
+    """An id past 64 bits was an OverflowError on SQLite; a negative limit listed
+    every job there and was a refused statement on PostgreSQL."""
+    run_due(backend_url, "migrate")
+    refused = run_due(backend_url, *command, expect=1)
+    assert refused.startswith("error: ") and "Traceback" not in refused
+    assert "no job with id" in refused or "limit=-1 is negative" in refused

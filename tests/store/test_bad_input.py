@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -248,3 +249,157 @@ def test_bad_task_definitions() -> None:
 
         @app.task(name="dup")
         def two() -> None: ...
+
+
+# --- bad input that escaped as a raw exception (issue 35) ------------------------
+
+SURROGATE = b"caf\xe9".decode("utf-8", "surrogateescape")  # how Python decodes argv
+
+
+def nested(depth: int) -> list[Any]:
+    outer: list[Any] = []
+    inner = outer
+    for _ in range(depth):
+        inner.append([])
+        inner = inner[0]
+    return outer
+
+
+def test_a_lone_surrogate_in_the_arguments_or_the_key_is_refused_and_named(
+    app: due.App, send: due.Task
+) -> None:
+    """It passed the checks, then the driver raised UnicodeEncodeError."""
+    surrogate = "lone surrogate.*decode such bytes"
+    rejected(app, lambda: send.enqueue(SURROGATE), due.PayloadError, f"argument 0 .*{surrogate}")
+    rejected(
+        app,
+        lambda: send.enqueue(1, template={"names": ["ok", SURROGATE]}),
+        due.PayloadError,
+        f"argument 'template' of task 'emails.send_reset' holds a {surrogate}",
+    )
+    rejected(
+        app,
+        lambda: app.enqueue_many([send.request(n) for n in range(500)] + [send.request(SURROGATE)]),
+        due.PayloadError,
+        "argument 0",
+    )
+    rejected(
+        app,
+        lambda: asyncio.run(send.aenqueue(1, template=SURROGATE)),
+        due.PayloadError,
+        "argument 'template'",
+    )
+    rejected(
+        app,
+        lambda: send.options(key=f"report:{SURROGATE}").enqueue(1),
+        due.InvalidJobError,
+        f"key 'report:caf\\\\udce9' holds a {surrogate}",
+    )
+    assert send.enqueue(1, template="café ✓").kwargs == {"template": "café ✓"}  # real unicode
+
+
+def test_a_keyword_name_with_a_lone_surrogate_is_refused(app: due.App) -> None:
+    @app.task(name="anything")
+    def anything(**options: Any) -> None: ...
+
+    rejected(app, lambda: anything.enqueue(**{SURROGATE: 1}), due.PayloadError, "keyword name 'caf")
+
+
+def test_arguments_nested_too_deeply_are_refused_and_named(app: due.App, send: due.Task) -> None:
+    """A RecursionError before."""
+    rejected(app, lambda: send.enqueue(nested(5000)), due.PayloadError, "argument 0 .*too deeply")
+    rejected(
+        app,
+        lambda: send.enqueue(1, template={"a": nested(5000)}),
+        due.PayloadError,
+        "argument 'template' of task 'emails.send_reset' is nested too deeply.*flatten",
+    )
+    assert send.enqueue(nested(100)).args == (nested(100),)
+
+
+def test_a_nul_in_a_key_a_schedule_name_or_a_task_name_is_refused_on_both(
+    app: due.App, send: due.Task
+) -> None:
+    """SQLite stored them, PostgreSQL raised a StoreError."""
+    rejected(app, lambda: send.options(key="a\x00b").enqueue(1), due.InvalidJobError, "NUL")
+    for define in (app.add_schedule, app.schedule):
+        with pytest.raises(due.ConfigurationError, match=r"schedule name 'a\\x00b' holds a NUL"):
+            define("a\x00b", every="1h", task=send, args=[1])
+        with pytest.raises(due.ConfigurationError, match=r"schedule name .* lone surrogate"):
+            define(SURROGATE, every="1h", task=send, args=[1])
+    for name in ("a\x00b", SURROGATE):
+        with pytest.raises(due.ConfigurationError, match=r"task name .* holds a"):
+            app.task(name=name)(lambda: None)
+    assert app.schedules() == [] and app.jobs(key="a\x00b") == [] == app.jobs(task=SURROGATE)
+
+
+@pytest.mark.parametrize("job_id", [2**70, -(2**70), 2**63, 0])
+def test_a_job_id_no_job_can_have_is_not_found_on_both(
+    app: due.App, send: due.Task, job_id: int
+) -> None:
+    """SQLite raised OverflowError past 64 bits."""
+    send.enqueue(1)
+    for call in (app.get, app.cancel, app.retry, app.pause_group, lambda i: app.wait(i, timeout=1)):
+        with pytest.raises(due.JobNotFoundError, match=f"no job with id {job_id}"):
+            call(job_id)
+    assert app.jobs(parent=job_id) == [] and app.history(job=job_id) == []
+    assert len(app.jobs(before=job_id)) == (1 if job_id > 0 else 0)
+
+
+def test_a_job_id_that_is_not_a_whole_number_is_refused(app: due.App) -> None:
+    for bad in ("abc", 1.5, True, None):
+        with pytest.raises(due.ConfigurationError, match="a job id must be a whole number"):
+            app.get(bad)  # type: ignore[arg-type]
+    with pytest.raises(due.JobNotFoundError, match="no job with id 12"):
+        app.get("12")  # type: ignore[arg-type] # from a form or a command line: still read
+
+
+def test_a_negative_or_broken_limit_is_refused_on_both(app: due.App, send: due.Task) -> None:
+    """A negative limit listed every job on SQLite; PostgreSQL refused the statement."""
+    send.enqueue(1)
+    for bad, words in ((-1, "limit=-1 is negative"), (1.5, "whole number"), ("x", "whole number")):
+        for lister in (app.jobs, app.history, functools.partial(app.schedule_runs, "nightly")):
+            with pytest.raises(due.ConfigurationError, match=words):
+                lister(limit=bad)
+    assert len(app.jobs(limit=2**70)) == 1 and app.jobs(limit=0) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "words"),
+    [
+        (42, None, "args= takes a list or tuple.*got int 42"),
+        ("abc", None, "args= takes a list or tuple.*got str 'abc'"),
+        ({"user_id": 1}, None, r"got dict .*keyword arguments go in kwargs="),
+        ([1], 42, "kwargs= takes a dict.*got int 42"),
+        ([1], [("template", "x")], "kwargs= takes a dict"),
+        ([1], {1: "x"}, "keywords must be strings"),
+    ],
+)
+def test_args_and_kwargs_of_the_wrong_shape_are_refused(
+    app: due.App, send: due.Task, args: Any, kwargs: Any, words: str
+) -> None:
+    """A bare `TypeError: 'int' object is not iterable` before."""
+    rejected(
+        app, lambda: app.enqueue(send.name, args=args, kwargs=kwargs), due.ArgumentsError, words
+    )
+    request = due.JobRequest(send.name, args=args, kwargs=kwargs)
+    rejected(app, lambda: app.enqueue_many([request]), due.ArgumentsError, words)
+
+
+def test_a_misspelt_keyword_is_named_with_the_closest_parameter(
+    app: due.App, send: due.Task
+) -> None:
+    """Only the missing `user_id` was named, not the `user` given in its place."""
+    rejected(
+        app,
+        lambda: send.enqueue(user=42),
+        due.ArgumentsError,
+        r"missing a required argument: 'user_id'; unexpected keyword argument 'user' "
+        r"\(did you mean 'user_id'\?\)",
+    )
+    rejected(
+        app,
+        lambda: send.enqueue(1, tempalte="x"),
+        due.ArgumentsError,
+        "unexpected keyword argument 'tempalte'; for 'tempalte', did you mean 'template'",
+    )

@@ -2,7 +2,7 @@ from datetime import timedelta
 
 import pytest
 
-from due.durations import describe, to_seconds
+from due.durations import MAX_SECONDS, describe, to_seconds
 from due.errors import ConfigurationError
 
 
@@ -54,6 +54,18 @@ def test_a_negative_duration_gets_one_message_whatever_its_type(negative: object
 def test_an_infinite_duration_is_refused(infinite: object) -> None:
     with pytest.raises(ConfigurationError, match="timeout"):
         to_seconds(infinite, what="timeout")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "overlong", [MAX_SECONDS + 1, 1e13, "36601d", timedelta(days=36_601), timedelta.max]
+)
+def test_a_duration_past_a_century_is_refused_naming_the_setting_and_the_maximum(
+    overlong: object,
+) -> None:
+    assert to_seconds(MAX_SECONDS) == to_seconds("36600d") == MAX_SECONDS
+    with pytest.raises(ConfigurationError, match=r"^lease of .* is more than 100 years, the long"):
+        to_seconds(overlong, what="lease")  # type: ignore[arg-type]
+    assert to_seconds(overlong, bounded=False) > MAX_SECONDS  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

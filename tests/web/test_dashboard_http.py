@@ -365,8 +365,14 @@ def test_odd_input_gets_an_answer_not_an_error(app: due.App, work: due.Task) -> 
         odd = {"authorization": "Basic \u00e9t\u00e9".encode("latin-1")}
         assert client.get("/", headers=odd).status_code == 401
     with TestClient(app.dashboard()) as client:
-        for path in ("/jobs?q=\u00b2", "/jobs?before=\u00b2", "/jobs?q=" + "9" * 30):
+        for path in (
+            "/jobs?q=\u00b2",
+            "/jobs?before=\u00b2",
+            "/jobs?q=" + "9" * 30,
+            "/jobs?q=a%00",
+        ):
             assert client.get(path).status_code == 200, path
+        assert client.get(f"/jobs/{2**70}").status_code == 404  # past 64 bits: no such job
 
 
 def test_a_taken_port_is_an_error_and_never_announced_as_listening(

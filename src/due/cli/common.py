@@ -22,6 +22,7 @@ from rich.text import Text
 from due.app import App
 from due.cli.output import errors
 from due.errors import ConfigurationError, DueError
+from due.redaction import redact_url
 
 F = TypeVar("F", bound=Callable[..., Any])
 APP_HELP = "Your app, as module:attribute (or $DUE_APP)."
@@ -38,9 +39,7 @@ def load_app(spec: str) -> App:
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
-        raise ConfigurationError(
-            f"--app {spec!r}: cannot import {module_name!r}: {error}"
-        ) from None
+        raise ConfigurationError(_not_imported(spec, module_name, error)) from None
     if not hasattr(module, attribute):
         raise ConfigurationError(f"--app {spec!r}: {module_name} has no attribute {attribute!r}")
     app = getattr(module, attribute)
@@ -50,6 +49,29 @@ def load_app(spec: str) -> App:
             "not a due.App"
         )
     return app
+
+
+def _not_imported(spec: str, module_name: str, error: ImportError) -> str:
+    """Why `--app` could not be imported: the app's module is not on the path
+    (say where Python looked, and how to point it there), or something the
+    module imports is missing."""
+    missing = getattr(error, "name", None)
+    if not isinstance(error, ModuleNotFoundError) or missing is None:
+        return f"--app {spec!r}: cannot import {module_name!r}: {error}"
+    if not module_name.startswith(missing) or module_name[len(missing) :][:1] not in ("", "."):
+        return (
+            f"--app {spec!r}: {module_name!r} was found, but importing it failed: {error} "
+            "(install what it imports, in the environment due runs in)"
+        )
+    looked = ", ".join(path or "''" for path in sys.path[:3])
+    environment = os.environ.get("PYTHONPATH")
+    return (
+        f"--app {spec!r}: no module named {missing!r} in the current directory "
+        f"({os.getcwd()}) or on Python's path (PYTHONPATH="
+        f"{environment if environment else 'not set'}; sys.path starts {looked}, ...); "
+        f"run due from the directory that holds {missing.replace('.', '/')}.py, or set "
+        "PYTHONPATH to it (PYTHONPATH=/path/to/project due ...)"
+    )
 
 
 class Settings:
@@ -84,8 +106,9 @@ class Settings:
                 self._app = load_app(self.app_spec)
                 if self.url and self.url != self._app.url:
                     raise ConfigurationError(
-                        f"--app {self.app_spec} uses database {self._app.url!r} but --url "
-                        f"(or DUE_DATABASE_URL) says {self.url!r}; give one"
+                        f"--app {self.app_spec} uses database {redact_url(self._app.url)!r} "
+                        f"but --url (or DUE_DATABASE_URL) says {redact_url(self.url)!r}; "
+                        "give one"
                     )
         return self._app
 

@@ -14,6 +14,8 @@ from due.cli.jobs import JSON_HELP
 from due.cli.main import main
 from due.cli.output import Column, console, fitted_table, print_json, time_text
 from due.errors import ConfigurationError
+from due.lookups import list_limit
+from due.redaction import redact_url
 from due.worker.event_loop import DEFAULT_LOOP, LOOPS
 from due.worker.settings import DEFAULT_CONCURRENCY, WorkerSettings
 
@@ -189,7 +191,7 @@ def worker(
         max_lost_leases=max_lost_leases,
         **_retentions(retention, retention_succeeded, retention_failed),
         scheduler=scheduler,
-        leader_url=leader_url,
+        leader_url=_leader_url(leader_url),
         leader_ttl=leader_ttl,
         event_loop=event_loop,
     )
@@ -220,11 +222,25 @@ def scheduler(
         {},
         **_retentions(retention, retention_succeeded, retention_failed),
         scheduler=True,
-        leader_url=leader_url,
+        leader_url=_leader_url(leader_url),
         leader_ttl=leader_ttl,
         event_loop=event_loop,
     )
     sys.exit(run_worker(app, scheduler_settings))
+
+
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def _leader_url(url: str | None) -> str | None:
+    """Checked here, where it is typed: Redis's own refusal came as a traceback
+    at the worker's start."""
+    if url is not None and not url.startswith(REDIS_SCHEMES):
+        raise ConfigurationError(
+            f"--leader-url {redact_url(url)!r} is not a Redis URL: give "
+            "redis://[:password@]host[:port][/db], rediss://... (TLS) or unix://path"
+        )
+    return url
 
 
 def _child_command() -> list[str]:
@@ -280,7 +296,7 @@ def workers(settings: Settings, limit: int, as_json: bool) -> None:
     """List worker processes, newest first: where, what they serve, when they last
     reported (one silent for 3 leases is gone)."""
     store = settings.app.store
-    listed = store.worker_list(limit)
+    listed = store.worker_list(list_limit(limit, "--limit"))
     running = store.worker_running_counts()
     if as_json:
         print_json({"workers": [worker_document(info, running.get(info.id, 0)) for info in listed]})

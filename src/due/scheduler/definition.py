@@ -19,7 +19,7 @@ from due.core.schedules import (
 from due.core.timing import Timing, check_cron, check_interval, zone
 from due.durations import DurationLike, to_seconds
 from due.errors import ConfigurationError
-from due.payload import DEFAULT_MAX_PAYLOAD_BYTES, encode_arguments
+from due.payload import DEFAULT_MAX_PAYLOAD_BYTES, encode_arguments, unstorable
 
 
 def define_schedule(
@@ -52,6 +52,8 @@ def define_schedule(
             f"schedule name must be a non-empty string of at most {MAX_SCHEDULE_NAME} "
             f"characters, got {name!r}"
         )
+    if (problem := unstorable(name)) is not None:  # SQLite kept a NUL, PostgreSQL refused it
+        raise ConfigurationError(f"schedule name {name!r} holds {problem}")
     if (cron is None) == (every is None):
         raise ConfigurationError(
             f"schedule {name!r}: give exactly one of cron=... (e.g. '0 2 * * *') "

@@ -6,6 +6,7 @@ from typing import Any
 
 from due.clock import Clock
 from due.errors import ConfigurationError
+from due.redaction import redact_url
 from due.store.store import Store
 
 SQLITE_PREFIX = "sqlite:///"
@@ -23,7 +24,8 @@ def open_store(url: str, clock: Clock, **options: Any) -> Store:
         from due.store.postgres.backend import PostgresBackend
 
         return Store(PostgresBackend(url, clock, **options))
-    scheme = url.split(":", 1)[0] if ":" in url else url
+    shown = redact_url(url)  # a libpq key=value string has no scheme, and may hold a password
+    scheme = shown.split("://", 1)[0] if "://" in shown else shown
     raise ConfigurationError(
         f"unsupported database URL scheme {scheme!r}: use sqlite:///path/to.db "
         "(embedded, one host) or postgresql://user@host/dbname (many hosts)"

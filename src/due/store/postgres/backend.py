@@ -855,6 +855,8 @@ def returns_rows(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
 
 
 def redact(url: str) -> str:
+    """The database a message is about, as `dbname on host:port`: never its user
+    or password (a whole URL is shown through due.redaction.redact_url)."""
     try:
         info = psycopg.conninfo.conninfo_to_dict(url)
     except psycopg.ProgrammingError:

@@ -23,6 +23,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import psycopg
 
 from due.errors import ConfigurationError
+from due.redaction import redact_url
 
 POOLER_PARAMETER = "due_pooler"
 LISTEN_URL_PARAMETER = "due_listen_url"
@@ -88,7 +89,8 @@ class PoolerSettings:
             )
         if listen is not None and not listen.startswith(("postgresql://", "postgres://")):
             raise ConfigurationError(
-                f"listen_url must be a postgresql:// URL to PostgreSQL itself, got {listen!r}"
+                "listen_url must be a postgresql:// URL to PostgreSQL itself, "
+                f"got {redact_url(listen)!r}"
             )
         clean = url if not own else urlunsplit(parts._replace(query="&".join(rest)))
         return cls(clean, transaction, listen)

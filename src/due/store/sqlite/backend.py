@@ -37,6 +37,7 @@ from typing import Any
 
 from due.clock import Clock, SystemClock
 from due.errors import ConfigurationError, NotMigratedError, StoreError, StoreUnavailableError
+from due.redaction import redact_url
 from due.store.all_or_none import SAVEPOINT, AllOrNone, kept_all_or_none
 from due.store.backend import (
     Batch,
@@ -88,7 +89,7 @@ def path_from_url(url: str) -> str:
     """`sqlite:///relative.db` or `sqlite:////absolute/path.db` → a file path."""
     if not url.startswith("sqlite:///"):
         raise ConfigurationError(
-            f"SQLite URL {url!r} must look like sqlite:///relative/path.db "
+            f"SQLite URL {redact_url(url)!r} must look like sqlite:///relative/path.db "
             "or sqlite:////absolute/path.db"
         )
     path = url[len("sqlite:///") :].split("?", 1)[0]
