@@ -524,7 +524,16 @@ class App:
             cron, every, tz, misfire, overlap, catch_up_limit, misfire_grace, alert_after
         )
         schedule = define_for_app(
-            self.tasks, name, timing, task, args, kwargs, queue, priority, enabled
+            self.tasks,
+            name,
+            timing,
+            task,
+            args,
+            kwargs,
+            queue,
+            priority,
+            enabled,
+            now=self.clock.wall(),
         )
         return self._schedules.define(schedule)
 
@@ -550,7 +559,9 @@ class App:
         timing = ScheduleTiming(
             cron, every, tz, misfire, overlap, catch_up_limit, misfire_grace, alert_after
         )
-        schedule = define_for_app(self.tasks, name, timing, task, args, kwargs, queue, priority)
+        schedule = define_for_app(
+            self.tasks, name, timing, task, args, kwargs, queue, priority, now=self.clock.wall()
+        )
         return self._schedules.add(schedule)
 
     @property

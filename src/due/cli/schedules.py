@@ -17,7 +17,7 @@ from due.cli.documents import (
 from due.cli.jobs import JSON_HELP
 from due.cli.main import main
 from due.cli.output import Column, console, fitted_table, print_json, seconds_text, time_text
-from due.core.schedules import DEFAULT_MISFIRE, DEFAULT_OVERLAP, Misfire, Overlap
+from due.core.schedules import DEFAULT_MISFIRE, DEFAULT_OVERLAP, Misfire, Overlap, schedule_problem
 from due.errors import ConfigurationError
 from due.visibility.schedule_health import NOT_RECORDED
 
@@ -57,6 +57,10 @@ EXPECTED_COLUMNS = [
 def schedules(settings: Settings, as_json: bool) -> None:
     """Every schedule: when it runs next, how its last run went, what was skipped or missed."""
     overviews = settings.app.schedules()
+    now = settings.app.store.now()
+    for overview in overviews:  # found by no scheduler yet: said all the same
+        stored = overview.stored
+        stored.problem = stored.problem or schedule_problem(stored.schedule, now)
     if as_json:
         print_json({"schedules": [schedule_document(overview) for overview in overviews]})
         return
@@ -64,6 +68,8 @@ def schedules(settings: Settings, as_json: bool) -> None:
     for overview in overviews:
         stored = overview.stored
         state = "paused" if stored.paused else ("enabled" if stored.enabled else "disabled")
+        if stored.enabled and stored.problem:
+            state = "cannot fire"
         rows.append(
             [
                 stored.name,

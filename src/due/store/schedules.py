@@ -4,7 +4,9 @@ Materialising a schedule is one transaction: check the caller still holds the
 leader lease, lock the schedule row, plan every due time, record each one in
 due_schedule_runs (primary key (schedule, scheduled_for): a second scheduler
 inserts nothing), insert the jobs of the runs to start, and move the next fire
-time, all or nothing.
+time, all or nothing. A schedule whose plan says it cannot fire is marked
+with the problem instead (and no longer listed as due) until its definition
+is written again.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ from typing import Any
 
 from due.core.schedules import (
     Decide,
+    Firing,
     LeaseFence,
     Materialised,
     Outcome,
     Overlap,
+    Plan,
     Schedule,
     ScheduleOverview,
     ScheduleRun,
@@ -139,34 +143,46 @@ def materialize(
             return Materialised(name, [], stored.next_fire_at)
         activity = tx.run("schedule_activity", {"name": name})[0]
         plan = decide(stored, now, bool(activity["active"]), bool(activity["pending"]))
-        if plan.cancel_active:
-            # A run with pieces takes them with it; a waiting one ends now.
-            cancelled = tx.run("cancel_schedule_runs", {"name": name, "now": now})
-            count_endings(tx, cancelled)
-            settle(tx, cancelled)
-        if plan.of(Outcome.PENDING) and stored.schedule.overlap == Overlap.REPLACE:
-            tx.run("supersede_pending", {"name": name})
-        recorded = []
-        for firing in plan.firings:
-            run = {
-                "name": name,
-                "scheduled_for": firing.scheduled_for,
-                "outcome": firing.outcome.value,
-                "reason": firing.reason,
-                "now": now,
-            }
-            if not tx.run("insert_schedule_run", run):
-                continue  # recorded already: by another scheduler, or an earlier plan
-            job_id = None
-            if firing.outcome == Outcome.ENQUEUED:
-                moment = firing.scheduled_for
-                job_id = _start_run(tx, stored, moment, moment, firing.reason, now)
-            recorded.append((firing, job_id))
-        missed = sum(1 for firing, _ in recorded if firing.outcome == Outcome.MISSED)
-        if missed:
-            tx.run("count_missed", {"name": name, "missed": missed})
+        if plan.problem is not None:  # not fired until its definition is written again
+            tx.run("set_schedule_problem", {"name": name, "problem": plan.problem})
+            return Materialised(name, [], None, problem=plan.problem)
+        recorded = _record(tx, stored, plan, now)
         tx.run("set_next_fire", {"name": name, "next_fire_at": plan.next_fire_at})
     return Materialised(name, recorded, plan.next_fire_at)
+
+
+def _record(
+    tx: Transaction, stored: StoredSchedule, plan: Plan, now: datetime
+) -> list[tuple[Firing, int | None]]:
+    """Apply a plan: each new firing recorded, and its job inserted if it starts."""
+    name = stored.name
+    if plan.cancel_active:
+        # A run with pieces takes them with it; a waiting one ends now.
+        cancelled = tx.run("cancel_schedule_runs", {"name": name, "now": now})
+        count_endings(tx, cancelled)
+        settle(tx, cancelled)
+    if plan.of(Outcome.PENDING) and stored.schedule.overlap == Overlap.REPLACE:
+        tx.run("supersede_pending", {"name": name})
+    recorded: list[tuple[Firing, int | None]] = []
+    for firing in plan.firings:
+        run = {
+            "name": name,
+            "scheduled_for": firing.scheduled_for,
+            "outcome": firing.outcome.value,
+            "reason": firing.reason,
+            "now": now,
+        }
+        if not tx.run("insert_schedule_run", run):
+            continue  # recorded already: by another scheduler, or an earlier plan
+        job_id = None
+        if firing.outcome == Outcome.ENQUEUED:
+            moment = firing.scheduled_for
+            job_id = _start_run(tx, stored, moment, moment, firing.reason, now)
+        recorded.append((firing, job_id))
+    missed = sum(1 for firing, _ in recorded if firing.outcome == Outcome.MISSED)
+    if missed:
+        tx.run("count_missed", {"name": name, "missed": missed})
+    return recorded
 
 
 def with_pending_runs(db: Backend) -> list[str]:
@@ -272,18 +288,26 @@ def not_running_reason(row: Mapping[str, Any] | None) -> str | None:
         return "the schedule is disabled"
     if row["paused"]:
         return "the schedule is paused"
+    if row.get("problem"):
+        return f"the schedule cannot fire: {row['problem']}"
     return None
 
 
 def plan_sync(schedules: Sequence[Schedule], stored: Sequence[StoredSchedule]) -> SyncReport:
-    """Add new schedules, update changed ones, disable code schedules gone from the code."""
+    """Add new schedules, update changed ones (or those marked as unable to fire:
+    the code's definition, checked when it was made, is written again), disable
+    code schedules gone from the code."""
     known = {row.name: row for row in stored}
     report = SyncReport()
     for schedule in schedules:
         row = known.get(schedule.name)
         if row is None:
             report.to_add.append(schedule)
-        elif row.fingerprint != schedule.fingerprint or row.enabled != schedule.enabled:
+        elif (
+            row.fingerprint != schedule.fingerprint
+            or row.enabled != schedule.enabled
+            or row.problem is not None  # written again from the code: tried again
+        ):
             report.to_change.append(schedule)
     defined = {schedule.name for schedule in schedules}
     report.disabled = [
