@@ -177,6 +177,7 @@ def test_schedules_from_the_command_line(tmp_path: Path, sqlite_url: str) -> Non
     assert "'0 0 30 2 *' never fires" in never and "Traceback" not in never
     ages = due_cli("schedule", "add", "x", "--task", "report", "--every", "1000000000000", expect=1)
     assert "more than 10 years" in ages and "Traceback" not in ages
+    assert "nothing to prune" in due_cli("schedule", "prune")
     missing = due_cli("schedule", "pause", "nope", expect=1)
     assert "no schedule named 'nope'" in missing
 

@@ -1,4 +1,4 @@
-"""`due schedules` and `due schedule add|pause|resume|trigger|remove|runs`."""
+"""`due schedules` and `due schedule add|pause|resume|trigger|remove|prune|runs`."""
 
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ def schedules(settings: Settings, as_json: bool) -> None:
 
 @main.group()
 def schedule() -> None:
-    """Schedules at run time: add, pause, resume, trigger, remove, runs."""
+    """Schedules at run time: add, pause, resume, trigger, remove, prune, runs."""
 
 
 @schedule.command("list")
@@ -190,6 +190,20 @@ def remove(settings: Settings, name: str) -> None:
     """Delete a schedule added at run time (its history stays)."""
     settings.app.remove_schedule(name)
     console.print(f"schedule {name!r} removed")
+
+
+@schedule.command("prune")
+@click.pass_obj
+@reports_errors
+def prune(settings: Settings) -> None:
+    """Disable the schedules stored as defined in code that the app (--app) no longer
+    defines; their history stays. Run it once every worker runs that code: a worker
+    starting never disables one (during a rolling deploy it may be newer code's)."""
+    pruned = settings.require_app("due schedule prune").prune_schedules()
+    if not pruned:
+        console.print("nothing to prune: every enabled code schedule is defined in the app")
+    for name in pruned:
+        console.print(f"schedule {name!r} disabled (no longer defined in the code)")
 
 
 @schedule.command("runs")

@@ -299,11 +299,19 @@ class Materialised:
 
 @dataclass
 class SyncReport:
-    """Code-defined schedules compared with the database."""
+    """Code-defined schedules compared with the database.
+
+    A sync adds and changes; it never disables. A schedule gone from this
+    code may be one that newer code, started elsewhere during a rolling
+    deploy, defines: `not_in_code` names them, and `prune` disables them when
+    asked (scheduler/catalog.py says why)."""
 
     to_add: list[Schedule] = field(default_factory=list)
     to_change: list[Schedule] = field(default_factory=list)
-    disabled: list[str] = field(default_factory=list)
+    not_in_code: list[str] = field(default_factory=list)
+    """Enabled schedules stored as defined in code that this code does not define."""
+    settled: list[Materialised] = field(default_factory=list)
+    """Times already due under a definition this sync replaced, settled under it."""
 
     @property
     def added(self) -> list[str]:

@@ -7,6 +7,10 @@ inserts nothing), insert the jobs of the runs to start, and move the next fire
 time, all or nothing. A schedule whose plan says it cannot fire is marked
 with the problem instead (and no longer listed as due) until its definition
 is written again.
+
+A sync, or a prune, that replaces or disables a definition first settles the
+times already due under it, the same way, in the same transaction: no time
+due under the old definition vanishes with it (scheduler/catalog.py).
 """
 
 from __future__ import annotations
@@ -36,8 +40,8 @@ from due.store.settling import settle
 from due.store.stats import count_endings
 
 
-def sync(db: Backend, schedules: Sequence[Schedule]) -> SyncReport:
-    """Add, change, and disable code-defined schedules to match `schedules`."""
+def sync(db: Backend, schedules: Sequence[Schedule], decide: Decide) -> SyncReport:
+    """Add and change code-defined schedules to match `schedules` (never disable)."""
     with db.transaction() as tx:
         if tx.locks_rows:
             tx.run("lock_schedule_sync")  # one sync at a time (SQLite: one writer anyway)
@@ -47,10 +51,25 @@ def sync(db: Backend, schedules: Sequence[Schedule]) -> SyncReport:
         for schedule in report.to_add:
             tx.run("insert_schedule", definition_params(schedule, "code", now))
         for schedule in report.to_change:
+            settled = _settle(tx, schedule.name, decide, now)
+            if settled is not None:
+                report.settled.append(settled)
             tx.run("update_schedule", definition_params(schedule, "code", now))
-        for name in report.disabled:
-            tx.run("disable_schedule", {"name": name, "now": now})
     return report
+
+
+def prune(db: Backend, defined: Sequence[str], decide: Decide) -> list[str]:
+    """Disable the code schedules not in `defined`, their due times settled first."""
+    with db.transaction() as tx:
+        if tx.locks_rows:
+            tx.run("lock_schedule_sync")
+        now = tx.instant()
+        stored = [stored_schedule(row) for row in tx.run("list_schedule_rows")]
+        gone = not_in_code(defined, stored)
+        for name in gone:
+            _settle(tx, name, decide, now)
+            tx.run("disable_schedule", {"name": name, "now": now})
+    return gone
 
 
 def add(db: Backend, schedule: Schedule) -> None:
@@ -149,6 +168,21 @@ def materialize(
         recorded = _record(tx, stored, plan, now)
         tx.run("set_next_fire", {"name": name, "next_fire_at": plan.next_fire_at})
     return Materialised(name, recorded, plan.next_fire_at)
+
+
+def _settle(tx: Transaction, name: str, decide: Decide, now: datetime) -> Materialised | None:
+    """Before a definition is replaced or disabled: its times already due, under it."""
+    rows = tx.run("lock_schedule", {"name": name})
+    if not rows or not rows[0]["enabled"]:
+        return None  # a disabled schedule has no due times
+    stored = stored_schedule(rows[0])
+    if stored.next_fire_at > now or stored.problem is not None:
+        return None  # nothing due, or nothing that can be planned
+    activity = tx.run("schedule_activity", {"name": name})[0]
+    plan = decide(stored, now, bool(activity["active"]), bool(activity["pending"]))
+    if plan.problem is not None:
+        return None
+    return Materialised(name, _record(tx, stored, plan, now), plan.next_fire_at)
 
 
 def _record(
@@ -294,9 +328,10 @@ def not_running_reason(row: Mapping[str, Any] | None) -> str | None:
 
 
 def plan_sync(schedules: Sequence[Schedule], stored: Sequence[StoredSchedule]) -> SyncReport:
-    """Add new schedules, update changed ones (or those marked as unable to fire:
-    the code's definition, checked when it was made, is written again), disable
-    code schedules gone from the code."""
+    """Add new schedules, change those whose definition differs (or that were
+    marked as unable to fire: the code's definition, checked when it was made,
+    is written again); name the code schedules this code does not define (a
+    sync disables none: see prune)."""
     known = {row.name: row for row in stored}
     report = SyncReport()
     for schedule in schedules:
@@ -309,13 +344,16 @@ def plan_sync(schedules: Sequence[Schedule], stored: Sequence[StoredSchedule]) -
             or row.problem is not None  # written again from the code: tried again
         ):
             report.to_change.append(schedule)
-    defined = {schedule.name for schedule in schedules}
-    report.disabled = [
-        row.name
-        for row in stored
-        if row.source == "code" and row.enabled and row.name not in defined
-    ]
+    report.not_in_code = not_in_code([schedule.name for schedule in schedules], stored)
     return report
+
+
+def not_in_code(defined: Sequence[str], stored: Sequence[StoredSchedule]) -> list[str]:
+    """Enabled schedules stored as defined in code whose name is not in `defined`."""
+    names = set(defined)
+    return [
+        row.name for row in stored if row.source == "code" and row.enabled and row.name not in names
+    ]
 
 
 def definition_params(schedule: Schedule, source: str, now: datetime) -> dict[str, Any]:
