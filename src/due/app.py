@@ -532,7 +532,16 @@ class App:
             cron, every, tz, misfire, overlap, catch_up_limit, misfire_grace, alert_after
         )
         schedule = define_for_app(
-            self.tasks, name, timing, task, args, kwargs, queue, priority, enabled
+            self.tasks,
+            name,
+            timing,
+            task,
+            args,
+            kwargs,
+            queue,
+            priority,
+            enabled,
+            now=self.clock.wall(),
         )
         return self._schedules.define(schedule)
 
@@ -558,7 +567,9 @@ class App:
         timing = ScheduleTiming(
             cron, every, tz, misfire, overlap, catch_up_limit, misfire_grace, alert_after
         )
-        schedule = define_for_app(self.tasks, name, timing, task, args, kwargs, queue, priority)
+        schedule = define_for_app(
+            self.tasks, name, timing, task, args, kwargs, queue, priority, now=self.clock.wall()
+        )
         return self._schedules.add(schedule)
 
     @property
@@ -567,8 +578,18 @@ class App:
         return self._schedules.defined
 
     def sync_schedules(self) -> SyncReport:
-        """Make the database's code-defined schedules match this app's (workers do it)."""
+        """Add this app's code-defined schedules to the database, and write those
+        whose definition changed (workers do it as they start); disable none."""
         return self._schedules.sync()
+
+    def prune_schedules(self, *, by: str | None = None) -> list[str]:
+        """Disable the schedules stored as defined in code that this app no longer
+        defines (their history stays); their names. Run it once every process
+        runs this code: a sync never disables (scheduler/catalog.py says why)."""
+        pruned = self._schedules.prune()
+        for name in pruned:
+            self._note("prune", by, schedule=name)
+        return pruned
 
     def schedules(self) -> list[ScheduleOverview]:
         """Every stored schedule: next run, last run and outcome, skipped and missed runs."""

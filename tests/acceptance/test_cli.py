@@ -173,6 +173,11 @@ def test_schedules_from_the_command_line(tmp_path: Path, sqlite_url: str) -> Non
     assert "removed" in due_cli("schedule", "remove", "adhoc")
     bad = due_cli("schedule", "add", "x", "--task", "report", "--cron", "0 25 * * *", expect=1)
     assert "the hour field '25' is invalid" in bad and "Traceback" not in bad
+    never = due_cli("schedule", "add", "x", "--task", "report", "--cron", "0 0 30 2 *", expect=1)
+    assert "'0 0 30 2 *' never fires" in never and "Traceback" not in never
+    ages = due_cli("schedule", "add", "x", "--task", "report", "--every", "1000000000000", expect=1)
+    assert "more than 10 years" in ages and "Traceback" not in ages
+    assert "nothing to prune" in due_cli("schedule", "prune")
     missing = due_cli("schedule", "pause", "nope", expect=1)
     assert "no schedule named 'nope'" in missing
 

@@ -1,4 +1,5 @@
-"""Three schedulers on one PostgreSQL: the leader killed, another paused past its lease."""
+"""Schedulers in real worker processes: three on one PostgreSQL, the leader killed,
+another paused past its lease; a schedule that cannot fire, on every backend."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import psycopg
 import pytest
 
 import due
+from tests.helpers.database import plain_transaction
 from tests.helpers.waiting import wait_until
 from tests.helpers.workers import Workers
 
@@ -108,3 +110,28 @@ def test_every_scheduled_time_runs_once_through_kill_and_pause(
         query = "SELECT outcome, count(*) FROM due_schedule_runs GROUP BY outcome"
         outcomes = dict(conn.execute(query).fetchall())
     assert set(outcomes) == {"enqueued"}, outcomes
+
+
+def test_a_schedule_that_cannot_fire_stops_neither_the_worker_nor_the_others(
+    app: due.App, workers: Workers, backend_url: str, tmp_path: Path
+) -> None:
+    """A row no `due` would write now (February 30th, as if by hand or by an older
+    version), due since an hour: the worker starts, the broken schedule is marked
+    and alerted, the every-second one ticks, and SIGTERM still exits 0."""
+    app.add_schedule("broken", every="1h", task="stamp")
+    earlier = "7200" if backend_url.startswith("sqlite") else "interval '2 hours'"
+    spoiled = (
+        "UPDATE due_schedules SET cron = '0 0 30 2 *', every = NULL, "
+        f"next_fire_at = next_fire_at - {earlier} WHERE name = 'broken'"
+    )
+    with plain_transaction(backend_url) as conn:
+        conn.execute(spoiled)
+    worker = workers.start("--leader-ttl", "3s", env={"DUE_TEST_SCHEDULE": "1"})
+    ledger = tmp_path / "ledger.txt"
+    wait_until(lambda: len(ticks(ledger)) >= 3, timeout=30, what="the good schedule to tick")
+    wait_until(lambda: "schedule.invalid" in worker.log(), timeout=10, what="the alert")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait_exit(timeout=30) == 0
+    assert "never fires" in worker.log() and "scheduler.crashed" not in worker.log()
+    (alert,) = [a for a in app.check() if a.subject == "schedule broken"]
+    assert alert.kind == "schedule_invalid"

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import due
 from due.clock import FakeClock
+from due.core.schedules import Plan
+from due.errors import StoreUnavailableError
 from due.scheduler.leader import DatabaseLeases, Leadership
+from due.scheduler.service import decide
 
 
 def test_failover_and_a_stale_leader_standing_down(app: due.App, clock: FakeClock) -> None:
@@ -51,10 +55,10 @@ def test_a_leader_paused_inside_its_transaction_does_not_block_failover(
     clock.advance("2s")
     inside, wake_up, outcome = threading.Event(), threading.Event(), []
 
-    def paused_decision(*args: object) -> object:
+    def paused_decision(*args: Any) -> Plan:
         inside.set()
         wake_up.wait(10)  # the leader is paused in the middle of its transaction
-        raise TimeoutError("woke up")
+        return decide(*args)  # and wakes up sure it leads: its plan starts runs
 
     def lead() -> None:
         try:
@@ -70,8 +74,12 @@ def test_a_leader_paused_inside_its_transaction_does_not_block_failover(
         started = time.monotonic()
         assert b.ensure()
         assert time.monotonic() - started < 3.5  # not held until the leader wakes up
+        wake_up.set()
+        leader.join(10)
+        assert not leader.is_alive()
+        assert app.schedule_runs("every-second") == [] and app.jobs() == []  # it wrote nothing
+        assert len(outcome) == 1 and isinstance(outcome[0], StoreUnavailableError)  # ended
     finally:
         wake_up.set()
         leader.join(10)
         app.close()
-    assert outcome  # the paused leader wrote nothing

@@ -55,7 +55,9 @@ def scheduled_jobs(app: due.App, name: str) -> list[due.Job]:
     return [job for job in app.jobs(limit=100_000) if job.schedule == name]
 
 
-def test_sync_adds_changes_and_disables_code_schedules(app: due.App, backend_url: str) -> None:
+def test_sync_adds_and_changes_code_schedules_and_prune_disables(
+    app: due.App, backend_url: str
+) -> None:
     app.schedule("daily", "0 6 * * *", task="report")
     app.schedule("often", every="10m", task="report")
     report = app.sync_schedules()
@@ -67,11 +69,15 @@ def test_sync_adds_changes_and_disables_code_schedules(app: due.App, backend_url
     later.tasks.add(app.tasks.get("report"))
     later.schedule("daily", "0 7 * * *", task="report")  # changed; "often" removed from code
     report = later.sync_schedules()
-    assert report.changed == ["daily"] and report.disabled == ["often"] and not report.added
+    assert report.changed == ["daily"] and report.not_in_code == ["often"] and not report.added
     stored = {s.name: s for s in later.store.schedule_list()}
     assert stored["daily"].next_fire_at == MONDAY + timedelta(hours=7)
+    assert stored["often"].enabled  # a sync disables nothing: newer code may define it
+    assert later.prune_schedules() == ["often"]  # asked for, once every worker runs it
+    stored = {s.name: s for s in later.store.schedule_list()}
     assert not stored["often"].enabled and stored["adhoc"].enabled  # runtime ones stay
     assert stored["adhoc"].source == "runtime"
+    assert later.prune_schedules() == [] and later.sync_schedules().not_in_code == []
     later.close()
 
 
@@ -236,7 +242,7 @@ def test_a_waiting_run_does_not_start_once_its_schedule_stopped(app: due.App, st
     if stop == "pause":
         app.pause_schedule("queued")
     elif stop == "disable":
-        assert app.store.schedule_sync([]).disabled == ["queued"]  # gone from the code
+        assert app.store.schedule_prune([], decide) == ["queued"]  # gone from the code
     else:
         app.remove_schedule("queued")
     app.store.job_complete([_done(running)])

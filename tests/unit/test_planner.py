@@ -15,7 +15,14 @@ T0 = datetime(2030, 1, 1, 0, 0, tzinfo=UTC)
 
 def hourly(**options: object) -> object:
     return define_schedule(
-        "s", task="t", cron="0 * * * *", queue="default", priority=0, max_attempts=3, **options
+        "s",
+        task="t",
+        cron="0 * * * *",
+        queue="default",
+        priority=0,
+        max_attempts=3,
+        now=T0,
+        **options,
     )  # type: ignore[arg-type]
 
 
@@ -100,7 +107,7 @@ def test_a_paused_schedule_records_its_times_as_skipped() -> None:
 
 def test_a_long_outage_is_summed_up_not_listed_forever() -> None:
     every_second = define_schedule(
-        "s", task="t", every="1s", queue="q", priority=0, max_attempts=1, misfire="skip"
+        "s", task="t", every="1s", queue="q", priority=0, max_attempts=1, misfire="skip", now=T0
     )
     result = plan(every_second, T0, T0 + timedelta(days=7))
     assert len(result.firings) == MAX_RECORDED_TIMES + 1
@@ -116,7 +123,14 @@ def test_a_long_cron_outage_is_counted_up_to_a_bound() -> None:
     """Counting cron times walks them one by one, inside the leader's transaction:
     past MAX_COUNTED_TIMES the summary says so instead of counting on."""
     every_minute = define_schedule(
-        "m", cron="* * * * *", task="t", queue="q", priority=0, max_attempts=1, misfire="skip"
+        "m",
+        cron="* * * * *",
+        task="t",
+        queue="q",
+        priority=0,
+        max_attempts=1,
+        misfire="skip",
+        now=T0,
     )
     result = plan(every_minute, T0, T0 + timedelta(days=120))
     summary = result.firings[-1]

@@ -420,3 +420,17 @@ def test_a_port_out_of_range_is_refused_by_name() -> None:
     )
     assert done.returncode == 2
     assert "--port" in done.stderr and "0<=x<=65535" in done.stderr, done.stderr
+
+
+def test_a_schedule_that_cannot_fire_says_why_and_the_page_still_renders(
+    app: due.App, work: due.Task, client: TestClient, backend_url: str
+) -> None:
+    from tests.store.test_bad_schedules import SPOILERS, spoil
+
+    app.add_schedule("broken", every="1h", task=work)
+    app.add_schedule("nightly", "0 2 * * *", task=work)
+    spoil(backend_url, "broken", SPOILERS["feb-30"])
+    page = client.get("/schedules")
+    assert page.status_code == 200 and 'data-schedule="nightly"' in page.text
+    assert "cannot fire: its cron expression &#39;0 0 30 2 *&#39; never fires" in page.text
+    assert client.get("/").status_code == 200  # its alert, on the overview

@@ -134,6 +134,7 @@ def schedule_document(overview: ScheduleOverview) -> dict[str, Any]:
         "missed": overview.missed,
         "missed_total": overview.missed_total,
         "alert_after_seconds": definition.alert_after,
+        "problem": stored.problem,
     }
 
 

@@ -1,4 +1,4 @@
-"""`due schedules` and `due schedule add|pause|resume|trigger|remove|runs`."""
+"""`due schedules` and `due schedule add|pause|resume|trigger|remove|prune|runs`."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from due.cli.documents import (
 from due.cli.jobs import JSON_HELP
 from due.cli.main import main
 from due.cli.output import Column, console, fitted_table, print_json, seconds_text, time_text
-from due.core.schedules import DEFAULT_MISFIRE, DEFAULT_OVERLAP, Misfire, Overlap
+from due.core.schedules import DEFAULT_MISFIRE, DEFAULT_OVERLAP, Misfire, Overlap, schedule_problem
 from due.errors import ConfigurationError
 from due.visibility.schedule_health import NOT_RECORDED
 
@@ -57,6 +57,10 @@ EXPECTED_COLUMNS = [
 def schedules(settings: Settings, as_json: bool) -> None:
     """Every schedule: when it runs next, how its last run went, what was skipped or missed."""
     overviews = settings.app.schedules()
+    now = settings.app.store.now()
+    for overview in overviews:  # found by no scheduler yet: said all the same
+        stored = overview.stored
+        stored.problem = stored.problem or schedule_problem(stored.schedule, now)
     if as_json:
         print_json({"schedules": [schedule_document(overview) for overview in overviews]})
         return
@@ -64,6 +68,8 @@ def schedules(settings: Settings, as_json: bool) -> None:
     for overview in overviews:
         stored = overview.stored
         state = "paused" if stored.paused else ("enabled" if stored.enabled else "disabled")
+        if stored.enabled and stored.problem:
+            state = "cannot fire"
         rows.append(
             [
                 stored.name,
@@ -83,7 +89,7 @@ def schedules(settings: Settings, as_json: bool) -> None:
 
 @main.group()
 def schedule() -> None:
-    """Schedules at run time: add, pause, resume, trigger, remove, runs."""
+    """Schedules at run time: add, pause, resume, trigger, remove, prune, runs."""
 
 
 @schedule.command("list")
@@ -184,6 +190,20 @@ def remove(settings: Settings, name: str) -> None:
     """Delete a schedule added at run time (its history stays)."""
     settings.app.remove_schedule(name)
     console.print(f"schedule {name!r} removed")
+
+
+@schedule.command("prune")
+@click.pass_obj
+@reports_errors
+def prune(settings: Settings) -> None:
+    """Disable the schedules stored as defined in code that the app (--app) no longer
+    defines; their history stays. Run it once every worker runs that code: a worker
+    starting never disables one (during a rolling deploy it may be newer code's)."""
+    pruned = settings.require_app("due schedule prune").prune_schedules()
+    if not pruned:
+        console.print("nothing to prune: every enabled code schedule is defined in the app")
+    for name in pruned:
+        console.print(f"schedule {name!r} disabled (no longer defined in the code)")
 
 
 @schedule.command("runs")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from due.core.timing import Timing
+from due.core.timing import MAX_INTERVAL_SECONDS, Timing, timing_problem
 
 DEFAULT_CATCH_UP_LIMIT = 10
 DEFAULT_MISFIRE_GRACE_SECONDS = 60.0
@@ -20,6 +20,11 @@ DEFAULT_ALERT_AFTER_SECONDS = 300.0
 """A schedule alerts when a run has not started this long after its time, or
 no run succeeded within its period plus this."""
 MAX_SCHEDULE_NAME = 200
+MAX_CATCH_UP_LIMIT = 1000
+"""A plan examines at most this many scheduled times (the planner's
+MAX_RECORDED_TIMES): a larger limit would change nothing."""
+MAX_SCHEDULE_SECONDS = MAX_INTERVAL_SECONDS
+"""The longest misfire grace or alert delay: the horizon a schedule must fire in."""
 
 
 class Misfire(enum.StrEnum):
@@ -104,6 +109,10 @@ class StoredSchedule:
     paused: bool
     next_fire_at: datetime
     fingerprint: str
+    problem: str | None = None
+    """Why it cannot fire (found by a scheduler, or on reading its row); None when
+    it can. A schedule with a problem is not fired until its definition is
+    written again."""
 
     @property
     def name(self) -> str:
@@ -143,11 +152,32 @@ class ScheduleRun:
 
 
 def stored_schedule(row: dict[str, Any]) -> StoredSchedule:
-    """From a row in Python types (times as datetimes, payload as a dict)."""
+    """From a row in Python types (times as datetimes, payload as a dict).
+
+    Never raises for a value it cannot read (a row written by hand, or by
+    another version): the schedule is returned with a `problem` that says why,
+    and is not fired."""
+    try:
+        schedule, problem = _schedule_of(row), row.get("problem")
+    except (ValueError, TypeError, AttributeError, KeyError) as error:
+        schedule = _unreadable(row)
+        problem = f"its row cannot be read ({type(error).__name__}: {error})"
+    return StoredSchedule(
+        schedule,
+        row["source"],
+        bool(row["enabled"]),
+        bool(row["paused"]),
+        row["next_fire_at"],
+        row["fingerprint"],
+        problem,
+    )
+
+
+def _schedule_of(row: dict[str, Any]) -> Schedule:
     payload = row["payload"]
     text = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
     data = json.loads(text)
-    schedule = Schedule(
+    return Schedule(
         name=row["name"],
         task=row["task"],
         timing=Timing(row["cron"], row["every"], row["tz"]),
@@ -164,13 +194,55 @@ def stored_schedule(row: dict[str, Any]) -> StoredSchedule:
         args=tuple(data.get("args", ())),
         kwargs=dict(data.get("kwargs", {})),
     )
-    return StoredSchedule(
-        schedule,
-        row["source"],
-        bool(row["enabled"]),
-        bool(row["paused"]),
-        row["next_fire_at"],
-        row["fingerprint"],
+
+
+def _unreadable(row: dict[str, Any]) -> Schedule:
+    """What can be shown of a row that cannot be read whole (the policies left
+    at their defaults: such a schedule is not planned)."""
+    payload = row["payload"]
+    return Schedule(
+        name=row["name"],
+        task=row["task"],
+        timing=Timing(row["cron"], row["every"], row["tz"]),
+        payload=payload if isinstance(payload, str) else json.dumps(payload),
+        queue=row["queue"],
+        priority=row["priority"],
+        max_attempts=row["max_attempts"],
+        enabled=bool(row["enabled"]),
+    )
+
+
+def schedule_problem(schedule: Schedule, now: datetime) -> str | None:
+    """Why a stored definition cannot fire within the horizon after `now`, in
+    words, or None. Never raises (see core/timing.py): the scheduler asks before
+    planning each schedule, and the alerts before reading its times, so a
+    definition written by hand, or by a version of `due` that did not check, is
+    reported instead of stopping them. (Looser than a new definition's checks
+    where an older one did no harm: a large catch_up_limit, a long grace.)"""
+    problem = timing_problem(schedule.timing, now)
+    if problem:
+        return problem
+    limit = schedule.catch_up_limit
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        return f"its catch_up_limit {limit!r} is not a whole number of at least 1"
+    for what, value in (
+        ("misfire_grace", schedule.misfire_grace),
+        ("alert_after", schedule.alert_after),
+    ):
+        if not _computable(value):
+            return f"its {what} of {value!r} seconds is not a duration its times can be read with"
+    return None
+
+
+_COMPUTABLE_SECONDS = 100 * 366 * 86_400.0
+"""Far from where dates overflow (year 9999), far beyond any real grace."""
+
+
+def _computable(value: object) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and 0 <= value <= _COMPUTABLE_SECONDS
     )
 
 
@@ -194,6 +266,8 @@ class Plan:
     next_fire_at: datetime | None = None
     cancel_active: bool = False
     """`replace`: the active run must be cancelled before the pending one starts."""
+    problem: str | None = None
+    """Why the schedule cannot fire: nothing is recorded, the schedule is marked."""
 
     def of(self, outcome: Outcome) -> list[Firing]:
         return [firing for firing in self.firings if firing.outcome == outcome]
@@ -219,15 +293,25 @@ class Materialised:
     schedule: str
     recorded: list[tuple[Firing, int | None]]
     next_fire_at: datetime | None
+    problem: str | None = None
+    """Newly found: why the schedule cannot fire (it was marked, and is not fired)."""
 
 
 @dataclass
 class SyncReport:
-    """Code-defined schedules compared with the database."""
+    """Code-defined schedules compared with the database.
+
+    A sync adds and changes; it never disables. A schedule gone from this
+    code may be one that newer code, started elsewhere during a rolling
+    deploy, defines: `not_in_code` names them, and `prune` disables them when
+    asked (scheduler/catalog.py says why)."""
 
     to_add: list[Schedule] = field(default_factory=list)
     to_change: list[Schedule] = field(default_factory=list)
-    disabled: list[str] = field(default_factory=list)
+    not_in_code: list[str] = field(default_factory=list)
+    """Enabled schedules stored as defined in code that this code does not define."""
+    settled: list[Materialised] = field(default_factory=list)
+    """Times already due under a definition this sync replaced, settled under it."""
 
     @property
     def added(self) -> list[str]:

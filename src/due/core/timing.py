@@ -21,6 +21,12 @@ depends on whether the expression names particular times of day:
 Intervals (`every="90s"`) are durations, unaffected by time zones: firings
 fall on multiples of the period since the Unix epoch, so every process and
 every restart computes the same grid.
+
+A schedule must fire within HORIZON_YEARS: a cron expression with no time in
+them (February 30th) and a longer interval are refused where they are defined,
+and a definition found in the database that cannot fire (written by hand, or by
+a version of `due` that did not check) is reported by `timing_problem` instead
+of raising deep inside the scheduler.
 """
 
 from __future__ import annotations
@@ -32,12 +38,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import CroniterBadCronError, croniter
+from croniter import CroniterBadCronError, CroniterBadDateError, croniter
 
 from due.durations import DurationLike, to_seconds
 from due.errors import ConfigurationError
 
 MIN_INTERVAL_SECONDS = 1.0
+HORIZON_YEARS = 10
+"""A schedule must fire within this many years of now: longer is a mistake (a
+date that does not exist, an interval given in milliseconds). Every leap-day
+expression passes: its longest wait, across 2100, is eight years."""
+HORIZON = timedelta(days=366 * HORIZON_YEARS)
+MAX_INTERVAL_SECONDS = HORIZON.total_seconds()
 MACROS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
 FIVE_FIELDS = ("minute", "hour", "day of month", "month", "day of week")
 SIX_FIELDS = ("second", *FIVE_FIELDS)
@@ -100,13 +112,63 @@ def _iterator(text: str, start: datetime) -> croniter:
 
 
 def check_interval(every: DurationLike) -> float:
-    seconds = to_seconds(every, what="schedule interval (every=)")
-    if seconds < MIN_INTERVAL_SECONDS:
-        raise ConfigurationError(
-            f"schedule interval of {seconds:g}s is too short; the minimum is "
-            f"{MIN_INTERVAL_SECONDS:g}s"
-        )
+    seconds = to_seconds(every, what="interval (every=)")
+    problem = _interval_problem(seconds)
+    if problem:
+        raise ConfigurationError(problem)
     return seconds
+
+
+def _interval_problem(seconds: float) -> str | None:
+    if seconds < MIN_INTERVAL_SECONDS:
+        return f"interval of {seconds:g}s is too short; the minimum is {MIN_INTERVAL_SECONDS:g}s"
+    if seconds > MAX_INTERVAL_SECONDS:
+        return (
+            f"interval of {seconds:g}s is more than {HORIZON_YEARS} years, the longest a "
+            "schedule may wait (was it given in milliseconds?)"
+        )
+    return None
+
+
+def timing_problem(timing: Timing, now: datetime) -> str | None:
+    """Why `timing` cannot fire within HORIZON_YEARS after `now`, in words; None
+    when it can. Never raises: a definition read from the database may hold
+    anything (a cron text that does not parse, an unknown zone, a zero interval)."""
+    if timing.every is not None:
+        every = timing.every
+        if (
+            isinstance(every, bool)
+            or not isinstance(every, int | float)
+            or not math.isfinite(every)
+        ):
+            return f"its interval {timing.every!r} is not a number of seconds"
+        problem = _interval_problem(float(every))
+        if problem:
+            return f"its {problem}"
+    try:
+        first = timing.after(now)
+    except CroniterBadDateError:
+        return (
+            f"its cron expression {timing.cron!r} never fires (no such date: is that day "
+            "in that month?)"
+        )
+    except Exception as error:  # whatever a bad stored definition makes the walk raise
+        return f"its next time cannot be computed ({_reason(error)})"
+    if first - now > HORIZON:
+        return (
+            f"its next time, {first:%Y-%m-%d}, is more than {HORIZON_YEARS} years away; a "
+            f"schedule must fire within {HORIZON_YEARS} years"
+        )
+    return None
+
+
+def _reason(error: Exception) -> str:
+    text = str(error)
+    return (
+        text
+        if isinstance(error, ConfigurationError) and text
+        else f"{type(error).__name__}: {text}"
+    )
 
 
 @dataclass(frozen=True)

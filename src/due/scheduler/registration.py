@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from due.core.schedules import DEFAULT_ALERT_AFTER_SECONDS, Misfire, Overlap, Schedule
@@ -39,8 +40,11 @@ def define_for_app(
     queue: str | None,
     priority: int | None,
     enabled: bool = True,
+    *,
+    now: datetime,
 ) -> Schedule:
-    """Validate everything now, so a bad schedule fails at import, not at 2 am."""
+    """Validate everything now, so a bad schedule fails at import, not at 2 am
+    (`now`: the app clock's, to check that it fires within the horizon)."""
     resolved = tasks.get(task.name if isinstance(task, Task) else task)
     resolved.check_arguments(tuple(args), dict(kwargs or {}))
     try:
@@ -65,4 +69,5 @@ def define_for_app(
         max_attempts=resolved.config.retry.max_attempts,
         enabled=enabled,
         alert_after=timing.alert_after,
+        now=now,
     )

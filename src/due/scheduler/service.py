@@ -7,6 +7,13 @@ the pure `planner.plan` — starts runs that waited for their previous one,
 and prunes old history. It sleeps until the earliest next fire time (at most
 a tick), so a run is created on time, and the worker that claims it is woken
 by the run's own notification.
+
+One schedule never stops the others: a definition that cannot fire (a cron
+expression with no time, an interval past the horizon, a row written by
+hand or by a version of `due` that did not check) is not planned. Its row is
+marked with the reason, logged once as `schedule.invalid` at ERROR, reported
+by `due check`, and left unfired until its definition is written again (the
+next worker start writes a code schedule's); the other schedules run on.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from due.core.schedules import Materialised, Plan, StoredSchedule
+from due.core.schedules import Materialised, Plan, StoredSchedule, schedule_problem
 from due.logs import event
 from due.scheduler.leader import Leadership
 from due.scheduler.planner import plan
@@ -35,14 +42,22 @@ class SchedulerRound:
 
 
 def decide(stored: StoredSchedule, now: datetime, active: bool, pending: bool) -> Plan:
-    return plan(
-        stored.schedule,
-        stored.next_fire_at,
-        now,
-        active=active,
-        pending=pending,
-        paused=stored.paused,
-    )
+    """The plan of one schedule's due times, or a Plan with the `problem` that
+    keeps it from firing (never an exception: see the module's doc)."""
+    problem = stored.problem or schedule_problem(stored.schedule, now)
+    if problem:
+        return Plan(problem=problem)
+    try:
+        return plan(
+            stored.schedule,
+            stored.next_fire_at,
+            now,
+            active=active,
+            pending=pending,
+            paused=stored.paused,
+        )
+    except Exception as error:  # a definition the checks let through: this one alone
+        return Plan(problem=f"its times cannot be planned ({type(error).__name__}: {error})")
 
 
 class Scheduler:
@@ -95,6 +110,16 @@ class Scheduler:
         return max(0.0, min(until, TICK_SECONDS))
 
     def _report(self, result: Materialised) -> None:
+        if result.problem is not None:
+            event(
+                log,
+                "schedule.invalid",
+                logging.ERROR,
+                schedule=result.schedule,
+                reason=result.problem,
+                fix="correct its definition (in the code, or remove and add it again); "
+                "it does not fire until then",
+            )
         for firing, job_id in result.recorded:
             level = (
                 logging.INFO if firing.outcome.value in ("enqueued", "pending") else logging.WARNING

@@ -4,7 +4,13 @@ Materialising a schedule is one transaction: check the caller still holds the
 leader lease, lock the schedule row, plan every due time, record each one in
 due_schedule_runs (primary key (schedule, scheduled_for): a second scheduler
 inserts nothing), insert the jobs of the runs to start, and move the next fire
-time, all or nothing.
+time, all or nothing. A schedule whose plan says it cannot fire is marked
+with the problem instead (and no longer listed as due) until its definition
+is written again.
+
+A sync, or a prune, that replaces or disables a definition first settles the
+times already due under it, the same way, in the same transaction: no time
+due under the old definition vanishes with it (scheduler/catalog.py).
 """
 
 from __future__ import annotations
@@ -15,10 +21,12 @@ from typing import Any
 
 from due.core.schedules import (
     Decide,
+    Firing,
     LeaseFence,
     Materialised,
     Outcome,
     Overlap,
+    Plan,
     Schedule,
     ScheduleOverview,
     ScheduleRun,
@@ -32,8 +40,8 @@ from due.store.settling import settle
 from due.store.stats import count_endings
 
 
-def sync(db: Backend, schedules: Sequence[Schedule]) -> SyncReport:
-    """Add, change, and disable code-defined schedules to match `schedules`."""
+def sync(db: Backend, schedules: Sequence[Schedule], decide: Decide) -> SyncReport:
+    """Add and change code-defined schedules to match `schedules` (never disable)."""
     with db.transaction() as tx:
         if tx.locks_rows:
             tx.run("lock_schedule_sync")  # one sync at a time (SQLite: one writer anyway)
@@ -43,10 +51,25 @@ def sync(db: Backend, schedules: Sequence[Schedule]) -> SyncReport:
         for schedule in report.to_add:
             tx.run("insert_schedule", definition_params(schedule, "code", now))
         for schedule in report.to_change:
+            settled = _settle(tx, schedule.name, decide, now)
+            if settled is not None:
+                report.settled.append(settled)
             tx.run("update_schedule", definition_params(schedule, "code", now))
-        for name in report.disabled:
-            tx.run("disable_schedule", {"name": name, "now": now})
     return report
+
+
+def prune(db: Backend, defined: Sequence[str], decide: Decide) -> list[str]:
+    """Disable the code schedules not in `defined`, their due times settled first."""
+    with db.transaction() as tx:
+        if tx.locks_rows:
+            tx.run("lock_schedule_sync")
+        now = tx.instant()
+        stored = [stored_schedule(row) for row in tx.run("list_schedule_rows")]
+        gone = not_in_code(defined, stored)
+        for name in gone:
+            _settle(tx, name, decide, now)
+            tx.run("disable_schedule", {"name": name, "now": now})
+    return gone
 
 
 def add(db: Backend, schedule: Schedule) -> None:
@@ -139,34 +162,61 @@ def materialize(
             return Materialised(name, [], stored.next_fire_at)
         activity = tx.run("schedule_activity", {"name": name})[0]
         plan = decide(stored, now, bool(activity["active"]), bool(activity["pending"]))
-        if plan.cancel_active:
-            # A run with pieces takes them with it; a waiting one ends now.
-            cancelled = tx.run("cancel_schedule_runs", {"name": name, "now": now})
-            count_endings(tx, cancelled)
-            settle(tx, cancelled)
-        if plan.of(Outcome.PENDING) and stored.schedule.overlap == Overlap.REPLACE:
-            tx.run("supersede_pending", {"name": name})
-        recorded = []
-        for firing in plan.firings:
-            run = {
-                "name": name,
-                "scheduled_for": firing.scheduled_for,
-                "outcome": firing.outcome.value,
-                "reason": firing.reason,
-                "now": now,
-            }
-            if not tx.run("insert_schedule_run", run):
-                continue  # recorded already: by another scheduler, or an earlier plan
-            job_id = None
-            if firing.outcome == Outcome.ENQUEUED:
-                moment = firing.scheduled_for
-                job_id = _start_run(tx, stored, moment, moment, firing.reason, now)
-            recorded.append((firing, job_id))
-        missed = sum(1 for firing, _ in recorded if firing.outcome == Outcome.MISSED)
-        if missed:
-            tx.run("count_missed", {"name": name, "missed": missed})
+        if plan.problem is not None:  # not fired until its definition is written again
+            tx.run("set_schedule_problem", {"name": name, "problem": plan.problem})
+            return Materialised(name, [], None, problem=plan.problem)
+        recorded = _record(tx, stored, plan, now)
         tx.run("set_next_fire", {"name": name, "next_fire_at": plan.next_fire_at})
     return Materialised(name, recorded, plan.next_fire_at)
+
+
+def _settle(tx: Transaction, name: str, decide: Decide, now: datetime) -> Materialised | None:
+    """Before a definition is replaced or disabled: its times already due, under it."""
+    rows = tx.run("lock_schedule", {"name": name})
+    if not rows or not rows[0]["enabled"]:
+        return None  # a disabled schedule has no due times
+    stored = stored_schedule(rows[0])
+    if stored.next_fire_at > now or stored.problem is not None:
+        return None  # nothing due, or nothing that can be planned
+    activity = tx.run("schedule_activity", {"name": name})[0]
+    plan = decide(stored, now, bool(activity["active"]), bool(activity["pending"]))
+    if plan.problem is not None:
+        return None
+    return Materialised(name, _record(tx, stored, plan, now), plan.next_fire_at)
+
+
+def _record(
+    tx: Transaction, stored: StoredSchedule, plan: Plan, now: datetime
+) -> list[tuple[Firing, int | None]]:
+    """Apply a plan: each new firing recorded, and its job inserted if it starts."""
+    name = stored.name
+    if plan.cancel_active:
+        # A run with pieces takes them with it; a waiting one ends now.
+        cancelled = tx.run("cancel_schedule_runs", {"name": name, "now": now})
+        count_endings(tx, cancelled)
+        settle(tx, cancelled)
+    if plan.of(Outcome.PENDING) and stored.schedule.overlap == Overlap.REPLACE:
+        tx.run("supersede_pending", {"name": name})
+    recorded: list[tuple[Firing, int | None]] = []
+    for firing in plan.firings:
+        run = {
+            "name": name,
+            "scheduled_for": firing.scheduled_for,
+            "outcome": firing.outcome.value,
+            "reason": firing.reason,
+            "now": now,
+        }
+        if not tx.run("insert_schedule_run", run):
+            continue  # recorded already: by another scheduler, or an earlier plan
+        job_id = None
+        if firing.outcome == Outcome.ENQUEUED:
+            moment = firing.scheduled_for
+            job_id = _start_run(tx, stored, moment, moment, firing.reason, now)
+        recorded.append((firing, job_id))
+    missed = sum(1 for firing, _ in recorded if firing.outcome == Outcome.MISSED)
+    if missed:
+        tx.run("count_missed", {"name": name, "missed": missed})
+    return recorded
 
 
 def with_pending_runs(db: Backend) -> list[str]:
@@ -272,26 +322,38 @@ def not_running_reason(row: Mapping[str, Any] | None) -> str | None:
         return "the schedule is disabled"
     if row["paused"]:
         return "the schedule is paused"
+    if row.get("problem"):
+        return f"the schedule cannot fire: {row['problem']}"
     return None
 
 
 def plan_sync(schedules: Sequence[Schedule], stored: Sequence[StoredSchedule]) -> SyncReport:
-    """Add new schedules, update changed ones, disable code schedules gone from the code."""
+    """Add new schedules, change those whose definition differs (or that were
+    marked as unable to fire: the code's definition, checked when it was made,
+    is written again); name the code schedules this code does not define (a
+    sync disables none: see prune)."""
     known = {row.name: row for row in stored}
     report = SyncReport()
     for schedule in schedules:
         row = known.get(schedule.name)
         if row is None:
             report.to_add.append(schedule)
-        elif row.fingerprint != schedule.fingerprint or row.enabled != schedule.enabled:
+        elif (
+            row.fingerprint != schedule.fingerprint
+            or row.enabled != schedule.enabled
+            or row.problem is not None  # written again from the code: tried again
+        ):
             report.to_change.append(schedule)
-    defined = {schedule.name for schedule in schedules}
-    report.disabled = [
-        row.name
-        for row in stored
-        if row.source == "code" and row.enabled and row.name not in defined
-    ]
+    report.not_in_code = not_in_code([schedule.name for schedule in schedules], stored)
     return report
+
+
+def not_in_code(defined: Sequence[str], stored: Sequence[StoredSchedule]) -> list[str]:
+    """Enabled schedules stored as defined in code whose name is not in `defined`."""
+    names = set(defined)
+    return [
+        row.name for row in stored if row.source == "code" and row.enabled and row.name not in names
+    ]
 
 
 def definition_params(schedule: Schedule, source: str, now: datetime) -> dict[str, Any]:

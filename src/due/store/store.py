@@ -282,8 +282,11 @@ class Store:
 
     # --- schedules -------------------------------------------------------------------
 
-    def schedule_sync(self, defined: Sequence[Schedule]) -> SyncReport:
-        return schedules.sync(self.backend, defined)
+    def schedule_sync(self, defined: Sequence[Schedule], decide: Decide) -> SyncReport:
+        return schedules.sync(self.backend, defined, decide)
+
+    def schedule_prune(self, defined: Sequence[str], decide: Decide) -> list[str]:
+        return schedules.prune(self.backend, defined, decide)
 
     def schedule_add(self, schedule: Schedule) -> None:
         schedules.add(self.backend, schedule)

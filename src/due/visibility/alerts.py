@@ -9,6 +9,8 @@ What alerts (each documented in the README, with its default):
 - stuck jobs: running, their progress still for their task's `stuck_after`;
 - jobs that failed for good within the failures window (default: the last hour);
 - jobs whose result failed their task's `check=` within that window;
+- a schedule that cannot fire (critical: its definition has no time within the
+  horizon, or its row cannot be read; the scheduler skips it and runs the rest),
 - a schedule whose time passed `alert_after` ago without a run (critical: is a
   scheduler running?), whose run has not started `alert_after` after its time,
   or with no success within its period plus `alert_after` (a dead-man's switch:
@@ -24,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from due.core.schedules import ScheduleOverview
+from due.core.schedules import ScheduleOverview, schedule_problem
 from due.core.stats import Outcome
 from due.core.timing import Timing
 from due.durations import DurationLike, describe, to_seconds
@@ -91,8 +93,8 @@ class AlertRules:
 class Alert:
     severity: Severity
     kind: str
-    """oldest_due, no_worker, stuck, failed, warned, schedule_late, run_not_started,
-    schedule_silent."""
+    """oldest_due, no_worker, stuck, failed, warned, schedule_invalid, schedule_late,
+    run_not_started, schedule_silent."""
     subject: str
     """What it is about: "queue emails", "task send_report", "schedule nightly"."""
     message: str
@@ -191,13 +193,22 @@ def _task_alerts(snapshot: Snapshot) -> list[Alert]:
 
 
 def schedule_alerts(overview: ScheduleOverview, now: datetime) -> list[Alert]:
-    """A schedule's dead-man's switch (nothing for a paused or disabled one)."""
+    """A schedule that cannot fire, or its dead-man's switch (nothing for a
+    disabled one; for a paused one, only a definition that cannot fire)."""
     stored = overview.stored
-    if not stored.enabled or stored.paused:
+    if not stored.enabled:
         return []
     schedule = stored.schedule
-    tolerance = timedelta(seconds=schedule.alert_after)
     subject = f"schedule {schedule.name}"
+    problem = stored.problem or schedule_problem(schedule, now)
+    if problem:  # its times cannot be computed: the switch below cannot be read either
+        fix = "fix its definition (in the code, or remove and add it again)"
+        return [
+            Alert(Severity.CRITICAL, "schedule_invalid", subject, f"cannot fire: {problem}; {fix}")
+        ]
+    if stored.paused:
+        return []
+    tolerance = timedelta(seconds=schedule.alert_after)
     alerts = []
     late = now - stored.next_fire_at
     if late > tolerance:

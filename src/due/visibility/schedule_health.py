@@ -5,6 +5,7 @@ timing, since it was made), the record the scheduler kept: a run (and its
 job's state and duration), skipped or missed (and why), waiting for its
 previous run; or no record at all, which means no scheduler acted on that
 time (none was running, or none led). Runs triggered by hand are listed too.
+A schedule that cannot fire expects no time: only its records are listed.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from due.core.schedules import ScheduleRun, StoredSchedule
+from due.core.schedules import ScheduleRun, StoredSchedule, schedule_problem
 
 NOT_RECORDED = "not recorded"
 MAX_TIMES = 1000
@@ -44,10 +45,11 @@ def expected_runs(
     oldest first."""
     start = max(since, created_at) if created_at is not None else since
     times: list[datetime] = []
-    moment = stored.schedule.timing.after(start - timedelta(microseconds=1))
-    while moment <= now and len(times) < MAX_TIMES:
-        times.append(moment)
-        moment = stored.schedule.timing.after(moment)
+    if stored.problem is None and schedule_problem(stored.schedule, now) is None:
+        moment = stored.schedule.timing.after(start - timedelta(microseconds=1))
+        while moment <= now and len(times) < MAX_TIMES:
+            times.append(moment)
+            moment = stored.schedule.timing.after(moment)
     by_time = {run.scheduled_for: run for run in recorded}
     rows = [_row(at, by_time.get(at), expected=True) for at in times]
     expected = set(times)

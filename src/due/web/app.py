@@ -26,6 +26,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from due.core.jobs import JobState
+from due.core.schedules import schedule_problem
 from due.errors import DueError, JobNotFoundError, ScheduleNotFoundError
 from due.visibility.alerts import evaluate
 from due.visibility.metrics import registry_for
@@ -198,7 +199,8 @@ class Pages:
         rows = []
         for overview in self.app.schedules():  # read once, not once per schedule
             schedule = overview.stored.schedule
-            since = now - _strip_window(schedule, now)
+            problem = overview.stored.problem or schedule_problem(schedule, now)
+            since = now - (MAX_STRIP_WINDOW if problem else _strip_window(schedule, now))
             recorded = store.schedule_runs_since(schedule.name, since)
             runs = expected_runs(overview.stored, recorded, since, now, overview.created_at)
             rows.append(
@@ -207,6 +209,7 @@ class Pages:
                     "schedule": schedule,
                     "words": views.in_words(schedule),
                     "strip": runs[-STRIP_LENGTH:],
+                    "problem": problem,
                     "history": self.app.history(schedule=schedule.name, limit=5),
                 }
             )

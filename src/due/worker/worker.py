@@ -407,15 +407,17 @@ class Worker:
         report = await self.call(self.app.sync_schedules)
         for name in report.added:
             event(log, "schedule.added", schedule=name)
-        for name in report.changed:
-            event(log, "schedule.changed", schedule=name)
-        for name in report.disabled:
+        settled = {result.schedule: len(result.recorded) for result in report.settled}
+        for name in report.changed:  # with how many times due under the old definition
+            event(log, "schedule.changed", schedule=name, settled=settled.get(name, 0))
+        for name in report.not_in_code:
             event(
                 log,
-                "schedule.disabled",
+                "schedule.not_in_code",
                 logging.WARNING,
                 schedule=name,
-                reason="no longer defined in the code",
+                reason="stored as defined in code, not defined in this code: it keeps firing "
+                "(newer code may define it) until `due schedule prune`",
             )
 
     async def _drain_and_release(self) -> None:

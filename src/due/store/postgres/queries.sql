@@ -814,8 +814,13 @@ SET task = %(task)s, cron = %(cron)s, every = %(every)s, tz = %(tz)s,
     catch_up_limit = %(catch_up_limit)s, misfire_grace = %(misfire_grace)s,
     source = %(source)s, enabled = %(enabled)s, fingerprint = %(fingerprint)s,
     next_fire_at = %(next_fire_at)s, updated_at = coalesce(%(now)s::timestamptz, now()),
-    alert_after = %(alert_after)s
+    alert_after = %(alert_after)s, problem = NULL
 WHERE name = %(name)s
+
+-- name: set_schedule_problem
+-- It cannot fire: not listed as due (nor its time as the next) until its
+-- definition is written again.
+UPDATE due_schedules SET problem = %(problem)s WHERE name = %(name)s
 
 -- name: disable_schedule
 UPDATE due_schedules
@@ -834,11 +839,11 @@ RETURNING name
 -- name: due_schedule_names
 SELECT name
 FROM due_schedules
-WHERE enabled AND next_fire_at <= coalesce(%(now)s::timestamptz, now())
+WHERE enabled AND next_fire_at <= coalesce(%(now)s::timestamptz, now()) AND problem IS NULL
 ORDER BY next_fire_at
 
 -- name: next_schedule_fire
-SELECT min(next_fire_at) AS next_fire_at FROM due_schedules WHERE enabled
+SELECT min(next_fire_at) AS next_fire_at FROM due_schedules WHERE enabled AND problem IS NULL
 
 -- name: lock_schedule
 SELECT * FROM due_schedules WHERE name = %(name)s FOR UPDATE

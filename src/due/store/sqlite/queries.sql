@@ -531,8 +531,13 @@ SET task = :task, cron = :cron, every = :every, tz = :tz, payload = :payload, qu
     priority = :priority, max_attempts = :max_attempts, misfire = :misfire,
     overlap = :overlap, catch_up_limit = :catch_up_limit, misfire_grace = :misfire_grace,
     source = :source, enabled = :enabled, fingerprint = :fingerprint, next_fire_at = :next_fire_at,
-    updated_at = :now, alert_after = :alert_after
+    updated_at = :now, alert_after = :alert_after, problem = NULL
 WHERE name = :name
+
+-- name: set_schedule_problem
+-- It cannot fire: not listed as due (nor its time as the next) until its
+-- definition is written again.
+UPDATE due_schedules SET problem = :problem WHERE name = :name
 
 -- name: disable_schedule
 UPDATE due_schedules SET enabled = 0, updated_at = :now WHERE name = :name
@@ -544,10 +549,12 @@ DELETE FROM due_schedules WHERE name = :name RETURNING name
 UPDATE due_schedules SET paused = :paused, updated_at = :now WHERE name = :name RETURNING name
 
 -- name: due_schedule_names
-SELECT name FROM due_schedules WHERE enabled AND next_fire_at <= :now ORDER BY next_fire_at
+SELECT name FROM due_schedules
+WHERE enabled AND next_fire_at <= :now AND problem IS NULL
+ORDER BY next_fire_at
 
 -- name: next_schedule_fire
-SELECT min(next_fire_at) AS next_fire_at FROM due_schedules WHERE enabled
+SELECT min(next_fire_at) AS next_fire_at FROM due_schedules WHERE enabled AND problem IS NULL
 
 -- name: lock_schedule
 -- (BEGIN IMMEDIATE already holds the write lock.)
