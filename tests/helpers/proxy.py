@@ -18,6 +18,8 @@ class FreezableProxy:
         self._flowing = asyncio.Event()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.Server | None = None
+        self.sent = 0
+        """Reads passed from clients to the server: about one a statement (its round trip)."""
 
     def start(self) -> int:
         self._thread.start()
@@ -64,11 +66,16 @@ class FreezableProxy:
         except OSError:  # the database is down (restarting): the client sees it closed
             client_out.close()
             return
-        await asyncio.gather(self._pump(client_in, server_out), self._pump(server_in, client_out))
+        await asyncio.gather(
+            self._pump(client_in, server_out, counted=True), self._pump(server_in, client_out)
+        )
 
-    async def _pump(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    async def _pump(
+        self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, counted: bool = False
+    ) -> None:
         with contextlib.suppress(ConnectionError, OSError):
             while data := await source.read(65536):
+                self.sent += counted
                 await self._flowing.wait()  # frozen: hold every byte, close nothing
                 sink.write(data)
                 await sink.drain()
