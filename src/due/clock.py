@@ -8,12 +8,17 @@ host's clock through `wall()`.
 
 Tests and users' tests pass a `FakeClock` instead and move time with
 `advance()`, so nothing ever sleeps to make time pass.
+
+A worker waits for the database's times on its own: `DatabaseClock` keeps its
+estimate of the database's clock on the monotonic one, so that no wait
+depends on a reading of this host's wall clock, which steps (invariant 13).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
@@ -91,3 +96,98 @@ class FakeClock:
             delta = (when - self._now).total_seconds()
             self._now = when.astimezone(UTC)
             self._monotonic += max(delta, 0.0)
+
+
+STEP_SECONDS = 1.0
+"""A clock that moved this much more (or less) than the monotonic clock between
+two readings has stepped (`ClockStep`): slewing by NTP moves a clock
+milliseconds a minute, never a second between two readings seconds apart."""
+MAX_UNCERTAINTY_SECONDS = 0.25
+"""A reading of the database's clock whose round trip took longer than twice this
+is too vague to replace a better one (a slow or frozen connection)..."""
+STALE_SECONDS = 60.0
+"""...unless the last reading kept is older than this."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClockReading:
+    """The database's time as measured at a monotonic instant (the middle of the
+    round trip that read it), and this host's wall clock at that instant."""
+
+    database: datetime
+    monotonic: float
+    wall: datetime
+    uncertainty: float
+    """Half the round trip: the reading is this close to the truth."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClockStep:
+    """Two readings whose clocks did not move as the monotonic clock did (seconds,
+    positive forward): this host's wall clock, or the database's, stepped."""
+
+    host: float
+    database: float
+    offset: float
+    """The database's clock minus this host's wall clock, now."""
+
+
+class DatabaseClock:
+    """This process's estimate of the database's clock, kept on the monotonic clock.
+
+    A loop that waits for a time the database gave it (a job's `run_at`, a
+    schedule's next fire) needs the database's clock here, without a round trip
+    each time. It is estimated as the last reading plus the monotonic time
+    since, so a step of this host's wall clock (NTP, a VM resumed) changes
+    nothing; readings taken again every few seconds (`observe`) follow a step
+    of the database's own clock (and, on SQLite, of this host's, which is the
+    database's) and the drift between the two. A test's clock that gives its
+    own `now()` is the database's clock already (the store uses it too).
+    """
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._last: ClockReading | None = None
+
+    @property
+    def last(self) -> ClockReading | None:
+        return self._last
+
+    def now(self) -> datetime:
+        given = self._clock.now()
+        if given is not None:
+            return given
+        last = self._last
+        if last is None:  # not measured yet: this host's clock is the best guess
+            return self._clock.wall()
+        return last.database + timedelta(seconds=self._clock.monotonic() - last.monotonic)
+
+    def observe(self, database: datetime, sent_at: float, received_at: float) -> ClockStep | None:
+        """Take a reading of the database's clock, read between two monotonic
+        instants; returns the step it shows, if any."""
+        monotonic = self._clock.monotonic()
+        middle = (sent_at + received_at) / 2
+        wall = self._clock.wall() - timedelta(seconds=monotonic - middle)
+        reading = ClockReading(database, middle, wall, max(received_at - sent_at, 0.0) / 2)
+        last = self._last
+        if last is not None and not _better(reading, last):
+            return None
+        self._last = reading
+        return None if last is None else _step(last, reading)
+
+
+def _better(reading: ClockReading, last: ClockReading) -> bool:
+    """Whether a reading should replace the last one kept."""
+    if reading.uncertainty <= max(last.uncertainty, MAX_UNCERTAINTY_SECONDS):
+        return True
+    return reading.monotonic - last.monotonic >= STALE_SECONDS
+
+
+def _step(before: ClockReading, after: ClockReading) -> ClockStep | None:
+    elapsed = after.monotonic - before.monotonic
+    host = (after.wall - before.wall).total_seconds() - elapsed
+    database = (after.database - before.database).total_seconds() - elapsed
+    vague = before.uncertainty + after.uncertainty
+    if abs(host) <= STEP_SECONDS and abs(database) <= STEP_SECONDS + vague:
+        return None
+    return ClockStep(host, database, (after.database - after.wall).total_seconds())

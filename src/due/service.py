@@ -6,6 +6,11 @@ waits `interval()` between rounds (or until `wake` is set), and survives
 errors: a database outage is logged and retried with capped exponential
 backoff, so a worker rides out a restart of its database without restarting.
 
+Clocks step (invariant 13): an interval computed from a time (a job's due
+time, a schedule's next fire) can come out zero or negative when a clock
+moved. So no wait is shorter than the loop's floor, whatever `interval()`
+says: a wake-up still ends a wait at once (work, not time, asked for it).
+
 Services take what they use, by keyword, and nothing else: the store, a way
 to call it from the event loop (`Calls`), their settings, a clock. None of
 them knows the worker that runs it.
@@ -23,6 +28,10 @@ from due.logs import event
 
 MAX_BACKOFF_SECONDS = 5.0
 FIRST_BACKOFF_SECONDS = 0.1
+MIN_INTERVAL_SECONDS = 0.001
+"""The floor of every loop, below the floors of its own each service keeps: an
+interval of zero, negative or NaN (a clock step, a bug) costs at most a
+thousand rounds a second, never a loop that spins."""
 T = TypeVar("T")
 
 
@@ -30,6 +39,14 @@ class Calls(Protocol):
     """Runs a blocking store call off the event loop (worker/calls.py's StoreCalls)."""
 
     async def __call__(self, fn: Callable[..., T], *args: Any) -> T: ...
+
+
+class Service(Protocol):
+    """A background loop's one round, and how long to wait before the next."""
+
+    def run_once(self) -> Awaitable[Any]: ...
+
+    def interval(self) -> float: ...
 
 
 async def run_forever(
@@ -57,7 +74,34 @@ async def run_forever(
             backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
             continue
         backoff = FIRST_BACKOFF_SECONDS
-        await wait_for_any(stop, wake, interval())
+        await wait_for_any(stop, wake, floored(interval(), MIN_INTERVAL_SECONDS))
+
+
+def floored(seconds: float, floor: float) -> float:
+    """`seconds`, or `floor` when it is shorter (or not a number at all)."""
+    return seconds if seconds >= floor else floor
+
+
+class Recheck:
+    """The wait before a loop looks again for work that the time said was due
+    but the database did not hand over: `floor` the first time, doubled by each
+    such look in a row up to `ceiling`, and `floor` again once work is found.
+
+    A look finds nothing while the database's clock and this process's estimate
+    of it disagree (a step not measured yet), or while another transaction holds
+    the due row: either way looking again at once would spin.
+    """
+
+    def __init__(self, floor: float, ceiling: float) -> None:
+        self.floor = floor
+        self.ceiling = ceiling
+        self.seconds = floor
+
+    def found(self) -> None:
+        self.seconds = self.floor
+
+    def missed(self) -> None:
+        self.seconds = min(self.seconds * 2, self.ceiling)
 
 
 async def wait_for_any(stop: asyncio.Event, wake: asyncio.Event | None, timeout: float) -> None:

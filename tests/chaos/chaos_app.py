@@ -33,22 +33,28 @@ LEDGER = os.environ.get("DUE_CHAOS_LEDGER", "/dev/null")
 FAIL_RATE = float(os.environ.get("DUE_CHAOS_FAIL_RATE", "0.1"))
 
 
-def _skew() -> float:
-    """How far this process's wall clock is from the kernel's, in whole seconds: the
-    one worker under faketime (an hour ahead) takes it back, so every ledger line
-    holds true time."""
+FAKED = "faketime" in os.environ.get("LD_PRELOAD", "")
+"""This process's wall clock is libfaketime's: an hour ahead, or stepped while it runs."""
+
+
+def true_time() -> float:
+    """This host's true time, however far this process's wall clock is off: the
+    kernel stamps a new file with the true time, and the offset (whole hours) is
+    read again for each line, so a step while the worker runs is taken back too."""
+    now = time.time()
+    if not FAKED:
+        return now
     with tempfile.NamedTemporaryFile() as probe:
-        return float(round(time.time() - os.fstat(probe.fileno()).st_mtime))
+        return now - round(now - os.fstat(probe.fileno()).st_mtime)
 
 
-SKEW = _skew()
 STEP_SECONDS = 0.05
 RETRY = due.Retry(max_attempts=25, backoff="100ms", max_delay="1s")
 
 
 def note(kind: str, ctx: due.Context, *detail: object) -> None:
     run_at = ctx.run_at.timestamp() if ctx.run_at else 0.0
-    now = time.time() - SKEW
+    now = true_time()
     fields = [kind, ctx.job_id, ctx.attempt, ctx.lease_token, os.getpid(), f"{now:.6f}"]
     line = " ".join(map(str, [*fields, f"{run_at:.6f}", *detail])) + "\n"
     fd = os.open(LEDGER, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

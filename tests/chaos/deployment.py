@@ -1,9 +1,16 @@
 """A real deployment on this machine: worker processes (each with its scheduler)
-started with the `due` command, restarted when killed, watched through their logs."""
+started with the `due` command, restarted when killed, watched through their logs.
+
+One worker may run with its wall clock an hour ahead from the start (`skew`,
+under `faketime`), and one with a wall clock the harness steps while it runs
+(`steppable`: libfaketime preloaded, its offset read from a file the harness
+rewrites, as an NTP step or a resumed VM moves a host's clock).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import signal
@@ -21,6 +28,8 @@ CHAOS_APP = "tests.chaos.chaos_app:app"
 SKEW = "+1h"
 SKEW_SECONDS = 3600.0
 LEASE = "2s"
+STEP_READ_SECONDS = 1
+"""How often a steppable worker's libfaketime reads its offset file again."""
 WORKER_OPTIONS = [
     *("--lease", LEASE, "--grace", "2s", "--leader-ttl", LEASE),
     *("--log-format", "json", "-q", "default=8", "-q", "pieces=4", "-q", "burst=50"),
@@ -38,6 +47,28 @@ class Slot:
     process: subprocess.Popen[bytes] | None = None
     pids: list[int] = field(default_factory=list)
     paused: bool = False
+    clock_file: Path | None = None
+    """Its processes' wall clock offset, read by libfaketime (`steppable`)."""
+    offsets: list[tuple[float, float]] = field(default_factory=list)
+    """(true time, offset in seconds) at each step of its wall clock."""
+
+    def true_time(self, ts: float) -> float:
+        """A time read from this slot's wall clock, as the true time."""
+        if self.skewed:
+            return ts - SKEW_SECONDS
+        if not self.offsets:
+            return ts
+        return ts - min(self.offsets, key=lambda o: self._misfit(ts, o))[1]
+
+    def _misfit(self, ts: float, offset: tuple[float, float]) -> float:
+        """How far `ts`, read with that offset, falls from when that offset held
+        (offsets an hour apart, steps seconds apart: the right one fits; no line
+        was written in the future)."""
+        since = offset[0]
+        later = [at for at, _ in self.offsets if at > since]
+        until = min(later, default=time.time())
+        true = ts - offset[1]
+        return max(since - true, true - until, 0.0)
 
 
 class Deployment:
@@ -51,13 +82,35 @@ class Deployment:
         """Run this slot's processes with their wall clock an hour ahead (libfaketime)."""
         self.slots[slot].skewed = True
 
+    def steppable(self, slot: int) -> None:
+        """Run this slot's processes with a wall clock `step_clock` moves."""
+        chosen = self.slots[slot]
+        chosen.clock_file = self.folder / f"clock-{slot}.faketime"
+        self._write_offset(chosen, 0.0)
+
+    def step_clock(self, slot: Slot, seconds: float) -> float:
+        """Step the slot's wall clock (its running process's, and the next ones');
+        returns the new offset. libfaketime reads it within STEP_READ_SECONDS."""
+        offset = (slot.offsets[-1][1] if slot.offsets else 0.0) + seconds
+        self._write_offset(slot, offset)
+        return offset
+
+    def _write_offset(self, slot: Slot, offset: float) -> None:
+        assert slot.clock_file is not None
+        written = slot.clock_file.with_suffix(".new")
+        written.write_text(f"{offset:+.0f}\n")
+        written.replace(slot.clock_file)  # whole: never read half written
+        slot.offsets.append((time.time(), offset))
+
     def route(self, slot: int, url: str) -> None:
         """Start this slot's processes with another database URL (through a proxy)."""
         self.slots[slot].url = url
 
     def start_all(self) -> None:
+        """Start every slot not started yet."""
         for slot in self.slots:
-            self.start(slot)
+            if slot.process is None:
+                self.start(slot)
 
     def start(self, slot: Slot) -> None:
         environment = {
@@ -72,11 +125,19 @@ class Deployment:
             # (a test's timeout) leaves nothing running. (Under faketime the parent
             # is faketime's own process.)
             environment[SUPERVISOR_ENVIRONMENT_VARIABLE] = str(os.getpid())
-        if slot.skewed:
+        if slot.skewed or slot.clock_file is not None:
             # The wall clock only: libfaketime's fake monotonic clock stops Python's
             # timed waits from ever timing out (threading, and so the pools).
             environment["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
+        if slot.skewed:
             command = ["faketime", "-f", SKEW, *command]
+        elif slot.clock_file is not None:
+            environment.pop("FAKETIME", None)  # it would win over the file
+            environment |= {
+                "LD_PRELOAD": libfaketime(),
+                "FAKETIME_TIMESTAMP_FILE": str(slot.clock_file),
+                "FAKETIME_CACHE_DURATION": str(STEP_READ_SECONDS),
+            }
         log = open(self.log_path(slot, len(slot.pids)), "wb")  # noqa: SIM115 - the child's
         with log:
             slot.process = subprocess.Popen(
@@ -162,10 +223,9 @@ class Deployment:
 
     def events(self, name: str) -> list[dict[str, Any]]:
         """Every log event of that name, from every worker process that ran, its
-        `ts` in true time (a skewed worker's own clock is an hour ahead)."""
+        `ts` in true time (a skewed or stepped worker's own clock is off)."""
         found = []
         for slot in self.slots:
-            shift = SKEW_SECONDS if slot.skewed else 0.0
             for generation in range(len(slot.pids)):
                 path = self.log_path(slot, generation)
                 text = path.read_text(errors="replace") if path.exists() else ""
@@ -175,5 +235,14 @@ class Deployment:
                     with contextlib.suppress(json.JSONDecodeError):
                         record = json.loads(line)
                         if record.get("event") == name:
-                            found.append({**record, "ts": record["ts"] - shift})
+                            found.append({**record, "ts": slot.true_time(record["ts"])})
         return found
+
+
+def libfaketime() -> str:
+    """The preload library of Debian's faketime (scripts/ensure-faketime)."""
+    patterns = ("/usr/lib/*/faketime", "/usr/lib*/faketime", "/usr/local/lib/faketime")
+    found = [path for p in patterns for path in glob.glob(f"{p}/libfaketime.so.1")]
+    if not found:
+        raise RuntimeError("libfaketime is missing: run scripts/ensure-faketime")
+    return found[0]

@@ -7,6 +7,13 @@ server and `pg_terminate_backend` of every worker connection, and a frozen
 TCP path between one worker and the database (a proxy that stops passing
 bytes), and a claim's reply lost after its commit (the same proxy breaks the
 connection); on SQLite, another process holding the write lock for seconds.
+Clock faults, on PostgreSQL: the wall clock of a running worker steps an
+hour ahead, and back at the next such fault (an NTP step, a resumed VM); the
+statements it sends a second (counted by the proxy it reaches the database
+through) before and after each step say whether its loops kept their pace.
+On SQLite the host's clock is the database's, one for every process: a step
+of one process's clock alone is a clock that differs from the others', which
+SQLite does not support (docs/guarantees.md).
 """
 
 from __future__ import annotations
@@ -34,7 +41,15 @@ class Fault:
     at: float
     pid: int | None = None
     seconds: float = 0.0
-    """How long it lasted (a pause, a freeze, a lock held)."""
+    """How long it lasted (a pause, a freeze, a lock held), or how far a clock stepped."""
+
+
+STEP_SECONDS = 3600.0
+MAX_PAUSE_SECONDS = 4.0
+"""The longest a SIGSTOP lasts."""
+PACE_BEFORE_SECONDS = 2.0
+PACE_AFTER_SECONDS = 5.0
+"""How long the stepped worker's statements are counted before and after a step."""
 
 
 class Injector:
@@ -56,6 +71,11 @@ class Injector:
         self.proxy = proxy
         self.random = random.Random(seed)
         self.log: list[Fault] = []
+        self.step_pace: list[tuple[float, float, float, float]] = []
+        """The stepped worker's steps: (when, seconds, statements a second before, after)."""
+        self.step_proxy: FreezableProxy | None = None
+        """The proxy the steppable worker reaches the database through (it counts)."""
+        self._stepping = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="chaos-faults", daemon=True)
         self._timers: list[threading.Thread] = []
@@ -97,8 +117,10 @@ class Injector:
         alive = [slot for slot in self.deployment.alive() if not slot.paused]
         return self.random.choice(alive) if alive else None
 
-    def _record(self, kind: str, pid: int | None, seconds: float = 0.0) -> None:
-        self.log.append(Fault(kind, time.time(), pid, seconds))
+    def _record(self, kind: str, pid: int | None, seconds: float = 0.0) -> Fault:
+        fault = Fault(kind, time.time(), pid, seconds)
+        self.log.append(fault)
+        return fault
 
     # --- process faults -----------------------------------------------------------
 
@@ -111,7 +133,7 @@ class Injector:
         slot = self._victim()
         if slot is None:
             return
-        seconds = self.random.uniform(1.0, 4.0)
+        seconds = self.random.uniform(1.0, MAX_PAUSE_SECONDS)
         slot.paused = True
         self._record("pause", self.deployment.signal(slot, signal.SIGSTOP), seconds)
 
@@ -131,6 +153,39 @@ class Injector:
         slot = self.deployment.slot_of(pid) if pid else None
         if slot is not None and not slot.paused:
             self._record("kill_leader", self.deployment.signal(slot, signal.SIGKILL))
+
+    # --- clock faults ------------------------------------------------------------------
+
+    def _clock_step(self) -> None:
+        """The steppable worker's wall clock an hour ahead, or back if it is ahead:
+        in the background, its statements counted before and after (one at a time)."""
+        slot = next((s for s in self.deployment.slots if s.clock_file is not None), None)
+        if slot is None or slot.paused or slot not in self.deployment.alive() or self._stepping:
+            return
+        self._stepping = True
+        self._later(0, lambda: self._step_watched(slot))
+
+    def _step_watched(self, slot: Slot) -> None:
+        try:
+            before = self._statements_a_second(PACE_BEFORE_SECONDS)  # (stopped: it steps still)
+            ahead = bool(slot.offsets) and slot.offsets[-1][1] > 0
+            step = -STEP_SECONDS if ahead else STEP_SECONDS
+            self.deployment.step_clock(slot, step)
+            fault = self._record("clock_step", self.deployment.worker_pid(slot), step)
+            after = self._statements_a_second(PACE_AFTER_SECONDS)
+            if before is not None and after is not None:
+                self.step_pace.append((fault.at, step, before, after))
+        finally:
+            self._stepping = False
+
+    def _statements_a_second(self, seconds: float) -> float | None:
+        """The steppable worker's statements a second over the next `seconds` (None
+        without a counting proxy, or when the run stopped meanwhile)."""
+        proxy = self.step_proxy
+        started, sent = time.monotonic(), proxy.sent if proxy else 0
+        if self._stop.wait(seconds) or proxy is None:
+            return None
+        return (proxy.sent - sent) / (time.monotonic() - started)
 
     # --- database faults -------------------------------------------------------------
 
@@ -212,5 +267,6 @@ POSTGRES_FAULTS = [
     "freeze",
     "restart_postgres",
     "cut_claim_reply",
+    "clock_step",
 ]
 SQLITE_FAULTS = [*PROCESS_FAULTS, "hold_write_lock"]

@@ -65,17 +65,28 @@ def run(
     ledger = folder / "ledger.txt"
     deployment = Deployment(url, folder, workers + 1, ledger)
     deployment.skew(workers)  # one more worker, its wall clock an hour ahead
+    chosen = kinds or (POSTGRES_FAULTS if backend == "postgres" else SQLITE_FAULTS)
+    if "clock_step" in chosen and backend != "postgres":
+        raise ValueError("clock_step is PostgreSQL's: on SQLite every process has the host's clock")
+    stepped = min(1, workers - 1)
+    if "clock_step" in chosen:
+        deployment.steppable(stepped)  # its wall clock steps while it runs
     with contextlib.ExitStack() as stack:
         proxy: FreezableProxy | None = None
         if backend == "postgres":
             proxy = stack.enter_context(freezable_proxy())
             deployment.route(0, proxy.url_through(url))
-        chosen = kinds or (POSTGRES_FAULTS if backend == "postgres" else SQLITE_FAULTS)
         injector = Injector(deployment, url, rate, chosen, proxy, seed)
+        if "clock_step" in chosen and backend == "postgres":  # to count its statements
+            injector.step_proxy = stack.enter_context(freezable_proxy())
+            deployment.route(stepped, injector.step_proxy.url_through(url))
         # Undone last to first: the faults stop (none restarts a worker), then
         # every worker is killed, whatever ended the run.
         stack.callback(deployment.kill_all)
         stack.callback(injector.stop)
+        if "clock_step" in chosen:  # the worst case: the stepped worker leads at first
+            deployment.start(deployment.slots[stepped])
+            wait_until(lambda: deployment.events("scheduler.leading"), timeout=60, what="a leader")
         deployment.start_all()
         wait_until(  # (on SQLite the skewed worker refuses to start: checked below)
             lambda: len(deployment.events("worker.started")) >= workers,
@@ -110,6 +121,8 @@ def run(
     verdict.skewed_executions = sum(
         1 for line in read_ledger(ledger) if line.pid in skewed and line.kind == "start"
     )
+    verdict.step_pace = injector.step_pace
+    verdict.stepped_executions = _stepped_executions(deployment, ledger, injector)
     verdict.skewed_refusals = sum(
         "clock is 3600s ahead" in deployment.log_path(slot, n).read_text(errors="replace")
         for slot in deployment.slots
@@ -119,6 +132,22 @@ def run(
     )
     verdict.write(folder / f"verdict-{backend}.json")
     return verdict
+
+
+def _stepped_executions(deployment: Deployment, ledger: Path, injector: Injector) -> int:
+    """Attempts started by the worker whose wall clock stepped, after its first step."""
+    steps = [fault.at for fault in injector.log if fault.kind == "clock_step"]
+    stepped = {
+        deployment.worker_pid(slot, n)
+        for slot in deployment.slots
+        if slot.clock_file is not None
+        for n in range(len(slot.pids))
+    }
+    return sum(
+        1
+        for line in read_ledger(ledger)
+        if steps and line.pid in stepped and line.kind == "start" and line.at > min(steps)
+    )
 
 
 def _create_ledger_table(url: str) -> None:

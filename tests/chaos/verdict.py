@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.chaos.faults import Fault
+from tests.chaos.faults import MAX_PAUSE_SECONDS, PACE_AFTER_SECONDS, PACE_BEFORE_SECONDS, Fault
 
 MUST_BE_ZERO = (
     "lost",
@@ -87,6 +87,10 @@ class Verdict:
     """Attempts started by the worker whose wall clock was an hour ahead."""
     skewed_refusals: int = 0
     """Times that worker refused to start (SQLite: the host's clock decides)."""
+    stepped_executions: int = 0
+    """Attempts started by the worker whose wall clock stepped, after its first step."""
+    step_pace: list[tuple[float, float, float, float]] = field(default_factory=list)
+    """That worker's steps: (when, seconds, its statements a second before, after)."""
     fault_log: list[Fault] = field(default_factory=list)
     unfinished: list[dict[str, Any]] = field(default_factory=list)
     """Jobs still unfinished after the drain, as the database had them (for a diagnosis)."""
@@ -109,6 +113,8 @@ class Verdict:
                 f"{self.skewed_executions} attempts run, refused to start {self.skewed_refusals}x",
             ),
         ]
+        if self.faults.get("clock_step"):
+            table.append(("worker whose clock steps (+-1 h)", self._stepped()))
         table += [(f"{name} (must be 0)", str(self.counts.get(name, 0))) for name in MUST_BE_ZERO]
         table += [
             ("rescue to rerun, p50 / p99 s", _percentiles(self.rescue_to_rerun)),
@@ -116,6 +122,32 @@ class Verdict:
             ("throughput under faults, jobs/s", f"{self.completed / max(self.seconds, 1):.1f}"),
         ]
         return table
+
+    def undisturbed_steps(self) -> list[tuple[float, float, float, float]]:
+        """The steps whose pace no other fault disturbed (a pause, a kill, a restart
+        near one moves any worker's statements)."""
+        others = [f.at for f in self.fault_log if f.kind != "clock_step"]
+        return [
+            pace
+            for pace in self.step_pace
+            if not any(
+                pace[0] - PACE_BEFORE_SECONDS - MAX_PAUSE_SECONDS
+                <= at
+                <= pace[0] + PACE_AFTER_SECONDS
+                for at in others
+            )
+        ]
+
+    def _stepped(self) -> str:
+        text = f"{self.stepped_executions} attempts run after a step"
+        if paces := self.undisturbed_steps():
+            before = statistics.median(b for _, _, b, _ in paces)
+            after = max(a for _, _, _, a in paces)
+            text += (
+                f"; statements a second, {len(paces)} steps without another fault near: "
+                f"{before:.0f} before (p50), {after:.0f} after (max)"
+            )
+        return text
 
     def table(self) -> str:
         width = max(len(name) for name, _ in self.rows())

@@ -49,6 +49,8 @@ class FreezableProxy:
         self._server: asyncio.Server | None = None
         self._cut_claim = threading.Event()
         self.claims_cut = 0
+        self.sent = 0
+        """Reads passed from clients to the server: about one a statement (its round trip)."""
 
     def start(self) -> int:
         self._thread.start()
@@ -127,6 +129,7 @@ class FreezableProxy:
             sink.close()
 
     def _from_client(self, watch: _Watch, data: bytes) -> bool:
+        self.sent += 1
         watch.client += data
         while not watch.started:  # untyped: SSL or GSS negotiation, then the startup
             if len(watch.client) < 8:

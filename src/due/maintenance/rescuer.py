@@ -21,6 +21,9 @@ from due.store import Store
 
 log = logging.getLogger("due.maintenance")
 BATCH = 1000
+MIN_RESCUE_SECONDS = 0.1
+"""The rescuer's floor: every worker looks, a statement each time; leases last
+seconds, so looking more often rescues nothing sooner that matters."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +51,7 @@ class Rescuer:
         self._on_requeued = on_requeued
 
     def interval(self) -> float:
-        return self._interval
+        return max(self._interval, MIN_RESCUE_SECONDS)
 
     async def run_once(self) -> RescueRound:
         result = await self._call(self._store.job_rescue, BATCH, self._max_lost_leases)

@@ -24,6 +24,9 @@ from due.service import Calls
 from due.store import Store
 
 log = logging.getLogger("due.worker")
+MIN_SWEEP_SECONDS = 0.5
+"""The sweep's floor, for a short grace (tests): a tenth of the grace, never less."""
+MAX_SWEEP_SECONDS = 60.0
 
 
 class UnknownTaskReaper:
@@ -35,7 +38,7 @@ class UnknownTaskReaper:
         self._sweep = sweep
 
     def interval(self) -> float:
-        return min(60.0, max(self._sweep.grace_seconds / 10, 0.5))
+        return min(MAX_SWEEP_SECONDS, max(self._sweep.grace_seconds / 10, MIN_SWEEP_SECONDS))
 
     async def run_once(self) -> list[int]:
         result = await self._call(self._store.job_fail_unknown_tasks, self._sweep)

@@ -6,7 +6,11 @@ schedule whose next time has come — one transaction per schedule, planned by
 the pure `planner.plan` — starts runs that waited for their previous one,
 and prunes old history. It sleeps until the earliest next fire time (at most
 a tick), so a run is created on time, and the worker that claims it is woken
-by the run's own notification.
+by the run's own notification. That time is the database's, compared with the
+worker's estimate of the database's clock (kept on the monotonic clock), and
+the sleep is never shorter than `RECHECK_SECONDS`: a fire time that looks past
+while the database finds nothing due (a clock step not yet measured again)
+doubles it, up to a tick.
 
 One schedule never stops the others: a definition that cannot fire (a cron
 expression with no time, an interval past the horizon, a row written by
@@ -27,11 +31,15 @@ from due.core.schedules import Materialised, Plan, StoredSchedule, schedule_prob
 from due.logs import event
 from due.scheduler.leader import Leadership
 from due.scheduler.planner import plan
-from due.service import Calls
+from due.service import Calls, Recheck
 from due.store import Store
 
 log = logging.getLogger("due.scheduler")
 TICK_SECONDS = 1.0
+RECHECK_SECONDS = 0.01
+"""The scheduler's floor: the shortest sleep a next fire time can ask for. A
+round whose fire time looked due and that materialised nothing doubles it
+(up to a tick), so clocks that disagree cost a few rounds, not a spin."""
 
 
 @dataclass
@@ -74,8 +82,10 @@ class Scheduler:
         self.leadership = leadership
         self._database_now = database_now
         self._next_fire: datetime | None = None
+        self._recheck = Recheck(RECHECK_SECONDS, TICK_SECONDS)
 
     async def run_once(self) -> SchedulerRound:
+        looked_due = self._seconds_to_fire() <= 0
         call = self._call
         store = self._store
         leading = await call(self.leadership.ensure)
@@ -100,14 +110,28 @@ class Scheduler:
                     job=job_id,
                     reason="the previous run ended",
                 )
+        self._paced(done, looked_due)
         self._next_fire = await call(store.schedule_next_fire)
         return done
 
+    def _paced(self, done: SchedulerRound, looked_due: bool) -> None:
+        """A round that a fire time called for and that did nothing makes the next
+        such sleep longer; one that did something resets it."""
+        if done.materialised or done.started_pending:
+            self._recheck.found()
+        elif looked_due:
+            self._recheck.missed()
+
     def interval(self) -> float:
-        if not self.leadership.is_leader or self._next_fire is None:
+        if not self.leadership.is_leader:
             return TICK_SECONDS
-        until = (self._next_fire - self._database_now()).total_seconds()
-        return max(0.0, min(until, TICK_SECONDS))
+        return max(min(self._seconds_to_fire(), TICK_SECONDS), self._recheck.seconds)
+
+    def _seconds_to_fire(self) -> float:
+        """Until the earliest next fire time, on the database's clock (inf: none)."""
+        if self._next_fire is None:
+            return float("inf")
+        return (self._next_fire - self._database_now()).total_seconds()
 
     def _report(self, result: Materialised) -> None:
         if result.problem is not None:

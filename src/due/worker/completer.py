@@ -27,6 +27,9 @@ from due.worker.running import RunningJob
 log = logging.getLogger("due.worker")
 MAX_BATCH = 1000
 IDLE_SECONDS = 3600.0
+MIN_FLUSH_SECONDS = 0.001
+"""The completer's floor: an acknowledgement waits at least this for others to
+share its statement, whatever `flush_interval` says (more waiting wakes it)."""
 
 Write = Callable[[Sequence[Completion]], Awaitable[set[int]]]
 """Writes completions; returns the ids whose end is recorded (the token was
@@ -48,7 +51,9 @@ class Completer:
         return [outcome for jobs in self.ledgers for outcome in jobs.outcomes]
 
     def interval(self) -> float:
-        return self.flush_interval if any(jobs.outcomes for jobs in self.ledgers) else IDLE_SECONDS
+        if not any(jobs.outcomes for jobs in self.ledgers):
+            return IDLE_SECONDS
+        return max(self.flush_interval, MIN_FLUSH_SECONDS)
 
     async def run_once(self) -> int:
         """Write one batch of completions; returns how many were written."""

@@ -4,8 +4,12 @@ Each queue has its own producer and its own concurrency inside the process,
 so a flood on `bulk` never takes a slot of `emails`. A producer claims its
 free slots' worth of jobs in one statement, then sleeps until a slot frees, a
 wake-up says its queue has work, or its next job comes due — computed from
-the store's next due time, so a delayed job starts on time without a
-notification. A poll every `poll_interval` covers a lost wake-up.
+the store's next due time and the worker's estimate of the database's clock
+(kept on the monotonic clock: a step of this host's wall clock does not move
+it), so a delayed job starts on time without a notification. A poll every
+`poll_interval` covers a lost wake-up. Only work claims at once (a full batch,
+a wake-up, a slot freed); a wait the time calls for is never shorter than
+`RECHECK_SECONDS`, and doubles while claims find nothing due.
 
 Lookahead: a slot that frees would otherwise stay idle for a whole claim
 round trip. So the producer also claims a few jobs ahead and starts one the
@@ -34,14 +38,20 @@ from datetime import datetime
 from due.clock import Clock
 from due.core.records import ClaimedJob
 from due.logs import event
+from due.service import Recheck
 from due.worker.ledger import RunningJobs
 from due.worker.running import RunningJob
 from due.worker.settings import MAX_CLAIM_BATCH
 
 log = logging.getLogger("due.worker")
 RECHECK_SECONDS = 0.005
-"""Pause before claiming again when a due job was not ours to take (another
-claimer held its row): it is committed within milliseconds."""
+"""The producer's floor: the pause before claiming again when a due job was not
+ours to take (another claimer held its row: it is committed within
+milliseconds), and the shortest wait a due time can ask for."""
+MAX_RECHECK_SECONDS = 0.5
+"""The longest that pause grows to, doubling with each claim in a row that finds
+nothing although a job looked due: the database's clock and the worker's
+estimate of it disagree (a step not yet measured again), or a row stays held."""
 SMOOTHING = 0.2
 """Weight of a new sample in the moving averages of job and claim durations."""
 
@@ -82,6 +92,7 @@ class QueueProducer:
         self.job_seconds: float | None = None
         self.claim_seconds: float | None = None
         self._last_claim = float("-inf")
+        self._recheck = Recheck(RECHECK_SECONDS, MAX_RECHECK_SECONDS)
 
     @property
     def concurrency(self) -> int:
@@ -150,17 +161,19 @@ class QueueProducer:
         wanted = self.wanted()
         if wanted <= 0 or self.stopping or not self._worth_claiming():
             return 0
+        looked_due = not self.claim_requested
         self.claim_requested = False
         sent_at = self._last_claim = self._clock.monotonic()
         jobs = await self._claim(self.jobs, min(wanted, MAX_CLAIM_BATCH))
         self.claim_seconds = _smooth(self.claim_seconds, self._clock.monotonic() - sent_at)
         for job in jobs:
             self._place(self._hold(job, self.jobs, sent_at))
+        self._paced(found=bool(jobs), looked_due=looked_due)
         if len(jobs) < wanted:
             self.next_due = await self._next_due_of(self.queue)
         else:
-            self.next_due = None  # more may be waiting: claim again when a slot frees
-            self.claim_requested = True
+            self.next_due = None  # more may be waiting: claim again at once
+            self.request_claim()
         if jobs:
             event(log, "queue.claimed", logging.DEBUG, queue=self.queue, jobs=len(jobs))
         return len(jobs)
@@ -176,16 +189,20 @@ class QueueProducer:
             return float("inf")
         return (self.next_due - self._database_now()).total_seconds()
 
+    def _paced(self, *, found: bool, looked_due: bool) -> None:
+        """A claim that the time alone called for and that found nothing makes the
+        next such wait longer; one that found work resets it."""
+        if found:
+            self._recheck.found()
+        elif looked_due and self.seconds_until_due() <= 0:
+            self._recheck.missed()
+
     def interval(self) -> float:
-        """How long to sleep before the next turn (a wake-up cuts it short)."""
+        """How long to sleep before the next turn (a wake-up cuts it short: work
+        asked for, a full batch, a slot freed, set it)."""
         if self.wanted() <= 0:
-            return self._poll_interval
-        if self.claim_requested:
-            return 0.0
-        until_due = self.seconds_until_due()
-        if until_due <= 0:
-            return RECHECK_SECONDS
-        return min(until_due, self._poll_interval)
+            return max(self._poll_interval, RECHECK_SECONDS)
+        return max(min(self.seconds_until_due(), self._poll_interval), self._recheck.seconds)
 
 
 def _smooth(average: float | None, sample: float) -> float:

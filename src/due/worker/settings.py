@@ -12,6 +12,7 @@ from due.durations import DurationLike, to_seconds
 from due.errors import ConfigurationError, InvalidJobError
 from due.request import validate_queue
 from due.task import MIN_LEASE_SECONDS
+from due.worker.clock_watch import DEFAULT_CLOCK_INTERVAL
 from due.worker.event_loop import DEFAULT_LOOP, loop_factory
 
 DEFAULT_CONCURRENCY = 10
@@ -39,6 +40,8 @@ class WorkerSettings:
     """Longest sleep without a wake-up: covers a lost notification."""
     flush_interval: float = 0.002
     """How long an acknowledgement may wait to share a batch."""
+    clock_interval: float = DEFAULT_CLOCK_INTERVAL
+    """How often the database's clock is read again (clock_watch.py)."""
     db_threads: int = 4
     worker_id: str = field(default_factory=default_worker_id)
     scheduler: bool = True

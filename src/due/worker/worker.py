@@ -4,6 +4,7 @@
         ▲   owns its queue's ledger (slots, ready jobs, unwritten outcomes)
         └── wake-ups, slots freed, due times
     heartbeater, trust watch (leases) · rescuer, unknown-task reaper, pruner, vacuum · scheduler
+    clock watch (the database's clock, measured again: every wait for a due time uses it)
 
 This module assembles them, each given only what it uses, and runs the
 process's life cycle; none of them knows the worker.
@@ -34,11 +35,11 @@ import logging
 import os
 import socket
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from due.app import App
-from due.clock import Clock
+from due.clock import Clock, DatabaseClock
 from due.core.records import (
     ClaimedJob,
     ClaimRequest,
@@ -56,9 +57,10 @@ from due.maintenance.unknown_tasks import UnknownTaskReaper
 from due.maintenance.vacuum import Vacuum
 from due.scheduler.leader import DatabaseLeases, Leadership, RedisLeases
 from due.scheduler.service import Scheduler
-from due.service import run_forever, wait_for_any
+from due.service import Service, run_forever, wait_for_any
 from due.store.backend import Lane
 from due.worker.calls import StoreCalls
+from due.worker.clock_watch import ClockWatch
 from due.worker.completer import Completer
 from due.worker.event_loop import loop_name
 from due.worker.executor import Executor
@@ -90,7 +92,15 @@ class Worker:
         self._handler_threads = concurrent.futures.ThreadPoolExecutor(
             settings.total_concurrency, thread_name_prefix="due-task"
         )
-        self._database_offset = timedelta(0)
+        self.database_clock = DatabaseClock(self.clock)
+        self.clock_watch = ClockWatch(
+            database_clock=self.database_clock,
+            clock=self.clock,
+            read=self.store.now,
+            call=self.call,
+            interval=settings.clock_interval,
+            on_step=self.wake_all,
+        )
         self.executor = Executor(app.tasks, self.clock, threads=self._handler_threads, app=app)
         self.runner = Runner(
             app=app,
@@ -241,7 +251,6 @@ class Worker:
     def _held_one(self, running: RunningJob) -> None:
         self.heartbeater.note_held(running)  # (built after the runner)
 
-
     def _outcome_recorded(self) -> None:
         self.completer.wake.set()
 
@@ -250,8 +259,8 @@ class Worker:
         return self.heartbeater.interval()
 
     def database_now(self) -> datetime:
-        """The database's clock, estimated from this host's (offset measured at start)."""
-        return self.clock.now() or (self.clock.wall() + self._database_offset)
+        """The database's clock, estimated on the monotonic clock (clock_watch.py)."""
+        return self.database_clock.now()
 
     # --- jobs ----------------------------------------------------------------
 
@@ -341,17 +350,7 @@ class Worker:
             asyncio.create_task(
                 run_forever(name, service.run_once, service.interval, services_stop, log, wake=wake)
             )
-            for name, service, wake in (
-                ("completer", self.completer, self.completer.wake),
-                ("heartbeat", self.heartbeater, self.heartbeater.wake),
-                ("starts", self.start_reports, None),
-                ("trust", self.trust_watch, None),
-                ("rescuer", self.rescuer, None),
-                ("unknown_tasks", self.unknown_tasks, None),
-                *((("scheduler", self.scheduler, None),) if self.scheduler else ()),
-                ("pruner", self.pruner, None),
-                ("vacuum", self.vacuum, None),
-            )
+            for name, service, wake in self.services()
         ]
         event(
             log,
@@ -381,13 +380,28 @@ class Worker:
             self._heartbeat_call.close()
             self._handler_threads.shutdown(wait=False, cancel_futures=True)
 
+    def services(self) -> list[tuple[str, Service, asyncio.Event | None]]:
+        """The background loops beside the producers: name, service, wake-up event.
+        Each one's `interval()` has a floor of its own (and run_forever one for all)."""
+        return [
+            ("completer", self.completer, self.completer.wake),
+            ("heartbeat", self.heartbeater, self.heartbeater.wake),
+            ("starts", self.start_reports, None),
+            ("trust", self.trust_watch, None),
+            ("rescuer", self.rescuer, None),
+            ("unknown_tasks", self.unknown_tasks, None),
+            *((("scheduler", self.scheduler, None),) if self.scheduler else ()),
+            ("pruner", self.pruner, None),
+            ("vacuum", self.vacuum, None),
+            ("clock", self.clock_watch, None),
+        ]
+
     async def _register(self) -> None:
         backoff = 0.2
         while True:
             try:
                 await self.call(self.store.worker_register, self._registration())
-                database_now = await self.call(self.store.now)
-                self._database_offset = database_now - self.clock.wall()
+                await self.clock_watch.run_once()
                 return
             except StoreUnavailableError as error:
                 event(log, "worker.waiting_for_database", logging.WARNING, error=str(error))
