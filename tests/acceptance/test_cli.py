@@ -175,7 +175,7 @@ def test_schedules_from_the_command_line(tmp_path: Path, sqlite_url: str) -> Non
     assert "the hour field '25' is invalid" in bad and "Traceback" not in bad
     never = due_cli("schedule", "add", "x", "--task", "report", "--cron", "0 0 30 2 *", expect=1)
     assert "'0 0 30 2 *' never fires" in never and "Traceback" not in never
-    ages = due_cli("schedule", "add", "x", "--task", "report", "--every", "1000000000000", expect=1)
+    ages = due_cli("schedule", "add", "x", "--task", "report", "--every", "700000000", expect=1)
     assert "more than 10 years" in ages and "Traceback" not in ages
     assert "nothing to prune" in due_cli("schedule", "prune")
     missing = due_cli("schedule", "pause", "nope", expect=1)

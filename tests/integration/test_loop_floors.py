@@ -30,7 +30,7 @@ from due.task import MIN_LEASE_SECONDS
 from due.worker import producer
 from due.worker.clock_watch import MIN_CLOCK_INTERVAL
 from due.worker.completer import MIN_FLUSH_SECONDS
-from due.worker.heartbeat import MIN_WATCH_SECONDS
+from due.worker.heartbeat import MIN_WATCH_SECONDS, START_REPORT_SECONDS
 from due.worker.settings import WorkerSettings
 from due.worker.worker import Worker
 from tests.helpers.clocks import FakeHostClock
@@ -38,6 +38,7 @@ from tests.helpers.clocks import FakeHostClock
 FLOORS = {
     "completer": MIN_FLUSH_SECONDS,
     "heartbeat": MIN_LEASE_SECONDS / 3,  # a third of the shortest lease allowed
+    "starts": START_REPORT_SECONDS,
     "trust": MIN_WATCH_SECONDS,
     "rescuer": MIN_RESCUE_SECONDS,
     "unknown_tasks": MIN_SWEEP_SECONDS,
