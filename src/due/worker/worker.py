@@ -3,7 +3,8 @@
     producer (one per queue) ──claim──► runner ──► executor ──► ledger ──► completer ──► store
         ▲   owns its queue's ledger (slots, ready jobs, unwritten outcomes)
         └── wake-ups, slots freed, due times
-    heartbeater, trust watch (leases) · rescuer, unknown-task reaper, pruner, vacuum · scheduler
+    heartbeater, start reports, trust watch (leases) · rescuer, unknown-task reaper, pruner,
+    vacuum · scheduler · shutdown (drain, then release)
     clock watch (the database's clock, measured again: every wait for a due time uses it)
 
 This module assembles them, each given only what it uses, and runs the
@@ -18,11 +19,13 @@ Guarantees and what happens when things fail:
   nothing more is written for the job (writes are fenced by the token anyway).
 - Each queue has its own slots: a flood on one queue never takes another's.
 - On SIGTERM/SIGINT the worker stops claiming, lets running jobs finish for
-  the grace period, then stops trusting the rest, gives each handler a second
-  to reach a safe point, and releases them (attempt not counted): due again at
-  once, or, for a job whose handler thread still runs, once the lease it held
-  expires (`_release_running`). A second signal skips the waits. Pending
-  acknowledgements are always written before exit.
+  the grace period, then tells the rest to stop and releases them (attempt not
+  counted): due again at once, or, for a job whose handler thread still runs,
+  once the lease it held expires (shutdown.py). A second signal skips the
+  waits. Pending acknowledgements are always written before exit.
+- Only a start that ran is an attempt: a claim marks its attempt 'claimed',
+  and the start reports (heartbeat.py) say 'started' within a quarter second
+  of the handler beginning; a rescue counts the attempt only then.
 - A database outage is ridden out: every loop retries with backoff; leases
   that cannot be renewed in time are given up, and rescued elsewhere.
 """
@@ -36,7 +39,6 @@ import os
 import socket
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
 from due.app import App
 from due.clock import Clock, DatabaseClock
@@ -57,7 +59,7 @@ from due.maintenance.unknown_tasks import UnknownTaskReaper
 from due.maintenance.vacuum import Vacuum
 from due.scheduler.leader import DatabaseLeases, Leadership, RedisLeases
 from due.scheduler.service import Scheduler
-from due.service import Service, run_forever, wait_for_any
+from due.service import Service, run_forever
 from due.store.backend import Lane
 from due.worker.calls import StoreCalls
 from due.worker.clock_watch import ClockWatch
@@ -70,13 +72,11 @@ from due.worker.producer import QueueProducer
 from due.worker.runner import Runner
 from due.worker.running import RunningJob
 from due.worker.settings import MAX_CLAIM_BATCH, WorkerSettings
+from due.worker.shutdown import Shutdown
 from due.worker.wakeups import Wakeups
 
 log = logging.getLogger("due.worker")
 LANE_FAILURE_LOG_SECONDS = 60.0
-SAFE_POINT_SECONDS = 1.0
-"""At shutdown, after the grace: how long a handler told to stop has to reach
-its next safe point before its job is handed back (a second signal skips it)."""
 
 
 class Worker:
@@ -366,7 +366,7 @@ class Worker:
             for producer in self.producers.values():
                 producer.stop()
             await asyncio.gather(*claimers, return_exceptions=True)
-            await self._drain_and_release()
+            await self._shutdown().drain_and_release()
         finally:
             claims_stop.set()  # already, unless the wait above was cut short
             await asyncio.gather(*claimers, return_exceptions=True)
@@ -379,6 +379,20 @@ class Worker:
             self.call.close()
             self._heartbeat_call.close()
             self._handler_threads.shutdown(wait=False, cancel_futures=True)
+
+    def _shutdown(self) -> Shutdown:
+        assert self._hard_stop is not None
+        return Shutdown(
+            store=self.store,
+            call=self.call,
+            runner=self.runner,
+            completer=self.completer,
+            unfinished=self._unfinished,
+            set_state=self._set_state,
+            worker_id=self.settings.worker_id,
+            grace=self.settings.grace,
+            hard_stop=self._hard_stop,
+        )
 
     def services(self) -> list[tuple[str, Service, asyncio.Event | None]]:
         """The background loops beside the producers: name, service, wake-up event.
@@ -434,114 +448,11 @@ class Worker:
                 "(newer code may define it) until `due schedule prune`",
             )
 
-    async def _drain_and_release(self) -> None:
-        assert self._hard_stop is not None
-        await self._set_state("stopping")
-        # Jobs claimed ahead have not started: another worker may take them now.
-        await self._release([r for r in self._unfinished() if r.handle is None])
-        unfinished = self._unfinished()
-        if unfinished:
-            event(log, "worker.draining", jobs=len(unfinished), grace=self.settings.grace)
-            await self._wait_for_handlers(unfinished, self.settings.grace)
-        await self._release_running(self._unfinished())
-        await self._flush_acknowledgements()
-
-    async def _release_running(self, unfinished: list[RunningJob]) -> None:
-        """Hand back the jobs still running at the end of the grace. Each handler
-        is told to stop first (a safe point raises LeaseLost, an async handler is
-        cancelled at its next await) and has SAFE_POINT_SECONDS to get there;
-        then its attempt is no longer trusted, and only then is the release
-        written: a job whose handler has ended
-        is due again at once; one whose handler thread still runs (a sync
-        handler cannot be interrupted) is handed back as it stands, due only
-        once the lease it holds expires, by when this process has exited and
-        taken the thread with it. Either way its token moves on, so the old
-        attempt can write nothing more, and the attempt is not counted."""
-        if not unfinished:
-            return
-        for running in unfinished:
-            self.runner.stop_at_safe_point(running, "released at shutdown")
-        await self._wait_for_handlers(unfinished, SAFE_POINT_SECONDS)
-        # A handler that returned meanwhile has its outcome recorded (the lease is
-        # still this worker's): written with the others. The rest, stopped at a
-        # safe point (lost) or still working, are handed back.
-        unfinished = [r for r in unfinished if r.lost or not r.finished]
-        for running in unfinished:
-            self.runner.lease_lost(running, "released at shutdown", level=logging.INFO)
-        working = {r.job.id for r in unfinished if not _handler_done(r)}
-        if working:
-            event(
-                log,
-                "worker.handed_back_running",
-                logging.WARNING,
-                jobs=len(working),
-                note="their handler threads still ran: due again once their leases expire",
-            )
-        await self._release(unfinished, later=working)
-
-    async def _wait_for_handlers(self, held: list[RunningJob], seconds: float) -> None:
-        """Until every handler of `held` has ended or `seconds` pass. After a
-        second signal, only for the async ones: cancelled, they end at once (at
-        the loop's next turn), where a sync one may run on."""
-        assert self._hard_stop is not None
-        hurry = self._hard_stop.is_set()
-        handles = [
-            r.straggler or r.handle
-            for r in held
-            if r.handle is not None and not (hurry and not r.task.is_async)
-        ]
-        if not handles:
-            return
-        waiter = asyncio.ensure_future(asyncio.wait(handles))
-        stop = asyncio.Event() if hurry else self._hard_stop  # (set already: no wait)
-        await wait_for_any(stop, _event_when_done(waiter), seconds)
-        waiter.cancel()
-
     def _unfinished(self) -> list[RunningJob]:
         return [r for producer in self.producers.values() for r in producer.jobs.unfinished()]
-
-    async def _release(self, unfinished: list[RunningJob], later: set[int] | None = None) -> None:
-        if not unfinished:
-            return
-        reason = f"released by worker {self.settings.worker_id} at shutdown"
-        leases = [r.lease for r in unfinished]
-        try:
-            await self.call(self.store.job_release, leases, reason, later or set())
-        except StoreError as error:
-            event(
-                log,
-                "worker.release_failed",
-                logging.ERROR,
-                error=str(error),
-                jobs=len(unfinished),
-                note="they will be rescued when their lease expires",
-            )
-        for running in unfinished:
-            self.runner.lease_lost(running, "released at shutdown", level=logging.INFO)
-
-    async def _flush_acknowledgements(self) -> None:
-        for attempt in range(5):
-            try:
-                await self.completer.flush()
-                return
-            except StoreError as error:
-                event(log, "worker.flush_failed", logging.ERROR, error=str(error), attempt=attempt)
-                await asyncio.sleep(0.5 * (attempt + 1))
 
     async def _set_state(self, state: str) -> None:
         try:
             await self.call(self.store.worker_set_state, self.settings.worker_id, state)
         except StoreError as error:
             event(log, "worker.state_not_recorded", logging.WARNING, state=state, error=str(error))
-
-
-def _handler_done(running: RunningJob) -> bool:
-    """Whether the job's handler has ended (a sync one: its thread has returned)."""
-    work = running.straggler or running.handle
-    return work is None or work.done()
-
-
-def _event_when_done(future: asyncio.Future[Any]) -> asyncio.Event:
-    done = asyncio.Event()
-    future.add_done_callback(lambda _: done.set())
-    return done
