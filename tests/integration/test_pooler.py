@@ -5,9 +5,11 @@ their `pgbouncer` parameter.)"""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -128,3 +130,40 @@ def test_the_url_carries_the_settings_and_libpq_never_sees_them() -> None:
         PoolerSettings.from_url(base, listen_url="postgresql://primary/app")
     with pytest.raises(due.ConfigurationError, match="is for PostgreSQL"):
         due.App("sqlite:///x.db", pooler="transaction")
+
+
+def test_through_a_pooler_single_statements_and_the_loop_lane_run_bounded(
+    one_server_connection: PgBouncer,
+) -> None:
+    """Through a transaction-mode pooler due's bounds are set per transaction (a
+    session setting would leak to other clients): its autocommitted statements
+    (heartbeats, claims and acknowledgements on a thread, reads) and the
+    worker's loop lane ran with none, so a claim waiting on a lock could wait
+    for ever (issue 35). Each now runs in a transaction that sets them."""
+    app = make_app(one_server_connection.url(due_pooler="transaction"))
+    app.migrate()
+    backend: Any = app.store.backend
+    shown = "SELECT current_setting('statement_timeout') AS s, current_setting('lock_timeout') AS l"
+    try:
+        for kind in ({"single": True}, {"read": True}):
+            with backend.transaction(**kind) as tx:
+                tx.cursor.execute(shown)
+                assert tx.cursor.fetchall() == [{"s": "1min", "l": "30s"}], kind
+        lane = app.store.loop_lane(1)
+        assert lane is not None
+
+        async def on_the_lane() -> Any:
+            await lane.open()
+            try:
+                async with lane.statement() as tx:
+                    await tx.cursor.execute(shown)
+                    return await tx.cursor.fetchall()
+            finally:
+                await lane.close()
+
+        assert asyncio.run(on_the_lane()) == [{"s": "1min", "l": "30s"}]
+        # ... and the shared session keeps the server's own settings.
+        with psycopg.connect(one_server_connection.url()) as plain:
+            assert plain.execute("SHOW statement_timeout").fetchone() == ("0",)
+    finally:
+        app.close()

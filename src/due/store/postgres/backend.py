@@ -183,6 +183,14 @@ class PostgresBackend:
             self._connection() as conn,
             conn.cursor(row_factory=dict_row) as cur,
         ):
+            if (read or single) and self.settings.transaction_pooler and not unbounded:
+                # Through a transaction-mode pooler due's bounds hold only inside a
+                # transaction: the statements run in one, sent with the bounds in a
+                # pipeline (one round trip, and one for the COMMIT).
+                with _pipeline(conn), conn.transaction():
+                    cur.execute(self._queries["bound_transaction"], TRANSACTION_BOUNDS)
+                    yield PostgresTransaction(cur, self._clock.now(), self._queries)
+                return
             if read or single:  # autocommitted statements: no BEGIN/COMMIT round trips
                 if unbounded and not self.settings.transaction_pooler:
                     # A statement that may not run in a transaction block (VACUUM):
@@ -370,7 +378,8 @@ class PostgresBackend:
 
         # Through a transaction-mode pooler nothing is prepared: each statement is
         # planned anyway, and a session setting would leak to the pooler's other clients.
-        lane_settings = () if self.settings.transaction_pooler else LANE_SETTINGS
+        pooled = self.settings.transaction_pooler
+        lane_settings = () if pooled else LANE_SETTINGS
         return LoopLane(
             self.url,
             self._own_connect(),
@@ -379,6 +388,7 @@ class PostgresBackend:
             self.queries,
             self._connect_timeout,
             connections,
+            bounds=TRANSACTION_BOUNDS if pooled else None,
         )
 
     def handler_pool(self) -> psycopg_pool.ConnectionPool:

@@ -12,7 +12,8 @@ The lane is a small async pool opened in the worker's loop and closed with
 it: a connection for each queue's claims and one for the acknowledgements,
 so they run side by side as they did on threads. Sessions are set up as the
 store's own (UTC and the statement, lock and idle bounds; through a
-transaction-mode pooler, UTC only, as there), and plan each statement once
+transaction-mode pooler, UTC only, as there, and each statement runs in a
+transaction that sets the bounds), and plan each statement once
 and only through indexes (backend.LANE_SETTINGS). A statement that fails here is
 written again by the caller on the thread path, which has the retries and
 the rules for stale or refused batches; a connection the server ended while
@@ -54,8 +55,12 @@ class LoopLane:
         queries: Callable[[], Mapping[str, str]],
         connect_timeout: float,
         connections: int,
+        bounds: Mapping[str, str] | None = None,
     ) -> None:
         self._url = url
+        self._bounds = bounds
+        """Through a transaction-mode pooler: the statement and lock bounds, set in
+        a transaction around each statement (a session setting would leak)."""
         self._session = tuple(session)
         self._now = now
         self._queries = queries
@@ -105,14 +110,22 @@ class LoopLane:
         with translate_errors(self._url):
             async with live_async_connection(self._pool, CHECKOUT_SECONDS) as conn:
                 rows, values = self._cursors_of(conn)
+                transaction = AsyncPostgresTransaction(
+                    rows,
+                    self._now(),
+                    self._queries(),
+                    to_utc=False,  # UTC sessions
+                    values_cursor=values,
+                )
                 try:
-                    yield AsyncPostgresTransaction(
-                        rows,
-                        self._now(),
-                        self._queries(),
-                        to_utc=False,  # UTC sessions
-                        values_cursor=values,
-                    )
+                    if self._bounds is None:
+                        yield transaction
+                        return
+                    # One round trip for BEGIN, the bounds and the statement; one
+                    # for the COMMIT.
+                    async with conn.pipeline(), conn.transaction():
+                        await rows.execute(self._queries()["bound_transaction"], self._bounds)
+                        yield transaction
                 except psycopg.errors.FeatureNotSupported:
                     # "cached plan must not change result type": this session's
                     # prepared statements are stale for good, a new one's are not.
