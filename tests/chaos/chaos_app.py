@@ -10,9 +10,9 @@ Every execution is written twice:
   database itself says how often each job succeeded.
 
 File lines: `kind job attempt token pid time run_at [detail...]`. Kinds: `start`,
-`step` (a unit of work done, after a safe point), `end` (with how it ended),
-`complete` (a parent's completion job, with the parent), `stamp` (a schedule's
-run, with the schedule and the time it ran for).
+`step` (a unit of work done after a safe point, timed at that safe point),
+`end` (with how it ended), `complete` (a parent's completion job, with the
+parent), `stamp` (a schedule's run, with the schedule and the time it ran for).
 """
 
 from __future__ import annotations
@@ -52,9 +52,9 @@ STEP_SECONDS = 0.05
 RETRY = due.Retry(max_attempts=25, backoff="100ms", max_delay="1s")
 
 
-def note(kind: str, ctx: due.Context, *detail: object) -> None:
+def note(kind: str, ctx: due.Context, *detail: object, at: float | None = None) -> None:
     run_at = ctx.run_at.timestamp() if ctx.run_at else 0.0
-    now = true_time()
+    now = true_time() if at is None else at
     fields = [kind, ctx.job_id, ctx.attempt, ctx.lease_token, os.getpid(), f"{now:.6f}"]
     line = " ".join(map(str, [*fields, f"{run_at:.6f}", *detail])) + "\n"
     fd = os.open(LEDGER, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -102,8 +102,13 @@ def pause(seconds: float) -> None:
 
 def steps(ctx: due.Context, count: int, first: int = 0, checkpoint: bool = False) -> None:
     for step in range(first, count):
+        # A step is written with the time of the safe point that let it go on
+        # (taken just before it): a process paused between the safe point and
+        # the work does that work late, which no safe point can prevent (a
+        # handler stops at its *next* safe point: docs/guarantees.md).
+        allowed_at = true_time()
         ctx.progress(step, count)  # a safe point: a lost lease stops the work here
-        note("step", ctx, step)
+        note("step", ctx, step, at=allowed_at)
         pause(STEP_SECONDS)
         if checkpoint:
             ctx.checkpoint(step + 1)

@@ -8,7 +8,9 @@ the fault log, and the rows that must be zero.
   job's history (its error, a lost or released lease).
 - **succeeded twice**: the job's own transaction committed twice (chaos_ledger).
 - **two attempts alive at once**: the work of two attempts of one job overlaps
-  in time (an attempt is alive from its start to its last step of work).
+  in time (an attempt is alive from its start to its last step of work, a
+  step timed at the safe point that allowed it: a process paused just after
+  a safe point does that step late, and stops at its next one).
 - **runs before run_at**: an attempt started before the time it was due.
 - **scheduled times with zero or two runs**: a scheduled second of an
   every-second schedule with no record at all, or whose run succeeded twice.
