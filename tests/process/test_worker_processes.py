@@ -16,7 +16,7 @@ from tests.apps import ledger_app
 from tests.conftest import BACKENDS_AND_POOLER, POSTGRES_BASE_URL, backend_fixture
 from tests.helpers.database import cut_sessions
 from tests.helpers.waiting import wait_until
-from tests.helpers.workers import Workers, wait_start_said
+from tests.helpers.workers import WorkerProcess, Workers, wait_start_said
 
 pytestmark = pytest.mark.slow
 backend = backend_fixture(BACKENDS_AND_POOLER)  # also through a transaction pooler
@@ -91,6 +91,21 @@ def test_sigterm_lets_a_short_job_finish_and_exits_0(app: due.App, workers: Work
     assert "worker.stopped" in worker.log()
 
 
+def sigterm_while_running(
+    app: due.App, workers: Workers, task: str, lease: str
+) -> tuple[WorkerProcess, WorkerProcess, due.Job]:
+    """A 20 s job of `task` running on one worker (grace 1 s), another worker
+    ready beside it, and SIGTERM sent to the first."""
+    leaving = workers.start("--grace", "1s", "--lease", lease)
+    workers.wait_ready(leaving)
+    job = app.enqueue(task, kwargs={"seconds": 20})
+    wait_until(lambda: starts_of(workers, job.id), what="the job to start")
+    staying = workers.start("--lease", lease)
+    workers.wait_ready(staying)
+    leaving.signal(signal.SIGTERM)
+    return leaving, staying, job
+
+
 def test_sigterm_releases_a_long_job_to_another_worker_at_once(
     app: due.App, workers: Workers
 ) -> None:
@@ -98,13 +113,7 @@ def test_sigterm_releases_a_long_job_to_another_worker_at_once(
     point before the job is released: the next attempt never overlaps it
     (issue 35, hole 2: the release used to come first, and the old attempt
     kept working 0.2-0.5 s into the new one on PostgreSQL)."""
-    leaving = workers.start("--grace", "1s", "--lease", "10s")
-    workers.wait_ready(leaving)
-    job = app.enqueue("ticking", kwargs={"seconds": 20})
-    wait_until(lambda: starts_of(workers, job.id), what="the job to start")
-    staying = workers.start("--lease", "10s")
-    workers.wait_ready(staying)
-    leaving.signal(signal.SIGTERM)
+    leaving, staying, job = sigterm_while_running(app, workers, "ticking", "10s")
     signalled_at = time.time()
     assert leaving.wait_exit(timeout=10) == 0
     taken = wait_until(lambda: starts_of(workers, job.id)[1:], timeout=10, what="the pickup")[0]
@@ -127,13 +136,7 @@ def test_sigterm_hands_a_job_whose_thread_cannot_stop_back_for_after_its_lease(
     back as it stands, due once the lease it held expires, when the worker that
     ran it has exited and taken the thread with it. Never two at once, and the
     interrupted attempt is not counted."""
-    leaving = workers.start("--grace", "1s", "--lease", "3s")
-    workers.wait_ready(leaving)
-    job = app.enqueue("work", kwargs={"seconds": 20})
-    wait_until(lambda: starts_of(workers, job.id), what="the job to start")
-    staying = workers.start("--lease", "3s")
-    workers.wait_ready(staying)
-    leaving.signal(signal.SIGTERM)
+    leaving, staying, job = sigterm_while_running(app, workers, "work", "3s")
     assert leaving.wait_exit(timeout=10) == 0
     exited_at = time.time()
     assert "worker.handed_back_running" in leaving.log()
