@@ -116,6 +116,7 @@ def run(
         **facts,
     )
     verdict.worker_exit_codes = list(codes.values())
+    verdict.claims_cut = proxy.claims_cut if proxy is not None else 0
     verdict.unfinished = unfinished
     skewed = deployment.skewed_pids()
     verdict.skewed_executions = sum(

@@ -93,6 +93,8 @@ class Verdict:
     """Attempts started by the worker whose wall clock stepped, after its first step."""
     step_pace: list[tuple[float, float, float, float]] = field(default_factory=list)
     """That worker's steps: (when, seconds, its statements a second before, after)."""
+    claims_cut: int = 0
+    """Claims whose reply the proxy lost after their commit (cut_claim_reply)."""
     fault_log: list[Fault] = field(default_factory=list)
     unfinished: list[dict[str, Any]] = field(default_factory=list)
     """Jobs still unfinished after the drain, as the database had them (for a diagnosis)."""
@@ -117,6 +119,8 @@ class Verdict:
         ]
         if self.faults.get("clock_step"):
             table.append(("worker whose clock steps (+-1 h)", self._stepped()))
+        if self.faults.get("cut_claim_reply"):
+            table.append(("claims whose reply was lost after the commit", str(self.claims_cut)))
         table += [(f"{name} (must be 0)", str(self.counts.get(name, 0))) for name in MUST_BE_ZERO]
         table += [
             ("rescue to rerun, p50 / p99 s", _percentiles(self.rescue_to_rerun)),
