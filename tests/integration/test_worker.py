@@ -354,6 +354,30 @@ def test_a_second_stop_request_releases_at_once(app: due.App) -> None:
     run(scenario)
 
 
+def test_two_stop_requests_at_once_skip_the_grace(app: due.App) -> None:
+    """A quick double Ctrl-C, or SIGTERM then SIGINT from a supervisor: the
+    second request lands before the drain begins, and must skip it too."""
+    started = asyncio.Event()
+
+    @app.task(name="endless")
+    async def endless() -> None:
+        started.set()
+        await asyncio.sleep(3600)
+
+    async def scenario() -> None:
+        job = endless.enqueue()
+        worker = Worker(app, WorkerSettings.build({"default": 1}, grace="1h"))
+        running = asyncio.create_task(worker.run())
+        await asyncio.wait_for(started.wait(), 10)
+        worker.request_stop()
+        worker.request_stop()
+        await asyncio.wait_for(running, 5)
+        released = app.get(job.id)
+        assert released.state == JobState.QUEUED and released.errors[-1].kind == "released"
+
+    run(scenario)
+
+
 def test_claims_stop_while_too_many_ended_jobs_await_their_acknowledgement(
     postgres_url: str, clock: FakeClock
 ) -> None:

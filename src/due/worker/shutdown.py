@@ -75,7 +75,7 @@ class Shutdown:
         await self._set_state("stopping")
         await self._release([r for r in self._unfinished() if r.handle is None])
         unfinished = self._unfinished()
-        if unfinished:
+        if unfinished and not self._hard_stop.is_set():
             event(log, "worker.draining", jobs=len(unfinished), grace=self._grace)
             await self._wait_for_handlers(unfinished, self._grace)
         await self._release_running(self._unfinished())
@@ -106,8 +106,8 @@ class Shutdown:
 
     async def _wait_for_handlers(self, held: list[RunningJob], seconds: float) -> None:
         """Until every handler of `held` has ended or `seconds` pass. After a
-        second signal, only for the async ones: cancelled, they end at once (at
-        the loop's next turn), where a sync one may run on."""
+        second signal, only for the async ones (told to stop, they are
+        cancelled and end at the loop's next turn), where a sync one may run on."""
         hurry = self._hard_stop.is_set()
         handles = [
             r.straggler or r.handle
