@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -304,3 +306,23 @@ def test_a_worker_process_collects_young_garbage_less_often_and_freezes_its_star
     assert settings["frozen"] > 10_000  # modules, the app: everything loaded before the jobs
     worker.signal(signal.SIGTERM)
     assert worker.wait_exit() == 0
+
+
+def test_a_worker_that_handed_back_a_running_job_is_forced_out_in_time() -> None:
+    """The safety of a hand-back rests on the process being gone (its thread with
+    it) before the job's lease can end: should the shutdown's last steps take
+    longer, the process exits anyway, whatever thread still runs."""
+    script = (
+        "import threading, time, logging\n"
+        "logging.basicConfig()\n"
+        "from due.worker.main import _exit_within\n"
+        "threading.Thread(target=time.sleep, args=(60,)).start()  # not a daemon\n"
+        "_exit_within(0.3)\n"
+        "time.sleep(60)  # the shutdown's last steps, stuck\n"
+    )
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0 and time.monotonic() - started < 10
+    assert "worker.exit_forced" in done.stderr

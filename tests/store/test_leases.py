@@ -462,6 +462,28 @@ def test_a_job_handed_back_while_its_thread_runs_is_due_only_once_its_lease_expi
     assert "handed back" in (app.get(job.id).last_error or "")
 
 
+def test_a_job_handed_back_waits_for_at_most_the_hand_backs_bound(
+    app: due.App, clock: FakeClock
+) -> None:
+    """A task's lease may be a day: its job, handed back at a deploy, waited for
+    all of it. The lease is cut to end at most `handback_seconds` on."""
+
+    @app.task(name="daylong", lease="1d")
+    def daylong() -> None: ...
+
+    job = daylong.enqueue()
+    (held,) = app.store.job_claim(
+        ClaimRequest("default", 1, "old", LEASE, None, {"daylong": 86400})
+    )
+    lease = Lease(job.id, held.lease_token, 86400.0)
+    app.store.job_release([lease], "released at shutdown", later={job.id}, handback_seconds=10)
+    clock.advance(9)
+    assert app.store.job_rescue().count == 0
+    clock.advance(2)
+    assert app.store.job_rescue().requeued == (job.id,)
+    assert app.get(job.id).attempt == 0
+
+
 def test_a_job_asked_to_stop_and_handed_back_while_its_thread_runs_ends_cancelled(
     app: due.App, job: due.Job
 ) -> None:

@@ -188,9 +188,13 @@ class Store:
         return work.rescue(self.backend, limit, max_lost_leases)
 
     def job_release(
-        self, leases: Sequence[Lease], reason: str, later: Collection[int] = ()
+        self,
+        leases: Sequence[Lease],
+        reason: str,
+        later: Collection[int] = (),
+        handback_seconds: float = work.DEFAULT_HANDBACK_SECONDS,
     ) -> set[int]:
-        return work.release(self.backend, leases, reason, later)
+        return work.release(self.backend, leases, reason, later, handback_seconds)
 
     def job_next_due(self, queue: str, tasks: Sequence[str]) -> datetime | None:
         return work.next_due(self.backend, queue, tasks)

@@ -42,6 +42,9 @@ from due.store.settling import lock_parents, settle
 from due.store.sql import describe_seconds
 from due.store.stats import count_endings
 
+DEFAULT_HANDBACK_SECONDS = 10.0
+"""How long after its release a job handed back with its handler still running
+may wait for its lease at the most (`release`'s `later`)."""
 PROMOTE_PER_CLAIM = 500
 """Due timers a claim moves into the claim index, at most: a backlog of timers
 due at the same instant gets there over a few claims, in run_at order."""
@@ -390,14 +393,20 @@ def _with_parents_locked(tx: Transaction, expired: Rows) -> Rows:
 
 @retried_on_conflict
 def release(
-    db: Backend, leases: Sequence[Lease], reason: str, later: Collection[int] = ()
+    db: Backend,
+    leases: Sequence[Lease],
+    reason: str,
+    later: Collection[int] = (),
+    handback_seconds: float = DEFAULT_HANDBACK_SECONDS,
 ) -> set[int]:
     """Hand back running jobs, due again at once, their attempt not counted (a
     job asked to stop ends cancelled instead). Those in `later` (a handler
     thread of theirs still runs, which nothing can interrupt) are handed back
     as they stand: due only once the lease they hold expires, when a rescue
     puts them back, their attempt still not counted; their token moves on now,
-    so that thread can write nothing more."""
+    so that thread can write nothing more. That lease is cut to end at most
+    `handback_seconds` from now: the worker must have exited by then (a task's
+    lease may be a day)."""
     if not leases:
         return set()
     with db.transaction() as tx:
@@ -408,7 +417,7 @@ def release(
                 {"id": lease.job_id, "token": lease.lease_token, "later": lease.job_id in later}
                 for lease in leases
             ],
-            {"reason": reason, "now": tx.now},
+            {"reason": reason, "handback": float(handback_seconds), "now": tx.now},
         )
         count_endings(tx, rows)  # the cancelled ones (a job handed back is no end)
         settle(tx, [row for row in rows if row["state"] == "cancelled"])

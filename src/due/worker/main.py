@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 
 from due.app import App
 from due.logs import JsonFormatter, event
@@ -41,6 +42,7 @@ per no-op job, under callgrind; with 7,000 and the start-up frozen, none)."""
 def run_worker(app: App, settings: WorkerSettings) -> int:
     """Run until SIGTERM/SIGINT (twice: release at once); 0 after a clean shutdown."""
     worker = Worker(app, settings)
+    worker.exit_within = _exit_within
     _tune_garbage_collection()
 
     async def main() -> None:
@@ -61,6 +63,22 @@ def run_worker(app: App, settings: WorkerSettings) -> int:
         logging.shutdown()
         os._exit(0)
     return 0
+
+
+def _exit_within(seconds: float) -> None:
+    """At shutdown a job was handed back while its handler thread still ran: this
+    process, and the thread with it, must be gone before that job's lease can
+    end and another worker start it. The shutdown's last steps (acknowledgements,
+    closing) normally take far less; should they not, the process exits here."""
+
+    def forced() -> None:
+        event(log, "worker.exit_forced", logging.WARNING, after=round(seconds, 3))
+        logging.shutdown()
+        os._exit(0)
+
+    timer = threading.Timer(seconds, forced)
+    timer.daemon = True
+    timer.start()
 
 
 def _tune_garbage_collection() -> None:

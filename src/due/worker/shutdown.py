@@ -14,9 +14,10 @@ On SIGTERM/SIGINT the worker stops claiming (worker.py), and this takes over:
    its token moved on so the old attempt can write nothing more, its attempt
    not counted: due again at once when the handler has ended; handed back as
    it stands when a sync handler's thread still works (nothing can interrupt
-   a thread): due only once the lease it held expires, by when this process
-   has exited and taken the thread with it (worker/main.py exits without
-   waiting for busy threads). Waiting for the lease rather than for the
+   a thread): due only once the lease it held expires (cut to HANDBACK_SECONDS
+   at most), by when this process has exited and taken the thread with it
+   (worker/main.py exits without waiting for busy threads, and is forced to
+   before the earliest such lease can end: `exit_within`). Waiting for the lease rather than for the
    thread bounds the shutdown, and the lease is what another worker would
    have trusted had this one died.
 5. Pending acknowledgements are written before the process exits.
@@ -32,6 +33,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from due.clock import Clock
 from due.errors import StoreError
 from due.logs import event
 from due.service import Calls, wait_for_any
@@ -45,6 +47,10 @@ SAFE_POINT_SECONDS = 1.0
 """After the grace: how long a handler told to stop has to reach its next safe
 point before its job is handed back (a second signal skips it)."""
 FLUSH_TRIES = 5
+HANDBACK_SECONDS = 10.0
+"""A job handed back with its handler thread still running is due at most this
+long after the release (however long its task's lease); the worker process
+must exit within half of it (`exit_within`: worker/main.py's forced exit)."""
 
 
 class Shutdown:
@@ -60,6 +66,8 @@ class Shutdown:
         worker_id: str,
         grace: float,
         hard_stop: asyncio.Event,
+        clock: Clock,
+        exit_within: Callable[[float], None] = lambda seconds: None,
     ) -> None:
         self._store = store
         self._call = call
@@ -70,6 +78,8 @@ class Shutdown:
         self._worker_id = worker_id
         self._grace = grace
         self._hard_stop = hard_stop
+        self._clock = clock
+        self._exit_within = exit_within
 
     async def drain_and_release(self) -> None:
         await self._set_state("stopping")
@@ -93,16 +103,23 @@ class Shutdown:
         unfinished = [r for r in unfinished if r.lost or not r.finished]
         for running in unfinished:
             self._runner.lease_lost(running, "released at shutdown", level=logging.INFO)
-        working = {r.job.id for r in unfinished if not _handler_done(r)}
+        working = [r for r in unfinished if not _handler_done(r)]
         if working:
+            # The process must be gone, and these threads with it, before any of
+            # their leases can end: by its trust deadline, and well within the
+            # hand-back's own bound.
+            deadline = min(r.trusted_until for r in working) - self._clock.monotonic()
+            exit_in = max(0.0, min(deadline, HANDBACK_SECONDS / 2))
             event(
                 log,
                 "worker.handed_back_running",
                 logging.WARNING,
                 jobs=len(working),
+                exit_within=round(exit_in, 3),
                 note="their handler threads still ran: due again once their leases expire",
             )
-        await self._release(unfinished, later=working)
+            self._exit_within(exit_in)
+        await self._release(unfinished, later={r.job.id for r in working})
 
     async def _wait_for_handlers(self, held: list[RunningJob], seconds: float) -> None:
         """Until every handler of `held` has ended or `seconds` pass. After a
@@ -127,7 +144,9 @@ class Shutdown:
         reason = f"released by worker {self._worker_id} at shutdown"
         leases = [r.lease for r in unfinished]
         try:
-            await self._call(self._store.job_release, leases, reason, later or set())
+            await self._call(
+                self._store.job_release, leases, reason, later or set(), HANDBACK_SECONDS
+            )
         except StoreError as error:
             event(
                 log,

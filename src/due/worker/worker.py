@@ -37,7 +37,7 @@ import concurrent.futures
 import logging
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from due.app import App
@@ -175,6 +175,10 @@ class Worker:
         """Claims and acknowledgements from the loop, without a thread (PostgreSQL);
         opened by run(), in its loop."""
         self._lane_failure_said_at = float("-inf")
+        self.exit_within: Callable[[float], None] = lambda seconds: None
+        """Called at shutdown with how soon the process must have exited: a job
+        was handed back while its handler thread still ran (the `due worker`
+        process sets it to force its exit; in-process, the caller's concern)."""
 
     def _scheduler(self) -> Scheduler:
         url = self.settings.leader_url
@@ -392,6 +396,8 @@ class Worker:
             worker_id=self.settings.worker_id,
             grace=self.settings.grace,
             hard_stop=self._hard_stop,
+            clock=self.clock,
+            exit_within=self.exit_within,
         )
 
     def services(self) -> list[tuple[str, Service, asyncio.Event | None]]:

@@ -614,15 +614,19 @@ WITH locked AS MATERIALIZED (  -- row locks taken in id order: batches never dea
 -- A job asked to stop is not handed back: it ends cancelled. A job whose
 -- handler thread still runs (`later`: it cannot be interrupted) is handed back
 -- as it stands: still running under its lease, its token moved on (the thread
--- can write nothing more), due again only when the lease it held expires and a
--- rescue puts it back, attempt not counted (attempt_status 'handed_back').
+-- can write nothing more), due again only when the lease it held expires (at
+-- most `handback` seconds on: the worker exits before then) and a rescue puts
+-- it back, attempt not counted (attempt_status 'handed_back').
 UPDATE due_jobs AS j
 SET state = CASE WHEN j.cancel_requested THEN 'cancelled'
                  WHEN r.later THEN 'running' ELSE 'queued' END,
     lease_token = j.lease_token + 1,
     attempt = CASE WHEN r.later AND NOT j.cancel_requested THEN j.attempt ELSE j.attempt - 1 END,
     attempt_status = CASE WHEN r.later THEN 'handed_back' ELSE j.attempt_status END,
-    lease_expires_at = CASE WHEN r.later AND NOT j.cancel_requested THEN j.lease_expires_at END,
+    lease_expires_at = CASE WHEN r.later AND NOT j.cancel_requested
+                            THEN least(j.lease_expires_at, coalesce(%(now)s::timestamptz, now())
+                                                           + make_interval(secs => %(handback)s))
+                       END,
     finished_at = CASE WHEN j.cancel_requested THEN coalesce(%(now)s::timestamptz, now()) END,
     dedupe_key = CASE WHEN j.cancel_requested THEN NULL ELSE j.dedupe_key END,
     errors = j.errors || jsonb_build_array(jsonb_build_object(

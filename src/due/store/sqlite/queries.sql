@@ -357,15 +357,17 @@ ORDER BY queue
 -- A job asked to stop is not handed back: it ends cancelled. A job whose
 -- handler thread still runs (:later: it cannot be interrupted) is handed back
 -- as it stands: still running under its lease, its token moved on (the thread
--- can write nothing more), due again only when the lease it held expires and a
--- rescue puts it back, attempt not counted (attempt_status 'handed_back').
+-- can write nothing more), due again only when the lease it held expires (at
+-- most :handback seconds on: the worker exits before then) and a rescue puts it
+-- back, attempt not counted (attempt_status 'handed_back').
 UPDATE due_jobs
 SET state = CASE WHEN cancel_requested THEN 'cancelled'
                  WHEN :later THEN 'running' ELSE 'queued' END,
     lease_token = lease_token + 1,
     attempt = CASE WHEN :later AND NOT cancel_requested THEN attempt ELSE attempt - 1 END,
     attempt_status = CASE WHEN :later THEN 'handed_back' ELSE attempt_status END,
-    lease_expires_at = CASE WHEN :later AND NOT cancel_requested THEN lease_expires_at END,
+    lease_expires_at = CASE WHEN :later AND NOT cancel_requested
+                            THEN min(lease_expires_at, :now + :handback) END,
     finished_at = CASE WHEN cancel_requested THEN :now END,
     dedupe_key = CASE WHEN cancel_requested THEN NULL ELSE dedupe_key END,
     errors = json_insert(errors, '$[#]', json_object(
