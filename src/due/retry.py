@@ -132,10 +132,13 @@ def judge_lost_lease(
 
     Only a start that ran is an attempt (`attempt_status`): a job its worker
     never said it started ('claimed': the claim's reply was lost, or the
-    worker stopped before the handler began, or within a second of it) goes
-    back without spending one, still bounded by `max_lost_leases` should it be
-    a job that kills its worker at once; one handed back at shutdown while its
-    handler thread still ran ('handed_back') goes back without either.
+    worker stopped before the handler began, or within a quarter second of it,
+    or was cut off from the database first) goes back without spending one,
+    still bounded by `max_lost_leases` should it be a job that kills its
+    worker at once. A last attempt's start is recorded before its handler
+    begins, so a last attempt that ran is never given back this way. One
+    handed back at shutdown while its handler thread still ran
+    ('handed_back') goes back without either.
     """
     holder = worker or "unknown"
     if attempt_status == "handed_back":
@@ -154,8 +157,9 @@ def judge_lost_lease(
     if attempt_status == "claimed":
         return LeaseLossVerdict(
             False,
-            f"claimed by worker {holder}, which never said it started it (the claim's reply "
-            "was lost, or the worker stopped first); retrying at once (attempt not counted)",
+            f"claimed by worker {holder}, which never said its handler began (the claim's "
+            "reply was lost, or the worker stopped or was cut off before it could say so); "
+            "retrying at once (attempt not counted)",
         )
     if attempt >= max_attempts:
         return LeaseLossVerdict(

@@ -18,7 +18,7 @@ from due.core.records import ClaimRequest, Retention
 from due.store import open_store
 from due.worker.settings import WorkerSettings
 from due.worker.worker import Worker
-from tests.helpers.database import cut_sessions, plain_transaction
+from tests.helpers.database import cut_sessions, plain_transaction, rows
 from tests.helpers.waiting import async_wait_until
 
 
@@ -634,5 +634,49 @@ def test_a_failed_touch_keeps_the_renewal_it_follows(
         assert running.trusted_until > trusted and running.cancel_requested
         running.handle.cancel()
         await settle()
+
+    run(scenario)
+
+
+def test_a_last_attempt_begins_only_once_its_start_is_recorded(
+    app: due.App, clock: FakeClock, backend_url: str
+) -> None:
+    """Only a start that ran is an attempt, and a job on its last attempt must
+    not run uncounted: its start is recorded before its handler begins. With
+    the database out of reach (found in review: a worker cut off after the
+    start left the attempt uncounted, and a `max_attempts=1` job ran again),
+    the handler does not begin, and the job goes back uncounted."""
+    ran: list[str] = []
+
+    @app.task(name="once", retry=due.Retry(max_attempts=1))
+    async def once() -> None:
+        said = rows(backend_url, "SELECT attempt_status FROM due_jobs")
+        ran.append(said[0][0])
+
+    async def scenario() -> None:
+        job = once.enqueue()
+        worker = make_worker(app)
+        healthy = worker.store
+        producer = worker.producers["default"]
+        (claimed,) = await worker._claim(producer.jobs, 1)
+        worker.store = open_store("postgresql://127.0.0.1:1/none", clock, connect_timeout=0.5)
+        producer._place(worker.runner.hold(claimed, producer.jobs, clock.monotonic()))
+        try:
+            for _ in range(100):  # the failed record, then the job given up
+                await asyncio.sleep(0.01)
+                if not worker.running:
+                    break
+        finally:
+            worker.store.close()
+            worker.store = healthy
+        assert ran == [] and worker.running == {}
+        clock.advance("11s")
+        assert app.store.job_rescue().requeued == (job.id,)
+        assert app.get(job.id).attempt == 0
+        await worker.producers["default"].run_once()  # the database is back
+        await async_wait_until(lambda: ran)
+        await worker.completer.run_once()
+        assert ran == ["started"] and app.get(job.id).attempt == 1
+        assert app.get(job.id).state == JobState.SUCCEEDED
 
     run(scenario)

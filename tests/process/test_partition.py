@@ -123,4 +123,4 @@ def test_a_claim_whose_reply_is_lost_costs_no_attempt(
     done = app.get(job.id)
     assert done.attempt == 1 and len(lines(workers, "start")) == 1
     (lost,) = done.errors
-    assert lost.kind == "lease_lost" and "never said it started" in lost.error
+    assert lost.kind == "lease_lost" and "never said its handler began" in lost.error

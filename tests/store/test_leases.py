@@ -382,7 +382,8 @@ def test_a_claim_whose_worker_never_said_it_started_costs_no_attempt(
     back = app.get(job.id)
     assert back.state == JobState.QUEUED and back.attempt == 0 and back.run_at == job.run_at
     assert back.errors[-1].kind == "lease_lost"
-    assert "never said it started" in (back.last_error or "") and "not counted" in back.last_error
+    note = back.last_error or ""
+    assert "never said its handler began" in note and "not counted" in note
     again = claim_one(app, worker="w2")
     assert again.attempt == 1
     assert app.store.job_complete([done(job.id, again.lease_token)]) == {job.id}

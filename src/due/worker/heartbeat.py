@@ -23,6 +23,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from due.clock import Clock
 from due.core.records import HeartbeatReply, Lease
@@ -75,6 +76,8 @@ class Heartbeater:
         """Set to beat now: a lease was claimed that must be renewed before the
         beat the loop sleeps until (`note_held`)."""
         self._next_beat = float("-inf")
+        self._confirming: tuple[list[RunningJob], asyncio.Future[None]] | None = None
+        """The jobs whose start this turn of the loop records (`confirm_start`)."""
 
     def interval(self) -> float:
         leases = [running.lease_seconds for running in self._held()]
@@ -112,6 +115,30 @@ class Heartbeater:
             await self._renew_leases(started)
         return len(started)
 
+    async def confirm_start(self, running: RunningJob) -> bool:
+        """Record that this job's handler is about to begin, before it does, and
+        say whether that was recorded (the lease renewed with it). For a job on
+        its last attempt: should its worker then be cut off, the attempt counts
+        (it is not run again beyond its attempts); should the record fail, the
+        handler does not begin, and the job goes back uncounted. The jobs that
+        ask in one turn of the loop are recorded in one statement."""
+        running.start_unsent = True
+        if self._confirming is None:
+            loop = asyncio.get_running_loop()
+            self._confirming = ([], loop.create_future())
+            loop.call_soon(self._send_confirmations)
+        batch, recorded = self._confirming
+        batch.append(running)
+        await asyncio.shield(recorded)
+        return running.start_said and not running.lost
+
+    def _send_confirmations(self) -> None:
+        assert self._confirming is not None
+        batch, recorded = self._confirming
+        self._confirming = None
+        sending = asyncio.ensure_future(self._renew_leases(batch))
+        sending.add_done_callback(lambda sent: _settle(sent, recorded))
+
     async def _renew_leases(self, held: list[RunningJob]) -> tuple[int, int, bool]:
         """Renew these leases in one statement and act on the reply; returns how
         many were renewed and lost, and whether the call failed."""
@@ -142,6 +169,7 @@ class Heartbeater:
                 running.trusted_until = trusted_until(sent_at, running.lease_seconds)
                 if lease.started:
                     running.start_unsent = False
+                    running.start_said = True
                 renewed += 1
             elif running.job.id in reply.lost and not running.finished:
                 # (A finished job's ack may have landed first: its writer reports it.)
@@ -162,6 +190,15 @@ class Heartbeater:
         past trusting anyway (and at least one beat)."""
         latest = max((running.trusted_until for running in held), default=sent_at)
         return max(latest - sent_at, self.interval())
+
+
+def _settle(sent: asyncio.Future[Any], recorded: asyncio.Future[None]) -> None:
+    """The confirmations' write has ended, one way or another: their askers go on
+    (each reads its own job's state)."""
+    if not sent.cancelled() and sent.exception() is not None:
+        event(log, "worker.start_record_failed", logging.ERROR, error=repr(sent.exception()))
+    if not recorded.done():
+        recorded.set_result(None)
 
 
 def expire_untrusted(held: list[RunningJob], clock: Clock, on_lost: OnLost) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from due.app import App
 from due.clock import Clock
@@ -37,6 +37,7 @@ class Runner:
         find: Callable[[int], RunningJob | None],
         cancel_grace: Callable[[], float],
         on_held: Callable[[RunningJob], None] = lambda running: None,
+        confirm_start: Callable[[RunningJob], Awaitable[bool]] | None = None,
     ) -> None:
         self._app = app
         self._executor = executor
@@ -45,6 +46,7 @@ class Runner:
         self._find = find
         self._cancel_grace = cancel_grace
         self._on_held = on_held
+        self._confirm = confirm_start
 
     def hold(self, job: ClaimedJob, jobs: RunningJobs, claimed_at: float) -> RunningJob:
         """Hold a job just claimed (its lease trusted from when the claim was sent)."""
@@ -67,9 +69,14 @@ class Runner:
         one): whether it may, and if so the next heartbeat says it began (a plain
         attribute written: the loop reads it at the next beat)."""
         trusted = self._trusts(running)
-        if trusted:
+        if trusted and not running.start_said:
             running.start_unsent = True
         return trusted
+
+    async def _confirm_start(self, running: RunningJob) -> bool:
+        """Only a start that ran is an attempt, and a last attempt must not run
+        uncounted: its start is recorded before its handler begins."""
+        return True if self._confirm is None else await self._confirm(running)
 
     def launch(self, running: RunningJob, jobs: RunningJobs) -> None:
         if log.isEnabledFor(logging.DEBUG):  # its fields are built only for a line written
@@ -80,6 +87,14 @@ class Runner:
 
     async def _execute(self, running: RunningJob, jobs: RunningJobs) -> None:
         try:
+            if running.job.attempt >= running.job.max_attempts and not await self._confirm_start(
+                running
+            ):
+                # Its last attempt, and the store could not be told it begins: it
+                # does not, and goes back uncounted when its lease expires.
+                self.lease_lost(running, "the start of its last attempt could not be recorded")
+                jobs.handler_ended()
+                return
             attempt = await self._executor.run(
                 running.job, running.context, functools.partial(self._starts, running), running.task
             )

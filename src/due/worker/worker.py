@@ -110,6 +110,7 @@ class Worker:
             find=self._find,
             cancel_grace=self._cancel_grace,
             on_held=self._held_one,
+            confirm_start=self._confirm_start,
         )
         self.producers = {
             queue: QueueProducer(
@@ -254,6 +255,9 @@ class Worker:
 
     def _held_one(self, running: RunningJob) -> None:
         self.heartbeater.note_held(running)  # (built after the runner)
+
+    async def _confirm_start(self, running: RunningJob) -> bool:
+        return await self.heartbeater.confirm_start(running)
 
     def _outcome_recorded(self) -> None:
         self.completer.wake.set()
