@@ -16,6 +16,7 @@ from due.clock import FakeClock
 from due.core.jobs import AttemptError
 from due.core.records import ClaimedJob, ClaimRequest, Completion, Lease, RescueResult
 from tests.conftest import START
+from tests.helpers.database import plain_transaction
 
 LEASE = 10.0
 
@@ -494,3 +495,22 @@ def test_a_job_asked_to_stop_and_handed_back_while_its_thread_runs_ends_cancelle
     app.store.job_release([lease], "released at shutdown", later={job.id})
     stopped = app.get(job.id)
     assert stopped.state == JobState.CANCELLED and stopped.lease_expires_at is None
+
+
+def test_a_history_changed_outside_due_stops_no_rescue(app: due.App, clock: FakeClock) -> None:
+    """SQLite keeps `errors` as text: one row whose history is not JSON (changed by
+    hand) made every rescue fail, and every other expired job stayed running."""
+    if not app.url.startswith("sqlite"):
+        return  # jsonb: PostgreSQL refuses such a value where it is written
+
+    @app.task(name="work")
+    def work(n: int) -> None: ...
+
+    jobs = [work.enqueue(n) for n in range(2)]
+    app.store.job_claim(ClaimRequest("default", 2, "gone", LEASE))
+    with plain_transaction(app.url) as conn:
+        conn.execute("UPDATE due_jobs SET errors = '{bad' WHERE id = ?", (jobs[0].id,))
+    clock.advance(LEASE + 1)
+    assert set(app.store.job_rescue().requeued) == {job.id for job in jobs}
+    kept = app.get(jobs[0].id)
+    assert kept.state == JobState.QUEUED and kept.errors[-1].kind == "lease_lost"

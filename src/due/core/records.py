@@ -386,11 +386,17 @@ def _decoded(text: str) -> Any:
 
 
 def _readable_errors(errors: Any) -> tuple[AttemptError, ...]:
-    if isinstance(errors, list) and all(isinstance(item, dict) for item in errors):
-        return tuple(AttemptError.from_dict(item) for item in errors)
     if not errors:
         return ()
-    return (AttemptError(0, f"unreadable error history: {str(errors)[:500]}", None, None),)
+    if not isinstance(errors, list):
+        return (AttemptError(0, f"unreadable error history: {str(errors)[:500]}", None, None),)
+    return tuple(
+        AttemptError.from_dict(item)
+        if isinstance(item, dict)
+        # (a history changed outside due, kept by SQLite as a string in a new one)
+        else AttemptError(0, f"unreadable error history: {str(item)[:500]}", None, None)
+        for item in errors
+    )
 
 
 CLAIM_COLUMNS = (

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from due.core.timing import MAX_INTERVAL_SECONDS, Timing, timing_problem
+from due.durations import MAX_SECONDS
 
 DEFAULT_CATCH_UP_LIMIT = 10
 DEFAULT_MISFIRE_GRACE_SECONDS = 60.0
@@ -234,8 +235,8 @@ def schedule_problem(schedule: Schedule, now: datetime) -> str | None:
     return None
 
 
-_COMPUTABLE_SECONDS = 100 * 366 * 86_400.0
-"""Far from where dates overflow (year 9999), far beyond any real grace."""
+_COMPUTABLE_SECONDS = float(MAX_SECONDS)
+"""The longest duration due takes: far from where dates overflow (year 9999)."""
 
 
 def _computable(value: object) -> bool:

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from due.core.schedules import Firing, Misfire, Outcome, Overlap, Plan, Schedule
+from due.core.schedules import MAX_CATCH_UP_LIMIT, Firing, Misfire, Outcome, Overlap, Plan, Schedule
 
-MAX_RECORDED_TIMES = 1000
-"""Scheduled times examined per plan; beyond that one row sums up the rest."""
+MAX_RECORDED_TIMES = MAX_CATCH_UP_LIMIT
+"""Scheduled times examined per plan; beyond that one row sums up the rest (a
+schedule's catch_up_limit is bounded by it)."""
 MAX_COUNTED_TIMES = 10_000
 """Cron times counted for that summary: walking a cron expression costs about
 20 µs a time, and a plan runs inside the leader's transaction."""

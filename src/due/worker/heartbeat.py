@@ -34,11 +34,12 @@ from due.worker.running import RunningJob, trusted_until
 log = logging.getLogger("due.worker")
 UNTRUSTED = "the lease could not be renewed in time (trust deadline passed)"
 START_REPORT_SECONDS = 0.25
-"""How soon after a handler begins the store is told (`report_starts`): a job
-ended by then needs no word (its end says it), so short jobs cost nothing, and
-a longer one costs one row written, once. A worker that dies within this
-quarter second of a start has that attempt given back uncounted (still
-counted as a lost lease, which bounds a job that kills its workers)."""
+"""How often the store is told which handlers have begun (`report_starts`):
+within this quarter second of a start. A job that has ended by the next report
+needs no word (its end says it): most short jobs cost nothing, a longer one
+one row written, once. A worker that dies before its report has that attempt
+given back uncounted (still counted as a lost lease, which bounds a job that
+kills its workers); a last attempt's start is recorded before it begins."""
 
 Held = Callable[[], list[RunningJob]]
 """The jobs whose lease this worker holds."""

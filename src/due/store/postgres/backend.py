@@ -928,4 +928,6 @@ def translate_errors(url: str, *, callers: bool = False) -> Iterator[None]:
             raise ValueRefused(f"{redact(url)}: {error}") from error
         if state:  # sent by the server (psycopg's own errors have no SQLSTATE)
             raise StatementRefused(f"{redact(url)}: {error}") from error
+        if isinstance(error, psycopg.DataError):  # psycopg's own: a value it cannot send
+            raise ValueRefused(f"{redact(url)}: a value could not be sent: {error}") from error
         raise StoreError(f"{redact(url)}: {error}") from error

@@ -156,7 +156,7 @@ SET state = CASE WHEN cancel_requested AND :state <> 'waiting' THEN 'cancelled' 
     errors = CASE WHEN cancel_requested AND :state NOT IN ('waiting', 'cancelled')
                   THEN json_insert(
                       CASE WHEN :error IS NULL THEN errors
-                           ELSE json_insert(errors, '$[#]', json(:error)) END,
+                           ELSE json_insert(iif(json_valid(errors), errors, json_array(errors)), '$[#]', json(:error)) END,
                       '$[#]', json_object('attempt', attempt,
                           'kind', 'cancelled', 'error', 'cancelled on request; its attempt had '
                           || CASE :state WHEN 'succeeded' THEN 'succeeded (result kept)'
@@ -164,7 +164,7 @@ SET state = CASE WHEN cancel_requested AND :state <> 'waiting' THEN 'cancelled' 
                           'traceback', NULL,
                           'at', strftime('%Y-%m-%dT%H:%M:%f+00:00', :now, 'unixepoch')))
                   WHEN :error IS NULL THEN errors
-                  ELSE json_insert(errors, '$[#]', json(:error)) END,
+                  ELSE json_insert(iif(json_valid(errors), errors, json_array(errors)), '$[#]', json(:error)) END,
     dedupe_key = CASE WHEN :state IN ('failed', 'cancelled') OR cancel_requested
                         OR (:state = 'succeeded' AND coalesce(unique_for, 0) <= 0)
                       THEN NULL ELSE dedupe_key END
@@ -196,6 +196,9 @@ LIMIT :limit
 -- since then); or failed for good when the verdict gives up; or cancelled,
 -- when it was asked to stop (it will not run again).
 -- Only a start that ran is an attempt (PostgreSQL's statement says more).
+-- A history that is not JSON (changed outside due) is kept, as a string, in a
+-- new one, here and wherever an entry is added: one such row must not stop
+-- every rescue (jsonb on PostgreSQL cannot hold one).
 UPDATE due_jobs
 SET state = CASE WHEN cancel_requested THEN 'cancelled'
                  WHEN :gives_up THEN 'failed' ELSE 'queued' END,
@@ -206,7 +209,7 @@ SET state = CASE WHEN cancel_requested THEN 'cancelled'
     lost_leases = CASE WHEN attempt_status = 'handed_back' THEN lost_leases
                        ELSE lost_leases + 1 END,
     last_error = json_extract(:error, '$.error'),
-    errors = json_insert(errors, '$[#]', json(:error)),
+    errors = json_insert(iif(json_valid(errors), errors, json_array(errors)), '$[#]', json(:error)),
     dedupe_key = CASE WHEN :gives_up OR cancel_requested THEN NULL ELSE dedupe_key END
 WHERE id = :id AND lease_token = :token AND attempt_status = :status
   AND state = 'running' AND lease_expires_at < :now
@@ -370,7 +373,7 @@ SET state = CASE WHEN cancel_requested THEN 'cancelled'
                             THEN min(lease_expires_at, :now + :handback) END,
     finished_at = CASE WHEN cancel_requested THEN :now END,
     dedupe_key = CASE WHEN cancel_requested THEN NULL ELSE dedupe_key END,
-    errors = json_insert(errors, '$[#]', json_object(
+    errors = json_insert(iif(json_valid(errors), errors, json_array(errors)), '$[#]', json_object(
         'attempt', attempt, 'kind', 'released',
         'error', :reason || CASE WHEN :later AND NOT cancel_requested
                                  THEN '; its handler thread still ran: due again once its lease expires'
@@ -464,7 +467,7 @@ SET state = 'failed',
     dedupe_key = NULL,
     last_error = 'unknown task ' || task || ': no live worker of queue ' || queue
         || ' knew it within ' || :grace_text || ' of its due time',
-    errors = json_insert(errors, '$[#]', json_object(
+    errors = json_insert(iif(json_valid(errors), errors, json_array(errors)), '$[#]', json_object(
         'attempt', attempt, 'kind', 'unknown_task',
         'error', 'unknown task ' || task || ': no live worker of queue ' || queue
             || ' knew it within ' || :grace_text || ' of its due time',
