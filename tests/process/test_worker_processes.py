@@ -36,6 +36,7 @@ def test_sigkill_mid_job_is_rescued_within_lease_plus_2s(app: due.App, workers: 
     wait_until(lambda: starts_of(workers, job.id), what="the first attempt to start")
     survivor = workers.start("--lease", f"{LEASE}s")
     workers.wait_ready(survivor)
+    wait_start_said(app.url, job.id)  # the killed attempt counts
     doomed.signal(signal.SIGKILL)
     killed_at = time.time()
     second = wait_until(lambda: starts_of(workers, job.id)[1:], timeout=30, what="a restart")[0]

@@ -78,7 +78,9 @@ class ValueRefused(StatementRefused):
     integer too large). The fault of the rows sent, not of the database: a
     batch refused so is written again row by row (batches.py), and only a row
     refused so on its own may be stripped of its details. A statement timeout
-    or a full disk is not this: the batch is kept whole and tried again."""
+    or a full disk is not this: the batch is kept whole and tried again. (Of
+    psycopg's own refusals only the encoding errors are translated so: its
+    DataError is met reading a reply too, after the commit.)"""
 
 
 class DuplicateError(StatementRefused):

@@ -928,6 +928,7 @@ def translate_errors(url: str, *, callers: bool = False) -> Iterator[None]:
             raise ValueRefused(f"{redact(url)}: {error}") from error
         if state:  # sent by the server (psycopg's own errors have no SQLSTATE)
             raise StatementRefused(f"{redact(url)}: {error}") from error
-        if isinstance(error, psycopg.DataError):  # psycopg's own: a value it cannot send
-            raise ValueRefused(f"{redact(url)}: a value could not be sent: {error}") from error
+        # psycopg's own DataError (no SQLSTATE) stays a plain StoreError: it is met
+        # sending a value (nothing written) and reading a reply (after the commit:
+        # a time past year 9999), and only the first is a row's fault.
         raise StoreError(f"{redact(url)}: {error}") from error
