@@ -202,9 +202,8 @@ def test_status_pause_resume_and_pieces(backend_url: str) -> None:
         (waiting,) = [cells(line) for line in status if "due.batch" in line]
         assert waiting[:3] == [str(parent.id), "due.batch", "waiting"] and waiting[4] == "0/4"
         assert "queue bulk is paused" in run_due(backend_url, "pause", "bulk")
-        assert "paused" in next(
-            line for line in run_due(backend_url, "status").splitlines() if "bulk" in line
-        )
+        paused = next(row for row in run_due(backend_url, "status").splitlines() if "│ bulk" in row)
+        assert cells(paused)[-1] == "yes"  # under the header "paused"
         assert drain(app).attempts == 0
         assert "queue bulk is resumed" in run_due(backend_url, "resume", "bulk")
         assert f"pieces of job {parent.id} are paused" in run_due(
