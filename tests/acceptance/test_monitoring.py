@@ -56,6 +56,22 @@ def live_worker(app: due.App, *queues: str) -> None:
     app.store.worker_register(registration)
 
 
+def test_check_counts_in_words_with_their_plurals(backend_url: str) -> None:
+    """'1 running worker', not '1 running workers'."""
+    app = make_app(backend_url)
+    try:
+        assert run_due(backend_url, "check") == (
+            "OK: nothing to alert on (0 queues, 0 schedules, 0 running workers)\n"
+        )
+        live_worker(app, "reports")
+        app.add_schedule("tally", every="1h", task="report", args=[1])
+        assert run_due(backend_url, "check") == (
+            "OK: nothing to alert on (1 queue, 1 schedule, 1 running worker)\n"
+        )
+    finally:
+        app.close()
+
+
 def test_check_exit_codes_follow_the_monitoring_plugin_convention(backend_url: str) -> None:
     app = make_app(backend_url)
     try:

@@ -13,7 +13,7 @@ import click
 from due.cli.common import Settings
 from due.cli.jobs import JSON_HELP
 from due.cli.main import main
-from due.cli.output import iso, print_json
+from due.cli.output import counted, iso, print_json
 from due.durations import to_seconds
 from due.errors import DueError
 from due.visibility.alerts import evaluate, worst
@@ -91,10 +91,12 @@ def check(
             click.echo(alert.line())
     else:
         live = sum(1 for worker in snapshot.workers if worker.state == "running")
-        click.echo(
-            f"OK: nothing to alert on ({len(snapshot.queues)} queues, "
-            f"{len(snapshot.schedules)} schedules, {live} running workers)"
+        counts = (
+            counted(len(snapshot.queues), "queue"),
+            counted(len(snapshot.schedules), "schedule"),
+            counted(live, "running worker"),
         )
+        click.echo(f"OK: nothing to alert on ({', '.join(counts)})")
     sys.exit(int(severity))
 
 

@@ -108,6 +108,11 @@ def seconds_text(seconds: float) -> str:
     return f"{seconds // 86400:.0f}d{seconds % 86400 // 3600:02.0f}h"
 
 
+def counted(count: int, noun: str) -> str:
+    """`1 queue`, `2 queues`, `0 queues`: a count as a sentence says it."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def json_text(value: Any) -> str:
     """A stored value (arguments, a result, a checkpoint) as JSON on one line."""
     return json.dumps(value, ensure_ascii=False, default=str)
