@@ -53,12 +53,16 @@ def check(
 ) -> None:
     """Print every active alert, one line each, and exit 0 (ok), 1 (warning) or
     2 (critical); 3 when the state could not be read. For cron, Kubernetes
-    probes and Nagios."""
+    probes and Nagios. With --app, also warn about a schedule stored as defined
+    in code that the app does not define (its module is not imported by the app
+    module, or it was dropped and not pruned)."""
     try:
         app = settings.app
         window = to_seconds(failures_window, what="--failures-window")
         rules = app.alert_rules(
-            oldest_due_warning=oldest_due_warning, oldest_due_critical=oldest_due_critical
+            oldest_due_warning=oldest_due_warning,
+            oldest_due_critical=oldest_due_critical,
+            judge_schedules=settings.app_spec is not None,  # the workers' code is loaded
         )
         snapshot = take(app, window)
     except DueError as error:
