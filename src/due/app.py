@@ -541,6 +541,7 @@ class App:
             queue,
             priority,
             enabled,
+            max_payload_bytes=self.max_payload_bytes,
             now=self.clock.wall(),
         )
         return self._schedules.define(schedule)
@@ -568,7 +569,9 @@ class App:
             cron, every, tz, misfire, overlap, catch_up_limit, misfire_grace, alert_after
         )
         schedule = define_for_app(
-            self.tasks, name, timing, task, args, kwargs, queue, priority, now=self.clock.wall()
+            *(self.tasks, name, timing, task, args, kwargs, queue, priority),
+            max_payload_bytes=self.max_payload_bytes,
+            now=self.clock.wall(),
         )
         return self._schedules.add(schedule)
 
