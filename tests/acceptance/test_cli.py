@@ -11,6 +11,7 @@ import pytest
 import due
 from due.core.records import WorkerRegistration
 from due.testing import drain
+from due.worker.settings import WorkerSettings
 from tests.helpers.cli import run_due
 
 
@@ -127,6 +128,15 @@ def test_workers_lists_registered_workers(backend_url: str) -> None:
         app.close()
     listing = run_due(backend_url, "workers")
     assert "web-1:4242:ab" in listing and "bulk=2, emails=16" in listing and "running" in listing
+
+
+def test_workers_help_says_when_a_silent_worker_is_gone(sqlite_url: str) -> None:
+    """Gone after max(3 x lease, 10 s) of the watching worker, as the help says
+    (it said 3 leases, which a 2 s lease makes 6 s)."""
+    short, default = (WorkerSettings.build({"emails": 1}, lease=lease) for lease in ("2s", "10s"))
+    assert (short.gone_after, default.gone_after) == (10.0, 30.0)
+    shown = " ".join(run_due(sqlite_url, "workers", "--help").split())
+    assert "One silent for 3 leases of the workers that watch it, and at least 10 s" in shown
 
 
 def test_schedules_from_the_command_line(tmp_path: Path, sqlite_url: str) -> None:
