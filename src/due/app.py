@@ -687,7 +687,11 @@ class App:
         """Every active alert, the most severe first (what `due check --app` prints):
         late queues, queues no worker serves, stuck jobs, recent failures and
         failed checks, late or silent schedules, schedules stored as defined in
-        code that this app does not define. Empty when all is well."""
+        code that this app does not define. Empty when all is well.
+
+        `failures_window`: how far back jobs failed for good alert (1 hour);
+        results that failed their task's `check=` alert over the last hour
+        whatever it says (they are counted only in the per-minute figures)."""
         window = to_seconds(failures_window, what="failures window")
         rules = self.alert_rules(
             oldest_due_warning=oldest_due_warning,

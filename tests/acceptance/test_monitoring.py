@@ -104,6 +104,14 @@ def test_check_warns_of_a_schedule_that_the_app_does_not_define(
         assert kinds == ["schedule_not_in_code"]
 
 
+def test_check_help_says_what_the_failures_window_covers(tmp_path: Path) -> None:
+    """Failed jobs, not failed checks: those alert over the last hour whatever
+    the window (the help said it covered both)."""
+    shown = " ".join(run_due_in(tmp_path, "check", "--help").split())
+    assert "--failures-window TEXT How far back jobs failed for good alert." in shown
+    assert "check= alert over the last hour whatever this says" in shown
+
+
 def test_check_exit_codes_follow_the_monitoring_plugin_convention(backend_url: str) -> None:
     app = make_app(backend_url)
     try:

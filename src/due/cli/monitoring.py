@@ -40,7 +40,9 @@ reach, a bad option)."""
     "--failures-window",
     default="1h",
     show_default=True,
-    help="How far back failed jobs and failed checks alert.",
+    help="How far back jobs failed for good alert. Results that failed their task's "
+    "check= alert over the last hour whatever this says: they are counted only in the "
+    "per-minute figures, whose recent windows are fixed.",
 )
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_obj
