@@ -1,6 +1,6 @@
 """The alerts a snapshot raises, and the thresholds that decide them.
 
-What alerts (each documented in the README, with its default):
+What alerts (each documented in docs/howto/monitoring.md, with its default):
 
 - a queue whose oldest due job has waited longer than its threshold
   (`app.queue("emails", oldest_due_warning="30s", oldest_due_critical="2m")`;
