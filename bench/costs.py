@@ -34,7 +34,7 @@ statement alone, the rows made ready beforehand: due's `insert_jobs` into due's 
 (due-table) and the same rows into the two narrow tables in one statement (narrow-table).
 
 One JSON line per measurement (bench/results/results.jsonl), then Markdown tables.
-docs/scaling.md reads them. PostgreSQL only: on SQLite client and database are one process.
+bench/NOTES.md reads them. PostgreSQL only: on SQLite client and database are one process.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ two-dbs     two databases on the same server (a shard each: half the jobs),
 
 On this 2-core machine the server and the workers share the cores, so the
 sharded figure says what the design costs or saves here, not what two
-database hosts would give (docs/scaling.md reads it that way). One JSON line
+database hosts would give (bench/NOTES.md reads it that way). One JSON line
 per run, and a table.
 """
 

@@ -541,6 +541,7 @@ class App:
             queue,
             priority,
             enabled,
+            max_payload_bytes=self.max_payload_bytes,
             now=self.clock.wall(),
         )
         return self._schedules.define(schedule)
@@ -568,7 +569,9 @@ class App:
             cron, every, tz, misfire, overlap, catch_up_limit, misfire_grace, alert_after
         )
         schedule = define_for_app(
-            self.tasks, name, timing, task, args, kwargs, queue, priority, now=self.clock.wall()
+            *(self.tasks, name, timing, task, args, kwargs, queue, priority),
+            max_payload_bytes=self.max_payload_bytes,
+            now=self.clock.wall(),
         )
         return self._schedules.add(schedule)
 
@@ -659,12 +662,20 @@ class App:
         *,
         oldest_due_warning: DurationLike | None = None,
         oldest_due_critical: DurationLike | None = None,
+        judge_schedules: bool = False,
     ) -> AlertRules:
-        """The declared thresholds; the two given here stand for every other queue."""
+        """The declared thresholds; the two given here stand for every other queue.
+
+        `judge_schedules`: this app is the code the workers run, so a schedule
+        stored as defined in code that it does not define is alerted on
+        (`schedule_not_in_code`). Leave it off for an App made only to reach the
+        database, which defines nothing.
+        """
         default = QueueThresholds.build(
             "default thresholds", oldest_due_warning, oldest_due_critical
         )
-        return AlertRules(dict(self.queue_thresholds), default)
+        defined = frozenset(self.defined_schedules) if judge_schedules else None
+        return AlertRules(dict(self.queue_thresholds), default, defined)
 
     def check(
         self,
@@ -673,12 +684,19 @@ class App:
         oldest_due_critical: DurationLike | None = None,
         failures_window: DurationLike = DEFAULT_FAILURES_WINDOW,
     ) -> list[Alert]:
-        """Every active alert, the most severe first (what `due check` prints):
+        """Every active alert, the most severe first (what `due check --app` prints):
         late queues, queues no worker serves, stuck jobs, recent failures and
-        failed checks, late or silent schedules. Empty when all is well."""
+        failed checks, late or silent schedules, schedules stored as defined in
+        code that this app does not define. Empty when all is well.
+
+        `failures_window`: how far back jobs failed for good alert (1 hour);
+        results that failed their task's `check=` alert over the last hour
+        whatever it says (they are counted only in the per-minute figures)."""
         window = to_seconds(failures_window, what="failures window")
         rules = self.alert_rules(
-            oldest_due_warning=oldest_due_warning, oldest_due_critical=oldest_due_critical
+            oldest_due_warning=oldest_due_warning,
+            oldest_due_critical=oldest_due_critical,
+            judge_schedules=True,
         )
         return evaluate(snapshot.take(self, window), rules)
 

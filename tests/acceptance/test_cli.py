@@ -11,6 +11,7 @@ import pytest
 import due
 from due.core.records import WorkerRegistration
 from due.testing import drain
+from due.worker.settings import WorkerSettings
 from tests.helpers.cli import run_due
 
 
@@ -129,6 +130,15 @@ def test_workers_lists_registered_workers(backend_url: str) -> None:
     assert "web-1:4242:ab" in listing and "bulk=2, emails=16" in listing and "running" in listing
 
 
+def test_workers_help_says_when_a_silent_worker_is_gone(sqlite_url: str) -> None:
+    """Gone after max(3 x lease, 10 s) of the watching worker, as the help says
+    (it said 3 leases, which a 2 s lease makes 6 s)."""
+    short, default = (WorkerSettings.build({"emails": 1}, lease=lease) for lease in ("2s", "10s"))
+    assert (short.gone_after, default.gone_after) == (10.0, 30.0)
+    shown = " ".join(run_due(sqlite_url, "workers", "--help").split())
+    assert "One silent for 3 leases of the workers that watch it, and at least 10 s" in shown
+
+
 def test_schedules_from_the_command_line(tmp_path: Path, sqlite_url: str) -> None:
     (tmp_path / "sched_app.py").write_text(
         "import due\n"
@@ -202,9 +212,8 @@ def test_status_pause_resume_and_pieces(backend_url: str) -> None:
         (waiting,) = [cells(line) for line in status if "due.batch" in line]
         assert waiting[:3] == [str(parent.id), "due.batch", "waiting"] and waiting[4] == "0/4"
         assert "queue bulk is paused" in run_due(backend_url, "pause", "bulk")
-        assert "paused" in next(
-            line for line in run_due(backend_url, "status").splitlines() if "bulk" in line
-        )
+        paused = next(row for row in run_due(backend_url, "status").splitlines() if "│ bulk" in row)
+        assert cells(paused)[-1] == "yes"  # under the header "paused"
         assert drain(app).attempts == 0
         assert "queue bulk is resumed" in run_due(backend_url, "resume", "bulk")
         assert f"pieces of job {parent.id} are paused" in run_due(

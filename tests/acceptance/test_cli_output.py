@@ -95,6 +95,36 @@ def test_status_table_shows_failed_and_retrying(backend_url: str, jobs: dict[str
     ]
 
 
+def table_cells(line: str) -> list[str]:
+    """The cells of one line of a table as rich draws it (header or row)."""
+    return [cell.strip() for cell in re.split("[│┃]", line)[1:-1]]
+
+
+def test_every_column_of_status_has_a_header(backend_url: str) -> None:
+    """A paused queue says so under a `paused` header, and the progress count of
+    a running or waiting job under `done` (both columns had none)."""
+    run_due(backend_url, "migrate")
+    with due.App(backend_url) as app:
+
+        @app.task(name="chunk", queue="bulk")
+        def chunk(n: int) -> None: ...
+
+        app.batch(chunk, [(n,) for n in range(3)])
+        app.pause_queue("bulk")
+    lines = run_due(backend_url, "status").splitlines()
+    headers = [table_cells(line) for line in lines if line.startswith("┃")]
+    assert len(headers) == 2 and all(all(cells) for cells in headers), headers
+    queues, active = headers
+    (bulk,) = [
+        dict(zip(queues, table_cells(line), strict=True)) for line in lines if "│ bulk" in line
+    ]
+    assert bulk["paused"] == "yes" and bulk["queued"] == "3"
+    (parent,) = [
+        dict(zip(active, table_cells(line), strict=True)) for line in lines if "due.batch" in line
+    ]
+    assert parent["state"] == "waiting" and parent["done"] == "0/3"
+
+
 def test_a_count_past_its_limit_reads_at_least(backend_url: str) -> None:
     """README: each count stops at 10,000 and then reads 10000+ (the age of the
     oldest due job stays exact)."""

@@ -11,6 +11,7 @@ import sys
 import time
 import urllib.request
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -18,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import due
 from due.core.records import COUNT_LIMIT, WorkerRegistration
 from due.testing import drain
-from tests.helpers.cli import PLAIN_ENVIRONMENT, run_due
+from tests.helpers.cli import PLAIN_ENVIRONMENT, run_due, run_due_in
 from tests.helpers.waiting import wait_until
 from tests.helpers.workers import REPOSITORY
 
@@ -54,6 +55,61 @@ def make_app(url: str) -> due.App:
 def live_worker(app: due.App, *queues: str) -> None:
     registration = WorkerRegistration("web-1:42:ab", "web-1", 42, dict.fromkeys(queues, 4))
     app.store.worker_register(registration)
+
+
+def test_check_counts_in_words_with_their_plurals(backend_url: str) -> None:
+    """'1 running worker', not '1 running workers'."""
+    app = make_app(backend_url)
+    try:
+        assert run_due(backend_url, "check") == (
+            "OK: nothing to alert on (0 queues, 0 schedules, 0 running workers)\n"
+        )
+        live_worker(app, "reports")
+        app.add_schedule("tally", every="1h", task="report", args=[1])
+        assert run_due(backend_url, "check") == (
+            "OK: nothing to alert on (1 queue, 1 schedule, 1 running worker)\n"
+        )
+    finally:
+        app.close()
+
+
+def test_check_warns_of_a_schedule_that_the_app_does_not_define(
+    backend_url: str, tmp_path: Path
+) -> None:
+    """A schedule declared in a module the app module does not import does not
+    exist for its workers: once stored (by code that did import it), `due check
+    --app` says so; without --app it knows no code to judge by."""
+    (tmp_path / "myapp.py").write_text(
+        "import due\n"
+        f"app = due.App({backend_url!r})\n"
+        "@app.task(queue='reports')\n"
+        "def tally() -> None: ...\n"
+    )
+    (tmp_path / "schedules.py").write_text(
+        "from myapp import app, tally\napp.schedule('nightly', '0 2 * * *', task=tally)\n"
+    )
+    (tmp_path / "everything.py").write_text("from myapp import app\nimport schedules\n")
+    run_due_in(tmp_path, "--app", "myapp:app", "migrate")
+    synced = [sys.executable, "-c", "from everything import app; app.sync_schedules()"]
+    subprocess.run(synced, cwd=tmp_path, env=PLAIN_ENVIRONMENT, check=True, timeout=60)
+    out = run_due_in(tmp_path, "check", "--app", "myapp:app", expect=1)
+    assert out.startswith(
+        "WARNING schedule nightly: stored as defined in code, but this app does not define "
+        "it: is the module that declares it imported by your app module?"
+    ), out
+    assert run_due_in(tmp_path, "check", "--app", "everything:app").startswith("OK")
+    assert run_due(backend_url, "check").startswith("OK")
+    with due.App(backend_url) as app:
+        kinds = [alert.kind for alert in app.check()]  # this App defines no schedule
+        assert kinds == ["schedule_not_in_code"]
+
+
+def test_check_help_says_what_the_failures_window_covers(tmp_path: Path) -> None:
+    """Failed jobs, not failed checks: those alert over the last hour whatever
+    the window (the help said it covered both)."""
+    shown = " ".join(run_due_in(tmp_path, "check", "--help").split())
+    assert "--failures-window TEXT How far back jobs failed for good alert." in shown
+    assert "check= alert over the last hour whatever this says" in shown
 
 
 def test_check_exit_codes_follow_the_monitoring_plugin_convention(backend_url: str) -> None:

@@ -93,6 +93,23 @@ def test_payload_over_the_limit(backend_url: str) -> None:
         app.close()
 
 
+def test_a_schedule_added_at_run_time_is_held_to_the_apps_payload_limit(backend_url: str) -> None:
+    app = due.App(backend_url, max_payload_bytes=1000)
+    app.migrate()
+
+    @app.task(name="big")
+    def big(data: str) -> None: ...
+
+    try:
+        with pytest.raises(due.PayloadError, match="over the limit of 1000 bytes"):
+            app.add_schedule("s", every="1h", task=big, args=["x" * 1000])
+        assert app.schedules() == []
+        app.add_schedule("s", every="1h", task=big, args=["x" * 900])
+        assert [overview.stored.name for overview in app.schedules()] == ["s"]
+    finally:
+        app.close()
+
+
 def test_default_payload_limit_is_one_mebibyte(app: due.App, send: due.Task) -> None:
     rejected(
         app,

@@ -4,13 +4,17 @@ when finished jobs are pruned or old rows are folded."""
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from datetime import timedelta
 
+import psycopg
 import pytest
 
 import due
 from due import JobState
 from due.clock import FakeClock
+from due.core import stats as core_stats
 from due.core.jobs import AttemptError
 from due.core.records import (
     ClaimRequest,
@@ -21,6 +25,8 @@ from due.core.records import (
     WorkerRegistration,
 )
 from due.core.stats import DURATION_BUCKETS, TaskFigures
+from due.store.sqlite.backend import path_from_url
+from due.store.stats import HOURS_KEPT, MINUTES_KEPT
 from due.testing import drain
 from tests.conftest import START
 
@@ -175,6 +181,36 @@ def test_windows_move_with_time_and_totals_survive_folding_and_pruning(
     assert deleted == 4
     assert counts(app) == {"succeeded": 3, "failed": 1}
     assert figures_of(app).window("total").durations.total_seconds == pytest.approx(0.5)
+
+
+def stats_rows(app: due.App) -> list[tuple[str, str, str]]:
+    """(span, task, outcome) of every row of the rollups table."""
+    statement = "SELECT span, task, outcome FROM due_job_stats ORDER BY 1, 2, 3"
+    if app.url.startswith("sqlite"):
+        with contextlib.closing(sqlite3.connect(path_from_url(app.url))) as conn:
+            return conn.execute(statement).fetchall()
+    with psycopg.connect(app.url) as conn:
+        return conn.execute(statement).fetchall()  # type: ignore[return-value]
+
+
+def test_old_hours_fold_into_one_row_per_key_for_all_time(
+    app: due.App, work: due.Task, clock: FakeClock
+) -> None:
+    """What core/stats.py's docstring says (it said one row per day): endings of
+    two days, each folded past two days, leave one row of their key."""
+    for _ in range(2):
+        work.enqueue()
+        app.store.job_complete([end(job, JobState.SUCCEEDED, 0.1) for job in claim(app)])
+        clock.advance("3h")
+        app.store.stats_fold()  # minutes into hours
+        clock.advance("3d")
+        app.store.stats_fold()  # hours into all time
+    assert stats_rows(app) == [("all", "work", "succeeded")]
+    assert counts(app) == {"succeeded": 2}
+    doc = " ".join((core_stats.__doc__ or "").split())
+    assert (timedelta(hours=2), timedelta(days=2)) == (MINUTES_KEPT, HOURS_KEPT)
+    assert "minute rows older than two hours into one row per hour" in doc
+    assert "hour rows older than two days into one row per task, queue, outcome and bucket" in doc
 
 
 def test_retention_is_per_outcome(app: due.App, work: due.Task, clock: FakeClock) -> None:

@@ -62,3 +62,20 @@ def test_unknown_task_and_duplicate_names(app: due.App) -> None:
     app.schedule("s", "@daily", task="bill")
     with pytest.raises(ConfigurationError, match="already defined"):
         app.schedule("s", "@hourly", task="bill")
+
+
+def test_a_schedules_arguments_are_held_to_the_apps_payload_limit() -> None:
+    """`App(max_payload_bytes=...)` bounds a schedule's arguments as it bounds a
+    job's, both ways: they were held to the default 1 MiB instead."""
+    small = due.App("sqlite:///unused.db", max_payload_bytes=1000)
+    large = due.App("sqlite:///unused.db", max_payload_bytes=4 * 1024 * 1024)
+    for app in (small, large):
+
+        @app.task(name="load")
+        def load(data: str) -> None: ...
+
+    with pytest.raises(due.PayloadError, match="over the limit of 1000 bytes"):
+        small.schedule("s", every="1h", task="load", args=["x" * 1000])
+    assert small.defined_schedules == {}
+    schedule = large.schedule("big", every="1h", task="load", args=["x" * 2_000_000])
+    assert len(schedule.payload) > 2_000_000

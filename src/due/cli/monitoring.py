@@ -13,7 +13,7 @@ import click
 from due.cli.common import Settings
 from due.cli.jobs import JSON_HELP
 from due.cli.main import main
-from due.cli.output import iso, print_json
+from due.cli.output import counted, iso, print_json
 from due.durations import to_seconds
 from due.errors import DueError
 from due.visibility.alerts import evaluate, worst
@@ -40,7 +40,9 @@ reach, a bad option)."""
     "--failures-window",
     default="1h",
     show_default=True,
-    help="How far back failed jobs and failed checks alert.",
+    help="How far back jobs failed for good alert. Results that failed their task's "
+    "check= alert over the last hour whatever this says: they are counted only in the "
+    "per-minute figures, whose recent windows are fixed.",
 )
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_obj
@@ -53,12 +55,16 @@ def check(
 ) -> None:
     """Print every active alert, one line each, and exit 0 (ok), 1 (warning) or
     2 (critical); 3 when the state could not be read. For cron, Kubernetes
-    probes and Nagios."""
+    probes and Nagios. With --app, also warn about a schedule stored as defined
+    in code that the app does not define (its module is not imported by the app
+    module, or it was dropped and not pruned)."""
     try:
         app = settings.app
         window = to_seconds(failures_window, what="--failures-window")
         rules = app.alert_rules(
-            oldest_due_warning=oldest_due_warning, oldest_due_critical=oldest_due_critical
+            oldest_due_warning=oldest_due_warning,
+            oldest_due_critical=oldest_due_critical,
+            judge_schedules=settings.app_spec is not None,  # the workers' code is loaded
         )
         snapshot = take(app, window)
     except DueError as error:
@@ -91,10 +97,12 @@ def check(
             click.echo(alert.line())
     else:
         live = sum(1 for worker in snapshot.workers if worker.state == "running")
-        click.echo(
-            f"OK: nothing to alert on ({len(snapshot.queues)} queues, "
-            f"{len(snapshot.schedules)} schedules, {live} running workers)"
+        counts = (
+            counted(len(snapshot.queues), "queue"),
+            counted(len(snapshot.schedules), "schedule"),
+            counted(live, "running worker"),
         )
+        click.echo(f"OK: nothing to alert on ({', '.join(counts)})")
     sys.exit(int(severity))
 
 

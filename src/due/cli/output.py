@@ -3,7 +3,7 @@
 In a terminal, a table too wide for it first drops its low-value columns,
 then wraps (folds) what is left; no cell is cut short. When stdout is not a
 terminal (a pipe, a file, a script), nothing is dropped or cut: tables take
-the width they need. `--json` prints one JSON document instead (see README).
+the width they need. `--json` prints one JSON document instead (docs/reference/json.md).
 """
 
 from __future__ import annotations
@@ -106,6 +106,11 @@ def seconds_text(seconds: float) -> str:
     if seconds < 86400:
         return f"{seconds // 3600:.0f}h{seconds % 3600 // 60:02.0f}m"
     return f"{seconds // 86400:.0f}d{seconds % 86400 // 3600:02.0f}h"
+
+
+def counted(count: int, noun: str) -> str:
+    """`1 queue`, `2 queues`, `0 queues`: a count as a sentence says it."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def json_text(value: Any) -> str:

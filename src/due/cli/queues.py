@@ -32,7 +32,7 @@ QUEUE_COLUMNS = [
     Column("stuck", justify="right", drop_rank=0),
     Column("oldest due", justify="right"),
     Column("workers", justify="right", drop_rank=1),
-    Column("", drop_rank=2),
+    Column("paused", drop_rank=2),
 ]
 TASK_COLUMNS = [
     Column("task"),
@@ -52,7 +52,7 @@ ACTIVE_COLUMNS = [
     Column("task"),
     Column("state"),
     Column("progress", drop_rank=1),
-    Column("", drop_rank=2),
+    Column("done", drop_rank=2),
     Column("message", drop_rank=0),
 ]
 
@@ -115,7 +115,7 @@ def _queue_row(queue: QueueOverview, now: datetime, workers: int) -> list[Text |
         Text(str(queue.stuck), style="red") if queue.stuck else "0",
         age_text(queue, now),
         Text("0", style="red") if queue.due and not workers else str(workers),
-        Text("paused", style="yellow") if queue.paused else "",
+        Text("yes", style="yellow") if queue.paused else "",
     ]
 
 

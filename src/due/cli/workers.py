@@ -294,7 +294,8 @@ WORKER_COLUMNS = [
 @reports_errors
 def workers(settings: Settings, limit: int, as_json: bool) -> None:
     """List worker processes, newest first: where, what they serve, when they last
-    reported (one silent for 3 leases is gone)."""
+    reported. One silent for 3 leases of the workers that watch it, and at least
+    10 s (30 s at the default 10 s lease), is marked gone."""
     store = settings.app.store
     listed = store.worker_list(list_limit(limit, "--limit"))
     running = store.worker_running_counts()

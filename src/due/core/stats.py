@@ -3,9 +3,12 @@ on them. No I/O.
 
 Every end of an attempt is counted in the database, in the transaction that
 records it, in a row per minute, task, queue, outcome and duration bucket
-(`due_job_stats`). Deleting finished jobs changes no figure; rows older than
-two days are folded into one row per day, so the table stays small and the
-totals stay whole.
+(`due_job_stats`). Deleting finished jobs changes no figure. The leader folds
+minute rows older than two hours into one row per hour, and hour rows older
+than two days into one row per task, queue, outcome and bucket for all time
+(store/stats.py: `MINUTES_KEPT`, `HOURS_KEPT`), so the table stays small and
+the totals stay whole: the 5-minute and 1-hour windows are whole minutes, the
+24-hour one whole hours.
 """
 
 from __future__ import annotations

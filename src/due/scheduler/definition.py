@@ -50,6 +50,7 @@ def define_schedule(
     max_attempts: int,
     enabled: bool = True,
     alert_after: DurationLike = DEFAULT_ALERT_AFTER_SECONDS,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     now: datetime,
 ) -> Schedule:
     """Validate a schedule; every problem is a ConfigurationError that says what to fix.
@@ -58,7 +59,8 @@ def define_schedule(
 
     `queue`, `priority` and `max_attempts` are the task's unless the schedule
     overrides them (the App resolves them), so a scheduler that does not know
-    the task still enqueues its runs right.
+    the task still enqueues its runs right. Its arguments are held to
+    `max_payload_bytes`, the App's limit, as a job's are.
     """
     if not isinstance(name, str) or not name.strip() or len(name) > MAX_SCHEDULE_NAME:
         raise ConfigurationError(
@@ -89,7 +91,7 @@ def define_schedule(
         name=name,
         task=task,
         timing=timing,
-        payload=encode_arguments(task, arguments, keywords, DEFAULT_MAX_PAYLOAD_BYTES),
+        payload=encode_arguments(task, arguments, keywords, max_payload_bytes),
         queue=queue,
         priority=priority,
         max_attempts=max_attempts,

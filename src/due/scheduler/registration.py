@@ -41,10 +41,12 @@ def define_for_app(
     priority: int | None,
     enabled: bool = True,
     *,
+    max_payload_bytes: int,
     now: datetime,
 ) -> Schedule:
     """Validate everything now, so a bad schedule fails at import, not at 2 am
-    (`now`: the app clock's, to check that it fires within the horizon)."""
+    (`now`: the app clock's, to check that it fires within the horizon;
+    `max_payload_bytes`: the App's limit on arguments, as for its jobs)."""
     resolved = tasks.get(task.name if isinstance(task, Task) else task)
     resolved.check_arguments(tuple(args), dict(kwargs or {}))
     try:
@@ -69,5 +71,6 @@ def define_for_app(
         max_attempts=resolved.config.retry.max_attempts,
         enabled=enabled,
         alert_after=timing.alert_after,
+        max_payload_bytes=max_payload_bytes,
         now=now,
     )

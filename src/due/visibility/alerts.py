@@ -1,6 +1,6 @@
 """The alerts a snapshot raises, and the thresholds that decide them.
 
-What alerts (each documented in the README, with its default):
+What alerts (each documented in docs/howto/monitoring.md, with its default):
 
 - a queue whose oldest due job has waited longer than its threshold
   (`app.queue("emails", oldest_due_warning="30s", oldest_due_critical="2m")`;
@@ -14,7 +14,11 @@ What alerts (each documented in the README, with its default):
 - a schedule whose time passed `alert_after` ago without a run (critical: is a
   scheduler running?), whose run has not started `alert_after` after its time,
   or with no success within its period plus `alert_after` (a dead-man's switch:
-  "the nightly job that stopped running weeks ago").
+  "the nightly job that stopped running weeks ago");
+- a schedule stored as defined in code that the app's code does not define
+  (only when the rules know that code: `AlertRules.code_schedules`): the module
+  that declares it is not imported by the app module, or the code dropped it
+  and nobody ran `due schedule prune`. It keeps firing either way.
 
 Severity follows the monitoring-plugin convention: 0 ok, 1 warning, 2 critical.
 """
@@ -84,6 +88,10 @@ class AlertRules:
     """Thresholds declared per queue (`app.queue(...)`)."""
     default: QueueThresholds = QueueThresholds()
     """For every other queue."""
+    code_schedules: frozenset[str] | None = None
+    """The schedules the app's code defines, when the reader loaded that code
+    (`due check --app`); None when it did not (a bare URL), and then no
+    schedule is judged by it."""
 
     def for_queue(self, name: str) -> QueueThresholds:
         return self.queues.get(name, self.default)
@@ -94,7 +102,7 @@ class Alert:
     severity: Severity
     kind: str
     """oldest_due, no_worker, stuck, failed, warned, schedule_invalid, schedule_late,
-    run_not_started, schedule_silent."""
+    run_not_started, schedule_silent, schedule_not_in_code."""
     subject: str
     """What it is about: "queue emails", "task send_report", "schedule nightly"."""
     message: str
@@ -113,6 +121,7 @@ def evaluate(snapshot: Snapshot, rules: AlertRules) -> list[Alert]:
             for overview in snapshot.schedules
             for alert in schedule_alerts(overview, snapshot.at)
         ),
+        *_not_in_code_alerts(snapshot, rules.code_schedules),
     ]
     return sorted(alerts, key=lambda a: (-a.severity, a.subject, a.kind))
 
@@ -240,6 +249,28 @@ def schedule_alerts(overview: ScheduleOverview, now: datetime) -> list[Alert]:
     if silent is not None:
         alerts.append(Alert(Severity.WARNING, "schedule_silent", subject, silent))
     return alerts
+
+
+def _not_in_code_alerts(snapshot: Snapshot, defined: frozenset[str] | None) -> list[Alert]:
+    """Enabled, unpaused schedules stored as defined in code that this code does
+    not define (a worker logs `schedule.not_in_code` for the same at start)."""
+    if defined is None:
+        return []
+    return [
+        Alert(
+            Severity.WARNING,
+            "schedule_not_in_code",
+            f"schedule {stored.name}",
+            "stored as defined in code, but this app does not define it: is the module "
+            "that declares it imported by your app module? It keeps firing until "
+            "`due schedule prune` disables it",
+        )
+        for stored in (overview.stored for overview in snapshot.schedules)
+        if stored.source == "code"
+        and stored.enabled
+        and not stored.paused
+        and stored.name not in defined
+    ]
 
 
 def _silent_since(

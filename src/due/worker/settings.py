@@ -112,7 +112,8 @@ class WorkerSettings:
 
     @property
     def gone_after(self) -> float:
-        """A worker silent this long is marked gone."""
+        """Another worker silent this long is marked gone by this one: 3 of this
+        worker's leases, and at least 10 s (`due workers --help` says so)."""
         return max(3 * self.lease, 10.0)
 
 

@@ -454,8 +454,9 @@ class Worker:
                 "schedule.not_in_code",
                 logging.WARNING,
                 schedule=name,
-                reason="stored as defined in code, not defined in this code: it keeps firing "
-                "(newer code may define it) until `due schedule prune`",
+                reason="stored as defined in code, not defined by this app: it keeps firing "
+                "(newer code may define it) until `due schedule prune`; if this code should "
+                "define it, import the module that declares it from the app module",
             )
 
     def _unfinished(self) -> list[RunningJob]:

@@ -120,7 +120,7 @@ MANY_BATCH = 125
 """Rows per statement of `run_many`: the statements are pipelined, so the server
 inserts one batch while the client makes the next (a bulk enqueue prepares its
 jobs as they are sent), where one COPY had the server write everything at its
-end (docs/scaling.md: 3 to 5 % more jobs a second, 1,000 a call). Without
+end (bench/NOTES.md: 3 to 5 % more jobs a second, 1,000 a call). Without
 pipeline mode (a libpq older than 14) the statements go one after another."""
 
 

@@ -6,7 +6,7 @@ here, without a hop to a database thread and back: no thread wakes up, no
 thread hands the result back through the loop's self-pipe, and no database
 thread competes with the loop for the GIL while it converts rows. Measured
 in-process on 40,000 no-op jobs, six interleaved pairs: median 15,975 jobs/s
-against 14,043 through the threads, faster in every pair (docs/scaling.md).
+against 14,043 through the threads, faster in every pair (bench/NOTES.md).
 
 The lane is a small async pool opened in the worker's loop and closed with
 it: a connection for each queue's claims and one for the acknowledgements,
