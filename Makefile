@@ -50,8 +50,8 @@ chaos: $(STAMP) postgres ## attack a real deployment on both stores (CHAOS_SECON
 	$(PY) -m tests.chaos.run --backend both --seconds $(CHAOS_SECONDS) --rate $(CHAOS_RATE)
 
 check: $(STAMP) ## lint, type-check, forbid wall-clock reads outside clock.py and imports across layers
-	$(PY) -m ruff check src tests bench examples
-	$(PY) -m ruff format --check src tests bench examples
+	$(PY) -m ruff check src tests bench examples docs/conf.py
+	$(PY) -m ruff format --check src tests bench examples docs/conf.py
 	$(PY) -m mypy
 	$(PY) -m mypy --strict tests/typing
 	@scripts/check-clock

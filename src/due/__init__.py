@@ -2,6 +2,8 @@
 
 Never lose a due job, never run one twice by accident, never fail quietly.
 
+::
+
     import due
 
     app = due.App()                       # ./due.db, or $DUE_DATABASE_URL
