@@ -18,7 +18,7 @@ DOCS = Path(__file__).resolve().parent
 
 project = "due"
 author = "the due developers"
-copyright = "the due developers"  # noqa: A001 (Sphinx's name for it)
+copyright = "the due developers"
 version = release = __version__
 
 extensions = [
@@ -44,6 +44,7 @@ nitpicky = True
 # one listed by name, so that a name of due's own that fails to resolve still
 # fails the build.
 _EXTERNAL_TYPES = [
+    "datetime",
     "datetime.datetime",
     "datetime.timedelta",
     "collections.abc.Awaitable",
@@ -61,6 +62,16 @@ _EXTERNAL_TYPES = [
     "starlette.applications.Starlette",
 ]
 nitpick_ignore = [("py:class", name) for name in _EXTERNAL_TYPES]
+# The type variables of Task[P, R] (the function's parameters and result).
+nitpick_ignore += [
+    ("py:class", "P"),
+    ("py:class", "~P"),
+    ("py:obj", "typing.~P"),
+    ("py:obj", "due.task.P"),
+    ("py:obj", "due.task.R"),
+    ("py:class", "due.task.R"),
+    ("py:class", "due.app.R"),
+]
 
 # --- Markdown ---------------------------------------------------------------------
 
@@ -72,9 +83,7 @@ myst_heading_anchors = 3  # [a section](page.md#its-title) links resolve, and ar
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 autodoc_typehints_description_target = "documented_params"
-autodoc_class_signature = "separated"
-autodoc_default_options: dict[str, Any] = {"members": True, "show-inheritance": True}
-autodoc_type_aliases = {"DurationLike": "due.durations.DurationLike"}
+autodoc_default_options: dict[str, Any] = {"members": True}
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 napoleon_use_rtype = False
