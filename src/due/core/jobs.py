@@ -1,11 +1,27 @@
 """Jobs: one closed set of states, one transition table, one record type.
 
-    enqueue ──► queued ──claim──► running ──► succeeded
-                  ▲  │              │  │
-       retry,     │  │ cancel       │  ├──► failed ──retry──► queued
-       rescue,    │  ▼              │  │
-       release    │ cancelled ◄─────┘  └──► waiting (a parent, for its pieces)
-                  └─────────────────────────── (failed attempt with attempts left)
+The transitions (TRANSITIONS below; docs/reference/states.md draws the same,
+and a test holds both to the table)::
+
+    (enqueue) ──────────────────────────────────────────► queued
+
+    queued ───┬─ claimed by a worker ───────────────────► running
+              ├─ cancelled ─────────────────────────────► cancelled
+              └─ no live worker knew its task ──────────► failed
+
+    running ──┬─ the handler returned ──────────────────► succeeded
+              ├─ failed for good (no attempt left) ─────► failed
+              ├─ failed with attempts left, rescued
+              │  or released at shutdown ───────────────► queued
+              ├─ asked to stop ─────────────────────────► cancelled
+              └─ spawned pieces ────────────────────────► waiting
+
+    waiting ──┬─ its last piece (or completion) ended ──► succeeded
+              ├─ a piece or its completion failed ──────► failed
+              └─ cancelled, or its parent went ─────────► cancelled
+
+    failed ───── retried by hand ───────────────────────► queued
+    cancelled ── retried by hand ───────────────────────► queued
 
 `queued` covers both "due now" and "delayed until run_at". A running job
 holds a lease (`lease_expires_at`) and a fencing token (`lease_token`, bumped
@@ -54,7 +70,9 @@ class JobState(enum.StrEnum):
 FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
 
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
-    JobState.QUEUED: frozenset({JobState.RUNNING, JobState.CANCELLED}),
+    # A queued job fails without running when no live worker of its queue knows
+    # its task past a grace period (maintenance/unknown_tasks.py).
+    JobState.QUEUED: frozenset({JobState.RUNNING, JobState.CANCELLED, JobState.FAILED}),
     JobState.RUNNING: frozenset(
         {
             JobState.SUCCEEDED,
@@ -64,9 +82,7 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
             JobState.WAITING,
         }
     ),
-    JobState.WAITING: frozenset(
-        {JobState.QUEUED, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}
-    ),
+    JobState.WAITING: frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}),
     JobState.FAILED: frozenset({JobState.QUEUED}),
     JobState.CANCELLED: frozenset({JobState.QUEUED}),
     JobState.SUCCEEDED: frozenset(),
