@@ -20,21 +20,14 @@ import due.visibility.alerts
 from due.core.stats import DURATION_BUCKETS, Outcome
 from due.testing import FakeClock, drain
 from due.visibility.metrics import QUEUE_STATES, registry_for
+from tests.docs.reference_pages import REFERENCE, names, section, table
 
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "metrics.md"
-ROW = re.compile(r"^\|\s*`(\w+)`\s*\|([^|]*)\|([^|]*)\|")
-
-Rows = dict[str, tuple[str, str]]
+PAGE = REFERENCE / "metrics.md"
 
 
-def table_rows(section: str) -> Rows:
-    """{first column: (second, third)} of the table under `## {section}`."""
-    text = PAGE.read_text().split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
-    return {m[1]: (m[2].strip(), m[3].strip()) for m in map(ROW.match, text.splitlines()) if m}
-
-
-def labels_of(cell: str) -> list[str]:
-    return re.findall(r"`(\w+)`", cell)
+def table_rows(title: str) -> dict[str, tuple[str, str]]:
+    """{name in the first column: (second column, third)} of a section's table."""
+    return {names(row[0])[0]: (row[1], row[2]) for row in table(section("metrics", title))}
 
 
 def values_of(cell: str, label: str) -> list[str]:
@@ -72,7 +65,7 @@ def _families(app: due.App) -> Iterator[tuple[str, tuple[str, list[str]]]]:
 def test_every_metric_served_is_on_the_page_with_its_type_and_labels(
     scraped: dict[str, tuple[str, list[str]]],
 ) -> None:
-    page = {name: (kind, sorted(labels_of(labels))) for name, (kind, labels) in
+    page = {name: (kind, sorted(names(labels))) for name, (kind, labels) in
             table_rows("Metrics").items()}  # fmt: skip
     assert page == scraped
 
@@ -101,6 +94,7 @@ def raised_alerts() -> dict[str, set[str]]:
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Alert":
             severity, kind = node.args[0], node.args[1]
             assert isinstance(kind, ast.Constant), ast.unparse(node)
+            assert isinstance(kind.value, str), ast.unparse(node)
             levels = {n.attr.lower() for n in ast.walk(severity) if isinstance(n, ast.Attribute)}
             kinds.setdefault(kind.value, set()).update(levels)
     return kinds
