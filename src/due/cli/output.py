@@ -3,7 +3,7 @@
 In a terminal, a table too wide for it first drops its low-value columns,
 then wraps (folds) what is left; no cell is cut short. When stdout is not a
 terminal (a pipe, a file, a script), nothing is dropped or cut: tables take
-the width they need. `--json` prints one JSON document instead (see README).
+the width they need. `--json` prints one JSON document instead (docs/reference/json.md).
 """
 
 from __future__ import annotations
