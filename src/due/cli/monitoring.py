@@ -40,7 +40,7 @@ reach, a bad option)."""
     "--failures-window",
     default="1h",
     show_default=True,
-    help="How far back failed jobs and failed checks alert.",
+    help="How far back failed jobs alert (results that failed their check: the last hour).",
 )
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_obj

@@ -3,8 +3,9 @@ on them. No I/O.
 
 Every end of an attempt is counted in the database, in the transaction that
 records it, in a row per minute, task, queue, outcome and duration bucket
-(`due_job_stats`). Deleting finished jobs changes no figure; rows older than
-two days are folded into one row per day, so the table stays small and the
+(`due_job_stats`). Deleting finished jobs changes no figure; minute rows older
+than two hours are folded into hours, and hour rows older than two days into
+one row per key (the total since the start), so the table stays small and the
 totals stay whole.
 """
 
