@@ -26,7 +26,7 @@ swallow them, while its `finally:` blocks still run::
     JobCancelled                   someone cancelled the job: it ends cancelled
     LeaseLost                      another attempt may hold the job: write nothing
 
-Errors of bad input are also `ValueError`s (or `TypeError`s for arguments),
+Errors of bad input are also a `ValueError` (or a `TypeError`, for arguments),
 so code that guards a call with the built-in exceptions keeps working.
 Driver errors (psycopg, sqlite3) never escape the store: they are translated
 to `StoreError` with the original chained as `__cause__`.
