@@ -7,7 +7,7 @@ SOAK_MINUTES ?= 30
 SOAK_BACKEND ?= postgres
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test test-newest-python test-bench test-sqlite chaos check bench soak postgres clean
+.PHONY: help demo test test-newest-python test-bench test-sqlite chaos check docs bench soak postgres clean
 
 help: ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -50,12 +50,19 @@ chaos: $(STAMP) postgres ## attack a real deployment on both stores (CHAOS_SECON
 	$(PY) -m tests.chaos.run --backend both --seconds $(CHAOS_SECONDS) --rate $(CHAOS_RATE)
 
 check: $(STAMP) ## lint, type-check, forbid wall-clock reads outside clock.py and imports across layers
-	$(PY) -m ruff check src tests bench examples
-	$(PY) -m ruff format --check src tests bench examples
+	$(PY) -m ruff check src tests bench examples docs/conf.py
+	$(PY) -m ruff format --check src tests bench examples docs/conf.py
 	$(PY) -m mypy
 	$(PY) -m mypy --strict tests/typing
 	@scripts/check-clock
 	@$(PY) scripts/check-boundaries
+
+# Strict: a warning, an unresolved cross-reference (-n) or a broken link fails the
+# build; -E reads every page afresh, so a warning is never hidden by a cached page.
+DOCS_BUILD ?= docs/_build
+docs: $(STAMP) ## build the documentation site into docs/_build/html (any warning fails it)
+	$(PY) -m sphinx -b html -W --keep-going -n -E -q docs $(DOCS_BUILD)/html
+	@echo "built: $(DOCS_BUILD)/html/index.html"
 
 bench: $(STAMP) postgres ## run the benchmark (due and its peers, side by side)
 	$(PY) bench/run.py
@@ -72,4 +79,4 @@ soak: $(STAMP) postgres ## a steady 1,000 jobs/s for SOAK_MINUTES (30) on SOAK_B
 	$(PY) bench/soak.py --minutes $(SOAK_MINUTES) --backend $(SOAK_BACKEND)
 
 clean: ## remove the environment and scratch files
-	rm -rf $(VENV) .venv-newest chaos-results bench/.venv* bench/results bench/work .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) .venv-newest docs/_build chaos-results bench/.venv* bench/results bench/work .pytest_cache .ruff_cache .mypy_cache

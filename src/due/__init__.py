@@ -2,6 +2,8 @@
 
 Never lose a due job, never run one twice by accident, never fail quietly.
 
+::
+
     import due
 
     app = due.App()                       # ./due.db, or $DUE_DATABASE_URL
@@ -13,7 +15,7 @@ Never lose a due job, never run one twice by accident, never fail quietly.
 
 The public API is this module's `__all__`, `due.testing`, and the `due`
 command. Every other module is internal: its names may change in any release
-(docs/architecture.md shows how they fit together).
+(docs/explanation/architecture.md shows how they fit together).
 """
 
 from due._version import __version__

@@ -68,7 +68,11 @@ class TaskDecorator(Protocol):
 
 
 def resolve_url(url: str | None) -> str:
-    """The URL given, else $DUE_DATABASE_URL, else ./due.db (SQLite)."""
+    """The URL given, else $DUE_DATABASE_URL, else ./due.db (SQLite).
+
+    Raises:
+        ConfigurationError: The URL is not a string.
+    """
     resolved = url or os.environ.get(URL_ENVIRONMENT_VARIABLE) or DEFAULT_URL
     if not isinstance(resolved, str):
         raise ConfigurationError(f"database URL must be a string, got {resolved!r}")
@@ -78,13 +82,37 @@ def resolve_url(url: str | None) -> str:
 class App:
     """One application's tasks and the database its jobs live in.
 
-    app = due.App()                          # ./due.db, or $DUE_DATABASE_URL
-    app = due.App("postgresql://localhost/app")
+    ::
 
-    Through a transaction-mode pooler (PgBouncer's pool_mode = transaction), say
-    so: `pooler="transaction"` (or `?due_pooler=transaction` in the URL), and
-    give `listen_url=` (or $DUE_LISTEN_URL) a direct URL for wake-ups, else
-    idle workers poll every 0.25 s.
+        app = due.App()                          # ./due.db, or $DUE_DATABASE_URL
+        app = due.App("postgresql://localhost/app")
+
+    The URL is checked at once; the database is opened on first use. Through a
+    transaction-mode pooler (PgBouncer's `pool_mode = transaction`), say so:
+    `pooler="transaction"` (or `?due_pooler=transaction` in the URL), and give
+    `listen_url=` (or $DUE_LISTEN_URL) a direct URL for wake-ups, else idle
+    workers poll every 0.25 s.
+
+    Every method that reads or writes the database may also raise
+    `StoreError` (`StoreUnavailableError` when it cannot be reached) and, on
+    first use, `NotMigratedError` or `SchemaTooNewError`. Close an app when
+    done (`app.close()`, or `with due.App(...) as app:`).
+
+    Args:
+        url: `sqlite:///relative/path.db`, `sqlite:////absolute/path.db` or
+            `postgresql://user:password@host:5432/dbname?...` (default:
+            $DUE_DATABASE_URL, else `sqlite:///due.db`).
+        clock: Where the time comes from (default: the database's clock; a
+            `FakeClock` in tests).
+        max_payload_bytes: The largest JSON text of a job's arguments (1 MiB).
+        store_options: For PostgreSQL, `{"pool_size": 10, "connect_timeout": 5}`.
+        pooler: `"transaction"` behind a transaction-mode pooler (PostgreSQL only).
+        listen_url: A direct URL for `LISTEN` past that pooler (PostgreSQL only).
+
+    Raises:
+        ConfigurationError: The URL cannot be used (an unknown scheme, a bad
+            path, a pooler option for SQLite, psycopg not installed for
+            PostgreSQL), or `max_payload_bytes` is not a positive whole number.
     """
 
     def __init__(
@@ -98,13 +126,17 @@ class App:
         listen_url: str | None = None,
     ) -> None:
         self.url = resolve_url(url)
+        """The database URL, with its password (`repr(app)` hides it)."""
         self.clock: Clock = clock or SystemClock()
+        """Where the app takes the time from."""
         if not isinstance(max_payload_bytes, int) or max_payload_bytes <= 0:
             raise ConfigurationError(
                 f"max_payload_bytes must be a positive number of bytes, got {max_payload_bytes!r}"
             )
         self.max_payload_bytes = max_payload_bytes
+        """The largest JSON text of a job's arguments, in bytes."""
         self.tasks = Registry()
+        """The registered tasks, by name."""
         self._schedules = ScheduleCatalog(store=lambda: self.store)
         self.queue_thresholds: dict[str, QueueThresholds] = {}
         """Alert thresholds declared with `app.queue(...)`, by queue."""
@@ -139,8 +171,11 @@ class App:
             path_from_url(self.url)
 
     def _pooler_options(self, pooler: str | None, listen_url: str | None) -> None:
-        """Check the pooler settings now; $DUE_LISTEN_URL counts only behind a
-        transaction-mode pooler (it is ignored for a direct connection)."""
+        """Check the pooler settings now.
+
+        $DUE_LISTEN_URL counts only behind a transaction-mode pooler (it is
+        ignored for a direct connection).
+        """
         from due.store.postgres.pooler import PoolerSettings
 
         settings = PoolerSettings.from_url(self.url, pooler, listen_url)
@@ -156,7 +191,13 @@ class App:
 
     @property
     def store(self) -> Store:
-        """The store, opened on first use; refuses an unknown or missing schema."""
+        """The store (due's own layer over the database), opened on first use.
+
+        Raises:
+            NotMigratedError: The database has no schema yet: run `app.migrate()`.
+            SchemaTooNewError: A newer version of `due` migrated it.
+            StoreUnavailableError: The database cannot be reached.
+        """
         store = self._open_store()
         if not self._schema_checked:
             store.check_schema()
@@ -170,12 +211,23 @@ class App:
             return self._store
 
     def migrate(self) -> list[int]:
-        """Create or upgrade the schema; returns the migration versions applied."""
+        """Create or upgrade the schema (creating a SQLite file that does not exist).
+
+        Safe to run again: an up-to-date schema is left as it is.
+
+        Returns:
+            The versions of the migrations applied (empty when up to date).
+
+        Raises:
+            SchemaTooNewError: A newer version of `due` migrated the database.
+            StoreError: The database failed, or cannot be reached.
+        """
         applied = self._open_store().migrate()
         self._schema_checked = False
         return applied
 
     def close(self) -> None:
+        """Close the database connections (the app opens them again if used)."""
         self._waiter.close()
         with self._lock:
             if self._store is not None:
@@ -232,12 +284,40 @@ class App:
         """Register a sync or async function as a task (`@app.task` or `@app.task(...)`).
 
         A handler that takes the job's `due.Context` declares it first; its
-        task is typed without it: `Task[P, R]` where P are the other parameters.
+        task is typed without it: `Task[P, R]` where P are the other parameters::
 
-        `check=` looks at each successful result and returns a problem text, or
-        None when it is fine (`check=lambda r: "empty report" if not r["rows"] else
-        None`): such a job ends `succeeded` with the warning kept, and is counted,
-        shown and alerted as `warned`.
+            @app.task(queue="emails", retry=due.Retry(max_attempts=5))
+            def send_reset_email(user_id: int) -> None: ...
+
+        Durations are written "90s", "15m", "1h30m", as a number of seconds or
+        as a timedelta.
+
+        Args:
+            fn: The function, when used as `@app.task` without parentheses.
+            name: The stored task name (default: `module.qualname`).
+            queue: The queue its jobs go to (default: `"default"`).
+            priority: Higher runs first within a queue (default: 0).
+            retry: How failures are retried (default: `due.Retry()`, 20
+                attempts).
+            timeout: An attempt running longer fails (and is retried per
+                `retry`); default none.
+            lease: How long a worker holds a job between heartbeats, at least
+                2 s (default: the worker's, 10 s).
+            unique_for: How long a job's key keeps deduplicating after success
+                (default: until the job ends).
+            stuck_after: A running job whose progress has not moved for this
+                long is flagged stuck (default: never).
+            check: Looks at each successful result and returns a problem text,
+                or None when it is fine (`check=lambda r: "empty report" if not
+                r["rows"] else None`): such a job ends `succeeded` with the
+                warning kept, and is counted, shown and alerted as `warned`.
+
+        Returns:
+            The task (or, with options, a decorator that returns it).
+
+        Raises:
+            ConfigurationError: An option is invalid, the name is another
+                function's, or the `due.Context` parameter is not first.
         """
 
         def register(function: Callable[..., Any]) -> Task[Any, Any]:
@@ -277,8 +357,34 @@ class App:
         unique_for: DurationLike | None = None,
         connection: Any = None,
     ) -> Job:
-        """Enqueue by task name, for callers that do not import the function
-        (untyped; the options are those of `task.options(...)`)."""
+        """Enqueue by task name, for callers that do not import the function.
+
+        Untyped: `task.enqueue(...)` is checked by type checkers, this is not.
+
+        Args:
+            task: The task's name.
+            args: Its positional arguments.
+            kwargs: Its keyword arguments.
+            delay: Due after this long (at most 100 years).
+            run_at: Due at this aware datetime (not with `delay`).
+            queue: Instead of the task's queue.
+            priority: Instead of the task's priority.
+            key: Deduplicate: while a job with this key is queued, running or
+                waiting, enqueue returns it.
+            unique_for: With `key`, how long the key keeps deduplicating after
+                success, instead of the task's.
+            connection: Your own open psycopg or sqlite3 connection: the job is
+                written in your transaction.
+
+        Returns:
+            The job as stored (or the active job with the same key).
+
+        Raises:
+            UnknownTaskError: No task of this app has that name.
+            ArgumentsError: The arguments do not fit the task's function.
+            PayloadError: The arguments cannot be stored as JSON, or are too large.
+            InvalidJobError: An option is invalid.
+        """
         positional, keywords = arguments_of(task, args, kwargs)
         request = JobRequest(
             task, positional, keywords, delay, run_at, queue, priority, key, unique_for
@@ -286,7 +392,25 @@ class App:
         return self.enqueue_many([request], connection=connection)[0]
 
     def enqueue_many(self, requests: Iterable[JobRequest], *, connection: Any = None) -> list[Job]:
-        """Enqueue many jobs in one transaction (multi-row inserts); all or none."""
+        """Enqueue many jobs in one transaction (multi-row inserts); all or none.
+
+        Args:
+            requests: Jobs made by `task.request(...)` or
+                `task.options(...).request(...)`.
+            connection: Your own open psycopg or sqlite3 connection: the jobs
+                are written in your transaction (in a savepoint: one refused
+                leaves none of them, and your transaction goes on).
+
+        Returns:
+            The jobs as stored, in the order of the requests.
+
+        Raises:
+            UnknownTaskError: A request names no task of this app.
+            ArgumentsError: A request's arguments do not fit its task.
+            PayloadError: A request's arguments cannot be stored.
+            InvalidJobError: A request's option is invalid.
+            ConfigurationError: Something other than a request was given.
+        """
         if connection is not None:
             prepared = self._prepare(requests)  # before the store is looked at
             return self.store.job_enqueue(prepared, connection=connection)
@@ -296,7 +420,20 @@ class App:
     async def aenqueue_many(
         self, requests: Iterable[JobRequest], *, connection: Any = None
     ) -> list[Job]:
-        """`enqueue_many` for async code; `connection` may be a psycopg AsyncConnection."""
+        """`enqueue_many` for async code; `connection` may be a psycopg AsyncConnection.
+
+        Args:
+            requests: Jobs made by `task.request(...)`.
+            connection: Your own open connection, to write the jobs in your
+                transaction.
+
+        Returns:
+            The jobs as stored, in the order of the requests.
+
+        Raises:
+            InvalidJobError: A request is refused (as by `enqueue_many`).
+            ConfigurationError: Something other than a request was given.
+        """
         # Every request checked and encoded now, on the loop: once this awaits,
         # other coroutines may change the arguments' objects.
         jobs = self._prepare(requests)
@@ -312,19 +449,24 @@ class App:
         return list(map(self._preparer(), requests))
 
     def _prepare_as_sent(self, requests: Iterable[JobRequest]) -> Sequence[NewJob]:
-        """Many requests for the store's own transaction on PostgreSQL: prepared
-        as their rows are sent (PreparedOnRead), so a bad one deep in the batch
-        is met after the store is reached. One request, or on SQLite, whose one
-        writer would wait while they are prepared: all first, before the store
-        is looked at (its schema is checked on first use)."""
+        """Requests made ready for the store's own transaction.
+
+        Many requests on PostgreSQL are prepared as their rows are sent
+        (PreparedOnRead), so a bad one deep in the batch is met after the store
+        is reached. One request, or on SQLite, whose one writer would wait while
+        they are prepared: all first, before the store is looked at (its schema
+        is checked on first use).
+        """
         requests = list(requests)
         if len(requests) == 1 or self._open_store().single_writer:
             return self._prepare(requests)
         return PreparedOnRead(requests, self._preparer())
 
     def _preparer(self) -> Callable[[JobRequest], NewJob]:
-        """A request, validated and made ready to insert (its task looked up once
-        for a run of requests of one task)."""
+        """A request, validated and made ready to insert.
+
+        Its task is looked up once for a run of requests of one task.
+        """
         task: Task[Any, Any] | None = None
 
         def prepared(request: JobRequest) -> NewJob:
@@ -342,7 +484,18 @@ class App:
     # --- inspect and control ------------------------------------------------------
 
     def get(self, job_id: int) -> Job:
-        """The job as stored now: state, attempts, times, errors, result."""
+        """The job as stored now: state, attempts, times, errors, result.
+
+        Args:
+            job_id: The job's id.
+
+        Returns:
+            The job.
+
+        Raises:
+            JobNotFoundError: No job has that id (or it was pruned).
+            ConfigurationError: The id is not a whole number.
+        """
         return self.store.job_get(lookups.job_id(job_id))
 
     def jobs(
@@ -359,10 +512,24 @@ class App:
     ) -> list[Job]:
         """Jobs, newest first; delayed jobs are `queued` with a future `run_at`.
 
-        `parent=` lists a parent's pieces; `stuck=True` only running jobs whose
-        progress has not moved for their task's `stuck_after`; `key=` the jobs
-        enqueued with that key; `before=` only jobs with a smaller id (the
-        next page after the last id seen).
+        Args:
+            queue: Only this queue's.
+            state: Only jobs in this state (a `JobState` or its name).
+            task: Only this task's.
+            parent: Only the pieces of this parent job.
+            stuck: Only running jobs whose progress has not moved for their
+                task's `stuck_after`.
+            key: Only the jobs enqueued with this key.
+            before: Only jobs with a smaller id (the next page after the last id
+                seen).
+            limit: At most this many (0 or more).
+
+        Returns:
+            The jobs, newest first.
+
+        Raises:
+            ConfigurationError: An unknown state, or a limit or id that is not a
+                whole number.
         """
         where = JobFilter(
             queue=queue,
@@ -379,27 +546,63 @@ class App:
         return self.store.job_list(where)
 
     def wait(self, job_id: int, *, timeout: DurationLike | None = None) -> Job:
-        """Block until the job has ended (succeeded, failed or cancelled); returns it.
+        """Block until the job has ended (succeeded, failed or cancelled).
 
         Woken by the job's end (a notification on PostgreSQL, a commit on
-        SQLite), not by polling. Raises TimeoutError, naming the job's state,
-        if it has not ended within `timeout` (seconds, "90s", a timedelta;
-        None waits for as long as it takes). A job that fails and is retried
-        has not ended: this waits for its last attempt.
+        SQLite), not by polling. A job that fails and is retried has not ended:
+        this waits for its last attempt.
+
+        Args:
+            job_id: The job's id.
+            timeout: How long to wait at most ("90s", seconds, a timedelta);
+                None waits for as long as it takes.
+
+        Returns:
+            The job as it ended.
+
+        Raises:
+            TimeoutError: It has not ended within `timeout` (the message names
+                its state).
+            JobNotFoundError: No job has that id.
         """
         return self._waiter.wait(lookups.job_id(job_id), _timeout(timeout))
 
     async def await_job(self, job_id: int, *, timeout: DurationLike | None = None) -> Job:
-        """`wait` for async code: the event loop runs on while it waits."""
+        """`wait` for async code: the event loop runs on while it waits.
+
+        Args:
+            job_id: The job's id.
+            timeout: How long to wait at most; None waits for as long as it takes.
+
+        Returns:
+            The job as it ended.
+
+        Raises:
+            TimeoutError: It has not ended within `timeout`.
+            JobNotFoundError: No job has that id.
+        """
         return await self._waiter.await_job(lookups.job_id(job_id), _timeout(timeout))
 
     def cancel(self, job_id: int, *, by: str | None = None) -> Job:
-        """Cancel a job. Queued or delayed: it will not run. Running: it is asked to
-        stop and ends `cancelled` at its next safe point (not retried). A waiting
+        """Cancel a job.
+
+        Queued or delayed: it will not run. Running: it is asked to stop and
+        ends `cancelled` at its next safe point (not retried). A waiting
         parent: it ends, and so do its unfinished pieces.
 
-        `by` (here and in every other action) records who did it in the job's
-        history (`history`), as the dashboard does."""
+        Args:
+            job_id: The job's id.
+            by: Who did it, recorded in the history of actions (`history`), as
+                the dashboard does; here and in every other action.
+
+        Returns:
+            The job as it stands now (a running job is still `running`, with
+            `cancel_requested`).
+
+        Raises:
+            JobNotFoundError: No job has that id.
+            InvalidStateError: The job has already ended.
+        """
         job = self.store.job_cancel(lookups.job_id(job_id))
         self._note("cancel", by, job_id=job.id)
         return job
@@ -409,6 +612,19 @@ class App:
 
         It is due at once, unless it was cancelled while delayed to a time still
         to come: then it keeps that time (it is put back as it was), unless `now`.
+
+        Args:
+            job_id: The job's id.
+            now: Due at once even if it was delayed to a time still to come.
+            by: Who did it (see `cancel`).
+
+        Returns:
+            The job, queued again.
+
+        Raises:
+            JobNotFoundError: No job has that id.
+            InvalidStateError: It is not failed or cancelled, or it is a parent
+                of pieces, or a piece whose parent has settled.
         """
         job = self.store.job_retry(lookups.job_id(job_id), run_now=bool(now))
         self._note("retry", by, job_id=job.id)
@@ -422,8 +638,21 @@ class App:
         queue: str | None = None,
         limit: int = 100,
     ) -> list[Action]:
-        """What was done by hand (given `by=`) to a job, a schedule or a queue:
-        the latest `limit` actions, oldest first."""
+        """What was done by hand (given `by=`) to a job, a schedule or a queue.
+
+        Args:
+            job: Only actions on this job.
+            schedule: Only actions on this schedule.
+            queue: Only actions on this queue.
+            limit: The latest this many (0 or more).
+
+        Returns:
+            The actions, oldest first.
+
+        Raises:
+            ConfigurationError: A limit or id that is not a whole number, or a
+                negative limit.
+        """
         return self.store.action_history(
             job_id=lookups.id_filter(job, "job"),
             schedule=schedule,
@@ -446,9 +675,28 @@ class App:
         on_piece_failure: str = "continue",
         name: str = BATCH_TASK,
     ) -> Job:
-        """Pieces under a new parent job that waits for them (ctx.spawn, from outside
-        a job): the parent shows `k of n` as its progress, and `on_complete` runs
-        once when the last piece ends. Returns the parent."""
+        """Pieces under a new parent job that waits for them (`ctx.spawn`, from outside a job).
+
+        The parent shows `k of n` as its progress, and `on_complete` runs once
+        when the last piece ends, with a summary `{"parent", "pieces",
+        "succeeded", "failed"}`.
+
+        Args:
+            task: The pieces' task (or its name).
+            items: One per piece: its positional arguments, or a
+                `task.request(...)`.
+            on_complete: A task (or its name) run once when the last piece ends.
+            on_piece_failure: `"fail"` fails the parent at the first failed
+                piece and cancels the rest; `"continue"` counts failures.
+            name: The parent's task name, as listed (it never runs itself).
+
+        Returns:
+            The parent, `waiting`.
+
+        Raises:
+            InvalidJobError: An item does not fit the task (nothing is written).
+            ConfigurationError: An unknown `on_piece_failure`.
+        """
         check_policy(on_piece_failure)
         pieces = self.piece_jobs(task, items)
         spec = self.completion_spec(on_complete) if on_complete is not None else None
@@ -456,7 +704,7 @@ class App:
         return self.get(parent)
 
     def piece_jobs(self, task: Task[Any, Any] | str, items: Iterable[Item]) -> list[NewJob]:
-        """Validated pieces of `task` (all refused if one is bad)."""
+        """Validated pieces of `task` (all refused if one is bad); used by `ctx.spawn`."""
         return piece_jobs(self.tasks, self._prepare, task, items)
 
     def completion_spec(self, task: Task[Any, Any] | str) -> str:
@@ -466,15 +714,32 @@ class App:
     def pause_queue(self, queue: str, *, force: bool = False, by: str | None = None) -> None:
         """Stop claiming the queue's jobs (running ones finish); durable until resumed.
 
-        A queue that no task of this app, no job, worker or schedule uses is
-        refused as a likely typo, unless `force` (to pause a queue before its
-        first job)."""
+        Args:
+            queue: The queue's name.
+            force: Pause even a queue that nothing uses yet.
+            by: Who did it (see `cancel`).
+
+        Raises:
+            ConfigurationError: No task of this app, no job, worker or schedule
+                uses the queue (a likely typo), unless `force`.
+            InvalidJobError: The name is not a valid queue name.
+        """
         name = self._known_queue(queue, force, "pause")
         self.store.queue_pause(name, True)
         self._note("pause", by, queue=name)
 
     def resume_queue(self, queue: str, *, force: bool = False, by: str | None = None) -> None:
-        """Claim the queue's jobs again (see pause_queue for `force`)."""
+        """Claim the queue's jobs again.
+
+        Args:
+            queue: The queue's name.
+            force: Resume even a queue that nothing uses.
+            by: Who did it (see `cancel`).
+
+        Raises:
+            ConfigurationError: Nothing uses the queue, unless `force`.
+            InvalidJobError: The name is not a valid queue name.
+        """
         name = self._known_queue(queue, force, "resume")
         self.store.queue_pause(name, False)
         self._note("resume", by, queue=name)
@@ -491,12 +756,29 @@ class App:
         )
 
     def pause_group(self, parent_id: int, *, by: str | None = None) -> None:
-        """Hold a parent's queued pieces (and those it spawns later) until resumed."""
+        """Hold a parent's queued pieces (and those it spawns later) until resumed.
+
+        Args:
+            parent_id: The parent job's id.
+            by: Who did it (see `cancel`).
+
+        Raises:
+            JobNotFoundError: No job has that id.
+        """
         parent = lookups.job_id(parent_id)
         self.store.group_hold(parent, True)
         self._note("pause pieces", by, job_id=parent)
 
     def resume_group(self, parent_id: int, *, by: str | None = None) -> None:
+        """Let a parent's held pieces start again.
+
+        Args:
+            parent_id: The parent job's id.
+            by: Who did it (see `cancel`).
+
+        Raises:
+            JobNotFoundError: No job has that id.
+        """
         parent = lookups.job_id(parent_id)
         self.store.group_hold(parent, False)
         self._note("resume pieces", by, job_id=parent)
@@ -524,9 +806,46 @@ class App:
     ) -> Schedule:
         """Define a recurring schedule in code; workers sync it to the database at start.
 
-        `alert_after`: `due check` (and the metrics' example rules) alert when a run
-        has not started this long after its time, or when no run succeeded within
-        the schedule's period plus this (default 5 minutes).
+        Give either `cron` or `every`::
+
+            app.schedule("nightly-report", cron="0 2 * * *", task=build_report,
+                         tz="Europe/Paris")
+
+        The module that defines it must be imported by the app's module, or a
+        worker never sees it.
+
+        Args:
+            name: Its unique name (at most 200 characters).
+            cron: A cron expression of 5 fields (or 6, seconds first), in `tz`.
+            every: Or an interval ("15m", seconds, a timedelta).
+            task: The task each run enqueues (or its name).
+            args: The positional arguments of every run.
+            kwargs: The keyword arguments of every run.
+            tz: The time zone the cron expression is read in (an IANA name).
+            misfire: What to do with times missed while nothing could fire
+                them: `skip`, `catch_up` or `latest` (default).
+            overlap: What to do when a time comes while the previous run has
+                not ended: `allow`, `forbid` (default), `queue` or `replace`.
+            catch_up_limit: With `catch_up`, the most missed times run (10).
+            misfire_grace: A time this late still runs as on time (60 s).
+            queue: Instead of the task's queue.
+            priority: Instead of the task's priority.
+            enabled: False defines it disabled (it does not fire).
+            alert_after: `due check` (and the metrics' example rules) alert
+                when a run has not started this long after its time, or when no
+                run succeeded within the schedule's period plus this (default 5
+                minutes).
+
+        Returns:
+            The validated definition.
+
+        Raises:
+            ConfigurationError: An invalid cron expression, time zone, interval
+                or option; both or neither of `cron` and `every`; a name this app
+                already defines.
+            UnknownTaskError: `task` names no task of this app.
+            InvalidJobError: The arguments do not fit the task, or an invalid
+                queue or priority.
         """
         timing = ScheduleTiming(
             cron, every, tz, misfire, overlap, catch_up_limit, misfire_grace, alert_after
@@ -564,7 +883,35 @@ class App:
         priority: int | None = None,
         alert_after: DurationLike = DEFAULT_ALERT_AFTER_SECONDS,
     ) -> Schedule:
-        """Store a schedule at run time (not in code); it fires from its next time on."""
+        """Store a schedule at run time (not in code); it fires from its next time on.
+
+        Args:
+            name: Its unique name (at most 200 characters).
+            cron: A cron expression of 5 fields (or 6, seconds first), in `tz`.
+            every: Or an interval ("15m", seconds, a timedelta).
+            task: The task each run enqueues (or its name).
+            args: The positional arguments of every run.
+            kwargs: The keyword arguments of every run.
+            tz: The time zone the cron expression is read in (an IANA name).
+            misfire: What to do with times missed while nothing could fire
+                them: `skip`, `catch_up` or `latest` (default).
+            overlap: What to do when a time comes while the previous run has
+                not ended: `allow`, `forbid` (default), `queue` or `replace`.
+            catch_up_limit: With `catch_up`, the most missed times run (10).
+            misfire_grace: A time this late still runs as on time (60 s).
+            queue: Instead of the task's queue.
+            priority: Instead of the task's priority.
+            alert_after: See `schedule`.
+
+        Returns:
+            The validated definition, as stored.
+
+        Raises:
+            ConfigurationError: An invalid definition (see `schedule`), or a
+                schedule of that name already exists.
+            UnknownTaskError: `task` names no task of this app.
+            InvalidJobError: The arguments do not fit the task.
+        """
         timing = ScheduleTiming(
             cron, every, tz, misfire, overlap, catch_up_limit, misfire_grace, alert_after
         )
@@ -581,33 +928,78 @@ class App:
         return self._schedules.defined
 
     def sync_schedules(self) -> SyncReport:
-        """Add this app's code-defined schedules to the database, and write those
-        whose definition changed (workers do it as they start); disable none."""
+        """Add this app's code-defined schedules to the database, and write those changed.
+
+        Workers do it as they start. A sync disables none.
+
+        Returns:
+            What was added and changed, and the stored schedules this code does
+            not define.
+        """
         return self._schedules.sync()
 
     def prune_schedules(self, *, by: str | None = None) -> list[str]:
-        """Disable the schedules stored as defined in code that this app no longer
-        defines (their history stays); their names. Run it once every process
-        runs this code: a sync never disables (scheduler/catalog.py says why)."""
+        """Disable the schedules stored as defined in code that this app no longer defines.
+
+        Their history stays. Run it once every process runs this code: a sync
+        never disables, since during a rolling deploy a schedule missing here
+        may be one that newer code, started elsewhere, defines.
+
+        Args:
+            by: Who did it (see `cancel`).
+
+        Returns:
+            The names of the schedules disabled.
+        """
         pruned = self._schedules.prune()
         for name in pruned:
             self._note("prune", by, schedule=name)
         return pruned
 
     def schedules(self) -> list[ScheduleOverview]:
-        """Every stored schedule: next run, last run and outcome, skipped and missed runs."""
+        """Every stored schedule: next run, last run and outcome, skipped and missed runs.
+
+        Returns:
+            One overview per schedule, by name.
+        """
         return self._schedules.overview()
 
     def schedule_runs(self, name: str, limit: int = 50) -> list[ScheduleRun]:
-        """A schedule's scheduled times, newest first, and what became of each
-        (a removed schedule's history stays; a name never seen is refused)."""
+        """A schedule's scheduled times, newest first, and what became of each.
+
+        A removed schedule's history stays.
+
+        Args:
+            name: The schedule's name.
+            limit: At most this many (0 or more).
+
+        Returns:
+            The times, newest first.
+
+        Raises:
+            ScheduleNotFoundError: No schedule of that name was ever stored.
+        """
         return self._schedules.runs(name, lookups.list_limit(limit))
 
     def schedule_health(self, name: str, window: DurationLike = "24h") -> list[ExpectedRun]:
-        """Every time the schedule expected within the last `window`, oldest first,
-        and what became of it: its run (the job's state and duration), skipped or
-        missed (why), waiting for the previous run, or "not recorded" when no
-        scheduler acted on it; runs triggered by hand too."""
+        """Every time the schedule expected within the last `window`, and what became of it.
+
+        Its run (the job's state and duration), skipped or missed (why),
+        waiting for the previous run, or "not recorded" when no scheduler acted
+        on it; runs triggered by hand too. What `due schedule runs NAME
+        --window 24h` prints.
+
+        Args:
+            name: The schedule's name.
+            window: How far back ("24h", seconds, a timedelta).
+
+        Returns:
+            The expected times, oldest first.
+
+        Raises:
+            ScheduleNotFoundError: No schedule of that name is stored.
+            ConfigurationError: The window is not a duration.
+        """
         seconds = to_seconds(window, what="schedule health window")
         store = self.store
         now = store.now()
@@ -619,22 +1011,59 @@ class App:
         return expected_runs(overview.stored, recorded, since, now, overview.created_at)
 
     def pause_schedule(self, name: str, *, by: str | None = None) -> None:
-        """Stop starting runs; their times are recorded as skipped until resumed."""
+        """Stop starting runs; their times are recorded as skipped until resumed.
+
+        Args:
+            name: The schedule's name.
+            by: Who did it (see `cancel`).
+
+        Raises:
+            ScheduleNotFoundError: No schedule of that name is stored.
+        """
         self._schedules.pause(name, True)
         self._note("pause", by, schedule=name)
 
     def resume_schedule(self, name: str, *, by: str | None = None) -> None:
+        """Start runs again, from the schedule's next time.
+
+        Args:
+            name: The schedule's name.
+            by: Who did it (see `cancel`).
+
+        Raises:
+            ScheduleNotFoundError: No schedule of that name is stored.
+        """
         self._schedules.pause(name, False)
         self._note("resume", by, schedule=name)
 
     def trigger_schedule(self, name: str, *, by: str | None = None) -> Job:
-        """Start a run of the schedule now, by hand."""
+        """Start a run of the schedule now, by hand.
+
+        Args:
+            name: The schedule's name.
+            by: Who did it (see `cancel`).
+
+        Returns:
+            The run's job.
+
+        Raises:
+            ScheduleNotFoundError: No schedule of that name is stored.
+        """
         job = self.get(self._schedules.trigger(name))
         self._note("trigger", by, schedule=name, job_id=job.id)
         return job
 
     def remove_schedule(self, name: str) -> None:
-        """Delete a schedule added at run time (its history stays)."""
+        """Delete a schedule added at run time (its history stays).
+
+        Args:
+            name: The schedule's name.
+
+        Raises:
+            ScheduleNotFoundError: No schedule of that name is stored.
+            ConfigurationError: It is defined in code: delete it there, then
+                `prune_schedules` (or pause it).
+        """
         self._schedules.remove(name)
 
     # --- queues and alerts ------------------------------------------------------------
@@ -646,11 +1075,23 @@ class App:
         oldest_due_warning: DurationLike | None = None,
         oldest_due_critical: DurationLike | None = None,
     ) -> None:
-        """Declare how long the queue's oldest due job may wait before `due check`
-        (and the example alerting rules) warn, then go critical: the age of the
-        oldest due job is the alert that matters. Defaults: 1 minute, 5 minutes.
+        """Declare how long the queue's oldest due job may wait before `due check` alerts.
+
+        The age of the oldest due job is the alert that matters: past the
+        warning threshold `due check` (and the example alerting rules) warn,
+        past the critical one they go critical::
 
             app.queue("emails", oldest_due_warning="30s", oldest_due_critical="2m")
+
+        Args:
+            name: The queue's name.
+            oldest_due_warning: Warn past this wait (default 1 minute).
+            oldest_due_critical: Critical past this wait (default 5 minutes).
+
+        Raises:
+            ConfigurationError: A threshold that is not a positive duration, or
+                a warning over the critical threshold.
+            InvalidJobError: The name is not a valid queue name.
         """
         queue_name = validate_queue(name)
         self.queue_thresholds[queue_name] = QueueThresholds.build(
@@ -666,10 +1107,19 @@ class App:
     ) -> AlertRules:
         """The declared thresholds; the two given here stand for every other queue.
 
-        `judge_schedules`: this app is the code the workers run, so a schedule
-        stored as defined in code that it does not define is alerted on
-        (`schedule_not_in_code`). Leave it off for an App made only to reach the
-        database, which defines nothing.
+        Args:
+            oldest_due_warning: For queues not declared with `queue`.
+            oldest_due_critical: For queues not declared with `queue`.
+            judge_schedules: This app is the code the workers run, so a schedule
+                stored as defined in code that it does not define is alerted on
+                (`schedule_not_in_code`). Leave it off for an App made only to
+                reach the database, which defines nothing.
+
+        Returns:
+            The rules `check` applies.
+
+        Raises:
+            ConfigurationError: A threshold that is not a positive duration.
         """
         default = QueueThresholds.build(
             "default thresholds", oldest_due_warning, oldest_due_critical
@@ -684,14 +1134,28 @@ class App:
         oldest_due_critical: DurationLike | None = None,
         failures_window: DurationLike = DEFAULT_FAILURES_WINDOW,
     ) -> list[Alert]:
-        """Every active alert, the most severe first (what `due check --app` prints):
-        late queues, queues no worker serves, stuck jobs, recent failures and
-        failed checks, late or silent schedules, schedules stored as defined in
-        code that this app does not define. Empty when all is well.
+        """Every active alert, the most severe first (what `due check --app` prints).
 
-        `failures_window`: how far back jobs failed for good alert (1 hour);
-        results that failed their task's `check=` alert over the last hour
-        whatever it says (they are counted only in the per-minute figures)."""
+        Late queues, queues no worker serves, stuck jobs, recent failures and
+        failed checks, schedules that cannot fire, late or silent schedules,
+        and schedules stored as defined in code that this app does not define.
+
+        Args:
+            oldest_due_warning: For queues not declared with `queue` (default
+                1 minute).
+            oldest_due_critical: For queues not declared with `queue` (default
+                5 minutes).
+            failures_window: How far back jobs failed for good alert (default 1
+                hour); results that failed their task's `check=` alert over the
+                last hour whatever it says (they are counted only in the
+                per-minute figures).
+
+        Returns:
+            The alerts; empty when all is well.
+
+        Raises:
+            ConfigurationError: A threshold or window that is not a duration.
+        """
         window = to_seconds(failures_window, what="failures window")
         rules = self.alert_rules(
             oldest_due_warning=oldest_due_warning,
@@ -701,21 +1165,39 @@ class App:
         return evaluate(snapshot.take(self, window), rules)
 
     def dashboard(self, *, token: str | None = None, basic_auth: str | None = None) -> Any:
-        """The web dashboard as a Starlette app (the extra `due[web]`), to mount in
-        your ASGI app behind your authentication, or with its own credential:
-        a bearer `token`, or `basic_auth="user:password"`."""
+        """The web dashboard as a Starlette app (the extra `due[web]`).
+
+        Mount it in your ASGI app behind your authentication, or give it its
+        own credential.
+
+        Args:
+            token: A bearer token every request must carry.
+            basic_auth: `"user:password"` for HTTP basic auth.
+
+        Returns:
+            The dashboard, an ASGI application.
+
+        Raises:
+            ConfigurationError: A credential that cannot be used.
+            ImportError: The `web` extra is not installed.
+        """
         from due.web.app import create_dashboard
         from due.web.security import Credential
 
         return create_dashboard(self, credential=Credential.build(token, basic_auth))
 
     def queues(self) -> list[QueueOverview]:
-        """Per queue: depth, due now, running, waiting, retrying, failed, stuck, when
-        its oldest due job became due, and whether it is paused. Lists the queues
-        of this app's tasks and of workers and schedules even when they hold no job.
-        Each count stops at COUNT_LIMIT (10,000; `QueueOverview.at_least` names
-        those that reached it), so that a look costs the same however many jobs
-        are scheduled ahead."""
+        """Every queue now: depth, due now, running, waiting, retrying, failed, stuck.
+
+        Also when its oldest due job became due, and whether it is paused.
+        Lists the queues of this app's tasks and of workers and schedules even
+        when they hold no job. Each count stops at 10,000
+        (`QueueOverview.at_least` names those that reached it), so that a look
+        costs the same however many jobs are scheduled ahead.
+
+        Returns:
+            One overview per queue, by name.
+        """
         overviews = {queue.name: queue for queue in self.store.queue_overview()}
         for name in self.tasks.queues():
             overviews.setdefault(name, QueueOverview(name, 0, 0, 0, 0, 0, None, False))

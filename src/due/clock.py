@@ -26,34 +26,80 @@ from due.durations import DurationLike, to_seconds
 
 
 class Clock(Protocol):
+    """Where `due` takes the time from: give one to `App(clock=...)`.
+
+    `SystemClock` is the default; `FakeClock` moves only when a test says so.
+    Any object with these three methods will do.
+    """
+
     def now(self) -> datetime | None:
-        """The instant to use, or None to use the database's clock."""
+        """The instant to use, or None to use the database's clock.
+
+        Returns:
+            An aware datetime, or None: "let the database decide".
+        """
 
     def wall(self) -> datetime:
-        """A concrete instant (UTC), for host-side decisions and SQLite."""
+        """A concrete instant, for decisions made on this host and for SQLite.
+
+        Returns:
+            An aware datetime in UTC.
+        """
 
     def monotonic(self) -> float:
-        """Seconds on a clock that never goes backwards (for local deadlines)."""
+        """Seconds on a clock that never goes backwards (for local deadlines).
+
+        Returns:
+            Seconds from an arbitrary start.
+        """
 
 
 class SystemClock:
     """Production clock: the database's `now()`; the host's for SQLite."""
 
     def now(self) -> datetime | None:
+        """None: the database's clock decides (SQLite's is this host's).
+
+        Returns:
+            None.
+        """
         return None
 
     def wall(self) -> datetime:
+        """This host's clock.
+
+        Returns:
+            The current time, aware, in UTC.
+        """
         return datetime.now(UTC)
 
     def monotonic(self) -> float:
+        """This host's monotonic clock (`time.monotonic`).
+
+        Returns:
+            Seconds from an arbitrary start.
+        """
         return time.monotonic()
 
 
 class FakeClock:
-    """A clock that moves only when told to. Thread-safe.
+    """A clock that moves only when told to, for tests. Thread-safe.
 
     `monotonic()` advances together with `now()`, so deadlines computed on it
-    expire when a test advances the clock.
+    expire when a test advances the clock. Give it to the app, and the store,
+    the worker's loops and `due.testing.drain` all read it instead of the
+    database's clock:
+
+    >>> clock = FakeClock("2030-01-01T09:00:00+00:00")
+    >>> clock.advance("90m")
+    datetime.datetime(2030, 1, 1, 10, 30, tzinfo=datetime.timezone.utc)
+
+    Args:
+        start: The first instant: an aware datetime, or the same as ISO 8601
+            text. Default: 2030-01-01 00:00 UTC.
+
+    Raises:
+        ValueError: `start` has no time zone (or is text that is not ISO 8601).
     """
 
     def __init__(self, start: datetime | str | None = None) -> None:
@@ -68,18 +114,44 @@ class FakeClock:
         self._lock = threading.Lock()
 
     def now(self) -> datetime:
+        """The fake time, which the store uses instead of the database's.
+
+        Returns:
+            The current fake instant, aware, in UTC.
+        """
         with self._lock:
             return self._now
 
     def wall(self) -> datetime:
+        """The same as `now()`.
+
+        Returns:
+            The current fake instant, aware, in UTC.
+        """
         return self.now()
 
     def monotonic(self) -> float:
+        """A monotonic clock that moves forward with `advance` and `set`.
+
+        Returns:
+            Seconds from an arbitrary start.
+        """
         with self._lock:
             return self._monotonic
 
     def advance(self, by: DurationLike) -> datetime:
-        """Move forward by a duration ("90s", 1.5, timedelta); returns the new now."""
+        """Move forward by a duration.
+
+        Args:
+            by: How far: "90s", "1h30m", a number of seconds, a timedelta.
+
+        Returns:
+            The new current instant.
+
+        Raises:
+            ConfigurationError: `by` is negative (use `set` to go back), or not a
+                duration.
+        """
         seconds = to_seconds(by, what="FakeClock.advance")
         if seconds < 0:
             raise ValueError("FakeClock.advance cannot move backwards; use set()")
@@ -89,7 +161,17 @@ class FakeClock:
             return self._now
 
     def set(self, when: datetime) -> None:
-        """Jump to an instant (forwards or backwards: wall clocks do jump)."""
+        """Jump to an instant, forwards or backwards (wall clocks do jump).
+
+        The monotonic clock moves forward by the jump, or not at all for a
+        jump backwards.
+
+        Args:
+            when: The new current instant, an aware datetime.
+
+        Raises:
+            ValueError: `when` has no time zone.
+        """
         if when.tzinfo is None:
             raise ValueError("FakeClock.set needs an aware datetime")
         with self._lock:
@@ -111,8 +193,11 @@ STALE_SECONDS = 60.0
 
 @dataclass(frozen=True, slots=True)
 class ClockReading:
-    """The database's time as measured at a monotonic instant (the middle of the
-    round trip that read it), and this host's wall clock at that instant."""
+    """The database's time as measured at a monotonic instant.
+
+    The instant is the middle of the round trip that read it; `wall` is this
+    host's wall clock at that instant.
+    """
 
     database: datetime
     monotonic: float
@@ -123,8 +208,11 @@ class ClockReading:
 
 @dataclass(frozen=True, slots=True)
 class ClockStep:
-    """Two readings whose clocks did not move as the monotonic clock did (seconds,
-    positive forward): this host's wall clock, or the database's, stepped."""
+    """Two readings whose clocks did not move as the monotonic clock did.
+
+    This host's wall clock, or the database's, stepped (seconds, positive
+    forward).
+    """
 
     host: float
     database: float
@@ -151,9 +239,11 @@ class DatabaseClock:
 
     @property
     def last(self) -> ClockReading | None:
+        """The reading kept, if any."""
         return self._last
 
     def now(self) -> datetime:
+        """The database's time now, as estimated from the last reading."""
         given = self._clock.now()
         if given is not None:
             return given
@@ -163,8 +253,11 @@ class DatabaseClock:
         return last.database + timedelta(seconds=self._clock.monotonic() - last.monotonic)
 
     def observe(self, database: datetime, sent_at: float, received_at: float) -> ClockStep | None:
-        """Take a reading of the database's clock, read between two monotonic
-        instants; returns the step it shows, if any."""
+        """Take a reading of the database's clock, read between two monotonic instants.
+
+        Returns:
+            The step it shows, if any.
+        """
         monotonic = self._clock.monotonic()
         middle = (sent_at + received_at) / 2
         wall = self._clock.wall() - timedelta(seconds=monotonic - middle)

@@ -1,5 +1,7 @@
 """Every error `due` raises, in one tree.
 
+::
+
     DueError
     ├── ConfigurationError         a bad URL, option or task definition
     ├── InvalidJobError            bad input at enqueue; nothing was written
@@ -14,16 +16,17 @@
     │   └── SchemaTooNewError      a newer `due` migrated it: upgrade
     └── StoreError                 the database failed or could not be reached
         └── StoreUnavailableError  could not connect (or lost the connection)
+            └── StoreConflictError rolled back for a concurrent one: safe to retry
 
 Two signals stop a running handler at a safe point (`ctx.checkpoint`,
 `ctx.progress`, `ctx.raise_if_cancelled`). They derive from BaseException, like
 `asyncio.CancelledError`, so an `except Exception:` in the handler does not
-swallow them, while its `finally:` blocks still run:
+swallow them, while its `finally:` blocks still run::
 
     JobCancelled                   someone cancelled the job: it ends cancelled
     LeaseLost                      another attempt may hold the job: write nothing
 
-Errors of bad input are also `ValueError`s (or `TypeError`s for arguments),
+Errors of bad input are also a `ValueError` (or a `TypeError`, for arguments),
 so code that guards a call with the built-in exceptions keeps working.
 Driver errors (psycopg, sqlite3) never escape the store: they are translated
 to `StoreError` with the original chained as `__cause__`.
@@ -89,9 +92,11 @@ class StoreUnavailableError(StoreError):
 
 
 class StoreConflictError(StoreUnavailableError):
-    """The database rolled this transaction back because of a concurrent one (a
-    deadlock, a serialization failure) or ended a session left idle inside a
-    transaction: nothing was written, and trying again is safe."""
+    """The database rolled this transaction back: nothing was written, trying again is safe.
+
+    It did so because of a concurrent transaction (a deadlock, a serialization
+    failure), or it ended a session left idle inside a transaction.
+    """
 
 
 class JobCancelled(BaseException):

@@ -27,19 +27,41 @@ _QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:\-]+")
 
 @dataclass(frozen=True, slots=True)
 class JobRequest:
-    """One job to enqueue: made by `task.request(...)` (or
-    `task.options(...).request(...)`), sent by `app.enqueue_many`."""
+    """One job to enqueue later, checked when it is enqueued.
+
+    Made by `task.request(...)` (or `task.options(...).request(...)`), with
+    the function's own arguments, and sent by `app.enqueue_many`:
+
+    >>> import due
+    >>> app = due.App("sqlite:///requests.db")
+    >>> @app.task()
+    ... def greet(name: str) -> str:
+    ...     return f"hello {name}"
+    >>> _ = app.migrate()
+    >>> requests = [greet.request("ada"), greet.options(delay="1h").request("bob")]
+    >>> [job.state for job in app.enqueue_many(requests)]
+    [<JobState.QUEUED: 'queued'>, <JobState.QUEUED: 'queued'>]
+    >>> app.close()
+    """
 
     task: str
+    """The task's name."""
     args: tuple[Any, ...] = ()
+    """The positional arguments."""
     kwargs: dict[str, Any] = field(default_factory=dict)
+    """The keyword arguments."""
     delay: DurationLike | None = None
+    """Due after this long (or at `run_at`; not both)."""
     run_at: datetime | None = None
+    """Due at this aware datetime."""
     queue: str | None = None
+    """Instead of the task's queue."""
     priority: int | None = None
+    """Instead of the task's priority."""
     key: str | None = None
+    """Deduplicate on this key while a job with it is active."""
     unique_for: DurationLike | None = None
-    """Instead of the task's: how long the key keeps deduplicating after success."""
+    """Instead of the task's, how long the key keeps deduplicating after success."""
 
 
 def prepare(request: JobRequest, task: Task[Any, Any], max_payload_bytes: int) -> NewJob:
@@ -74,8 +96,11 @@ def prepare(request: JobRequest, task: Task[Any, Any], max_payload_bytes: int) -
 
 
 def arguments_of(task: str, args: Any, kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """`args=` and `kwargs=` of `app.enqueue` (or of a JobRequest made by hand),
-    as a request holds them; ArgumentsError when they have the wrong shape."""
+    """`args=` and `kwargs=` of `app.enqueue` (or of a JobRequest made by hand).
+
+    Returned as a request holds them; ArgumentsError when they have the wrong
+    shape.
+    """
     if isinstance(args, str | bytes | bytearray | Mapping) or not isinstance(args, Iterable):
         hint = " (keyword arguments go in kwargs=)" if isinstance(args, Mapping) else ""
         raise ArgumentsError(
@@ -98,7 +123,8 @@ class PreparedOnRead(Sequence[NewJob]):
     inserts the batch before, instead of all before the first is sent. A
     request refused on the way raises its error as it would have before the
     transaction, and the transaction is rolled back: nothing is written.
-    Never for a caller's connection, whose transaction is the caller's to end."""
+    Never for a caller's connection, whose transaction is the caller's to end.
+    """
 
     __slots__ = ("_jobs", "_prepare", "_requests")
 
@@ -134,6 +160,7 @@ class PreparedOnRead(Sequence[NewJob]):
 
 
 def validate_queue(queue: Any) -> str:
+    """A queue name, checked: InvalidJobError says what is wrong with it."""
     if not isinstance(queue, str) or not queue:
         raise InvalidJobError(f"queue name must be a non-empty string, got {queue!r}")
     if len(queue) > MAX_QUEUE_LENGTH:
@@ -147,6 +174,7 @@ def validate_queue(queue: Any) -> str:
 
 
 def validate_priority(priority: Any) -> int:
+    """A priority, checked: InvalidJobError says what is wrong with it."""
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise InvalidJobError(f"priority must be a whole number, got {priority!r}")
     if abs(priority) > MAX_PRIORITY:
@@ -158,6 +186,7 @@ RESERVED_KEY_PREFIX = "due:"
 
 
 def validate_key(key: Any) -> str | None:
+    """A key (or None), checked: InvalidJobError says what is wrong with it."""
     if key is None:
         return None
     if not isinstance(key, str) or not key:
@@ -180,14 +209,20 @@ def validate_key(key: Any) -> str | None:
 
 
 def _validate_delay(delay: DurationLike | None, task: str) -> float:
-    """A job due more than a century ahead (durations.MAX_SECONDS) is a mistake
-    in the delay; past the year 9999 it could not even be read back."""
+    """A delay in seconds, at most a century.
+
+    A job due more than a century ahead (durations.MAX_SECONDS) is a mistake
+    in the delay; past the year 9999 it could not even be read back.
+    """
     return 0.0 if delay is None else _seconds(delay, f"enqueue of {task!r}: delay")
 
 
 def _validate_unique_for(unique_for: DurationLike, task: str) -> float:
-    """Bounded like the delay: the end of the key's window (its job's end plus
-    this) is computed by every enqueue with the key and by every prune."""
+    """A key's window after success, in seconds, bounded like the delay.
+
+    The end of the key's window (its job's end plus this) is computed by every
+    enqueue with the key and by every prune.
+    """
     return _seconds(unique_for, f"enqueue of {task!r}: unique_for")
 
 

@@ -25,25 +25,39 @@ BackoffLike = DurationLike | Callable[[int], DurationLike]
 
 @dataclass(frozen=True)
 class Retry:
-    """How a task's failures are retried.
+    """How a task's failures are retried: give one to `@app.task(retry=...)`.
 
-    - `max_attempts`: total attempts, the first included (1 = never retry).
-    - `backoff`: the delay before the first retry, doubled for each later one
-      (`backoff * 2 ** (attempt - 1)`), or a function `attempt -> delay`.
-    - `max_delay`: the cap on any one delay.
-    - `jitter`: each delay is multiplied by a random factor in
-      `[1 - jitter, 1 + jitter]` (then capped), so a burst of failures does
-      not come back as a burst of retries.
-    - `retry_on`: exception types that are retried (default: any Exception).
-    - `discard_on`: exception types that fail the job at once, attempts left
-      or not; checked before `retry_on`.
+    The default retries any exception, 20 attempts in all, after 1 s, 2 s,
+    4 s... capped at an hour, each delay give or take 25 %:
 
-    `max_attempts` is at most MAX_ATTEMPTS; `backoff` and `max_delay` are
-    refused beyond durations.MAX_SECONDS (100 years), like every duration. A
-    delay computed later is clamped to `max_delay` instead, never refused: the
-    doubling overtakes any cap after enough attempts, and a backoff function's
-    result is only seen once an attempt has failed, too late to refuse
-    anything without losing the job.
+    >>> retry = Retry(max_attempts=5, backoff="10s", jitter=0)
+    >>> [retry.delay(attempt) for attempt in (1, 2, 3)]
+    [10.0, 20.0, 40.0]
+
+    `backoff` and `max_delay` are refused beyond 100 years, like every
+    duration. A delay computed later is clamped to `max_delay` instead, never
+    refused: the doubling overtakes any cap after enough attempts, and a
+    backoff function's result is only seen once an attempt has failed, too
+    late to refuse anything without losing the job.
+
+    Args:
+        max_attempts: Total attempts, the first included (1: never retry); at
+            most 1,000,000.
+        backoff: The delay before the first retry, doubled for each later one
+            (`backoff * 2 ** (attempt - 1)`), or a function of the attempt
+            number that returns the delay.
+        max_delay: The cap on any one delay.
+        jitter: Each delay is multiplied by a random factor in `[1 - jitter,
+            1 + jitter]` (then capped), so a burst of failures does not come
+            back as a burst of retries; from 0 to 1.
+        retry_on: Exception types that are retried (default: any Exception).
+        discard_on: Exception types that fail the job at once, attempts left
+            or not; checked before `retry_on`.
+
+    Raises:
+        ConfigurationError: A value out of its range, a duration that cannot be
+            read, or something other than exception types in `retry_on` or
+            `discard_on`.
     """
 
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
@@ -73,8 +87,19 @@ class Retry:
         object.__setattr__(self, "discard_on", _exception_types(self.discard_on, "discard_on"))
 
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:
-        """Seconds to wait after failed attempt number `attempt` (1-based), at
-        most `max_delay`."""
+        """Seconds to wait after a failed attempt, at most `max_delay`.
+
+        Args:
+            attempt: The number of the attempt that failed, from 1.
+            rng: The random source of the jitter (default: the `random` module's).
+
+        Returns:
+            The delay, in seconds.
+
+        Raises:
+            ConfigurationError: A backoff function returned something that is
+                not a duration.
+        """
         cap = float(self.max_delay)  # type: ignore[arg-type]
         if callable(self.backoff):
             result = self.backoff(attempt)  # capped below, however long
@@ -89,7 +114,16 @@ class Retry:
         return max(0.0, delay) if delay < cap else cap
 
     def should_retry(self, error: BaseException, attempt: int, max_attempts: int) -> bool:
-        """Whether a failure of `attempt` (out of `max_attempts`) is retried."""
+        """Whether a failure is retried.
+
+        Args:
+            error: What the attempt raised.
+            attempt: The number of the attempt that failed, from 1.
+            max_attempts: How many attempts the job may have in all.
+
+        Returns:
+            True when the error is retried and an attempt is left.
+        """
         if isinstance(error, self.discard_on):
             return False
         return isinstance(error, self.retry_on) and attempt < max_attempts
@@ -110,6 +144,8 @@ NO_RETRY = Retry(max_attempts=1)
 
 @dataclass(frozen=True, slots=True)
 class LeaseLossVerdict:
+    """What becomes of a job whose lease expired, and why."""
+
     gives_up: bool
     reason: str
 

@@ -35,8 +35,11 @@ class TaskConfig:
     """A task's own settings, given to @app.task(...) and validated there."""
 
     queue: str = DEFAULT_QUEUE
+    """The queue its jobs go to."""
     priority: int = 0
+    """Higher runs first within a queue."""
     retry: Retry = field(default_factory=Retry)
+    """How its failures are retried."""
     timeout: float | None = None
     """Seconds an attempt may run before it is ended as failed."""
     lease: float | None = None
@@ -46,8 +49,11 @@ class TaskConfig:
     stuck_after: float | None = None
     """A running job whose progress has not moved for this long is flagged stuck."""
     check: Callable[[Any], str | None] | None = None
-    """Looks at a successful result: a text is a problem with it (the job ends
-    `succeeded` with that warning, counted and alerted as `warned`), None is fine."""
+    """Looks at a successful result and returns a problem with it, or None.
+
+    A job whose result has a problem ends `succeeded` with that warning, and is
+    counted and alerted as `warned`.
+    """
 
     @classmethod
     def build(
@@ -63,6 +69,11 @@ class TaskConfig:
         stuck_after: DurationLike | None = None,
         check: Callable[[Any], str | None] | None = None,
     ) -> TaskConfig:
+        """The settings of `@app.task(...)`, checked.
+
+        Raises:
+            ConfigurationError: Says which setting is wrong and why.
+        """
         _check_name(task)
         try:
             queue = validate_queue(queue)
@@ -121,11 +132,12 @@ ENQUEUE_OPTIONS = ("delay", "run_at", "queue", "priority", "key", "unique_for", 
 
 
 class Task(Generic[P, R]):
-    """A registered function. Calling it runs it here and now, like the plain function.
+    """A registered function, as `@app.task` returns it.
 
-    `enqueue`, `aenqueue` and `request` take exactly the function's arguments
-    (without its `due.Context`) and are typed with them, so a type checker
-    refuses a wrong call. Enqueue options go through `options(...)`:
+    Calling it runs it here and now, like the plain function. `enqueue`,
+    `aenqueue` and `request` take exactly the function's arguments (without
+    its `due.Context`) and are typed with them, so a type checker refuses a
+    wrong call. Enqueue options go through `options(...)`::
 
         send_reset_email.enqueue(42)
         send_reset_email.options(delay="24h", key="reset:42").enqueue(42)
@@ -133,10 +145,13 @@ class Task(Generic[P, R]):
 
     def __init__(self, app: App, fn: Callable[..., Any], name: str, config: TaskConfig) -> None:
         self.app = app
+        """The app it is registered with."""
         self.fn = fn
+        """The function itself."""
         self.name = name
+        """Its stored name (`module.qualname` unless `name=` said otherwise)."""
         self.config = config
-        """What the task was registered with: queue, priority, retry, timeout, lease..."""
+        """What the task was registered with (queue, priority, retry, timeout, lease...)."""
         self.is_async = inspect.iscoroutinefunction(fn)
         self.context_parameter = find_context_parameter(fn)
         _require_context_first(fn, name, self.context_parameter)
@@ -145,6 +160,7 @@ class Task(Generic[P, R]):
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> R:
+        """Run the function here and now, as if it were not a task (nothing is enqueued)."""
         result: R = self.fn(*args, **kwargs)
         return result
 
@@ -162,28 +178,78 @@ class Task(Generic[P, R]):
         unique_for: DurationLike | None = None,
         connection: Any = None,
     ) -> TaskWithOptions[P, R]:
-        """This task with enqueue options, for one call (or several):
+        """This task with enqueue options, for one call (or several).
 
-        `delay` ("90s", "1h30m", seconds, timedelta) or `run_at` (an aware
-        datetime); `queue` and `priority` instead of the task's; `key`, which
-        deduplicates while a job with it is active (and `unique_for` after it
-        succeeds, instead of the task's); `connection`, your own open psycopg or
-        sqlite3 connection, to enqueue inside your transaction.
+        Nothing is checked until a job is enqueued (or a request is sent)::
+
+            send_reset_email.options(delay="24h", key="reset:42").enqueue(42)
+
+        Args:
+            delay: Due after this long: "90s", "1h30m", seconds, a timedelta (at
+                most 100 years).
+            run_at: Due at this aware datetime (not with `delay`).
+            queue: Instead of the task's queue.
+            priority: Instead of the task's priority.
+            key: Deduplicate: while a job with this key is queued, running or
+                waiting, enqueue returns it (`job.deduplicated`).
+            unique_for: With `key`, how long the key keeps deduplicating after
+                success, instead of the task's.
+            connection: Your own open psycopg (`AsyncConnection` with
+                `aenqueue`) or sqlite3 connection: the job is written in your
+                transaction.
+
+        Returns:
+            The task with these options.
         """
         return TaskWithOptions(
             self, EnqueueOptions(delay, run_at, queue, priority, key, unique_for), connection
         )
 
     def request(self, *args: P.args, **kwargs: P.kwargs) -> JobRequest:
-        """A job to enqueue later, e.g. in a batch with `app.enqueue_many`."""
+        """A job to enqueue later, e.g. in a batch with `app.enqueue_many`.
+
+        Args:
+            *args: The function's positional arguments.
+            **kwargs: The function's keyword arguments.
+
+        Returns:
+            The request (checked when it is enqueued).
+        """
         return JobRequest(self.name, args, kwargs)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
-        """Store a job for this task; returns once it is committed."""
+        """Store a job for this task; returns once it is committed.
+
+        Args:
+            *args: The function's positional arguments.
+            **kwargs: The function's keyword arguments.
+
+        Returns:
+            The job as stored (or the active job with the same key).
+
+        Raises:
+            ArgumentsError: The arguments do not fit the function.
+            PayloadError: The arguments cannot be stored as JSON, or are too large.
+            InvalidJobError: An enqueue option is invalid.
+            StoreError: The database failed (nothing was written).
+        """
         return self.app.enqueue_many([JobRequest(self.name, args, kwargs)])[0]
 
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
-        """`enqueue` for async code."""
+        """`enqueue` for async code.
+
+        Args:
+            *args: The function's positional arguments.
+            **kwargs: The function's keyword arguments.
+
+        Returns:
+            The job as stored.
+
+        Raises:
+            ArgumentsError: The arguments do not fit the function.
+            PayloadError: The arguments cannot be stored as JSON, or are too large.
+            StoreError: The database failed (nothing was written).
+        """
         return (await self.app.aenqueue_many([JobRequest(self.name, args, kwargs)]))[0]
 
     def call_arguments(
@@ -195,8 +261,11 @@ class Task(Generic[P, R]):
         return (context, *args), kwargs
 
     def canonical_arguments(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
-        """The arguments as one text, however they were spelled: bound to the
-        signature, defaults applied, names sorted (what identifies a piece)."""
+        """The arguments as one text, however they were spelled.
+
+        Bound to the signature, defaults applied, names sorted: what identifies
+        a piece.
+        """
         bound = self._signature.bind(*args, **kwargs)
         bound.apply_defaults()
         return json.dumps(bound.arguments, sort_keys=True, separators=(",", ":"))
@@ -216,9 +285,11 @@ class Task(Generic[P, R]):
             ) from None
 
     def _unexpected_hint(self, kwargs: Mapping[str, Any], error: str) -> str:
-        """Keyword names the function does not take, each with the closest one it
-        does: `bind` names only its first complaint (a missing `user_id`, not
-        the `user` given in its place)."""
+        """Keyword names the function does not take, each with the closest one it does.
+
+        `bind` names only its first complaint (a missing `user_id`, not the
+        `user` given in its place).
+        """
         parameters = self._signature.parameters.values()
         if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
             return ""
@@ -248,6 +319,8 @@ class Task(Generic[P, R]):
 
 @dataclass(frozen=True, slots=True)
 class EnqueueOptions:
+    """What `task.options(...)` was given, besides a connection."""
+
     delay: DurationLike | None = None
     run_at: datetime | None = None
     queue: str | None = None
@@ -257,19 +330,37 @@ class EnqueueOptions:
 
 
 class TaskWithOptions(Generic[P, R]):
-    """A task with enqueue options (`task.options(...)`): enqueue, aenqueue and
-    request take the function's own arguments, typed, exactly as on the task."""
+    """A task with enqueue options, as `task.options(...)` returns it.
+
+    `enqueue`, `aenqueue` and `request` take the function's own arguments,
+    typed, exactly as on the task.
+    """
 
     def __init__(self, task: Task[P, R], options: EnqueueOptions, connection: Any) -> None:
         self.task = task
+        """The task."""
         self.enqueue_options = options
+        """The options given."""
         self.connection = connection
+        """The connection given, if any."""
 
     def __repr__(self) -> str:
         return f"<due.TaskWithOptions {self.task.name} {self.enqueue_options}>"
 
     def request(self, *args: P.args, **kwargs: P.kwargs) -> JobRequest:
-        """A job to enqueue later with `app.enqueue_many` (which takes `connection=`)."""
+        """A job to enqueue later with `app.enqueue_many` (which takes `connection=`).
+
+        Args:
+            *args: The function's positional arguments.
+            **kwargs: The function's keyword arguments.
+
+        Returns:
+            The request, with these options (checked when it is enqueued).
+
+        Raises:
+            ConfigurationError: The options have a connection: give it to
+                `app.enqueue_many` instead.
+        """
         if self.connection is not None:
             raise ConfigurationError(
                 f"task {self.task.name!r}: a request is enqueued later, by "
@@ -278,13 +369,45 @@ class TaskWithOptions(Generic[P, R]):
         return self._request(args, kwargs)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
-        """Store a job for this task with these options; returns once it is
-        committed (or, on `connection`, once it is written in your transaction)."""
+        """Store a job for this task with these options.
+
+        Returns once it is committed (or, on `connection`, once it is written
+        in your transaction).
+
+        Args:
+            *args: The function's positional arguments.
+            **kwargs: The function's keyword arguments.
+
+        Returns:
+            The job as stored (or the active job with the same key,
+            `job.deduplicated`).
+
+        Raises:
+            ArgumentsError: The arguments do not fit the function.
+            PayloadError: The arguments cannot be stored as JSON, or are too large.
+            InvalidJobError: An option is invalid (both `delay` and `run_at`, a
+                naive `run_at`, a bad queue name or key...).
+            StoreError: The database failed (nothing was written).
+        """
         app = self.task.app
         return app.enqueue_many([self._request(args, kwargs)], connection=self.connection)[0]
 
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
-        """`enqueue` for async code; `connection` may be a psycopg AsyncConnection."""
+        """`enqueue` for async code; `connection` may be a psycopg AsyncConnection.
+
+        Args:
+            *args: The function's positional arguments.
+            **kwargs: The function's keyword arguments.
+
+        Returns:
+            The job as stored.
+
+        Raises:
+            ArgumentsError: The arguments do not fit the function.
+            PayloadError: The arguments cannot be stored as JSON, or are too large.
+            InvalidJobError: An option is invalid.
+            StoreError: The database failed (nothing was written).
+        """
         app = self.task.app
         requests = [self._request(args, kwargs)]
         return (await app.aenqueue_many(requests, connection=self.connection))[0]
@@ -326,8 +449,11 @@ def _signature_without(fn: Callable[..., Any], parameter: str | None) -> inspect
 
 
 def _require_context_first(fn: Callable[..., Any], task: str, parameter: str | None) -> None:
-    """The context comes first, so a type checker sees enqueue(...) without it
-    (`Concatenate[Context, P]`) and the worker knows where to put it."""
+    """Refuse a context that is not the first parameter.
+
+    The context comes first, so a type checker sees enqueue(...) without it
+    (`Concatenate[Context, P]`) and the worker knows where to put it.
+    """
     if parameter is None:
         return
     first = next(iter(inspect.signature(fn).parameters.values()))
@@ -356,6 +482,7 @@ class Registry:
         self._tasks: dict[str, Task[Any, Any]] = {}
 
     def add(self, task: Task[Any, Any]) -> None:
+        """Register a task; ConfigurationError if its name is another function's."""
         existing = self._tasks.get(task.name)
         if existing is not None and existing.fn is not task.fn:
             raise ConfigurationError(
@@ -365,6 +492,7 @@ class Registry:
         self._tasks[task.name] = task
 
     def get(self, name: str) -> Task[Any, Any]:
+        """The task of that name; UnknownTaskError (with the closest names) if none."""
         task = self._tasks.get(name)
         if task is None:
             raise UnknownTaskError(_unknown_task_message(name, list(self._tasks)))
@@ -380,9 +508,11 @@ class Registry:
         return len(self._tasks)
 
     def names(self) -> list[str]:
+        """Every task's name, sorted."""
         return sorted(self._tasks)
 
     def queues(self) -> list[str]:
+        """The queues of the tasks, sorted."""
         return sorted({task.config.queue for task in self._tasks.values()})
 
 

@@ -1,17 +1,26 @@
 """Helpers for testing code that uses `due`, without sleeping.
 
-    from due.testing import FakeClock, drain
-
-    clock = FakeClock()
-    app = due.App("sqlite:///test.db", clock=clock)
-    app.migrate()
-    send_email.enqueue(42, delay="1h")
-    assert drain(app).succeeded == 0      # not due yet
-    clock.advance("1h")
-    assert drain(app).succeeded == 1
-
 `drain` runs jobs in this process through the same executor a worker uses,
-against the app's real store, until no job is due by the app's clock.
+against the app's real store, until no job is due by the app's clock; a
+`FakeClock` moves that clock:
+
+>>> import due
+>>> from due.testing import FakeClock, drain
+>>> clock = FakeClock()
+>>> app = due.App("sqlite:///test.db", clock=clock)
+>>> @app.task()
+... def send_email(user_id: int) -> str:
+...     return f"sent to {user_id}"
+>>> _ = app.migrate()
+>>> job = send_email.options(delay="1h").enqueue(42)
+>>> drain(app).succeeded  # not due yet
+[]
+>>> _ = clock.advance("1h")
+>>> drain(app).succeeded == [job.id]
+True
+>>> app.get(job.id).result
+'sent to 42'
+>>> app.close()
 """
 
 from __future__ import annotations
@@ -34,17 +43,23 @@ DRAIN_LEASE_SECONDS = 300.0
 
 @dataclass
 class DrainResult:
-    """What a drain ran: job ids by how their attempt ended."""
+    """What a drain ran: job ids by how their attempt ended, in the order they ran."""
 
     succeeded: list[int] = field(default_factory=list)
+    """Jobs whose attempt succeeded."""
     failed: list[int] = field(default_factory=list)
+    """Jobs that failed for good (no attempt left, or not retried)."""
     retried: list[int] = field(default_factory=list)
+    """Jobs whose attempt failed and that are queued again (a job retried at once
+    by the drain is listed once per failed attempt)."""
     cancelled: list[int] = field(default_factory=list)
+    """Jobs that ended cancelled."""
     waiting: list[int] = field(default_factory=list)
     """Parents that spawned pieces and now wait for them (drain runs the pieces too)."""
 
     @property
     def attempts(self) -> int:
+        """How many attempts the drain ran, whatever their outcome."""
         return sum(
             len(ids)
             for ids in (self.succeeded, self.failed, self.retried, self.cancelled, self.waiting)
@@ -55,7 +70,19 @@ def drain(app: App, *, queues: list[str] | None = None, max_attempts: int = 10_0
     """Run jobs due by the app's clock until none is due.
 
     A failed attempt whose retry is scheduled in the future stays queued: move
-    a FakeClock past it and drain again.
+    a FakeClock past it and drain again. Only the app's own tasks are run.
+
+    Args:
+        app: The app whose jobs to run (its store must be migrated).
+        queues: Only these queues (default: every queue with due jobs).
+        max_attempts: Stop after this many attempts, in case jobs keep
+            enqueuing jobs.
+
+    Returns:
+        The ids of the jobs run, by how their attempt ended.
+
+    Raises:
+        RuntimeError: It was called inside an event loop: use `adrain`.
     """
     try:
         asyncio.get_running_loop()
@@ -67,7 +94,16 @@ def drain(app: App, *, queues: list[str] | None = None, max_attempts: int = 10_0
 async def adrain(
     app: App, *, queues: list[str] | None = None, max_attempts: int = 10_000
 ) -> DrainResult:
-    """`drain` for async tests."""
+    """`drain` for async tests, awaited.
+
+    Args:
+        app: The app whose jobs to run (its store must be migrated).
+        queues: Only these queues (default: every queue with due jobs).
+        max_attempts: Stop after this many attempts.
+
+    Returns:
+        The ids of the jobs run, by how their attempt ended.
+    """
     result = DrainResult()
     store = app.store
     threads = concurrent.futures.ThreadPoolExecutor(max_workers=4)

@@ -105,7 +105,7 @@ def steps(ctx: due.Context, count: int, first: int = 0, checkpoint: bool = False
         # A step is written with the time of the safe point that let it go on
         # (taken just before it): a process paused between the safe point and
         # the work does that work late, which no safe point can prevent (a
-        # handler stops at its *next* safe point: docs/guarantees.md).
+        # handler stops at its *next* safe point: docs/explanation/guarantees.md).
         allowed_at = true_time()
         ctx.progress(step, count)  # a safe point: a lost lease stops the work here
         note("step", ctx, step, at=allowed_at)

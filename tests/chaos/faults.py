@@ -13,7 +13,7 @@ statements it sends a second (counted by the proxy it reaches the database
 through) before and after each step say whether its loops kept their pace.
 On SQLite the host's clock is the database's, one for every process: a step
 of one process's clock alone is a clock that differs from the others', which
-SQLite does not support (docs/guarantees.md).
+SQLite does not support (docs/explanation/guarantees.md).
 """
 
 from __future__ import annotations

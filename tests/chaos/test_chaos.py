@@ -1,7 +1,7 @@
 """The short chaos run of `make test`: both stores, about half a minute each.
 
 `make chaos` runs the full one (`tests/chaos/run.py`: longer, more faults);
-docs/guarantees.md carries its figures.
+docs/explanation/guarantees.md carries its figures.
 """
 
 from __future__ import annotations

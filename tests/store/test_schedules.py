@@ -335,6 +335,8 @@ def test_trigger_and_remove(app: due.App) -> None:
     assert app.store.schedule_list() == []
     with pytest.raises(due.ScheduleNotFoundError):
         app.remove_schedule("adhoc")
+    with pytest.raises(due.ScheduleNotFoundError):  # as every other action says it
+        app.trigger_schedule("adhoc")
 
 
 def test_leader_lease_terms_and_fencing(app: due.App) -> None:

@@ -11,3 +11,5 @@ def test_final_states() -> None:
     assert can_transition(JobState.FAILED, JobState.QUEUED)
     assert can_transition(JobState.RUNNING, JobState.QUEUED)  # retry or rescue
     assert not can_transition(JobState.QUEUED, JobState.SUCCEEDED)
+    assert can_transition(JobState.QUEUED, JobState.FAILED)  # no live worker knows its task
+    assert not can_transition(JobState.WAITING, JobState.QUEUED)  # a parent is never retried

@@ -1,6 +1,9 @@
-"""The JSON documents of `--json`: one per command, with stable keys
-(docs/reference/json.md). Keys are only ever added, never renamed or removed;
-times are ISO 8601 in UTC, durations are seconds, absent values are null."""
+"""The JSON documents of `--json`: one per command, with stable keys.
+
+docs/reference/json.md shows each, and a test holds it to these. Keys are only
+ever added, never renamed or removed; times are ISO 8601 in UTC, durations are
+seconds, absent values are null.
+"""
 
 from __future__ import annotations
 

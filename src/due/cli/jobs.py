@@ -22,7 +22,7 @@ from due.cli.output import (
 from due.cli.progress import progress_of
 from due.core.jobs import Job, JobState
 
-JSON_HELP = "Print one JSON document instead of a table (its keys: the reference, JSON output)."
+JSON_HELP = "Print one JSON document instead of a table (its keys: docs/reference/json.md)."
 
 
 @main.command()

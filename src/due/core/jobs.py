@@ -1,11 +1,27 @@
 """Jobs: one closed set of states, one transition table, one record type.
 
-    enqueue ──► queued ──claim──► running ──► succeeded
-                  ▲  │              │  │
-       retry,     │  │ cancel       │  ├──► failed ──retry──► queued
-       rescue,    │  ▼              │  │
-       release    │ cancelled ◄─────┘  └──► waiting (a parent, for its pieces)
-                  └─────────────────────────── (failed attempt with attempts left)
+The transitions (TRANSITIONS below; docs/reference/states.md draws the same,
+and a test holds both to the table)::
+
+    (enqueue) ──────────────────────────────────────────► queued
+
+    queued ───┬─ claimed by a worker ───────────────────► running
+              ├─ cancelled ─────────────────────────────► cancelled
+              └─ no live worker knew its task ──────────► failed
+
+    running ──┬─ the handler returned ──────────────────► succeeded
+              ├─ failed for good (no attempt left) ─────► failed
+              ├─ failed with attempts left, rescued
+              │  or released at shutdown ───────────────► queued
+              ├─ asked to stop ─────────────────────────► cancelled
+              └─ spawned pieces ────────────────────────► waiting
+
+    waiting ──┬─ its last piece (or completion) ended ──► succeeded
+              ├─ a piece or its completion failed ──────► failed
+              └─ cancelled, or its parent went ─────────► cancelled
+
+    failed ───── retried by hand ───────────────────────► queued
+    cancelled ── retried by hand ───────────────────────► queued
 
 `queued` covers both "due now" and "delayed until run_at". A running job
 holds a lease (`lease_expires_at`) and a fencing token (`lease_token`, bumped
@@ -22,26 +38,41 @@ from typing import Any
 
 
 class JobState(enum.StrEnum):
+    """Where a job stands: one of six states (a `str`, so `state == "failed"` holds).
+
+    The reference's job states page draws the transitions between them.
+    """
+
     QUEUED = "queued"
+    """Waiting to run, due now or delayed until its `run_at`."""
     RUNNING = "running"
+    """Claimed by a worker, which holds its lease."""
     WAITING = "waiting"
+    """A parent, waiting for its pieces (it holds no worker slot)."""
     SUCCEEDED = "succeeded"
+    """Ended, its handler returned (final)."""
     FAILED = "failed"
+    """Ended, with no attempt left or a failure not retried (final; retryable by hand)."""
     CANCELLED = "cancelled"
+    """Ended, cancelled by someone (final; retryable by hand)."""
 
     @property
     def is_final(self) -> bool:
+        """Whether a job in this state has ended (succeeded, failed or cancelled)."""
         return self in FINAL_STATES
 
     @property
     def is_active(self) -> bool:
+        """Whether a job in this state has not ended yet (queued, running or waiting)."""
         return not self.is_final
 
 
 FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
 
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
-    JobState.QUEUED: frozenset({JobState.RUNNING, JobState.CANCELLED}),
+    # A queued job fails without running when no live worker of its queue knows
+    # its task past a grace period (maintenance/unknown_tasks.py).
+    JobState.QUEUED: frozenset({JobState.RUNNING, JobState.CANCELLED, JobState.FAILED}),
     JobState.RUNNING: frozenset(
         {
             JobState.SUCCEEDED,
@@ -51,9 +82,7 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
             JobState.WAITING,
         }
     ),
-    JobState.WAITING: frozenset(
-        {JobState.QUEUED, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}
-    ),
+    JobState.WAITING: frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}),
     JobState.FAILED: frozenset({JobState.QUEUED}),
     JobState.CANCELLED: frozenset({JobState.QUEUED}),
     JobState.SUCCEEDED: frozenset(),
@@ -61,21 +90,36 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
 
 
 def can_transition(current: JobState, target: JobState) -> bool:
+    """Whether a job may move from `current` to `target` (the TRANSITIONS table)."""
     return target in TRANSITIONS[current]
 
 
 @dataclass(frozen=True, slots=True)
 class AttemptError:
-    """What went wrong in one attempt, kept on the job for every attempt."""
+    """What went wrong in one attempt, kept on the job for every attempt (`Job.errors`)."""
 
     attempt: int
+    """The attempt's number, from 1 (0 when the history cannot be read)."""
     error: str
+    """The error, as its type and message, or what `due` found (a lost lease...)."""
     traceback: str | None
+    """The traceback as the handler raised it, when there was one."""
     at: datetime | None
-    kind: str = "error"  # error | timeout | lease_lost | unknown_task | cancelled
+    """When the attempt ended."""
+    kind: str = "error"
+    """One of `error`, `timeout`, `lease_lost`, `unknown_task`, `cancelled`."""
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AttemptError:
+        """Read one entry of a job's stored history.
+
+        Args:
+            data: The entry as stored (JSON), with `attempt`, `kind`, `error`,
+                `traceback` and `at` (ISO 8601); a missing one takes its default.
+
+        Returns:
+            The attempt's error.
+        """
         at = data.get("at")
         return cls(
             attempt=int(data.get("attempt", 0)),
@@ -88,12 +132,18 @@ class AttemptError:
 
 @dataclass(frozen=True, slots=True)
 class Pieces:
+    """How a parent's pieces stand (`Job.pieces`)."""
+
     total: int
+    """How many pieces it has."""
     succeeded: int
+    """How many ended `succeeded`."""
     failed: int
+    """How many ended `failed` or `cancelled`."""
 
     @property
     def ended(self) -> int:
+        """How many have ended, whatever their outcome."""
         return self.succeeded + self.failed
 
 
@@ -101,29 +151,51 @@ class Pieces:
 class Job:
     """A snapshot of one job, as read from (or just written to) the store.
 
+    What `enqueue`, `app.get`, `app.jobs` and `app.wait` return; read it
+    again with `app.get(job.id)` to see what changed since.
+
     Not frozen, only because frozen dataclasses are several times slower to
     build and enqueue_many builds thousands: treat it as read-only.
     """
 
     id: int
+    """The job's id, unique in its database."""
     task: str
+    """The name of its task."""
     queue: str
+    """The queue it runs in."""
     priority: int
+    """Higher runs first within its queue."""
     state: JobState
+    """Where it stands now."""
     args: tuple[Any, ...]
+    """Its positional arguments, as stored (in JSON types, so tuples come back as lists)."""
     kwargs: dict[str, Any]
+    """Its keyword arguments, as stored."""
     run_at: datetime
+    """When it is (or was) due; a retry's backoff moves it."""
     attempt: int
+    """How many attempts have started (0 before the first)."""
     max_attempts: int
+    """How many attempts it may have in all (its task's `Retry`)."""
     created_at: datetime
+    """When it was enqueued."""
     started_at: datetime | None = None
+    """When its latest attempt started."""
     finished_at: datetime | None = None
+    """When it ended (None while it has not)."""
     lease_expires_at: datetime | None = None
+    """While it runs, when its worker's lease ends unless renewed."""
     worker: str | None = None
+    """The worker that ran (or runs) its latest attempt."""
     key: str | None = None
+    """The key it was enqueued with (`options(key=...)`), if any."""
     last_error: str | None = None
+    """The error of its latest failed attempt."""
     errors: tuple[AttemptError, ...] = field(default=())
+    """Every failed or stopped attempt's error, oldest first."""
     result: Any = None
+    """What its handler returned (JSON types), once it succeeded."""
     deduplicated: bool = False
     """True when enqueue found a job with the same key and returned it instead."""
     schedule: str | None = None
@@ -131,20 +203,23 @@ class Job:
     scheduled_for: datetime | None = None
     """...and the scheduled time it runs for."""
     cancel_requested: bool = False
+    """Someone asked it to stop while it ran (it stops at its next safe point)."""
     checkpoint: Any = None
-    """The last value saved with ctx.checkpoint: a retry resumes from it."""
+    """The last value saved with `ctx.checkpoint`, which a retry resumes from."""
     progress: dict[str, Any] | None = None
-    """{"done": .., "total": .., "message": ..}: from ctx.progress, or a parent's pieces."""
+    """`{"done", "total", "message"}` from `ctx.progress`, or a parent's pieces."""
     stuck: bool = False
-    """Running, but its progress has not moved for its task's stuck_after."""
+    """Running, but its progress has not moved for its task's `stuck_after`."""
     parent_id: int | None = None
+    """For a piece, the id of the parent that waits for it."""
     pieces: Pieces | None = None
-    """For a parent: how its pieces stand."""
+    """For a parent, how its pieces stand."""
     held: bool = False
-    """A piece (or parent) of a paused group: not started until resumed."""
+    """A piece (or parent) of a paused group, not started until resumed."""
     warning: str | None = None
-    """Succeeded, but its result failed the task's check=: the problem found."""
+    """Succeeded, but its result failed the task's `check=`; the problem found."""
 
     @property
     def is_final(self) -> bool:
+        """Whether the job has ended (succeeded, failed or cancelled)."""
         return self.state.is_final

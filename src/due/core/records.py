@@ -103,6 +103,7 @@ class Completion:
     """A success whose result failed the task's check=: why (counted as warned)."""
 
     def error_json(self) -> str | None:
+        """Its error as the JSON entry a job's history keeps, or None."""
         return None if self.error is None else attempt_error_json(self.error)
 
 
@@ -123,8 +124,10 @@ class Lease:
 
 @dataclass(frozen=True, slots=True)
 class HeartbeatReply:
-    """Which leases were extended (the others are lost: abandon those jobs), and
-    which of the extended ones are asked to cancel."""
+    """Which leases were extended, and which of those are asked to cancel.
+
+    The leases not extended are lost: their jobs are abandoned.
+    """
 
     extended: frozenset[int]
     lost: frozenset[int]
@@ -133,8 +136,10 @@ class HeartbeatReply:
 
 @dataclass(frozen=True, slots=True)
 class RescueResult:
-    """Jobs whose lease had expired: put back in the queue, failed for good, or
-    cancelled (they had been asked to stop)."""
+    """Jobs whose lease had expired: put back in the queue, failed, or cancelled.
+
+    Those cancelled had been asked to stop.
+    """
 
     requeued: tuple[int, ...] = ()
     failed: tuple[int, ...] = ()
@@ -142,6 +147,7 @@ class RescueResult:
 
     @property
     def count(self) -> int:
+        """How many jobs the rescue moved."""
         return len(self.requeued) + len(self.failed) + len(self.cancelled)
 
 
@@ -161,9 +167,12 @@ class ClaimRequest:
 
 @dataclass(frozen=True, slots=True)
 class UnknownTaskSweep:
-    """Queued jobs of `queues` that stayed due past `grace_seconds` while neither
-    the caller (which knows `tasks`) nor any live worker of their queue knew
-    their task (live: running or stopping, seen within `alive_seconds`)."""
+    """A look for queued jobs of tasks that no live worker knows.
+
+    Jobs of `queues` that stayed due past `grace_seconds` while neither the
+    caller (which knows `tasks`) nor any live worker of their queue knew their
+    task (live: running or stopping, seen within `alive_seconds`).
+    """
 
     queues: Sequence[str]
     tasks: Sequence[str]
@@ -182,8 +191,10 @@ class UnknownTaskSweep:
 
 @dataclass(frozen=True, slots=True)
 class SweepMark:
-    """The last job a sweep of a queue looked at, in the claim's order (priority,
-    run_at, id): the next one starts after it."""
+    """The last job a sweep of a queue looked at: the next one starts after it.
+
+    In the claim's order: priority, run_at, id.
+    """
 
     priority: int
     run_at: Any
@@ -195,6 +206,8 @@ class SweepMark:
 
 @dataclass(frozen=True, slots=True)
 class UnknownTaskSweepResult:
+    """What a sweep for jobs of unknown tasks failed, and where the next one starts."""
+
     failed: list[int]
     """The jobs failed, in id order."""
     after: dict[str, SweepMark]
@@ -242,9 +255,12 @@ DEFAULT_RETENTION_FAILED = 30 * 86400.0
 
 @dataclass(frozen=True, slots=True)
 class Retention:
-    """How long finished jobs are kept, per outcome (seconds): failed and
-    cancelled ones longer, since someone may still want to look at them or
-    retry them. Their counts and durations are kept in the rollups for ever."""
+    """How long finished jobs are kept, per outcome (seconds).
+
+    Failed and cancelled ones longer, since someone may still want to look at
+    them or retry them. Their counts and durations are kept in the rollups for
+    ever.
+    """
 
     succeeded: float = DEFAULT_RETENTION_SUCCEEDED
     failed: float = DEFAULT_RETENTION_FAILED
@@ -253,6 +269,8 @@ class Retention:
 
 @dataclass(frozen=True, slots=True)
 class JobFilter:
+    """Which jobs `app.jobs` lists (each None: any)."""
+
     queue: str | None = None
     state: JobState | None = None
     task: str | None = None
@@ -266,17 +284,28 @@ class JobFilter:
 
 @dataclass(frozen=True, slots=True)
 class Action:
-    """Something done by hand (cancel, retry, pause, ...), by whom, to what."""
+    """Something done by hand (cancel, retry, pause, ...), by whom, to what.
+
+    Recorded when the call was given `by=` (the dashboard always gives it);
+    `app.history` lists them.
+    """
 
     at: datetime
+    """When it was done."""
     action: str
+    """What was done (`cancel`, `retry`, `pause`, `resume`, `trigger`, `prune`...)."""
     by: str
+    """Who did it, as given to `by=`."""
     job_id: int | None = None
+    """The job it was done to, if any."""
     schedule: str | None = None
+    """The schedule it was done to, if any."""
     queue: str | None = None
+    """The queue it was done to, if any."""
 
 
 def attempt_error_json(error: AttemptError) -> str:
+    """An attempt's error as the JSON entry a job's history keeps."""
     # Not ensure_ascii: a lone surrogate escaped as \udcxx passes the driver,
     # then SQLite's JSON functions store it as bytes that are not UTF-8 (the row
     # can no longer be read) and PostgreSQL refuses the whole batch. Raw, the
@@ -350,8 +379,11 @@ _ABSENT: Any = object()
 
 
 def _arguments(payload: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """A payload's arguments, or ValueError when it is not {"args": [..], "kwargs": {..}}
-    (either may be left out: none)."""
+    """A payload's arguments.
+
+    ValueError when it is not `{"args": [..], "kwargs": {..}}` (either may be
+    left out: none).
+    """
     if isinstance(payload, str):
         payload = _decoded(payload)
     elif isinstance(payload, bytes):
@@ -425,10 +457,12 @@ needs (a row of tuples is built in a third of the time of a row of dicts)."""
 def read_claimed(
     columns: Sequence[str], rows: Iterable[Sequence[Any]]
 ) -> tuple[list[ClaimedJob], list[Completion]]:
-    """Claimed rows (tuples in CLAIM_COLUMNS order) as jobs to run, in claim
-    order. A row whose stored values cannot be read (changed outside due, or by
-    a bug) must not stop the claim of the others: it becomes the failure of its
-    own job, with the reason."""
+    """Claimed rows (tuples in CLAIM_COLUMNS order) as jobs to run, in claim order.
+
+    A row whose stored values cannot be read (changed outside due, or by a bug)
+    must not stop the claim of the others: it becomes the failure of its own
+    job, with the reason.
+    """
     if tuple(columns) != CLAIM_COLUMNS:
         raise RuntimeError(f"a claim returned {tuple(columns)}, not {CLAIM_COLUMNS}")
     claimed: list[ClaimedJob] = []
@@ -507,6 +541,7 @@ RETRY_RULE = (
 
 
 def refusal(job: Job, action: str, rule: str) -> InvalidStateError:
+    """The error for an action the job's state does not allow, naming the rule."""
     return InvalidStateError(f"cannot {action} job {job.id}: it is {job.state}; {rule}")
 
 
@@ -537,28 +572,47 @@ COUNTED_FIGURES = ("due", "scheduled", "running", "waiting", "retrying", "failed
 
 @dataclass(frozen=True, slots=True)
 class QueueOverview:
-    """A queue now: how deep, how late, how it fails, whether paused."""
+    """A queue now: how deep, how late, how it fails, whether paused (`app.queues()`).
+
+    Each count stops at 10,000 (`at_least` names those that reached it), so
+    that a look costs the same however many jobs are scheduled ahead.
+    """
 
     name: str
+    """The queue's name."""
     queued: int
     """Due now and scheduled for later (`due + scheduled`)."""
     due: int
+    """Queued and due now."""
     running: int
+    """Running now."""
     waiting: int
+    """Parents waiting for their pieces."""
     stuck: int
+    """Running, but their progress has not moved for their task's `stuck_after`."""
     oldest_due_at: datetime | None
+    """When its oldest due job became due (None when none is due)."""
     paused: bool
+    """Paused with `app.pause_queue`, so that no worker starts its jobs."""
     retrying: int = 0
     """Queued again after a failed or lost attempt (waiting out its backoff, or due)."""
     failed: int = 0
     """Failed for good and kept (until pruned), retryable by hand."""
     scheduled: int = 0
-    """Queued for later: a delay, a run_at, a retry's backoff still to run."""
+    """Queued for later (a delay, a run_at, a retry's backoff still to run)."""
     at_least: frozenset[str] = frozenset()
-    """The figures that reached COUNT_LIMIT: there are at least that many."""
+    """The figures that reached the limit of 10,000 (there are at least that many)."""
 
     def shown(self, figure: str) -> str:
-        """A figure as people read it: "10000+" when there are at least that many."""
+        """A figure as people read it: "10000+" when there are at least that many.
+
+        Args:
+            figure: The name of a count: `queued`, `due`, `scheduled`,
+                `running`, `waiting`, `retrying`, `failed`.
+
+        Returns:
+            The count as text.
+        """
         value = getattr(self, figure)
         return f"{value}+" if figure in self.at_least else str(value)
 
@@ -569,9 +623,11 @@ def queue_overviews(
     known: Iterable[str],
     limit: int = COUNT_LIMIT,
 ) -> list[QueueOverview]:
-    """Every queue, from the per-queue counts of a backend's `queue_overview`
-    (rows in Python types, each count read up to `limit + 1`), the paused
-    states, and the names known without jobs."""
+    """Every queue, from the per-queue counts of a backend's `queue_overview`.
+
+    The rows are in Python types, each count read up to `limit + 1`; with them
+    come the paused states, and the names known without jobs.
+    """
     by_name = {row["queue"]: row for row in rows}
     names = sorted(set(by_name) | set(paused) | set(known))
     return [_overview(name, by_name.get(name), paused.get(name, False), limit) for name in names]

@@ -1,6 +1,7 @@
-"""Schedules as values: the definition, its stored state, what became of each
-scheduled time, and the records of a plan and a sync (`scheduler/` decides;
-the store records)."""
+"""Schedules as values: the definition, its state, and what became of each time.
+
+Also the records of a plan and a sync (`scheduler/` decides; the store records).
+"""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ class Overlap(enum.StrEnum):
     """What to do when a time comes while the previous run has not ended."""
 
     ALLOW = "allow"
-    """Start it anyway: runs may overlap."""
+    """Start it anyway (runs may overlap)."""
     FORBID = "forbid"
     """Skip this time (recorded as skipped)."""
     QUEUE = "queue"
@@ -58,24 +59,42 @@ DEFAULT_OVERLAP = Overlap.FORBID
 
 @dataclass(frozen=True)
 class Schedule:
-    """A validated schedule definition."""
+    """A validated schedule definition, as `app.schedule` and `app.add_schedule` return it.
+
+    Times and durations are in seconds; the options mean what they mean
+    for `app.schedule`.
+    """
 
     name: str
+    """Its unique name."""
     task: str
+    """The name of the task each run enqueues."""
     timing: Timing
+    """When it fires, a cron expression in a time zone or an interval."""
     payload: str
     """The arguments of every run, as JSON (like a job's)."""
     queue: str
+    """The queue of its runs."""
     priority: int
+    """The priority of its runs."""
     max_attempts: int
+    """The attempts each run may have (its task's `Retry`)."""
     misfire: Misfire = DEFAULT_MISFIRE
+    """What to do with times missed while nothing could fire them."""
     overlap: Overlap = DEFAULT_OVERLAP
+    """What to do when a time comes while the previous run has not ended."""
     catch_up_limit: int = DEFAULT_CATCH_UP_LIMIT
+    """With `Misfire.CATCH_UP`, the most missed times run."""
     misfire_grace: float = DEFAULT_MISFIRE_GRACE_SECONDS
+    """A time this late (seconds) still runs as on time."""
     enabled: bool = True
+    """False for a schedule defined disabled, or pruned; it does not fire."""
     alert_after: float = DEFAULT_ALERT_AFTER_SECONDS
+    """Seconds after which a late or silent schedule alerts."""
     args: tuple[Any, ...] = field(default=(), compare=False)
+    """The positional arguments of every run."""
     kwargs: dict[str, Any] = field(default_factory=dict, compare=False)
+    """The keyword arguments of every run."""
 
     @property
     def fingerprint(self) -> str:
@@ -104,19 +123,26 @@ class StoredSchedule:
     """A schedule as the database holds it: its definition and its state."""
 
     schedule: Schedule
+    """Its definition."""
     source: str
-    """'code' (synced from an App when a process starts) or 'runtime'."""
+    """`code` (synced from an App when a process starts) or `runtime` (added)."""
     enabled: bool
+    """False once disabled (pruned from the code); it does not fire."""
     paused: bool
+    """Paused by hand (`app.pause_schedule`); its times are recorded as skipped."""
     next_fire_at: datetime
+    """Its next scheduled time."""
     fingerprint: str
+    """The fingerprint of the definition stored."""
     problem: str | None = None
-    """Why it cannot fire (found by a scheduler, or on reading its row); None when
-    it can. A schedule with a problem is not fired until its definition is
-    written again."""
+    """Why it cannot fire (found by a scheduler, or on reading its row), or None.
+
+    A schedule with a problem is not fired until its definition is written again.
+    """
 
     @property
     def name(self) -> str:
+        """The schedule's name."""
         return self.schedule.name
 
 
@@ -125,15 +151,21 @@ class ScheduleOverview:
     """What `due schedules` shows for one schedule."""
 
     stored: StoredSchedule
+    """The schedule as stored, with its state."""
     last_run_at: datetime | None
+    """The scheduled time of its latest run."""
     last_run_state: str | None
+    """The state of its latest run's job (None once that job is pruned)."""
     last_success_at: datetime | None
+    """When a run of it last succeeded."""
     skipped: int
+    """Skipped times in the kept history (paused, or by its overlap policy)."""
     missed: int
     """Missed times in the kept history (pruned with it)."""
     missed_total: int = 0
     """Missed times since the schedule was made (never pruned)."""
     created_at: datetime | None = None
+    """When the schedule was first stored."""
 
 
 @dataclass
@@ -141,15 +173,24 @@ class ScheduleRun:
     """One scheduled time and what became of it."""
 
     schedule: str
+    """The schedule's name."""
     scheduled_for: datetime
+    """The scheduled time."""
     outcome: str
+    """`enqueued` (a run started), `pending` (waiting for the previous run), `skipped`
+    or `missed`."""
     reason: str | None
+    """Why it was skipped or missed."""
     job_id: int | None
+    """The job of its run, if one started."""
     job_state: str | None
+    """That job's state, while the job is kept."""
     recorded_at: datetime
+    """When a scheduler recorded the time."""
     started_at: datetime | None = None
-    """Of its job (its latest attempt), while the job is kept."""
+    """When its job's latest attempt started, while the job is kept."""
     finished_at: datetime | None = None
+    """When its job ended, while the job is kept."""
 
 
 def stored_schedule(row: dict[str, Any]) -> StoredSchedule:
@@ -157,7 +198,8 @@ def stored_schedule(row: dict[str, Any]) -> StoredSchedule:
 
     Never raises for a value it cannot read (a row written by hand, or by
     another version): the schedule is returned with a `problem` that says why,
-    and is not fired."""
+    and is not fired.
+    """
     try:
         schedule, problem = _schedule_of(row), row.get("problem")
     except (ValueError, TypeError, AttributeError, KeyError) as error:
@@ -198,8 +240,10 @@ def _schedule_of(row: dict[str, Any]) -> Schedule:
 
 
 def _unreadable(row: dict[str, Any]) -> Schedule:
-    """What can be shown of a row that cannot be read whole (the policies left
-    at their defaults: such a schedule is not planned)."""
+    """What can be shown of a row that cannot be read whole.
+
+    The policies are left at their defaults: such a schedule is not planned.
+    """
     payload = row["payload"]
     return Schedule(
         name=row["name"],
@@ -214,12 +258,14 @@ def _unreadable(row: dict[str, Any]) -> Schedule:
 
 
 def schedule_problem(schedule: Schedule, now: datetime) -> str | None:
-    """Why a stored definition cannot fire within the horizon after `now`, in
-    words, or None. Never raises (see core/timing.py): the scheduler asks before
-    planning each schedule, and the alerts before reading its times, so a
-    definition written by hand, or by a version of `due` that did not check, is
-    reported instead of stopping them. (Looser than a new definition's checks
-    where an older one did no harm: a large catch_up_limit, a long grace.)"""
+    """Why a stored definition cannot fire within the horizon after `now`, or None.
+
+    Never raises (see core/timing.py): the scheduler asks before planning each
+    schedule, and the alerts before reading its times, so a definition written
+    by hand, or by a version of `due` that did not check, is reported instead
+    of stopping them. (Looser than a new definition's checks where an older one
+    did no harm: a large catch_up_limit, a long grace.)
+    """
     problem = timing_problem(schedule.timing, now)
     if problem:
         return problem
@@ -248,6 +294,8 @@ def _computable(value: object) -> bool:
 
 
 class Outcome(enum.StrEnum):
+    """What became of one scheduled time."""
+
     ENQUEUED = "enqueued"
     PENDING = "pending"
     SKIPPED = "skipped"
@@ -256,6 +304,8 @@ class Outcome(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Firing:
+    """One scheduled time a plan decided about, and what it decided."""
+
     scheduled_for: datetime
     outcome: Outcome
     reason: str | None = None
@@ -263,6 +313,8 @@ class Firing:
 
 @dataclass
 class Plan:
+    """What a scheduler decided for one schedule at one instant."""
+
     firings: list[Firing] = field(default_factory=list)
     next_fire_at: datetime | None = None
     cancel_active: bool = False
@@ -271,6 +323,7 @@ class Plan:
     """Why the schedule cannot fire: nothing is recorded, the schedule is marked."""
 
     def of(self, outcome: Outcome) -> list[Firing]:
+        """The firings of one outcome."""
         return [firing for firing in self.firings if firing.outcome == outcome]
 
 
@@ -305,7 +358,8 @@ class SyncReport:
     A sync adds and changes; it never disables. A schedule gone from this
     code may be one that newer code, started elsewhere during a rolling
     deploy, defines: `not_in_code` names them, and `prune` disables them when
-    asked (scheduler/catalog.py says why)."""
+    asked (scheduler/catalog.py says why).
+    """
 
     to_add: list[Schedule] = field(default_factory=list)
     to_change: list[Schedule] = field(default_factory=list)
@@ -316,8 +370,10 @@ class SyncReport:
 
     @property
     def added(self) -> list[str]:
+        """The names of the schedules added."""
         return [schedule.name for schedule in self.to_add]
 
     @property
     def changed(self) -> list[str]:
+        """The names of the schedules whose definition was written again."""
         return [schedule.name for schedule in self.to_change]

@@ -176,8 +176,11 @@ class Timing:
     """A cron expression in a time zone, or an interval in seconds."""
 
     cron: str | None
+    """The cron expression (None for an interval)."""
     every: float | None
+    """The interval, in seconds (None for a cron expression)."""
     tz: str = "UTC"
+    """The time zone the cron expression is read in."""
 
     def after(self, instant: datetime) -> datetime:
         """The first firing strictly after `instant`."""
@@ -191,6 +194,7 @@ class Timing:
         return _cron_firings(self.cron, zone(self.tz), instant)
 
     def describe(self) -> str:
+        """The timing in a few words: `every 3600s`, or `0 2 * * * (Europe/Paris)`."""
         if self.every is not None:
             return f"every {self.every:g}s"
         return f"{self.cron} ({self.tz})"

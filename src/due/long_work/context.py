@@ -44,14 +44,20 @@ MAX_PROGRESS_MESSAGE = 1000
 class Context:
     """What a running attempt knows about itself, and what it can do about it.
 
-    @app.task(lease="15s", stuck_after="5m")
-    def backfill(ctx: due.Context, table: str) -> None:
-        cursor = ctx.checkpoint_value or 0
-        for batch in batches(table, after=cursor):
-            write(batch)                      # idempotent piece of work
-            cursor = batch[-1].id
-            ctx.checkpoint(cursor)            # durable; a retry resumes here
-            ctx.progress(cursor, total)       # rides on the next heartbeat
+    A handler gets one when it declares a first parameter annotated
+    `due.Context`; the worker makes it, never your code. For example::
+
+        @app.task(lease="15s", stuck_after="5m")
+        def backfill(ctx: due.Context, table: str) -> None:
+            cursor = ctx.checkpoint_value or 0
+            for batch in batches(table, after=cursor):
+                write(batch)                      # idempotent piece of work
+                cursor = batch[-1].id
+                ctx.checkpoint(cursor)            # durable; a retry resumes here
+                ctx.progress(cursor, total)       # rides on the next heartbeat
+
+    In an `async def` handler, `checkpoint` and `spawn` return awaitables
+    (`await ctx.checkpoint(cursor)`); in a plain function they block until done.
     """
 
     def __init__(
@@ -71,13 +77,19 @@ class Context:
         app: App | None = None,
     ) -> None:
         self.job_id = job_id
+        """The job's id."""
         self.task = task
+        """The name of its task."""
         self.queue = queue
+        """The queue it runs in."""
         self.attempt = attempt
+        """This attempt's number, from 1."""
         self.max_attempts = max_attempts
+        """How many attempts the job may have in all."""
         self.lease_token = lease_token
+        """The fencing token of this attempt's lease (every write about the job names it)."""
         self.scheduled_for = scheduled_for
-        """For a run of a schedule: the time it runs for (key its work on this)."""
+        """For a run of a schedule, the time it runs for (key its work on this)."""
         self.run_at = run_at
         """When this attempt became due (a retry's backoff included)."""
         self.checkpoint_value = checkpoint_value
@@ -85,15 +97,19 @@ class Context:
         self.has_pieces = has_pieces
         """An earlier attempt spawned pieces (this one will wait for them too)."""
         self.logger = logger or logging.getLogger(f"due.job.{task}")
+        """A logger named after the task (`due.job.<task>`)."""
         self._app = app
         self.cancel_requested = False
         self.lease_lost = False
         self.stop_reason = "lost its lease"
         """Why a stopped attempt stops (it may write nothing more either way)."""
         self.trusted: Callable[[], bool] | None = None
-        """Whether its worker still trusts its lease (set by the worker): safe points
-        ask it themselves, so a paused process that wakes up past the deadline
-        stops at once, before the worker's loop has had a turn to say so."""
+        """Whether its worker still trusts its lease (set by the worker).
+
+        Safe points ask it themselves, so a paused process that wakes up past
+        the deadline stops at once, before the worker's loop has had a turn to
+        say so.
+        """
         self.last_progress: dict[str, Any] | None = None
         self.progress_dirty = False
         self.pieces_spawned = 0
@@ -101,6 +117,7 @@ class Context:
 
     @classmethod
     def for_job(cls, job: ClaimedJob, app: App | None = None) -> Context:
+        """The context of a claimed job's attempt (made by the worker)."""
         return cls(
             job_id=job.id,
             task=job.task,
@@ -117,14 +134,17 @@ class Context:
 
     @property
     def is_last_attempt(self) -> bool:
+        """Whether a failure of this attempt fails the job for good (no attempt is left)."""
         return self.attempt >= self.max_attempts
 
     # --- cancellation --------------------------------------------------------
 
     def stop_writing(self, reason: str) -> None:
-        """This attempt is over (its lease lost, or it ran past its timeout): it
-        stops at its next safe point, and its checkpoints and transactions are
-        refused from now on, before they write."""
+        """Say this attempt is over (its lease lost, or it ran past its timeout).
+
+        It stops at its next safe point, and its checkpoints and transactions
+        are refused from now on, before they write.
+        """
         self.stop_reason = reason
         self.lease_lost = True
 
@@ -134,7 +154,14 @@ class Context:
         return self.cancel_requested
 
     def raise_if_cancelled(self) -> None:
-        """A safe point: raise JobCancelled (or LeaseLost) if the job must stop here."""
+        """A safe point: stop here if the job must stop.
+
+        Raises:
+            JobCancelled: Someone asked the job to stop: let it propagate, and
+                the job ends `cancelled` (your `finally` blocks run).
+            LeaseLost: This worker no longer holds the job's lease (another
+                attempt may run it): let it propagate, and write nothing more.
+        """
         if not self.lease_lost and self.trusted is not None and not self.trusted():
             self.stop_writing("could not renew its lease in time")
         if self.lease_lost:
@@ -147,9 +174,22 @@ class Context:
     def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
         """Record progress (in memory; the next heartbeat writes it). A safe point.
 
-        `done` and `total` are numbers (a Decimal or a numpy number is converted);
-        NaN, infinity or anything else raises `due.PayloadError` here, for this job
-        alone, rather than fail a heartbeat that renews other jobs' leases too.
+        Cheap enough to call on every row: `due status` draws it as a bar, and
+        a task's `stuck_after` flags a job whose progress stops moving.
+
+        Args:
+            done: How much is done: a number (a Decimal or a numpy number is
+                converted).
+            total: How much there is in all, when known.
+            message: A few words on what it is doing (at most 1,000 characters
+                are kept).
+
+        Raises:
+            PayloadError: `done` or `total` is NaN, infinite or not a number:
+                raised here, for this job alone, rather than fail a heartbeat that
+                renews other jobs' leases too.
+            JobCancelled: The job was asked to stop (see `raise_if_cancelled`).
+            LeaseLost: The job's lease was lost (see `raise_if_cancelled`).
         """
         what = f"progress of job {self.job_id}"
         report: dict[str, Any] = {"done": finite_number(done, f"{what}: done")}
@@ -163,6 +203,7 @@ class Context:
         self.raise_if_cancelled()
 
     def progress_json(self) -> str | None:
+        """The last progress as the JSON a heartbeat writes, or None."""
         if self.last_progress is None:
             return None
         return encode_value(self.last_progress, f"progress of job {self.job_id}")
@@ -170,17 +211,34 @@ class Context:
     # --- checkpoints -----------------------------------------------------------
 
     def checkpoint(self, value: Any, *, connection: Any = None) -> Awaitable[None] | None:
-        """Save `value` (JSON) durably on the job; a retry resumes from it. A safe point.
+        """Save a value durably on the job; a retry resumes from it. A safe point.
 
-        Blocks in a sync handler; returns an awaitable in an async one.
+        Blocks in a sync handler; returns an awaitable in an async one. The
+        next attempt (a retry, or a rescue after this worker died) starts with
+        `checkpoint_value` set to the last value saved.
 
         With `connection=` (your own psycopg or sqlite3 connection to the job
         database, in an open transaction), the checkpoint is written in your
         transaction: the rows you write and the cursor that says they are done
         commit together, so a retry resumes exactly after them and no row is
-        written twice. If the lease was lost it raises `due.LeaseLost` (let it
-        roll your transaction back); a cancel request is kept for the next safe
-        point rather than raised inside your transaction.
+        written twice. A cancel request is then kept for the next safe point
+        rather than raised inside your transaction.
+
+        Args:
+            value: What to save: any JSON value (a cursor, an id, a dict).
+            connection: Your own open connection to the job database, to
+                checkpoint inside your transaction (a psycopg `AsyncConnection`
+                in an async handler).
+
+        Returns:
+            None in a sync handler; an awaitable in an async one.
+
+        Raises:
+            PayloadError: `value` cannot be stored as JSON.
+            JobCancelled: The job was asked to stop (not raised with
+                `connection=`).
+            LeaseLost: The job's lease was lost: nothing was saved (with
+                `connection=`, let it roll your transaction back).
         """
         text = encode_value(value, f"checkpoint of job {self.job_id}")
         if connection is not None:
@@ -242,18 +300,35 @@ class Context:
         on_complete: Task[Any, Any] | str | None = None,
         on_piece_failure: str | None = None,
     ) -> Awaitable[int] | int:
-        """Create pieces of this job (one per item: its positional arguments, or a
-        `task.request(...)`); this job then waits for them, holding no worker slot.
+        """Create pieces of this job, which then waits for them, holding no worker slot.
 
         When the last piece ends, `on_complete` runs once with a summary
         `{"parent", "pieces", "succeeded", "failed"}`; without it the job simply
-        succeeds. `on_piece_failure="fail"` fails this job at the first failed piece
-        and cancels the rest (default "continue": count and report failures). A
-        later call keeps the completion and policy of an earlier one.
+        succeeds. A later call keeps the completion and policy of an earlier one.
 
         A piece is known by its task and arguments: spawning the same item again
         (a retried attempt, or one resumed from a checkpoint) adds nothing, so
-        spawn from a checkpoint freely. Returns how many pieces were new.
+        spawn from a checkpoint freely.
+
+        Args:
+            task: The pieces' task (or its name).
+            items: One per piece: its positional arguments (a tuple or list), or
+                a `task.request(...)`.
+            on_complete: A task (or its name) to run once with the summary when
+                the last piece ends.
+            on_piece_failure: `"fail"` fails this job at the first failed piece
+                and cancels the rest; `"continue"` (the default) counts and
+                reports failures.
+
+        Returns:
+            How many pieces were new; an awaitable of it in an async handler.
+
+        Raises:
+            InvalidJobError: An item does not fit the task (all are refused).
+            ConfigurationError: An unknown `on_piece_failure`, or a context not
+                attached to a running job.
+            JobCancelled: The job was asked to stop.
+            LeaseLost: The job's lease was lost: no piece was added.
         """
         app = self._require_app()
         pieces = app.piece_jobs(task, items)
@@ -280,17 +355,28 @@ class Context:
 
     @contextmanager
     def transaction(self) -> Iterator[Any]:
-        """A connection to the job's database, in a transaction that also records
-        the job's success, fenced by its lease: your writes and the job's success
-        commit together or not at all, and a rescued or duplicate attempt cannot
-        commit them twice. The job has succeeded once the block exits. A job
-        asked to stop before the commit commits nothing: `due.JobCancelled` is
-        raised and it ends cancelled.
+        """A connection in a transaction that also records the job's success.
+
+        The transaction is fenced by the job's lease: your writes and the job's
+        success commit together or not at all, and a rescued or duplicate
+        attempt cannot commit them twice. The job has succeeded once the block
+        exits. For sync handlers; keep it short (on SQLite it holds the one
+        write lock)::
 
             with ctx.transaction() as conn:
                 conn.execute("INSERT INTO invoices ...", ...)
 
-        Not for a job with pieces: it ends when they do (use on_complete).
+        Not for a job with pieces: it ends when they do (use `on_complete`).
+
+        Yields:
+            A connection to the job database (sqlite3, or psycopg), in the open
+            transaction.
+
+        Raises:
+            JobCancelled: The job was asked to stop before the commit: nothing
+                is committed and it ends cancelled.
+            LeaseLost: The job's lease was lost: nothing is committed.
+            ConfigurationError: The job has pieces.
         """
         self.raise_if_cancelled()
         if self.pieces_spawned or self.has_pieces:

@@ -34,7 +34,7 @@ from due.core.schedules import (
     SyncReport,
     stored_schedule,
 )
-from due.errors import ConfigurationError
+from due.errors import ConfigurationError, ScheduleNotFoundError
 from due.store.backend import Backend, DuplicateError, Transaction
 from due.store.settling import settle
 from due.store.stats import count_endings
@@ -252,7 +252,7 @@ def trigger(db: Backend, name: str) -> int:
         now = tx.instant()
         rows = tx.run("lock_schedule", {"name": name})
         if not rows:
-            raise ConfigurationError(f"no schedule named {name!r}")
+            raise ScheduleNotFoundError(f"no schedule named {name!r}")
         reason = "triggered by hand"
         run = {
             "name": name,

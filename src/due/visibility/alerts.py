@@ -1,6 +1,6 @@
 """The alerts a snapshot raises, and the thresholds that decide them.
 
-What alerts (each documented in docs/howto/monitoring.md, with its default):
+What alerts (each in the reference's metrics and alerts page, with its default):
 
 - a queue whose oldest due job has waited longer than its threshold
   (`app.queue("emails", oldest_due_warning="30s", oldest_due_critical="2m")`;
@@ -42,9 +42,14 @@ DEFAULT_OLDEST_DUE_CRITICAL = 300.0
 
 
 class Severity(enum.IntEnum):
+    """How bad an alert is; the numbers are `due check`'s exit codes."""
+
     OK = 0
+    """Nothing to report."""
     WARNING = 1
+    """Look at it soon."""
     CRITICAL = 2
+    """Look at it now (jobs are not running, or a schedule is not firing)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +67,12 @@ class QueueThresholds:
         critical: DurationLike | None = None,
         base: QueueThresholds | None = None,
     ) -> QueueThresholds:
+        """Thresholds from durations, each defaulting to `base`'s (or the defaults).
+
+        Raises:
+            ConfigurationError: A duration that cannot be read, is not positive,
+                or a warning over the critical threshold.
+        """
         base = base or cls()
         warn = base.oldest_due_warning if warning is None else _positive(warning, what, "warning")
         crit = (
@@ -84,6 +95,8 @@ def _positive(value: DurationLike, what: str, level: str) -> float:
 
 @dataclass(frozen=True)
 class AlertRules:
+    """The thresholds `due check` applies: per queue, and for every other queue."""
+
     queues: Mapping[str, QueueThresholds] = field(default_factory=dict)
     """Thresholds declared per queue (`app.queue(...)`)."""
     default: QueueThresholds = QueueThresholds()
@@ -94,20 +107,35 @@ class AlertRules:
     schedule is judged by it."""
 
     def for_queue(self, name: str) -> QueueThresholds:
+        """The thresholds of one queue."""
         return self.queues.get(name, self.default)
 
 
 @dataclass(frozen=True, slots=True)
 class Alert:
+    """One active alert, as `app.check()` returns it and `due check` prints it."""
+
     severity: Severity
+    """How bad it is."""
     kind: str
-    """oldest_due, no_worker, stuck, failed, warned, schedule_invalid, schedule_late,
-    run_not_started, schedule_silent, schedule_not_in_code."""
+    """What alerts.
+
+    One of `oldest_due`, `no_worker`, `stuck`, `failed`, `warned`,
+    `schedule_invalid`, `schedule_late`, `run_not_started`, `schedule_silent`,
+    `schedule_not_in_code`.
+    """
     subject: str
-    """What it is about: "queue emails", "task send_report", "schedule nightly"."""
+    """What it is about, as `queue emails`, `task send_report` or `schedule nightly`."""
     message: str
+    """What is wrong, in words."""
 
     def line(self) -> str:
+        """The alert as `due check` prints it.
+
+        Returns:
+            One line, as `CRITICAL queue emails: oldest due job waited 6m12s
+            (critical over 5m)`.
+        """
         return f"{self.severity.name} {self.subject}: {self.message}"
 
 
@@ -127,6 +155,7 @@ def evaluate(snapshot: Snapshot, rules: AlertRules) -> list[Alert]:
 
 
 def worst(alerts: list[Alert]) -> Severity:
+    """The most severe of the alerts (OK for none)."""
     return max((alert.severity for alert in alerts), default=Severity.OK)
 
 
@@ -202,8 +231,11 @@ def _task_alerts(snapshot: Snapshot) -> list[Alert]:
 
 
 def schedule_alerts(overview: ScheduleOverview, now: datetime) -> list[Alert]:
-    """A schedule that cannot fire, or its dead-man's switch (nothing for a
-    disabled one; for a paused one, only a definition that cannot fire)."""
+    """A schedule that cannot fire, or its dead-man's switch.
+
+    Nothing for a disabled one; for a paused one, only a definition that cannot
+    fire.
+    """
     stored = overview.stored
     if not stored.enabled:
         return []
@@ -252,8 +284,11 @@ def schedule_alerts(overview: ScheduleOverview, now: datetime) -> list[Alert]:
 
 
 def _not_in_code_alerts(snapshot: Snapshot, defined: frozenset[str] | None) -> list[Alert]:
-    """Enabled, unpaused schedules stored as defined in code that this code does
-    not define (a worker logs `schedule.not_in_code` for the same at start)."""
+    """Schedules this code does not define, though stored as defined in code.
+
+    Enabled and unpaused ones only; a worker logs `schedule.not_in_code` for
+    the same at start.
+    """
     if defined is None:
         return []
     return [
@@ -276,8 +311,11 @@ def _not_in_code_alerts(snapshot: Snapshot, defined: frozenset[str] | None) -> l
 def _silent_since(
     overview: ScheduleOverview, timing: Timing, tolerance: timedelta, now: datetime
 ) -> str | None:
-    """Why the schedule counts as silent: no success within its period (the gap
-    between its two next times after the last success) plus the tolerance."""
+    """Why the schedule counts as silent, or None.
+
+    Silent: no success within its period (the gap between its two next times
+    after the last success) plus the tolerance.
+    """
     anchor = overview.last_success_at or overview.created_at
     if anchor is None:
         return None

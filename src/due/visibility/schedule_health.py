@@ -21,12 +21,18 @@ MAX_TIMES = 1000
 
 @dataclass(frozen=True, slots=True)
 class ExpectedRun:
+    """One time a schedule expected, and what became of it (`app.schedule_health`)."""
+
     scheduled_for: datetime
+    """The expected time."""
     outcome: str
-    """enqueued, pending, skipped, missed (the scheduler's record), or "not recorded"."""
+    """`enqueued`, `pending`, `skipped`, `missed` (the scheduler's record), or `not recorded`."""
     reason: str | None = None
+    """Why it was skipped or missed."""
     job_id: int | None = None
+    """The job of its run, if one started."""
     job_state: str | None = None
+    """That job's state, while the job is kept."""
     seconds: float | None = None
     """How long its job ran (its latest attempt), while the job is kept."""
     expected: bool = True
