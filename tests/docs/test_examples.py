@@ -1,0 +1,56 @@
+"""Every example of the documentation runs, and shows what it prints.
+
+Each page of docs/ is followed from top to bottom by a reader in an empty
+folder (tests/docs/reader.py says how each kind of block is run, pages.py the
+markers a page may use, normalise.py what may differ in output). A page marked
+`<!-- postgres -->` is followed on PostgreSQL too. Nothing is skipped: a block
+the harness cannot run fails its page unless the page marks it a fragment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import made_schema, postgres_schema_url
+from tests.docs.pages import read_page
+from tests.docs.reader import Reader
+from tests.helpers.workers import REPOSITORY
+
+pytestmark = pytest.mark.slow
+DOCS = REPOSITORY / "docs"
+BUILD_FOLDERS = ("_build",)
+
+
+def pages() -> list[Path]:
+    return sorted(
+        path
+        for path in DOCS.rglob("*.md")
+        if not any(part in BUILD_FOLDERS for part in path.relative_to(DOCS).parts)
+    )
+
+
+def runs() -> Iterator[object]:
+    for path in pages():
+        name = str(path.relative_to(REPOSITORY))
+        stores = ["sqlite", "postgres"] if read_page(path).postgres else ["sqlite"]
+        for store in stores:
+            yield pytest.param(path, store, id=f"{name}-{store}")
+
+
+@pytest.mark.timeout(300)  # the tutorial waits for real jobs and schedules on two stores
+@pytest.mark.parametrize(("path", "store"), list(runs()))
+def test_the_page_runs_as_written(path: Path, store: str, tmp_path: Path) -> None:
+    page = read_page(path, shown_as=path.relative_to(REPOSITORY))
+    text = path.read_text()
+    needs_postgres = store == "postgres" or "postgresql://" in text
+    if not needs_postgres:
+        Reader(page, tmp_path, None).follow()
+        return
+    with made_schema() as schema:
+        Reader(
+            page, tmp_path, postgres_schema_url(schema), on_postgres=store == "postgres"
+        ).follow()
+
