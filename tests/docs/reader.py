@@ -53,6 +53,7 @@ from tests.docs.pages import (
     shown_lines,
 )
 from tests.docs.processes import COMMAND_SECONDS, Background, PageFailure, PythonSession
+from tests.docs.urls import Databases
 from tests.helpers.ports import free_port
 from tests.helpers.waiting import TimedOut, wait_until
 
@@ -61,7 +62,6 @@ VIRTUALENV_BIN = Path(sys.executable).parent
 RAN_LOG = ".docs-files-run"
 NOT_PYTHON = frozenset({"py", "python3", "pycon", "ipython", "ipython3"})
 REFUSED_COMMANDS = frozenset({"cd", "source", ".", "pushd", "popd", "alias"})
-POSTGRES_URL = re.compile(r"postgres(?:ql)?://[^\s'\"]+")
 PORT_OPTION = re.compile(r"--port(?:=|\s+)(\d+)")
 
 
@@ -69,10 +69,10 @@ PORT_OPTION = re.compile(r"--port(?:=|\s+)(\d+)")
 class Reader:
     page: Page
     folder: Path
-    postgres_url: str | None
-    """The schema this page's `postgresql://` URLs stand for, if it names any."""
+    databases: Databases = field(default_factory=lambda: Databases(None))
+    """What the page's `postgresql://` URLs stand for (tests/docs/urls.py)."""
     on_postgres: bool = False
-    """Run with DUE_DATABASE_URL set to that schema (a `<!-- postgres -->` page)."""
+    """Run with DUE_DATABASE_URL set to the page's schema (a `<!-- postgres -->` page)."""
     env: dict[str, str] = field(init=False)
     background: list[Background] = field(default_factory=list)
     session: PythonSession | None = None
@@ -100,8 +100,8 @@ class Reader:
             "DUE_DOCS_PAGE_FOLDER": str(self.folder),
         }
         if self.on_postgres:
-            assert self.postgres_url is not None
-            env["DUE_DATABASE_URL"] = self.postgres_url
+            assert self.databases.direct is not None
+            env["DUE_DATABASE_URL"] = self.databases.direct
         return env
 
     # --- the page, block by block ------------------------------------------------
@@ -438,12 +438,10 @@ class Reader:
         return text
 
     def _with_urls(self, text: str, *, quote: bool = False) -> str:
-        if not POSTGRES_URL.search(text):
-            return text
-        if self.postgres_url is None:
-            raise PageFailure(f"{self.page.path}: names a PostgreSQL URL, but runs without one")
-        url = shlex.quote(self.postgres_url) if quote else self.postgres_url
-        return POSTGRES_URL.sub(lambda _: url, text)
+        try:
+            return self.databases.substituted(text, quote=quote)
+        except AssertionError as error:
+            raise PageFailure(f"{self.page.path}: {error}") from None
 
 
 def _compare(where: str, expected: Sequence[str], actual: Sequence[str]) -> None:

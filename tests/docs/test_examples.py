@@ -9,19 +9,24 @@ the harness cannot run fails its page unless the page marks it a fragment.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import made_schema, postgres_schema_url
+from tests.conftest import POSTGRES_BASE_URL, made_schema, postgres_schema_url
 from tests.docs.pages import read_page
 from tests.docs.reader import Reader
+from tests.docs.urls import Databases, hosts_named
+from tests.helpers.pgbouncer import PgBouncer
 from tests.helpers.workers import REPOSITORY
 
 pytestmark = pytest.mark.slow
 DOCS = REPOSITORY / "docs"
 BUILD_FOLDERS = ("_build",)
+DATABASE = POSTGRES_BASE_URL.rsplit("/", 1)[1].split("?")[0]
+"""The test database (a page's PgBouncer names it; the page's schema is in it)."""
 
 
 def pages() -> list[Path]:
@@ -44,13 +49,18 @@ def runs() -> Iterator[object]:
 @pytest.mark.parametrize(("path", "store"), list(runs()))
 def test_the_page_runs_as_written(path: Path, store: str, tmp_path: Path) -> None:
     page = read_page(path, shown_as=path.relative_to(REPOSITORY))
-    text = path.read_text()
-    needs_postgres = store == "postgres" or "postgresql://" in text
-    if not needs_postgres:
-        Reader(page, tmp_path, None).follow()
-        return
-    with made_schema() as schema:
-        Reader(
-            page, tmp_path, postgres_schema_url(schema), on_postgres=store == "postgres"
-        ).follow()
-
+    named = hosts_named(path.read_text())
+    with contextlib.ExitStack() as stack:
+        databases = Databases(None)
+        if store == "postgres" or named:
+            schema = stack.enter_context(made_schema())
+            databases = Databases(postgres_schema_url(schema))
+        if "pgbouncer" in named:
+            pooler = PgBouncer.start(
+                tmp_dir=tmp_path / "pgbouncer", database=DATABASE, search_path=schema
+            )
+            bouncer = stack.enter_context(pooler)
+            databases = Databases(databases.direct, bouncer.url())
+        folder = tmp_path / "reader"
+        folder.mkdir()
+        Reader(page, folder, databases, on_postgres=store == "postgres").follow()

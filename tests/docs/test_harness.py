@@ -13,6 +13,7 @@ from tests.docs.normalise import contains_in_order, matches, normalise_line
 from tests.docs.pages import Page, console_commands, read_page
 from tests.docs.processes import PageFailure
 from tests.docs.reader import Reader
+from tests.docs.urls import Databases, hosts_named
 
 FENCE = "```"
 
@@ -21,7 +22,7 @@ def follow(tmp_path: Path, text: str) -> None:
     source = tmp_path / "page.md"
     source.write_text(textwrap.dedent(text).replace("'''", FENCE))
     folder = Path(tempfile.mkdtemp(dir=tmp_path))
-    Reader(read_page(source), folder, None).follow()
+    Reader(read_page(source), folder).follow()
 
 
 def fails(tmp_path: Path, text: str, match: str) -> None:
@@ -228,3 +229,16 @@ def test_the_normaliser_lets_through_only_what_moves() -> None:
     assert not matches(["first", "last"], ["first", "a", "last"])
     assert contains_in_order(["b", "d"], ["a", "b", "c", "d", "e"]) == 4
     assert contains_in_order(["d", "b"], ["a", "b", "c", "d"]) is None
+
+
+def test_a_page_s_urls_stand_for_the_databases_it_runs_on() -> None:
+    databases = Databases("postgresql://127.0.0.1/t?options=x", "postgresql://root@127.0.0.1:7/t")
+    assert databases.url_for("postgresql://localhost/myapp") == "postgresql://127.0.0.1/t?options=x"
+    through = databases.url_for(
+        "postgresql://app@pgbouncer:6432/app?due_pooler=transaction&sslmode=require"
+    )
+    assert through == "postgresql://root@127.0.0.1:7/t?due_pooler=transaction"
+    assert hosts_named("postgresql://app@pgbouncer:6432/app") == {"postgres", "pgbouncer"}
+    assert hosts_named("sqlite:///due.db") == set()
+    with pytest.raises(AssertionError, match="without that database"):
+        Databases(None).url_for("postgresql://localhost/myapp")
