@@ -26,12 +26,16 @@ names it when the page runs on PostgreSQL. A port given as `--port N` is
 replaced by a free one, in that command and in the later ones that name it
 (`127.0.0.1:N`). Nothing waits by sleeping: each wait is on a condition, with
 a deadline.
+
+To refresh the output a page shows, run it with DUE_DOCS_PRINTED=/tmp/printed.txt:
+each step's output, as printed, is added to that file.
 """
 
 from __future__ import annotations
 
 import contextlib
 import difflib
+import os
 import re
 import shlex
 import subprocess
@@ -445,6 +449,10 @@ class Reader:
 
 
 def _compare(where: str, expected: Sequence[str], actual: Sequence[str]) -> None:
+    printed_log = os.environ.get("DUE_DOCS_PRINTED")
+    if printed_log:  # a writer refreshing a page's outputs: what each step printed
+        with open(printed_log, "a") as log:
+            log.write(f"--- {where}\n" + "".join(f"{line}\n" for line in actual))
     if matches(expected, actual):
         return
     diff = difflib.unified_diff(
