@@ -22,6 +22,9 @@ from due.cli import main
 from due.cli.common import Settings
 
 SEPARATORS = frozenset({"|", "||", "&&", ";", "&"})
+REDIRECTION = re.compile(r"^\d?(?:>>?|<|&>)(?:&\d)?$")
+"""A redirection whose target is the next word (`>`, `2>>`); `2>&1` stands alone."""
+REDIRECTION_WITH_TARGET = re.compile(r"^\d?(?:>>?|<|&>)\S+$")
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 JSON_ARRAY = re.compile(r"\[\s*\"(?:[^\"]*/)?due\".*?\]")
 DUE_WORD = re.compile(r"(?:^|[\s=/\"'])due\s+(?P<rest>[a-z].*)$")
@@ -35,7 +38,14 @@ def due_commands_in_shell(line: str) -> list[list[str]]:
         raise AssertionError(f"cannot split {line!r} as a shell line: {error}") from None
     found: list[list[str]] = []
     segment: list[str] = []
+    redirected = False
     for word in [*words, ";"]:
+        if redirected or REDIRECTION_WITH_TARGET.match(word):
+            redirected = False
+            continue
+        if REDIRECTION.match(word):
+            redirected = not word.endswith(("&1", "&2"))
+            continue
         if word not in SEPARATORS:
             segment.append(word)
             continue

@@ -152,7 +152,7 @@ class Reader:
             raise PageFailure(f"{block.where}: write ```python (a ```{block.language} is not run)")
         elif "background-output" in block.markers:
             self._background_output(block)
-        elif block.language not in OUTPUT_LANGUAGES:
+        elif block.language not in OUTPUT_LANGUAGES or "fragment" in block.markers:
             for line in block.lines:  # a unit file, a Dockerfile, a manifest
                 self._parse_only(block, due_commands_in_text(line))
         return False

@@ -154,6 +154,11 @@ def test_fragments_are_compiled_and_their_commands_parsed(tmp_path: Path) -> Non
         '''yaml
         command: ["due", "check", "--app", "myapp:app"]
         '''
+
+        <!-- fragment -->
+        '''text
+        */5 * * * * cd /srv/app && due check --app myapp:app > out.txt 2>&1 || cat out.txt
+        '''
         """,
     )
     fails(tmp_path, "<!-- fragment -->\n'''python\ndef (:\n'''\n", "not Python")
@@ -161,6 +166,7 @@ def test_fragments_are_compiled_and_their_commands_parsed(tmp_path: Path) -> Non
     fails(tmp_path, "<!-- fragment -->\n'''console\n$ due wroker\n'''\n", "wroker")
     fails(tmp_path, "'''ini\nExecStart=due worker --processes many\n'''\n", "many")
     fails(tmp_path, "'''yaml\ncommand: [\"due\", \"chek\"]\n'''\n", "chek")
+    fails(tmp_path, "<!-- fragment -->\n'''text\ndue check --json --jsn\n'''\n", "jsn")
 
 
 SERVER = """
