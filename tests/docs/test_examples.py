@@ -64,3 +64,27 @@ def test_the_page_runs_as_written(path: Path, store: str, tmp_path: Path) -> Non
         folder = tmp_path / "reader"
         folder.mkdir()
         Reader(page, folder, databases, on_postgres=store == "postgres").follow()
+
+
+def test_the_harness_finds_the_pages_it_is_to_run() -> None:
+    """A page moved out of docs/, or a glob that stops matching, would go unrun
+    without failing anything."""
+    found = {str(path.relative_to(DOCS)) for path in pages()}
+    guides = {
+        f"howto/{name}.md"
+        for name in (
+            "production",
+            "schedules",
+            "long-work",
+            "exactly-once",
+            "monitoring",
+            "pgbouncer",
+            "testing",
+            "migrating",
+        )
+    }
+    assert {"tutorial/index.md", *guides} <= found
+    assert any(
+        read_page(DOCS / name).postgres or "postgresql://" in (DOCS / name).read_text()
+        for name in found
+    )
