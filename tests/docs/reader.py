@@ -6,7 +6,8 @@
   block may show a traceback, as doctest does: then the block must raise, and
   the exception's last line is compared. A block whose first line is
   `# name.py` is saved as that file instead (`# name.py (continued)`: added
-  to its end) and must be used by a later step: imported, or run.
+  to its end) and must be used by a later step: imported, or run
+  (site/sitecustomize.py notes which files each process opens).
 - ```console: each `$ ` command runs in the page's folder, through bash, with
   the virtual environment's `python` and `due` first on PATH, and its output
   (stdout and stderr, as a terminal shows them) is compared with the lines
@@ -17,15 +18,18 @@
 - The markers of pages.py: fragments, commands in the background (a second
   terminal, which starts without the first one's exports), their output
   later, `^C` to stop one, commands whose output moves.
+- Any other block (a unit file, a Dockerfile, a manifest, and a ```text one
+  marked fragment) is shown, not run, but the `due` commands in it are parsed
+  (commands.py). A ```sh block must be marked fragment: a session is shown
+  as ```console.
 
 Each page gets a fresh folder and a fresh database: SQLite's `./due.db` in
 that folder, and on PostgreSQL (pages marked `<!-- postgres -->`, and any
-page that names a `postgresql://` URL) a schema of its own. Every
-`postgresql://` URL in what is run becomes that schema's, and DUE_DATABASE_URL
-names it when the page runs on PostgreSQL. A port given as `--port N` is
-replaced by a free one, in that command and in the later ones that name it
-(`127.0.0.1:N`). Nothing waits by sleeping: each wait is on a condition, with
-a deadline.
+page that names a `postgresql://` URL) a schema of its own, which the page's
+URLs stand for (urls.py), and which DUE_DATABASE_URL names when the page runs
+on PostgreSQL. A port given as `--port N` is replaced by a free one, in that
+command and in the later ones that name it (`127.0.0.1:N`). Nothing waits by
+sleeping: each wait is on a condition, with a deadline.
 
 To refresh the output a page shows, run it with DUE_DOCS_PRINTED=/tmp/printed.txt:
 each step's output, as printed, is added to that file.
@@ -34,17 +38,14 @@ each step's output, as printed, is added to that file.
 from __future__ import annotations
 
 import contextlib
-import difflib
-import os
 import re
 import shlex
 import subprocess
 import sys
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from tests.docs.checks import check_python_reply, compare, files_run, unused_files
 from tests.docs.commands import check_parses, due_commands_in_shell, due_commands_in_text
 from tests.docs.normalise import contains_in_order, matches, normalise
 from tests.docs.pages import (
@@ -63,7 +64,6 @@ from tests.helpers.waiting import TimedOut, wait_until
 
 SITE = Path(__file__).resolve().parent / "site"
 VIRTUALENV_BIN = Path(sys.executable).parent
-RAN_LOG = ".docs-files-run"
 NOT_PYTHON = frozenset({"py", "python3", "pycon", "ipython", "ipython3"})
 REFUSED_COMMANDS = frozenset({"cd", "source", ".", "pushd", "popd", "alias"})
 PORT_OPTION = re.compile(r"--port(?:=|\s+)(\d+)")
@@ -125,7 +125,13 @@ class Reader:
             self._stop_background()
             if self.session is not None:
                 self.session.close()
-            self._check_files_used()
+            unused = unused_files(self.folder, self.files)
+            if unused:
+                raise PageFailure(
+                    "files the page writes but no later step imports or runs (mark the "
+                    "block <!-- fragment --> if it is only shown):\n"
+                    + "\n".join(f"{self.page.path}:{line}: {name}" for name, line in unused)
+                )
         finally:
             for running in self.background:
                 running.kill()
@@ -186,9 +192,10 @@ class Reader:
         expected = None
         if following is not None and following.language in OUTPUT_LANGUAGES:
             expected = None if following.markers else shown_lines(following)
-        reply = self._session().run(block, code, self.rewritten)
+        session = self._session()
+        reply = session.run(block, code, self.rewritten)
         self.rewritten = []
-        self._check_python_reply(block, reply, expected)
+        check_python_reply(block.where, reply, expected, session.log_text())
         return expected is not None
 
     def _compile(self, block: Block, code: str, line: int | None = None) -> None:
@@ -209,33 +216,13 @@ class Reader:
         if continued:
             self._compile(block, path.read_text(), 1)
         # It must be used after this write: by what the page runs from here on.
-        self.files[path] = (block.line, len(self._files_run()))
+        self.files[path] = (block.line, len(files_run(self.folder)))
         self.rewritten.append(str(path))
 
     def _session(self) -> PythonSession:
         if self.session is None:
             self.session = PythonSession.start(self.folder, self.env)
         return self.session
-
-    def _check_python_reply(
-        self, block: Block, reply: dict[str, Any], expected: list[str] | None
-    ) -> None:
-        printed = reply["stdout"].splitlines()
-        raises = expected is not None and "Traceback (most recent call last):" in expected
-        if reply["exception"] is not None and not raises:
-            raise PageFailure(
-                f"{block.where}: raised\n{reply['traceback']}\nprinted:\n{reply['stdout']}"
-                f"\nsession log:\n{self._session().log_text()}"
-            )
-        if expected is None:
-            return
-        if raises:
-            if reply["exception"] is None:
-                raise PageFailure(f"{block.where}: shows a traceback, but raised nothing")
-            start = expected.index("Traceback (most recent call last):")
-            expected = [*expected[:start], expected[-1]]
-            printed = [*printed, reply["exception"]]
-        _compare(block.where, expected, printed)
 
     # --- console ----------------------------------------------------------------------
 
@@ -268,10 +255,10 @@ class Reader:
             raise PageFailure(f"{where}: the harness keeps each page in its folder")
         if words[0] in ("export", "unset"):
             self._set_variables(where, words, self.env)
-            _compare(where, command.output, [])
+            compare(where, command.output, [])
             return
         if command.text == "echo $?":
-            _compare(where, command.output, [str(self.last_code)])
+            compare(where, command.output, [str(self.last_code)])
             return
         text = self._substituted(command.text)
 
@@ -301,7 +288,7 @@ class Reader:
         self.last_code = code
         if code != 0 and not may_fail:
             raise PageFailure(f"{where}\nexited {code}:\n" + "\n".join(printed))
-        _compare(where, command.output, printed)
+        compare(where, command.output, printed)
 
     def _set_variables(self, where: str, words: list[str], env: dict[str, str]) -> None:
         for word in words[1:]:
@@ -415,24 +402,6 @@ class Reader:
 
     # --- what the page ran ---------------------------------------------------------
 
-    def _files_run(self) -> list[str]:
-        """The page's Python files opened so far by any process (site/sitecustomize.py)."""
-        ran_log = self.folder / RAN_LOG
-        return ran_log.read_text().splitlines() if ran_log.exists() else []
-
-    def _check_files_used(self) -> None:
-        ran = self._files_run()
-        unused = [
-            f"{self.page.path}:{line}: {path.name}"
-            for path, (line, before) in self.files.items()
-            if str(path) not in ran[before:]
-        ]
-        if unused:
-            raise PageFailure(
-                "files the page writes but no later step imports or runs (mark the block "
-                "<!-- fragment --> if it is only shown):\n" + "\n".join(unused)
-            )
-
     def _substituted(self, text: str) -> str:
         text = self._with_urls(text, quote=True)
         for port in PORT_OPTION.findall(text):
@@ -446,21 +415,3 @@ class Reader:
             return self.databases.substituted(text, quote=quote)
         except AssertionError as error:
             raise PageFailure(f"{self.page.path}: {error}") from None
-
-
-def _compare(where: str, expected: Sequence[str], actual: Sequence[str]) -> None:
-    printed_log = os.environ.get("DUE_DOCS_PRINTED")
-    if printed_log:  # a writer refreshing a page's outputs: what each step printed
-        with open(printed_log, "a") as log:
-            log.write(f"--- {where}\n" + "".join(f"{line}\n" for line in actual))
-    if matches(expected, actual):
-        return
-    diff = difflib.unified_diff(
-        normalise(expected), normalise(actual), "shown", "printed", lineterm=""
-    )
-    raise PageFailure(
-        f"{where}\noutput differs (after normalising, see tests/docs/normalise.py):\n"
-        + "\n".join(diff)
-        + "\nprinted:\n"
-        + "\n".join(actual)
-    )
