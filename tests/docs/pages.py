@@ -76,6 +76,15 @@ class Page:
     problems: list[str] = field(default_factory=list)
     """What the page asks that the harness cannot do (a failure, never a skip)."""
 
+    def run_text(self) -> str:
+        """The text of the blocks the harness runs (not their fragments): where
+        the databases a page needs are named."""
+        return "".join(
+            block.text
+            for block in self.blocks
+            if block.language in ("python", "console") and "fragment" not in block.markers
+        )
+
 
 def read_page(path: Path, shown_as: Path | None = None) -> Page:
     text = path.read_text()

@@ -181,10 +181,10 @@ class Reader:
     # --- Python ---------------------------------------------------------------------
 
     def _python(self, block: Block, following: Block | None) -> bool:
-        code = self._with_urls(block.text)
         if "fragment" in block.markers:
-            self._compile(block, code)
+            self._compile(block, block.text)
             return False
+        code = self._with_urls(block.text)
         header = block.file_header
         if header is not None:
             self._write_file(block, header["path"], bool(header["continued"]), code)

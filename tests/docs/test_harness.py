@@ -138,6 +138,7 @@ def test_fragments_are_compiled_and_their_commands_parsed(tmp_path: Path) -> Non
         """
         <!-- fragment -->
         '''python
+        app = due.App("postgresql://app@db.internal/app")  # shown, not run: no database
         send_email.enqueue(user_id)
         '''
 
