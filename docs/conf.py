@@ -30,11 +30,7 @@ extensions = [
 
 source_suffix = {".md": "markdown"}
 root_doc = "index"
-exclude_patterns = [
-    "_build",
-    # The measurement log, on its way to bench/NOTES.md: not a page of the site.
-    "scaling.md",
-]
+exclude_patterns = ["_build"]
 
 # --- strictness -----------------------------------------------------------------
 
@@ -97,21 +93,3 @@ html_title = f"due {release}"
 html_static_path: list[str] = []
 html_show_sourcelink = False
 
-# --- the four sections ---------------------------------------------------------------
-
-SECTIONS = ("tutorial", "howto", "reference", "explanation")
-
-
-def _leave_out_empty_sections(app: Any, docname: str, source: list[str]) -> None:
-    """The four sections are written side by side: until a section has its first
-    page, its glob is left out of the index's toctrees (Sphinx would warn that it
-    matches nothing). Once every section has a page this changes nothing."""
-    if docname != root_doc:
-        return
-    for section in SECTIONS:
-        if not any((DOCS / section).glob("*.md")):
-            source[0] = source[0].replace(f"\n{section}/*\n", "\n")
-
-
-def setup(app: Any) -> None:
-    app.connect("source-read", _leave_out_empty_sections)

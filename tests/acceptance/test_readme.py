@@ -58,30 +58,6 @@ FRAGMENT = "<!-- fragment -->"
 INLINE_COMMAND = re.compile(r"(?<!`)`(due [^`]+)`")
 PRINTS = re.compile(r"^\s*print\(.*\)\s+# (.+)$")
 LINK = re.compile(r"\]\(([^)#\s]+)")
-PLANNED_PAGES = {
-    "docs/tutorial/index.md",
-    *(
-        f"docs/howto/{name}.md"
-        for name in (
-            "production",
-            "schedules",
-            "long-work",
-            "exactly-once",
-            "monitoring",
-            "pgbouncer",
-            "testing",
-            "migrating",
-        )
-    ),
-    *(
-        f"docs/reference/{name}.md"
-        for name in ("api", "cli", "configuration", "metrics", "json", "states", "schema")
-    ),
-    *(f"docs/explanation/{name}.md" for name in ("guarantees", "architecture", "how-it-works")),
-}
-"""The docs site's pages that other branches of issue 36 write (the agreed
-layout): a README link to one of them is checked by name until they are all
-merged, then like any other file. Drop this set once they are."""
 
 
 @dataclass(frozen=True)
@@ -332,7 +308,7 @@ def test_every_link_of_the_readme_resolves() -> None:
     for target in LINK.findall(README.read_text()):
         if target.startswith(("http://", "https://")):
             continue
-        assert (REPOSITORY / target).exists() or target in PLANNED_PAGES, target
+        assert (REPOSITORY / target).exists(), target
 
 
 @pytest.mark.timeout(240)  # twenty commands, each a new process: ~10 s alone, 4x that under load
