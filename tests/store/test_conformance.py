@@ -74,7 +74,18 @@ def claim(store: Store, limit: int = 1, queue: str = "default") -> list:
 
 def every_minute(app: due.App, name: str = "tick") -> Schedule:
     timing = ScheduleTiming(None, 60, "UTC", "latest", "forbid", 10, 60)
-    return define_for_app(app.tasks, name, timing, "work", (), None, None, None, now=START)
+    return define_for_app(
+        app.tasks,
+        name,
+        timing,
+        "work",
+        (),
+        None,
+        None,
+        None,
+        max_payload_bytes=app.max_payload_bytes,
+        now=START,
+    )
 
 
 # --- the guard ------------------------------------------------------------------------
