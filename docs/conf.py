@@ -92,4 +92,3 @@ html_theme = "furo"
 html_title = f"due {release}"
 html_static_path: list[str] = []
 html_show_sourcelink = False
-
