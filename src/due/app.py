@@ -7,6 +7,7 @@ modules that take an App.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -16,6 +17,8 @@ from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, overload
 from due import lookups
 from due.clock import Clock, SystemClock
 from due.core.jobs import Job, JobState
+from due.core.limits import Limit, LimitOverview
+from due.core.limits import build as build_limit
 from due.core.records import Action, BatchRequest, JobFilter, NewJob, QueueOverview
 from due.core.schedules import (
     DEFAULT_ALERT_AFTER_SECONDS,
@@ -32,6 +35,7 @@ from due.core.schedules import (
 )
 from due.durations import DurationLike, to_seconds
 from due.errors import ConfigurationError, ScheduleNotFoundError
+from due.limits import LimitCatalog, LimitsOption
 from due.long_work.context import Context
 from due.long_work.pieces import Item, check_policy, completion_spec, piece_jobs
 from due.payload import DEFAULT_MAX_PAYLOAD_BYTES
@@ -138,6 +142,8 @@ class App:
         self.tasks = Registry()
         """The registered tasks, by name."""
         self._schedules = ScheduleCatalog(store=lambda: self.store)
+        self.limits = LimitCatalog()
+        """The limits declared with `app.limit(...)`, by name."""
         self.queue_thresholds: dict[str, QueueThresholds] = {}
         """Alert thresholds declared with `app.queue(...)`, by queue."""
         self._store_options = dict(store_options or {})
@@ -264,6 +270,7 @@ class App:
         unique_for: DurationLike | None = None,
         stuck_after: DurationLike | None = None,
         check: Callable[[Any], str | None] | None = None,
+        limits: LimitsOption | None = None,
     ) -> TaskDecorator: ...
 
     def task(
@@ -280,6 +287,7 @@ class App:
         unique_for: DurationLike | None = None,
         stuck_after: DurationLike | None = None,
         check: Callable[[Any], str | None] | None = None,
+        limits: LimitsOption | None = None,
     ) -> Task[Any, Any] | TaskDecorator:
         """Register a sync or async function as a task (`@app.task` or `@app.task(...)`).
 
@@ -311,6 +319,11 @@ class App:
                 or None when it is fine (`check=lambda r: "empty report" if not
                 r["rows"] else None`): such a job ends `succeeded` with the
                 warning kept, and is counted, shown and alerted as `warned`.
+            limits: The limits its jobs count against, declared first with
+                `app.limit`: names (`["stripe"]`: the whole limit each), or a
+                mapping of name to a key function of the task's arguments,
+                called as the task would be (`{"account-sync": lambda
+                account_id: str(account_id)}`: the limit applies per key).
 
         Returns:
             The task (or, with options, a decorator that returns it).
@@ -335,6 +348,8 @@ class App:
                 stuck_after=stuck_after,
                 check=check,
             )
+            if limits is not None:
+                config = dataclasses.replace(config, limits=self.limits.uses(task_name, limits))
             task: Task[Any, Any] = Task(self, function, task_name, config)
             self.tasks.add(task)
             return task
@@ -355,6 +370,7 @@ class App:
         priority: int | None = None,
         key: str | None = None,
         unique_for: DurationLike | None = None,
+        limit_keys: dict[str, str] | None = None,
         connection: Any = None,
     ) -> Job:
         """Enqueue by task name, for callers that do not import the function.
@@ -373,6 +389,8 @@ class App:
                 waiting, enqueue returns it.
             unique_for: With `key`, how long the key keeps deduplicating after
                 success, instead of the task's.
+            limit_keys: The key of a limit of the task, by the limit's name,
+                instead of its key function's.
             connection: Your own open psycopg or sqlite3 connection: the job is
                 written in your transaction.
 
@@ -387,7 +405,7 @@ class App:
         """
         positional, keywords = arguments_of(task, args, kwargs)
         request = JobRequest(
-            task, positional, keywords, delay, run_at, queue, priority, key, unique_for
+            task, positional, keywords, delay, run_at, queue, priority, key, unique_for, limit_keys
         )
         return self.enqueue_many([request], connection=connection)[0]
 
@@ -1065,6 +1083,85 @@ class App:
                 `prune_schedules` (or pause it).
         """
         self._schedules.remove(name)
+
+    # --- limits -------------------------------------------------------------------------
+
+    def limit(self, name: str, *, rate: str | None = None, concurrency: int | None = None) -> Limit:
+        """Declare a limit that tasks name in `limits=`, shared by every worker and host.
+
+        ::
+
+            app.limit("stripe", rate="100/s")        # at most 100 starts in any second
+            app.limit("exports", concurrency=2)      # at most 2 running at once
+            app.limit("account-sync", concurrency=1) # per key, when a task gives one
+
+        A job over a limit stays queued, spending no attempt, and is claimed
+        as soon as the limit allows. Workers write the numbers to the database
+        as they start; `due limit set` changes them at run time.
+
+        Args:
+            name: The limit's name.
+            rate: At most N starts in any window of the period: "100/s",
+                "10/m", "1000/h", "5/10m".
+            concurrency: At most this many jobs running at any moment.
+
+        Returns:
+            The limit.
+
+        Raises:
+            ConfigurationError: A bad name or number, neither cap given, or the
+                name declared before with other numbers.
+        """
+        return self.limits.declare(name, rate=rate, concurrency=concurrency)
+
+    def sync_limits(self) -> None:
+        """Write the numbers of the declared limits (an operator's stay in force).
+
+        Workers do it as they start.
+        """
+        self.store.limit_sync(list(self.limits))
+
+    def limit_overview(self) -> list[LimitOverview]:
+        """Every stored limit: its numbers, jobs running against it, starts in
+        its current window, jobs waiting for it, and its busiest keys.
+        """
+        return self.store.limit_overview()
+
+    def set_limit(
+        self,
+        name: str,
+        *,
+        rate: str | None = None,
+        concurrency: int | None = None,
+    ) -> Limit:
+        """Change a stored limit's numbers at run time, on every worker within seconds.
+
+        They stay until `reset_limit` (a worker's start does not undo them).
+
+        Args:
+            name: The limit's name.
+            rate: The new rate ("50/s"); None: no rate.
+            concurrency: The new concurrency; None: no concurrency cap.
+
+        Returns:
+            The numbers now in force.
+
+        Raises:
+            ConfigurationError: A bad number, or no limit of that name is stored.
+        """
+        limit = build_limit(name, rate=rate, concurrency=concurrency)
+        if not self.store.limit_set(limit):
+            raise ConfigurationError(f"no limit {name!r} is stored (see `due limit`)")
+        return limit
+
+    def reset_limit(self, name: str) -> None:
+        """Go back to the numbers declared in code for a limit.
+
+        Raises:
+            ConfigurationError: No limit of that name is stored.
+        """
+        if not self.store.limit_reset(name):
+            raise ConfigurationError(f"no limit {name!r} is stored (see `due limit`)")
 
     # --- queues and alerts ------------------------------------------------------------
 

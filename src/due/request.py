@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, overload
 from due.core.records import NewJob
 from due.durations import DurationLike, to_seconds
 from due.errors import ArgumentsError, ConfigurationError, InvalidJobError
+from due.limits import job_limits
 from due.payload import encode_arguments, unstorable
 
 if TYPE_CHECKING:
@@ -62,6 +63,8 @@ class JobRequest:
     """Deduplicate on this key while a job with it is active."""
     unique_for: DurationLike | None = None
     """Instead of the task's, how long the key keeps deduplicating after success."""
+    limit_keys: Mapping[str, str] | None = None
+    """The key of each named limit of the task, instead of its key function's."""
 
 
 def prepare(request: JobRequest, task: Task[Any, Any], max_payload_bytes: int) -> NewJob:
@@ -92,6 +95,11 @@ def prepare(request: JobRequest, task: Task[Any, Any], max_payload_bytes: int) -
         if request.unique_for is None
         else _validate_unique_for(request.unique_for, task.name),
         options.stuck_after,
+        limits=job_limits(
+            task.name, options.limits, request.args, request.kwargs, request.limit_keys
+        )
+        if options.limits or request.limit_keys
+        else None,
     )
 
 

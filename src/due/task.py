@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 from due.core.jobs import Job
 from due.durations import DurationLike, to_seconds
 from due.errors import ArgumentsError, ConfigurationError, InvalidJobError, UnknownTaskError
+from due.limits import LimitUse
 from due.long_work.context import Context
 from due.payload import unstorable
 from due.request import JobRequest, validate_priority, validate_queue
@@ -54,6 +55,8 @@ class TaskConfig:
     A job whose result has a problem ends `succeeded` with that warning, and is
     counted and alerted as `warned`.
     """
+    limits: tuple[LimitUse, ...] = ()
+    """The limits its jobs count against (checked by the App that declares them)."""
 
     @classmethod
     def build(
@@ -176,6 +179,7 @@ class Task(Generic[P, R]):
         priority: int | None = None,
         key: str | None = None,
         unique_for: DurationLike | None = None,
+        limit_keys: Mapping[str, str] | None = None,
         connection: Any = None,
     ) -> TaskWithOptions[P, R]:
         """This task with enqueue options, for one call (or several).
@@ -194,6 +198,8 @@ class Task(Generic[P, R]):
                 waiting, enqueue returns it (`job.deduplicated`).
             unique_for: With `key`, how long the key keeps deduplicating after
                 success, instead of the task's.
+            limit_keys: The key of a limit of the task, by the limit's name
+                (`{"account-sync": "acct-7"}`), instead of its key function's.
             connection: Your own open psycopg (`AsyncConnection` with
                 `aenqueue`) or sqlite3 connection: the job is written in your
                 transaction.
@@ -202,7 +208,9 @@ class Task(Generic[P, R]):
             The task with these options.
         """
         return TaskWithOptions(
-            self, EnqueueOptions(delay, run_at, queue, priority, key, unique_for), connection
+            self,
+            EnqueueOptions(delay, run_at, queue, priority, key, unique_for, limit_keys),
+            connection,
         )
 
     def request(self, *args: P.args, **kwargs: P.kwargs) -> JobRequest:
@@ -327,6 +335,7 @@ class EnqueueOptions:
     priority: int | None = None
     key: str | None = None
     unique_for: DurationLike | None = None
+    limit_keys: Mapping[str, str] | None = None
 
 
 class TaskWithOptions(Generic[P, R]):
@@ -424,6 +433,7 @@ class TaskWithOptions(Generic[P, R]):
             o.priority,
             o.key,
             o.unique_for,
+            o.limit_keys,
         )
 
 

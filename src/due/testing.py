@@ -106,6 +106,8 @@ async def adrain(
     """
     result = DrainResult()
     store = app.store
+    if len(app.limits):
+        app.sync_limits()
     threads = concurrent.futures.ThreadPoolExecutor(max_workers=4)
     executor = Executor(app.tasks, app.clock, threads=threads, app=app)
     try:
@@ -130,9 +132,19 @@ async def adrain(
 
 def _claim_next(app: App, queues: list[str] | None) -> ClaimedJob | None:
     store = app.store
+    limited = len(app.limits) > 0
+    if limited:  # jobs waiting for a limit with room again become claimable
+        store.limit_reopen()
     for queue in queues or store.queue_due_names():
         claimed = store.job_claim(
-            ClaimRequest(queue, 1, DRAIN_WORKER, DRAIN_LEASE_SECONDS, tasks=app.tasks.names())
+            ClaimRequest(
+                queue,
+                1,
+                DRAIN_WORKER,
+                DRAIN_LEASE_SECONDS,
+                tasks=app.tasks.names(),
+                limited=limited,
+            )
         )
         if claimed:
             return claimed[0]

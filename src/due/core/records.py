@@ -46,6 +46,8 @@ class NewJob:
     stuck_after: float | None = None
     identity: str | None = None
     """For a piece: its arguments however spelled (Task.canonical_arguments)."""
+    limits: str | None = None
+    """The limits it counts against: JSON [[name, key], ...] (core/limits.py)."""
 
 
 @dataclass(slots=True)  # not frozen: built per job on hot paths, and frozen is slow
@@ -163,6 +165,8 @@ class ClaimRequest:
     """Only jobs of these tasks (None: any task)."""
     task_leases: Mapping[str, float] | None = None
     """Lease lengths of the tasks that set their own."""
+    limited: bool = False
+    """Also the jobs that count against a limit (store/limits.py)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -113,6 +113,7 @@ def _fields(job: NewJob) -> dict[str, Any]:
         "max_attempts": job.max_attempts,
         "unique_for": job.unique_for,
         "stuck_after": job.stuck_after,
+        "limits": job.limits,
     }
 
 
@@ -180,6 +181,7 @@ INSERT_COLUMNS = (
     "key",
     "unique_for",
     "stuck_after",
+    "limits",
 )
 """The row of insert_jobs, in its order."""
 
@@ -208,6 +210,7 @@ def _insert_rows(
             job.key,
             job.unique_for,
             job.stuck_after,
+            job.limits,
         )
 
 

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any, Self
 
 from due.core.jobs import Job
+from due.core.limits import Limit, LimitOverview
 from due.core.records import (
     COUNT_LIMIT,
     DEFAULT_MAX_LOST_LEASES,
@@ -50,7 +51,7 @@ from due.core.schedules import (
     SyncReport,
 )
 from due.core.stats import TaskFigures
-from due.store import actions, jobs, long_work, queues, registry, schedules, stats, work
+from due.store import actions, jobs, limits, long_work, queues, registry, schedules, stats, work
 from due.store.backend import Backend, ChangeFeed, Lane
 from due.store.enqueue_groups import EnqueueGroups
 from due.store.thread_groups import ThreadGroups
@@ -196,8 +197,10 @@ class Store:
     ) -> set[int]:
         return work.release(self.backend, leases, reason, later, handback_seconds)
 
-    def job_next_due(self, queue: str, tasks: Sequence[str]) -> datetime | None:
-        return work.next_due(self.backend, queue, tasks)
+    def job_next_due(
+        self, queue: str, tasks: Sequence[str], *, limited: bool = False
+    ) -> datetime | None:
+        return work.next_due(self.backend, queue, tasks, limited=limited)
 
     def job_fail_unknown_tasks(self, sweep: UnknownTaskSweep) -> UnknownTaskSweepResult:
         return work.fail_unknown_tasks(self.backend, sweep)
@@ -285,6 +288,21 @@ class Store:
         return work.due_queues(self.backend)
 
     # --- schedules -------------------------------------------------------------------
+
+    def limit_sync(self, defined: Sequence[Limit]) -> None:
+        limits.sync(self.backend, defined)
+
+    def limit_set(self, limit: Limit) -> bool:
+        return limits.set_numbers(self.backend, limit)
+
+    def limit_reset(self, name: str) -> bool:
+        return limits.reset_numbers(self.backend, name)
+
+    def limit_overview(self) -> list[LimitOverview]:
+        return limits.overview(self.backend)
+
+    def limit_reopen(self) -> int:
+        return limits.reopen(self.backend)
 
     def schedule_sync(self, defined: Sequence[Schedule], decide: Decide) -> SyncReport:
         return schedules.sync(self.backend, defined, decide)

@@ -35,7 +35,7 @@ from due.core.records import (
 from due.core.stats import Outcome, buckets_of, outcome_of
 from due.errors import StoreError
 from due.retry import judge_lost_lease
-from due.store import batches, pieces
+from due.store import batches, limits, pieces
 from due.store.backend import Backend, Columns, Lane, LockWaitTimeout, Rows, Transaction, Values
 from due.store.conflicts import retried_on_conflict
 from due.store.settling import lock_parents, settle
@@ -52,7 +52,9 @@ due at the same instant gets there over a few claims, in run_at order."""
 
 def claim(db: Backend, request: ClaimRequest) -> list[ClaimedJob]:
     """Lease up to `request.limit` due jobs of its queue."""
-    with db.transaction(single=not db.single_writer) as tx:
+    if request.limited and not db.single_writer:
+        _reopen_limits(db)
+    with db.transaction(single=not (db.single_writer or request.limited)) as tx:
         values = _claim_in(db, tx, request)
     return _readable(db, values)
 
@@ -64,6 +66,8 @@ def complete_and_claim(
     SQLite, where the worker uses this) instead of two. If the database refuses
     an acknowledgement, they are written apart: one bad row must not stop the
     claims, nor the other acknowledgements."""
+    if request.limited and not db.single_writer:
+        _reopen_limits(db)
     try:
         with db.transaction() as tx:
             applied = _complete_in(db, tx, completions)
@@ -77,7 +81,10 @@ def complete_and_claim(
 
 async def claim_on_loop(db: Backend, lane: Lane, request: ClaimRequest) -> list[ClaimedJob]:
     """`claim` from the event loop, where the claim is one statement (PostgreSQL's
-    claim_jobs promotes the due timers itself)."""
+    claim_jobs promotes the due timers itself). A claim that looks at limited
+    jobs takes several: it runs on a thread."""
+    if request.limited:
+        return await asyncio.to_thread(claim, db, request)
     async with lane.statement() as tx:
         columns, rows = await tx.run_values("claim_jobs", _claim_params(tx.now, request))
     claimed, unreadable = read_claimed(columns, rows)
@@ -94,7 +101,17 @@ def _claim_in(db: Backend, tx: Transaction, request: ClaimRequest) -> Values:
     params = _claim_params(tx.now, request)
     if db.single_writer:
         tx.run("promote_timers", params)
-    return tx.run_values("claim_jobs", params)
+    if not request.limited:
+        return tx.run_values("claim_jobs", params)
+    # Limited jobs first: those with room are as due as the others, and a
+    # busy queue of unlimited jobs must not keep them waiting for ever.
+    if db.single_writer:
+        limits.reopen_in(tx)
+    columns, limited = limits.claim_limited(tx, request, request.limit, params)
+    if len(limited) >= request.limit:
+        return columns, limited
+    columns, rows = tx.run_values("claim_jobs", {**params, "limit": request.limit - len(limited)})
+    return columns, [*limited, *rows]
 
 
 def _claim_params(now: Any, request: ClaimRequest) -> dict[str, Any]:
@@ -424,12 +441,26 @@ def release(
     return {row["id"] for row in rows}
 
 
-def next_due(db: Backend, queue: str, tasks: Sequence[str]) -> datetime | None:
-    """When the next queued job of `tasks` in `queue` is due."""
+def next_due(
+    db: Backend, queue: str, tasks: Sequence[str], *, limited: bool = False
+) -> datetime | None:
+    """When the next queued job of `tasks` in `queue` is due (with `limited`,
+    counting the limited jobs, and when a limit that jobs wait for opens)."""
     with db.transaction(read=True) as tx:
-        rows = tx.run("next_due", {"queue": queue, "tasks": list(tasks), "now": tx.now})
-    value: datetime | None = rows[0]["run_at"]
-    return value
+        params = {"queue": queue, "tasks": list(tasks), "now": tx.now}
+        times = [tx.run("next_due", params)[0]["run_at"]]
+        if limited:
+            times.append(tx.run("limited_next_due", params)[0]["run_at"])
+    known = [time for time in times if time is not None]
+    return min(known) if known else None
+
+
+@retried_on_conflict
+def _reopen_limits(db: Backend) -> None:
+    """Before a claim that may take limited jobs, in a transaction of its own
+    (it must hold no key while the claim locks keys in order)."""
+    if limits.waiting_keys(db):
+        limits.reopen(db)
 
 
 def fail_unknown_tasks(db: Backend, sweep: UnknownTaskSweep) -> UnknownTaskSweepResult:

@@ -87,6 +87,9 @@ class Worker:
         self.store = app.store  # refuses an unknown or missing schema
         self.task_names = app.tasks.names()
         self.task_leases = {t.name: t.config.lease for t in app.tasks if t.config.lease}
+        # Only a worker that knows limits looks at limited jobs: it runs the
+        # code that counts them (one without is never slowed by them).
+        self.limited = len(app.limits) > 0 or any(t.config.limits for t in app.tasks)
         self.call = StoreCalls(settings.db_threads, "due-db")
         self._heartbeat_call = StoreCalls(1, "due-heartbeat")
         self._handler_threads = concurrent.futures.ThreadPoolExecutor(
@@ -201,6 +204,7 @@ class Worker:
             self.settings.lease,
             self.task_names,
             self.task_leases,
+            self.limited,
         )
 
     async def _claim(self, jobs: RunningJobs, limit: int) -> list[ClaimedJob]:
@@ -229,7 +233,9 @@ class Worker:
         return claimed
 
     async def _next_due(self, queue: str) -> datetime | None:
-        return await self.call(self.store.job_next_due, queue, self.task_names)
+        return await self.call(
+            self.store.job_next_due, queue, self.task_names, limited=self.limited
+        )
 
     async def _write_outcomes(self, completions: Sequence[Completion]) -> set[int]:
         if self._lane is not None:
@@ -344,6 +350,8 @@ class Worker:
         assert self._stop_requested is not None
         claims_stop, services_stop = asyncio.Event(), asyncio.Event()
         await self._register()
+        if self.limited:  # the code's numbers, for every worker (an operator's stay)
+            await self.call(self.app.sync_limits)
         if self.scheduler is not None:
             await self._sync_schedules()
         wakeups = Wakeups(self.store, loop, self._on_due, self._on_cancel)

@@ -45,7 +45,7 @@ SELECT coalesce(%(now)s::timestamptz, now()) AS now
 -- name: insert_job
 -- A job due later waits among the timers (`timer`), out of the claim index.
 INSERT INTO due_jobs (task, queue, priority, payload, run_at, timer, max_attempts,
-                      key, dedupe_key, unique_for, stuck_after, created_at)
+                      key, dedupe_key, unique_for, stuck_after, created_at, limits)
 VALUES (%(task)s, %(queue)s, %(priority)s, %(payload)s::jsonb,
         coalesce(%(run_at)s::timestamptz,
                  coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(delay)s)),
@@ -53,7 +53,7 @@ VALUES (%(task)s, %(queue)s, %(priority)s, %(payload)s::jsonb,
                  coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(delay)s))
             > coalesce(%(now)s::timestamptz, now()),
         %(max_attempts)s, %(key)s, %(key)s, %(unique_for)s, %(stuck_after)s,
-        coalesce(%(now)s::timestamptz, now()))
+        coalesce(%(now)s::timestamptz, now()), %(limits)s::jsonb)
 ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id, run_at, created_at,
           pg_notify({channel:due_jobs}, queue || ' ' || extract(epoch FROM run_at)::text)::text AS notified
@@ -68,16 +68,17 @@ WITH given AS MATERIALIZED (
                               + make_interval(secs => g.delay)) AS due_at
     FROM unnest(%(task)b::text[], %(queue)b::text[], %(priority)b::int[], %(payload)b::text[],
                 %(run_at)b::timestamptz[], %(delay)b::float8[], %(max_attempts)b::int[],
-                %(unique_for)b::float8[], %(stuck_after)b::float8[]) WITH ORDINALITY
+                %(unique_for)b::float8[], %(stuck_after)b::float8[], %(limits)b::text[])
+         WITH ORDINALITY
          AS g(task, queue, priority, payload, run_at, delay, max_attempts, unique_for,
-              stuck_after, ord)
+              stuck_after, limits, ord)
 ),
 inserted AS (
     INSERT INTO due_jobs (id, task, queue, priority, payload, run_at, timer, max_attempts,
-                          unique_for, stuck_after, created_at)
+                          unique_for, stuck_after, created_at, limits)
     SELECT id, task, queue, priority, payload::jsonb, due_at,
            due_at > coalesce(%(now)s::timestamptz, now()), max_attempts, unique_for,
-           stuck_after, coalesce(%(now)s::timestamptz, now())
+           stuck_after, coalesce(%(now)s::timestamptz, now()), limits::jsonb
     FROM given
     RETURNING id, run_at, created_at,
               pg_notify({channel:due_jobs}, queue || ' ' || extract(epoch FROM run_at)::text)::text
@@ -99,13 +100,16 @@ SELECT coalesce(%(now)s::timestamptz, now()) AS now,
 -- ids reserved by reserve_ids. A row whose key is held is not inserted, and is
 -- settled one by one (steps.py).
 INSERT INTO due_jobs (id, task, queue, priority, payload, run_at, timer, max_attempts,
-                      key, dedupe_key, unique_for, stuck_after, created_at)
+                      key, dedupe_key, unique_for, stuck_after, created_at, limits)
 SELECT j.id, j.task, j.queue, j.priority, j.payload::jsonb, j.run_at,
-       j.run_at > %(now)s::timestamptz, j.max_attempts, j.key, j.key, j.unique_for, j.stuck_after, %(now)s::timestamptz
+       j.run_at > %(now)s::timestamptz, j.max_attempts, j.key, j.key, j.unique_for, j.stuck_after,
+       %(now)s::timestamptz, j.limits::jsonb
 FROM unnest(%(id)b::bigint[], %(task)b::text[], %(queue)b::text[], %(priority)b::int[],
             %(payload)b::text[], %(run_at)b::timestamptz[], %(max_attempts)b::int[],
-            %(key)b::text[], %(unique_for)b::float8[], %(stuck_after)b::float8[])
-     AS j(id, task, queue, priority, payload, run_at, max_attempts, key, unique_for, stuck_after)
+            %(key)b::text[], %(unique_for)b::float8[], %(stuck_after)b::float8[],
+            %(limits)b::text[])
+     AS j(id, task, queue, priority, payload, run_at, max_attempts, key, unique_for, stuck_after,
+          limits)
 ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 
 -- name: jobs_present
@@ -146,7 +150,7 @@ WITH open AS (
     SELECT NOT EXISTS (SELECT 1 FROM due_queues WHERE name = %(queue)s AND paused) AS yes
 ),
 timers AS MATERIALIZED (
-    SELECT id, priority, run_at, held, task
+    SELECT id, priority, run_at, held, task, limits IS NOT NULL AS limited
     FROM due_jobs
     WHERE state = 'queued' AND timer AND queue = %(queue)s
       AND run_at <= coalesce(%(now)s::timestamptz, now())
@@ -157,7 +161,7 @@ timers AS MATERIALIZED (
 ready AS MATERIALIZED (
     SELECT id, priority, run_at
     FROM due_jobs
-    WHERE state = 'queued' AND NOT held AND NOT timer
+    WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NULL
       AND queue = %(queue)s
       AND run_at <= coalesce(%(now)s::timestamptz, now())
       AND (%(tasks)b::text[] IS NULL OR task = ANY(%(tasks)b::text[]))
@@ -171,7 +175,7 @@ chosen AS MATERIALIZED (
     FROM (SELECT id, priority, run_at FROM ready
           UNION ALL
           SELECT id, priority, run_at FROM timers
-          WHERE NOT held AND (%(tasks)b::text[] IS NULL OR task = ANY(%(tasks)b::text[]))
+          WHERE NOT held AND NOT limited AND (%(tasks)b::text[] IS NULL OR task = ANY(%(tasks)b::text[]))
             AND (SELECT yes FROM open)) AS candidates
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
@@ -653,17 +657,17 @@ RETURNING j.id, j.state, j.task, j.queue, j.parent_id, j.completes, j.pieces_tot
 -- notifies its workers).
 WITH RECURSIVE levels(priority) AS (
     SELECT max(priority) FROM due_jobs
-    WHERE state = 'queued' AND NOT held AND NOT timer AND queue = %(queue)s
+    WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NULL AND queue = %(queue)s
     UNION ALL
     SELECT (SELECT max(priority) FROM due_jobs
-            WHERE state = 'queued' AND NOT held AND NOT timer AND queue = %(queue)s
+            WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NULL AND queue = %(queue)s
               AND priority < levels.priority)
     FROM levels
     WHERE levels.priority IS NOT NULL
 ),
 due_times(run_at) AS (
     SELECT (SELECT min(run_at) FROM due_jobs
-            WHERE state = 'queued' AND NOT held AND NOT timer AND queue = %(queue)s
+            WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NULL AND queue = %(queue)s
               AND priority = levels.priority AND task = ANY(%(tasks)b::text[]))
     FROM levels
     WHERE priority IS NOT NULL
@@ -691,14 +695,14 @@ WHERE NOT EXISTS (SELECT 1 FROM due_queues WHERE name = %(queue)s AND paused)
 WITH examined AS MATERIALIZED (
     SELECT id, priority, run_at, task
     FROM ((SELECT id, priority, run_at, task FROM due_jobs
-           WHERE state = 'queued' AND NOT held AND NOT timer AND queue = %(queue)s
+           WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NULL AND queue = %(queue)s
              AND priority = %(after_priority)s::int
              AND (run_at, id) > (%(after_run_at)s::timestamptz, %(after_id)s::bigint)
            ORDER BY priority DESC, run_at, id
            LIMIT %(scan)s)
           UNION ALL
           (SELECT id, priority, run_at, task FROM due_jobs
-           WHERE state = 'queued' AND NOT held AND NOT timer AND queue = %(queue)s
+           WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NULL AND queue = %(queue)s
              AND priority < coalesce(%(after_priority)s::int, 2147483647)
            ORDER BY priority DESC, run_at, id
            LIMIT %(scan)s)) AS next
@@ -1241,16 +1245,16 @@ SELECT q.queue,
        (SELECT min(due_times.run_at) FROM (
             WITH RECURSIVE levels(priority) AS (
                 SELECT max(priority) FROM due_jobs
-                WHERE state = 'queued' AND NOT held AND NOT timer AND queue = q.queue
+                WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NULL AND queue = q.queue
                 UNION ALL
                 SELECT (SELECT max(priority) FROM due_jobs
-                        WHERE state = 'queued' AND NOT held AND NOT timer AND queue = q.queue
+                        WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NULL AND queue = q.queue
                           AND priority < levels.priority)
                 FROM levels
                 WHERE levels.priority IS NOT NULL
             )
             SELECT (SELECT min(run_at) FROM due_jobs
-                    WHERE state = 'queued' AND NOT held AND NOT timer AND queue = q.queue
+                    WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NULL AND queue = q.queue
                       AND priority = levels.priority
                       AND run_at <= coalesce(%(now)s::timestamptz, now())) AS run_at
             FROM levels
@@ -1427,3 +1431,212 @@ VACUUM (ANALYZE, SKIP_LOCKED) due_jobs
 -- What the listeners LISTEN on, named by the store's session (its search_path),
 -- whichever connection listens.
 SELECT {channel:due_jobs} AS jobs, {channel:due_ended} AS ended
+
+-- Limits (store/limits.py). A claim locks the keys of its candidates in
+-- (name, key) order, then counts in a statement of its own: under READ
+-- COMMITTED that statement sees every claim that held a key before it.
+-- Only claims lock keys; the end of a job never does (its slot frees because
+-- it no longer runs), so no acknowledgement waits on a limit.
+
+-- name: limited_candidates
+-- The best due jobs of the queue that count against a limit and do not wait
+-- for one, as claim_jobs finds the others (their index holds only these).
+SELECT id, limits::text AS limits
+FROM due_jobs
+WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NOT NULL
+  AND limit_wait IS NULL
+  AND queue = %(queue)s
+  AND run_at <= coalesce(%(now)s::timestamptz, now())
+  AND (%(tasks)b::text[] IS NULL OR task = ANY(%(tasks)b::text[]))
+  AND NOT EXISTS (SELECT 1 FROM due_queues WHERE name = %(queue)s AND paused)
+ORDER BY priority DESC, run_at, id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+
+-- name: ensure_limit_keys
+INSERT INTO due_limit_keys (name, key)
+SELECT * FROM unnest(%(name)b::text[], %(key)b::text[])
+ORDER BY 1, 2
+ON CONFLICT (name, key) DO NOTHING
+
+-- name: lock_limit_keys
+SELECT k.name, k.key
+FROM due_limit_keys k
+WHERE (k.name, k.key) IN (SELECT * FROM unnest(%(name)b::text[], %(key)b::text[]))
+ORDER BY k.name, k.key
+FOR UPDATE
+
+-- name: limit_key_states
+-- Each key's numbers (the operator's when set), its log of starts, and how
+-- many of its jobs run now: a limit's slots are its running jobs, whatever
+-- claimed them, so a rescue or a release frees one by ending the run.
+SELECT k.name, k.key, k.starts::text AS starts, k.block_version,
+       extract(epoch FROM coalesce(%(now)s::timestamptz, now()))::float8 AS now_s,
+       CASE WHEN d.overridden THEN d.set_concurrency ELSE d.concurrency END AS concurrency,
+       CASE WHEN d.overridden THEN d.set_rate ELSE d.rate END AS rate,
+       CASE WHEN d.overridden THEN d.set_period ELSE d.period END AS period,
+       (SELECT count(*) FROM due_jobs j
+        WHERE j.state = 'running' AND j.limits IS NOT NULL
+          AND j.limits @> jsonb_build_array(jsonb_build_array(k.name, k.key))) AS running
+FROM due_limit_keys k LEFT JOIN due_limits d ON d.name = k.name
+WHERE (k.name, k.key) IN (SELECT * FROM unnest(%(name)b::text[], %(key)b::text[]))
+
+-- name: limit_keys_waiting
+-- Keys with jobs waiting for them whose slots or rate may have opened. Read
+-- without a lock: letting a job go too early costs a look, never a slot (the
+-- claim counts again).
+SELECT k.name, k.key, k.starts::text AS starts, k.block_version,
+       extract(epoch FROM coalesce(%(now)s::timestamptz, now()))::float8 AS now_s,
+       CASE WHEN d.overridden THEN d.set_concurrency ELSE d.concurrency END AS concurrency,
+       CASE WHEN d.overridden THEN d.set_rate ELSE d.rate END AS rate,
+       CASE WHEN d.overridden THEN d.set_period ELSE d.period END AS period,
+       (SELECT count(*) FROM due_jobs j
+        WHERE j.state = 'running' AND j.limits IS NOT NULL
+          AND j.limits @> jsonb_build_array(jsonb_build_array(k.name, k.key))) AS running
+FROM due_limit_keys k LEFT JOIN due_limits d ON d.name = k.name
+WHERE k.waiting AND (k.opens_at IS NULL OR k.opens_at <= coalesce(%(now)s::timestamptz, now()))
+ORDER BY k.opens_at NULLS FIRST
+LIMIT %(limit)s
+
+-- name: block_jobs
+-- Jobs over a limit wait out of the claim indexes for what they wait for.
+UPDATE due_jobs AS j SET limit_wait = b.name, limit_wait_key = b.key
+FROM unnest(%(id)b::bigint[], %(name)b::text[], %(key)b::text[]) AS b(id, name, key)
+WHERE j.id = b.id AND j.state = 'queued'
+
+-- name: unblock_jobs
+-- The best `count` jobs waiting for a key go back among the claimable ones;
+-- their queues' workers hear of them.
+WITH chosen AS MATERIALIZED (
+    SELECT id FROM due_jobs
+    WHERE state = 'queued' AND limit_wait = %(name)s AND limit_wait_key = %(key)s
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(count)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE due_jobs AS j SET limit_wait = NULL, limit_wait_key = NULL
+WHERE j.id = ANY(ARRAY(SELECT id FROM chosen)) AND j.state = 'queued'
+RETURNING j.id,
+          pg_notify({channel:due_jobs}, j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text
+              AS notified
+
+-- name: update_limit_keys
+UPDATE due_limit_keys AS k
+SET starts = u.starts::jsonb,
+    started_total = k.started_total + u.started,
+    waiting = k.waiting OR u.blocked,
+    block_version = k.block_version + u.blocked::int,
+    opens_at = coalesce(to_timestamp(u.opens_at), k.opens_at)
+FROM unnest(%(name)b::text[], %(key)b::text[], %(starts)b::text[], %(started)b::bigint[],
+            %(blocked)b::boolean[], %(opens_at)b::float8[])
+     AS u(name, key, starts, started, blocked, opens_at)
+WHERE k.name = u.name AND k.key = u.key
+
+-- name: limit_key_reopened
+-- After jobs waiting for a key were let go: still waiting (and when its rate
+-- opens next), or none left; a wait begun since the look (another version)
+-- stands.
+UPDATE due_limit_keys
+SET waiting = CASE WHEN %(settled)s AND block_version = %(block_version)s THEN false
+                   ELSE waiting END,
+    opens_at = CASE WHEN %(settled)s AND block_version = %(block_version)s THEN NULL
+                    ELSE to_timestamp(%(opens_at)s::float8) END
+WHERE name = %(name)s AND key = %(key)s
+
+-- name: claim_given
+-- The limited jobs a claim let start (their rows locked by limited_candidates),
+-- leased as claim_jobs leases the others.
+UPDATE due_jobs AS j
+SET state = 'running',
+    timer = false,
+    attempt = j.attempt + 1,
+    lease_token = j.lease_token + 1,
+    lease_expires_at = coalesce(%(now)s::timestamptz, now()) + make_interval(
+        secs => coalesce((%(leases)s::jsonb ->> j.task)::float8, %(lease)s)),
+    started_at = coalesce(%(now)s::timestamptz, now()),
+    progress_at = NULL,
+    worker = %(worker)s,
+    attempt_status = 'claimed'
+WHERE j.id = ANY(%(ids)b::bigint[]) AND j.state = 'queued'
+RETURNING j.id, j.task, j.queue, j.priority, j.payload::text AS payload, j.attempt,
+          j.max_attempts, j.lease_token, j.lease_expires_at, j.run_at, j.created_at,
+          j.scheduled_for, j.checkpoint::text AS checkpoint, j.parent_id, j.completes,
+          j.pieces_total
+
+-- name: limited_next_due
+-- When the queue's next limited job that waits for no limit comes due (off
+-- the timers a job is due already: any one of them says "now"), and when the
+-- next rate window of a key that jobs wait for opens.
+SELECT min(at) AS run_at FROM (
+    SELECT (SELECT run_at FROM due_jobs
+            WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NOT NULL
+              AND limit_wait IS NULL AND queue = %(queue)s
+            LIMIT 1) AS at
+    UNION ALL
+    SELECT (SELECT min(opens_at) FROM due_limit_keys WHERE waiting AND opens_at IS NOT NULL)
+) AS due_times
+WHERE NOT EXISTS (SELECT 1 FROM due_queues WHERE name = %(queue)s AND paused)
+
+-- name: upsert_limit
+-- The numbers in code; an operator's (set_*, while overridden) stay in force.
+INSERT INTO due_limits (name, concurrency, rate, period, updated_at)
+VALUES (%(name)s, %(concurrency)s, %(rate)s, %(period)s, coalesce(%(now)s::timestamptz, now()))
+ON CONFLICT (name) DO UPDATE
+SET concurrency = excluded.concurrency, rate = excluded.rate, period = excluded.period,
+    updated_at = CASE WHEN (due_limits.concurrency, due_limits.rate, due_limits.period)
+                           IS DISTINCT FROM (excluded.concurrency, excluded.rate, excluded.period)
+                      THEN excluded.updated_at ELSE due_limits.updated_at END
+
+-- name: set_limit
+UPDATE due_limits
+SET set_concurrency = %(concurrency)s, set_rate = %(rate)s, set_period = %(period)s,
+    overridden = true, updated_at = coalesce(%(now)s::timestamptz, now())
+WHERE name = %(name)s
+RETURNING name
+
+-- name: reset_limit
+UPDATE due_limits
+SET set_concurrency = NULL, set_rate = NULL, set_period = NULL, overridden = false,
+    updated_at = coalesce(%(now)s::timestamptz, now())
+WHERE name = %(name)s
+RETURNING name
+
+-- name: limit_overview
+-- Every limit with its numbers in force, the jobs running against it, and
+-- the jobs waiting for it (each count read to at most %(limit)s).
+SELECT d.name, d.concurrency AS code_concurrency, d.rate AS code_rate,
+       d.period AS code_period, d.overridden, d.updated_at,
+       CASE WHEN d.overridden THEN d.set_concurrency ELSE d.concurrency END AS concurrency,
+       CASE WHEN d.overridden THEN d.set_rate ELSE d.rate END AS rate,
+       CASE WHEN d.overridden THEN d.set_period ELSE d.period END AS period,
+       (SELECT count(*) FROM due_jobs j
+        WHERE j.state = 'running' AND j.limits IS NOT NULL
+          AND EXISTS (SELECT 1 FROM jsonb_array_elements(j.limits) e WHERE e ->> 0 = d.name))
+           AS running,
+       (SELECT count(*) FROM (SELECT 1 FROM due_jobs
+                              WHERE state = 'queued' AND limit_wait = d.name
+                              LIMIT %(limit)s) AS c) AS waiting,
+       (SELECT coalesce(sum(started_total), 0) FROM due_limit_keys k WHERE k.name = d.name)
+           AS started_total,
+       (SELECT count(*) FROM due_limit_keys k WHERE k.name = d.name) AS keys,
+       extract(epoch FROM coalesce(%(now)s::timestamptz, now()))::float8 AS now_s
+FROM due_limits d
+ORDER BY d.name
+
+-- name: limit_keys_of
+-- The keys of one limit, busiest first: running, then waiting, at most %(limit)s.
+SELECT * FROM (
+    SELECT k.name, k.key, k.starts::text AS starts, k.started_total,
+           extract(epoch FROM k.opens_at)::float8 AS opens_s,
+           extract(epoch FROM coalesce(%(now)s::timestamptz, now()))::float8 AS now_s,
+           (SELECT count(*) FROM due_jobs j
+            WHERE j.state = 'running' AND j.limits IS NOT NULL
+              AND j.limits @> jsonb_build_array(jsonb_build_array(k.name, k.key))) AS running,
+           (SELECT count(*) FROM (SELECT 1 FROM due_jobs
+                                  WHERE state = 'queued' AND limit_wait = k.name
+                                    AND limit_wait_key = k.key
+                                  LIMIT %(count_limit)s) AS c) AS waiting
+    FROM due_limit_keys k
+    WHERE k.name = %(name)s) AS keys
+ORDER BY running DESC, waiting DESC, key
+LIMIT %(limit)s

@@ -31,9 +31,10 @@ INSERT INTO due_schema_migrations (version, name, applied_at) VALUES (:version, 
 -- name: insert_job
 -- A job due later waits among the timers (`timer`), out of the claim index.
 INSERT INTO due_jobs (task, queue, priority, payload, run_at, timer, max_attempts,
-                      key, dedupe_key, unique_for, stuck_after, created_at)
+                      key, dedupe_key, unique_for, stuck_after, created_at, limits)
 VALUES (:task, :queue, :priority, :payload, coalesce(:run_at, :now + :delay),
-        coalesce(:run_at, :now + :delay) > :now, :max_attempts, :key, :key, :unique_for, :stuck_after, :now)
+        coalesce(:run_at, :now + :delay) > :now, :max_attempts, :key, :key, :unique_for, :stuck_after, :now,
+        :limits)
 ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id, run_at, created_at
 
@@ -50,11 +51,11 @@ SELECT :now AS now, json_group_array(id) AS ids FROM ids
 
 -- name: insert_jobs
 -- A bulk enqueue, run with executemany (run_many): the row's columns as
--- steps.INSERT_COLUMNS orders them, then now; ids reserved by reserve_ids. A
+-- steps.INSERT_COLUMNS orders them (?1-?11), then now (?12); ids reserved by reserve_ids. A
 -- row whose key is held is not inserted, and is settled one by one (steps.py).
 INSERT INTO due_jobs (id, task, queue, priority, payload, run_at, timer, max_attempts,
-                      key, dedupe_key, unique_for, stuck_after, created_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6 > ?11, ?7, ?8, ?8, ?9, ?10, ?11)
+                      key, dedupe_key, unique_for, stuck_after, limits, created_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6 > ?12, ?7, ?8, ?8, ?9, ?10, ?11, ?12)
 ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 
 -- name: jobs_present
@@ -108,7 +109,7 @@ SET state = 'running',
 WHERE id IN (
     SELECT id
     FROM due_jobs INDEXED BY due_jobs_claim
-    WHERE state = 'queued' AND NOT held AND NOT timer
+    WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NULL
       AND queue = :queue
       AND run_at <= :now
       AND (:tasks IS NULL OR task IN (SELECT value FROM json_each(:tasks)))
@@ -325,11 +326,11 @@ RETURNING *
 -- came due.
 WITH RECURSIVE claimable(queue) AS (
     SELECT (SELECT queue FROM due_jobs INDEXED BY due_jobs_claim
-            WHERE state = 'queued' AND NOT held AND NOT timer
+            WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NULL
             ORDER BY queue LIMIT 1)
     UNION ALL
     SELECT (SELECT j.queue FROM due_jobs AS j INDEXED BY due_jobs_claim
-            WHERE j.state = 'queued' AND NOT j.held AND NOT j.timer AND j.queue > c.queue
+            WHERE j.state = 'queued' AND NOT j.held AND NOT j.timer AND j.limits IS NULL AND j.queue > c.queue
             ORDER BY j.queue LIMIT 1)
     FROM claimable AS c
     WHERE c.queue IS NOT NULL
@@ -344,8 +345,23 @@ timed(queue) AS (
             ORDER BY j.queue LIMIT 1)
     FROM timed AS t
     WHERE t.queue IS NOT NULL
+),
+limited(queue) AS (  -- limited jobs that wait for no limit: claimable, if they have room
+    SELECT (SELECT queue FROM due_jobs INDEXED BY due_jobs_limited
+            WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NOT NULL
+              AND limit_wait IS NULL
+            ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM due_jobs AS j INDEXED BY due_jobs_limited
+            WHERE j.state = 'queued' AND NOT j.held AND NOT j.timer AND j.limits IS NOT NULL
+              AND j.limit_wait IS NULL AND j.queue > l.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM limited AS l
+    WHERE l.queue IS NOT NULL
 )
 SELECT queue FROM claimable WHERE queue IS NOT NULL
+UNION
+SELECT queue FROM limited WHERE queue IS NOT NULL
 UNION
 SELECT t.queue FROM timed AS t
 WHERE t.queue IS NOT NULL
@@ -391,17 +407,17 @@ RETURNING id, state, task, queue, run_at, parent_id, completes, pieces_total
 -- poll until it resumes).
 WITH RECURSIVE levels(priority) AS (
     SELECT max(priority) FROM due_jobs INDEXED BY due_jobs_claim
-    WHERE state = 'queued' AND NOT held AND NOT timer AND queue = :queue
+    WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NULL AND queue = :queue
     UNION ALL
     SELECT (SELECT max(priority) FROM due_jobs INDEXED BY due_jobs_claim
-            WHERE state = 'queued' AND NOT held AND NOT timer AND queue = :queue
+            WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NULL AND queue = :queue
               AND priority < levels.priority)
     FROM levels
     WHERE levels.priority IS NOT NULL
 ),
 due_times(run_at) AS (
     SELECT (SELECT min(run_at) FROM due_jobs INDEXED BY due_jobs_claim
-            WHERE state = 'queued' AND NOT held AND NOT timer AND queue = :queue
+            WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NULL AND queue = :queue
               AND priority = levels.priority
               AND task IN (SELECT value FROM json_each(:tasks)))
     FROM levels
@@ -431,14 +447,14 @@ WITH examined AS MATERIALIZED (
     SELECT id, priority, run_at, task
     FROM (SELECT * FROM (
               SELECT id, priority, run_at, task FROM due_jobs INDEXED BY due_jobs_claim
-              WHERE state = 'queued' AND NOT held AND NOT timer AND queue = :queue
+              WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NULL AND queue = :queue
                 AND priority = :after_priority AND (run_at, id) > (:after_run_at, :after_id)
               ORDER BY priority DESC, run_at, id
               LIMIT :scan)
           UNION ALL
           SELECT * FROM (
               SELECT id, priority, run_at, task FROM due_jobs INDEXED BY due_jobs_claim
-              WHERE state = 'queued' AND NOT held AND NOT timer AND queue = :queue
+              WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NULL AND queue = :queue
                 AND priority < coalesce(:after_priority, 2147483647)
               ORDER BY priority DESC, run_at, id
               LIMIT :scan))
@@ -858,7 +874,7 @@ WITH RECURSIVE listed(queue) AS (
     UNION ALL
     SELECT (SELECT min(later.queue) FROM (
                 SELECT (SELECT queue FROM due_jobs INDEXED BY due_jobs_claim
-                        WHERE state = 'queued' AND NOT held AND NOT timer AND queue > listed.queue
+                        WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NULL AND queue > listed.queue
                         ORDER BY queue LIMIT 1) AS queue
                 UNION ALL
                 SELECT (SELECT queue FROM due_jobs INDEXED BY due_jobs_timers
@@ -884,7 +900,7 @@ SELECT q.queue,
        min(:limit,
            (SELECT count(*) FROM (
                 SELECT 1 FROM due_jobs INDEXED BY due_jobs_claim
-                WHERE queue = q.queue AND state = 'queued' AND NOT held AND NOT timer
+                WHERE queue = q.queue AND state = 'queued' AND NOT held AND NOT timer AND limits IS NULL
                 LIMIT :limit))
            + (SELECT count(*) FROM (
                 SELECT 1 FROM due_jobs INDEXED BY due_jobs_timers
@@ -924,16 +940,16 @@ SELECT q.queue,
        (SELECT min(due_times.run_at) FROM (
             WITH RECURSIVE levels(priority) AS (
                 SELECT max(priority) FROM due_jobs INDEXED BY due_jobs_claim
-                WHERE state = 'queued' AND NOT held AND NOT timer AND queue = q.queue
+                WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NULL AND queue = q.queue
                 UNION ALL
                 SELECT (SELECT max(priority) FROM due_jobs INDEXED BY due_jobs_claim
-                        WHERE state = 'queued' AND NOT held AND NOT timer AND queue = q.queue
+                        WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NULL AND queue = q.queue
                           AND priority < levels.priority)
                 FROM levels
                 WHERE levels.priority IS NOT NULL
             )
             SELECT (SELECT min(run_at) FROM due_jobs INDEXED BY due_jobs_claim
-                    WHERE state = 'queued' AND NOT held AND NOT timer AND queue = q.queue
+                    WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NULL AND queue = q.queue
                       AND priority = levels.priority AND run_at <= :now) AS run_at
             FROM levels
             WHERE priority IS NOT NULL
@@ -1076,3 +1092,186 @@ FROM due_job_stats
 WHERE span = 'minute' AND minute >= :since
   AND outcome IN ('succeeded', 'warned', 'failed', 'cancelled')
 GROUP BY queue, minute
+
+-- Limits (store/limits.py). Under BEGIN IMMEDIATE no other writer runs: the
+-- counts a claim reads stay true until it commits.
+
+-- name: limited_candidates
+-- The best due jobs of the queue that count against a limit and do not wait
+-- for one, as claim_jobs finds the others (their index holds only these).
+SELECT id, limits
+FROM due_jobs INDEXED BY due_jobs_limited
+WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NOT NULL
+  AND limit_wait IS NULL
+  AND queue = :queue
+  AND run_at <= :now
+  AND (:tasks IS NULL OR task IN (SELECT value FROM json_each(:tasks)))
+  AND NOT EXISTS (SELECT 1 FROM due_queues WHERE name = :queue AND paused)
+ORDER BY priority DESC, run_at, id
+LIMIT :limit
+
+-- name: ensure_limit_keys
+INSERT INTO due_limit_keys (name, key)
+SELECT value ->> 0, value ->> 1 FROM json_each(:keys) WHERE true
+ON CONFLICT (name, key) DO NOTHING
+
+-- name: lock_limit_keys
+-- Nothing to lock: the write lock is held already.
+SELECT name, key FROM due_limit_keys
+WHERE (name, key) IN (SELECT value ->> 0, value ->> 1 FROM json_each(:keys))
+
+-- name: limit_key_states
+-- Each key's numbers (the operator's when set), its log of starts, and how
+-- many of its jobs run now: a limit's slots are its running jobs, whatever
+-- claimed them, so a rescue or a release frees one by ending the run.
+SELECT k.name, k.key, k.starts, k.block_version, :now AS now_s,
+       CASE WHEN d.overridden THEN d.set_concurrency ELSE d.concurrency END AS concurrency,
+       CASE WHEN d.overridden THEN d.set_rate ELSE d.rate END AS rate,
+       CASE WHEN d.overridden THEN d.set_period ELSE d.period END AS period,
+       (SELECT count(*) FROM due_jobs AS j INDEXED BY due_jobs_limited_running
+        WHERE j.state = 'running' AND j.limits IS NOT NULL
+          AND EXISTS (SELECT 1 FROM json_each(j.limits) AS e
+                      WHERE e.value ->> 0 = k.name AND e.value ->> 1 = k.key)) AS running
+FROM due_limit_keys AS k LEFT JOIN due_limits AS d ON d.name = k.name
+WHERE (k.name, k.key) IN (SELECT value ->> 0, value ->> 1 FROM json_each(:keys))
+
+-- name: limit_keys_waiting
+-- Keys with jobs waiting for them whose slots or rate may have opened.
+SELECT k.name, k.key, k.starts, k.block_version, :now AS now_s,
+       CASE WHEN d.overridden THEN d.set_concurrency ELSE d.concurrency END AS concurrency,
+       CASE WHEN d.overridden THEN d.set_rate ELSE d.rate END AS rate,
+       CASE WHEN d.overridden THEN d.set_period ELSE d.period END AS period,
+       (SELECT count(*) FROM due_jobs AS j INDEXED BY due_jobs_limited_running
+        WHERE j.state = 'running' AND j.limits IS NOT NULL
+          AND EXISTS (SELECT 1 FROM json_each(j.limits) AS e
+                      WHERE e.value ->> 0 = k.name AND e.value ->> 1 = k.key)) AS running
+FROM due_limit_keys AS k INDEXED BY due_limit_keys_waiting
+LEFT JOIN due_limits AS d ON d.name = k.name
+WHERE k.waiting AND (k.opens_at IS NULL OR k.opens_at <= :now)
+ORDER BY k.opens_at
+LIMIT :limit
+
+-- name: block_jobs
+-- Jobs over a limit wait out of the claim indexes for what they wait for.
+UPDATE due_jobs SET limit_wait = :name, limit_wait_key = :key
+WHERE id = :id AND state = 'queued'
+
+-- name: unblock_jobs
+-- The best `count` jobs waiting for a key go back among the claimable ones.
+UPDATE due_jobs SET limit_wait = NULL, limit_wait_key = NULL
+WHERE id IN (SELECT id FROM due_jobs INDEXED BY due_jobs_limit_wait
+             WHERE state = 'queued' AND limit_wait = :name AND limit_wait_key = :key
+             ORDER BY priority DESC, run_at, id
+             LIMIT :count)
+RETURNING id
+
+-- name: update_limit_keys
+UPDATE due_limit_keys
+SET starts = :starts,
+    started_total = started_total + :started,
+    waiting = waiting OR :blocked,
+    block_version = block_version + :blocked,
+    opens_at = coalesce(:opens_at, opens_at)
+WHERE name = :name AND key = :key
+
+-- name: limit_key_reopened
+-- After jobs waiting for a key were let go: still waiting (and when its rate
+-- opens next), or none left; a wait begun since the look (another version)
+-- stands.
+UPDATE due_limit_keys
+SET waiting = CASE WHEN :settled AND block_version = :block_version THEN 0 ELSE waiting END,
+    opens_at = CASE WHEN :settled AND block_version = :block_version THEN NULL ELSE :opens_at END
+WHERE name = :name AND key = :key
+
+-- name: claim_given
+-- The limited jobs a claim let start, as claim_jobs leases the others.
+UPDATE due_jobs
+SET state = 'running',
+    attempt = attempt + 1,
+    lease_token = lease_token + 1,
+    lease_expires_at = :now + coalesce(
+        (SELECT value FROM json_each(:leases) WHERE key = due_jobs.task), :lease),
+    started_at = :now,
+    progress_at = NULL,
+    worker = :worker,
+    attempt_status = 'claimed'
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'queued'
+RETURNING id, task, queue, priority, payload, attempt, max_attempts,
+          lease_token, lease_expires_at, run_at, created_at, scheduled_for, checkpoint, parent_id,
+          completes, pieces_total
+
+-- name: limited_next_due
+-- When the queue's next limited job that waits for no limit comes due, and
+-- when the next rate window of a key that jobs wait for opens.
+SELECT min(at) AS run_at FROM (
+    -- Off the timers, a job is due already: any one of them says "now".
+    SELECT (SELECT run_at FROM due_jobs INDEXED BY due_jobs_limited
+            WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NOT NULL
+              AND limit_wait IS NULL AND queue = :queue
+            LIMIT 1) AS at
+    UNION ALL
+    SELECT (SELECT min(opens_at) FROM due_limit_keys INDEXED BY due_limit_keys_waiting
+            WHERE waiting AND opens_at IS NOT NULL))
+WHERE NOT EXISTS (SELECT 1 FROM due_queues WHERE name = :queue AND paused)
+
+-- name: upsert_limit
+-- The numbers in code; an operator's (set_*, while overridden) stay in force.
+INSERT INTO due_limits (name, concurrency, rate, period, updated_at)
+VALUES (:name, :concurrency, :rate, :period, :now)
+ON CONFLICT (name) DO UPDATE
+SET concurrency = excluded.concurrency, rate = excluded.rate, period = excluded.period,
+    updated_at = CASE WHEN (concurrency, rate, period)
+                           IS NOT (excluded.concurrency, excluded.rate, excluded.period)
+                      THEN excluded.updated_at ELSE updated_at END
+
+-- name: set_limit
+UPDATE due_limits
+SET set_concurrency = :concurrency, set_rate = :rate, set_period = :period, overridden = 1,
+    updated_at = :now
+WHERE name = :name
+RETURNING name
+
+-- name: reset_limit
+UPDATE due_limits
+SET set_concurrency = NULL, set_rate = NULL, set_period = NULL, overridden = 0,
+    updated_at = :now
+WHERE name = :name
+RETURNING name
+
+-- name: limit_overview
+-- Every limit with its numbers in force, the jobs running against it, and
+-- the jobs waiting for it (each count read to at most :limit).
+SELECT d.name, d.concurrency AS code_concurrency, d.rate AS code_rate,
+       d.period AS code_period, d.overridden, d.updated_at,
+       CASE WHEN d.overridden THEN d.set_concurrency ELSE d.concurrency END AS concurrency,
+       CASE WHEN d.overridden THEN d.set_rate ELSE d.rate END AS rate,
+       CASE WHEN d.overridden THEN d.set_period ELSE d.period END AS period,
+       (SELECT count(*) FROM due_jobs AS j INDEXED BY due_jobs_limited_running
+        WHERE j.state = 'running' AND j.limits IS NOT NULL
+          AND EXISTS (SELECT 1 FROM json_each(j.limits) AS e WHERE e.value ->> 0 = d.name))
+           AS running,
+       (SELECT count(*) FROM (SELECT 1 FROM due_jobs INDEXED BY due_jobs_limit_wait
+                              WHERE state = 'queued' AND limit_wait = d.name
+                              LIMIT :limit)) AS waiting,
+       (SELECT coalesce(sum(started_total), 0) FROM due_limit_keys AS k WHERE k.name = d.name)
+           AS started_total,
+       (SELECT count(*) FROM due_limit_keys AS k WHERE k.name = d.name) AS keys,
+       :now AS now_s
+FROM due_limits AS d
+ORDER BY d.name
+
+-- name: limit_keys_of
+-- The keys of one limit, busiest first: running, then waiting, at most :limit.
+SELECT k.name, k.key, k.starts, k.started_total, k.opens_at AS opens_s, :now AS now_s,
+       (SELECT count(*) FROM due_jobs AS j INDEXED BY due_jobs_limited_running
+        WHERE j.state = 'running' AND j.limits IS NOT NULL
+          AND EXISTS (SELECT 1 FROM json_each(j.limits) AS e
+                      WHERE e.value ->> 0 = k.name AND e.value ->> 1 = k.key)) AS running,
+       (SELECT count(*) FROM (SELECT 1 FROM due_jobs INDEXED BY due_jobs_limit_wait
+                              WHERE state = 'queued' AND limit_wait = k.name
+                                AND limit_wait_key = k.key
+                              LIMIT :count_limit)) AS waiting
+FROM due_limit_keys AS k
+WHERE k.name = :name
+ORDER BY running DESC, waiting DESC, k.key
+LIMIT :limit

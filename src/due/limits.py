@@ -1,0 +1,154 @@
+"""The limits an App declares, and what a task's `limits=` makes of a call.
+
+`app.limit("stripe", rate="100/s")` declares a limit; `@app.task(limits=...)`
+names the limits its jobs count against, each for the whole limit or per key
+(a function of the task's arguments, called as the task would be). The keys
+are computed at enqueue and stored on the job; the numbers are stored in the
+database (workers write the code's as they start, `due limit set` overrides
+them), so every worker on every host enforces the same ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from due.core.limits import MAX_KEY_LENGTH, WHOLE, Limit, build, encode_job_limits
+from due.errors import ConfigurationError, InvalidJobError
+
+KeyFunction = Callable[..., Any]
+LimitsOption = Sequence[str] | Mapping[str, KeyFunction | None]
+"""What `@app.task(limits=...)` takes: names (the whole limit each), or a
+mapping of name to a key function of the task's arguments (None: the whole
+limit)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LimitUse:
+    """One limit a task's jobs count against: per key when `key` is given."""
+
+    name: str
+    key: KeyFunction | None = None
+
+
+class LimitCatalog:
+    """The limits an App declares, by name."""
+
+    def __init__(self) -> None:
+        self._limits: dict[str, Limit] = {}
+
+    def __iter__(self) -> Iterator[Limit]:
+        return iter(self._limits.values())
+
+    def __len__(self) -> int:
+        return len(self._limits)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._limits
+
+    def get(self, name: str) -> Limit | None:
+        return self._limits.get(name)
+
+    def declare(self, name: Any, *, rate: Any = None, concurrency: Any = None) -> Limit:
+        limit = build(name, rate=rate, concurrency=concurrency)
+        known = self._limits.get(limit.name)
+        if known is not None and known != limit:
+            raise ConfigurationError(
+                f"limit {limit.name!r} is declared twice with other numbers "
+                f"({known.describe()}, then {limit.describe()}); declare it once"
+            )
+        self._limits[limit.name] = limit
+        return limit
+
+    def uses(self, task: str, option: Any) -> tuple[LimitUse, ...]:
+        """A task's `limits=`, checked: every name declared, every key callable."""
+        if option is None:
+            return ()
+        if isinstance(option, str):
+            option = [option]
+        if isinstance(option, Mapping):
+            pairs = list(option.items())
+        elif isinstance(option, Sequence):
+            pairs = [(name, None) for name in option]
+        else:
+            raise ConfigurationError(
+                f"task {task!r}: limits= takes a list of limit names or a mapping of name to "
+                f"a key function of the task's arguments, got {type(option).__name__}"
+            )
+        uses = []
+        for name, key in pairs:
+            if name not in self._limits:
+                declared = ", ".join(sorted(self._limits)) or "none"
+                raise ConfigurationError(
+                    f"task {task!r}: limits= names {name!r}, which this app does not declare "
+                    f"(declared: {declared}); call app.limit({name!r}, rate=... or "
+                    "concurrency=...) before the task"
+                )
+            if key is not None and not callable(key):
+                raise ConfigurationError(
+                    f"task {task!r}: the key of limit {name!r} must be a function of the "
+                    f"task's arguments (lambda account_id: str(account_id)), got {key!r}"
+                )
+            uses.append(LimitUse(name, key))
+        if len({use.name for use in uses}) != len(uses):
+            raise ConfigurationError(f"task {task!r}: limits= names a limit twice")
+        return tuple(uses)
+
+
+def job_limits(
+    task: str,
+    uses: Sequence[LimitUse],
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    given: Mapping[str, Any] | None,
+) -> str | None:
+    """The limits a job counts against, as stored: each key given by
+    `limit_keys=`, else computed by the task's key function, else the whole
+    limit. InvalidJobError names what to fix."""
+    given = dict(given or {})
+    unknown = sorted(set(given) - {use.name for use in uses})
+    if unknown:
+        named = ", ".join(use.name for use in uses) or "none"
+        raise InvalidJobError(
+            f"enqueue of {task!r}: limit_keys= names {unknown[0]!r}, not a limit of this task "
+            f"(its limits: {named})"
+        )
+    pairs = []
+    for use in uses:
+        if use.name in given:
+            key = _checked_key(task, use.name, given[use.name], "limit_keys=")
+        elif use.key is not None:
+            try:
+                value = use.key(*args, **kwargs)
+            except Exception as error:
+                raise InvalidJobError(
+                    f"enqueue of {task!r}: the key function of limit {use.name!r} raised "
+                    f"{type(error).__name__}: {error}; it is called with the task's arguments"
+                ) from error
+            key = _checked_key(task, use.name, value, "its key function")
+        else:
+            key = WHOLE
+        pairs.append((use.name, key))
+    return encode_job_limits(pairs)
+
+
+def _checked_key(task: str, limit: str, value: Any, source: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidJobError(
+            f"enqueue of {task!r}: {source} gave the key of limit {limit!r} as {value!r}; "
+            "a key is a non-empty string (str(account_id), say)"
+        )
+    if len(value) > MAX_KEY_LENGTH:
+        raise InvalidJobError(
+            f"enqueue of {task!r}: the key of limit {limit!r} is {len(value)} characters; "
+            f"at most {MAX_KEY_LENGTH}"
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidJobError(
+            f"enqueue of {task!r}: the key of limit {limit!r} holds a character that "
+            "cannot be stored (a lone surrogate); decode it properly first"
+        ) from None
+    return value

@@ -1,0 +1,211 @@
+"""Limits in the claim: who may start, who waits, and letting waiting jobs go.
+
+A limited job (one whose `limits` name a limit) is claimed only here, never by
+claim_jobs: its own index holds it until a claim looks at it. The claim
+locks the keys its candidates count against (in name, key order: claims
+never deadlock), counts each key's running jobs and recent starts in a
+statement of its own (seeing every claim that held the key before), and
+then leases the candidates that have room and sets the others waiting, out
+of every claim index, for the key that had none. Nothing else locks a key:
+a job's end frees its slot by no longer running.
+
+Waiting jobs go back when their key has room again (`reopen`, before a
+claim: after a job of the key ended, its rate's window moved on, or an
+operator raised its numbers). Letting one go too early costs a look, never a
+slot: the claim counts again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from due.core.limits import (
+    KeyState,
+    Limit,
+    LimitKeyOverview,
+    LimitOverview,
+    decide,
+    decode_job_limits,
+    starts_in_window,
+)
+from due.core.records import CLAIM_COLUMNS, COUNT_LIMIT, ClaimRequest
+from due.store.backend import Backend, Columns, Transaction, Values
+
+REOPEN_KEYS_PER_LOOK = 200
+"""Keys with waiting jobs looked at by one `reopen`, at most."""
+MAX_REOPEN = 1000
+"""Jobs of one key let go by one `reopen`, at most."""
+
+
+def claim_limited(
+    tx: Transaction, request: ClaimRequest, limit: int, params: dict[str, Any]
+) -> Values:
+    """Lease up to `limit` of the queue's limited jobs that have room now."""
+    rows = tx.run("limited_candidates", {**params, "limit": limit})
+    if not rows:
+        return CLAIM_COLUMNS, []
+    candidates = [(row["id"], decode_job_limits(row["limits"])) for row in rows]
+    pairs = sorted({pair for _, job_pairs in candidates for pair in job_pairs})
+    keys = _keys_params(pairs, tx.now)
+    if len(tx.run("lock_limit_keys", keys)) < len(pairs):
+        tx.run("ensure_limit_keys", keys)
+        tx.run("lock_limit_keys", keys)
+    states = {
+        (row["name"], row["key"]): KeyState.from_row(row)
+        for row in tx.run("limit_key_states", keys)
+    }
+    decision = decide(candidates, states)
+    if decision.waiting:
+        tx.run_each(
+            "block_jobs",
+            Columns(
+                id=[job for job, _, _ in decision.waiting],
+                name=[name for _, name, _ in decision.waiting],
+                key=[key for _, _, key in decision.waiting],
+            ),
+        )
+    changed = [state for state in states.values() if state.granted or state.blocked]
+    if changed:
+        tx.run_each(
+            "update_limit_keys",
+            Columns(
+                name=[state.name for state in changed],
+                key=[state.key for state in changed],
+                starts=[json.dumps(state.log()) for state in changed],
+                started=[state.granted for state in changed],
+                blocked=[state.blocked for state in changed],
+                opens_at=[state.opens_at() if state.rate_blocked else None for state in changed],
+            ),
+        )
+    if not decision.granted:
+        return CLAIM_COLUMNS, []
+    return tx.run_values("claim_given", {**params, "ids": decision.granted})
+
+
+def reopen(db: Backend) -> int:
+    """Let go the jobs waiting for keys that have room again; returns how many."""
+    with db.transaction() as tx:
+        return reopen_in(tx)
+
+
+def reopen_in(tx: Transaction) -> int:
+    released = 0
+    for row in tx.run("limit_keys_waiting", {"now": tx.now, "limit": REOPEN_KEYS_PER_LOOK}):
+        state = KeyState.from_row(row)
+        room = min(state.room(), MAX_REOPEN)
+        let_go = 0
+        if room:
+            let_go = len(
+                tx.run("unblock_jobs", {"name": state.name, "key": state.key, "count": room})
+            )
+            released += let_go
+        state.granted = let_go  # as if they started now: when the rate opens after them
+        tx.run(
+            "limit_key_reopened",
+            {
+                "name": state.name,
+                "key": state.key,
+                "settled": let_go < room,
+                "block_version": state.block_version,
+                "opens_at": state.opens_at(),
+            },
+        )
+    return released
+
+
+def waiting_keys(db: Backend) -> bool:
+    """Whether a key has jobs waiting that may have room now (a cheap look)."""
+    with db.transaction(read=True) as tx:
+        return bool(tx.run("limit_keys_waiting", {"now": tx.now, "limit": 1}))
+
+
+def sync(db: Backend, limits: Sequence[Limit]) -> None:
+    """Write the numbers of the limits declared in code (an operator's stay)."""
+    if not limits:
+        return
+    with db.transaction() as tx:
+        for limit in limits:
+            tx.run(
+                "upsert_limit",
+                {
+                    "name": limit.name,
+                    "concurrency": limit.concurrency,
+                    "rate": limit.rate,
+                    "period": limit.period,
+                    "now": tx.now,
+                },
+            )
+
+
+def set_numbers(db: Backend, limit: Limit) -> bool:
+    """An operator's numbers for a limit, until reset; False if it is unknown."""
+    with db.transaction() as tx:
+        rows = tx.run(
+            "set_limit",
+            {
+                "name": limit.name,
+                "concurrency": limit.concurrency,
+                "rate": limit.rate,
+                "period": limit.period,
+                "now": tx.now,
+            },
+        )
+    return bool(rows)
+
+
+def reset_numbers(db: Backend, name: str) -> bool:
+    """Back to the numbers in code; False if the limit is unknown."""
+    with db.transaction() as tx:
+        return bool(tx.run("reset_limit", {"name": name, "now": tx.now}))
+
+
+def _keys_params(pairs: Sequence[tuple[str, str]], now: Any) -> dict[str, Any]:
+    return {
+        "keys": [list(pair) for pair in pairs],
+        "name": [name for name, _ in pairs],
+        "key": [key for _, key in pairs],
+        "now": now,
+    }
+
+
+def overview(db: Backend, *, busiest: int = 5, keys_read: int = 1000) -> list[LimitOverview]:
+    """Every stored limit with its figures (see LimitOverview)."""
+    found = []
+    with db.transaction(read=True) as tx:
+        for row in tx.run("limit_overview", {"now": tx.now, "limit": COUNT_LIMIT}):
+            numbers = Limit(row["name"], row["concurrency"], row["rate"], row["period"])
+            code = Limit(row["name"], row["code_concurrency"], row["code_rate"], row["code_period"])
+            keys = [
+                LimitKeyOverview(
+                    key["key"],
+                    int(key["running"]),
+                    int(key["waiting"]),
+                    starts_in_window(key["starts"], float(key["now_s"]), numbers.period),
+                    int(key["started_total"]),
+                )
+                for key in tx.run(
+                    "limit_keys_of",
+                    {
+                        "name": row["name"],
+                        "limit": keys_read,
+                        "count_limit": COUNT_LIMIT,
+                        "now": tx.now,
+                    },
+                )
+            ]
+            found.append(
+                LimitOverview(
+                    numbers,
+                    code,
+                    bool(row["overridden"]),
+                    int(row["running"]),
+                    int(row["waiting"]),
+                    sum(key.started_in_window for key in keys),
+                    int(row["started_total"]),
+                    int(row["keys"]),
+                    tuple(keys[:busiest]),
+                )
+            )
+    return found
