@@ -168,10 +168,22 @@ def test_sqlite_upgrading_to_counting_queued_jobs_in_their_own_indexes_keeps_the
                 WHERE state IN ('queued', 'running', 'waiting', 'failed');
             ALTER TABLE due_jobs DROP COLUMN attempt_status;
             ALTER TABLE due_schedules DROP COLUMN problem;
+            DROP TABLE due_limits;
+            DROP TABLE due_limit_keys;
+            DROP INDEX due_jobs_limited;
+            DROP INDEX due_jobs_limit_wait;
+            DROP INDEX due_jobs_limited_running;
+            DROP INDEX due_jobs_limited_queue;
+            DROP INDEX due_jobs_claim;
+            CREATE INDEX due_jobs_claim ON due_jobs (queue, priority DESC, run_at, id)
+                WHERE state = 'queued' AND NOT held AND NOT timer;
+            ALTER TABLE due_jobs DROP COLUMN limits;
+            ALTER TABLE due_jobs DROP COLUMN limit_wait;
+            ALTER TABLE due_jobs DROP COLUMN limit_wait_key;
             DELETE FROM due_schema_migrations WHERE version >= 11;
             """
         )
-    assert app.migrate() == [11, 12, 13]
+    assert app.migrate() == [11, 12, 13, 14]
     assert shown(app) == expected
 
 

@@ -56,10 +56,29 @@ due_jobs | held | boolean | NO | false
 due_jobs | warning | text | YES | None
 due_jobs | timer | boolean | NO | false
 due_jobs | attempt_status | text | NO | 'started'::text
+due_jobs | limits | jsonb | YES | None
+due_jobs | limit_wait | text | YES | None
+due_jobs | limit_wait_key | text | YES | None
 due_leases | name | text | NO | None
 due_leases | holder | text | NO | None
 due_leases | token | bigint | NO | None
 due_leases | expires_at | timestamp with time zone | NO | None
+due_limit_keys | name | text | NO | None
+due_limit_keys | key | text | NO | None
+due_limit_keys | starts | jsonb | NO | '[]'::jsonb
+due_limit_keys | started_total | bigint | NO | 0
+due_limit_keys | waiting | boolean | NO | false
+due_limit_keys | block_version | bigint | NO | 0
+due_limit_keys | opens_at | timestamp with time zone | YES | None
+due_limits | name | text | NO | None
+due_limits | concurrency | integer | YES | None
+due_limits | rate | integer | YES | None
+due_limits | period | double precision | YES | None
+due_limits | set_concurrency | integer | YES | None
+due_limits | set_rate | integer | YES | None
+due_limits | set_period | double precision | YES | None
+due_limits | overridden | boolean | NO | false
+due_limits | updated_at | timestamp with time zone | NO | None
 due_queues | name | text | NO | None
 due_queues | paused | boolean | NO | false
 due_queues | updated_at | timestamp with time zone | NO | None
@@ -115,6 +134,14 @@ due_jobs | due_jobs_on_piece_failure_check | CHECK ((on_piece_failure = ANY (ARR
 due_jobs | due_jobs_pkey | PRIMARY KEY (id)
 due_jobs | due_jobs_state_check | CHECK ((state = ANY (ARRAY['queued'::text, 'running'::text, 'waiting'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text])))
 due_leases | due_leases_pkey | PRIMARY KEY (name)
+due_limit_keys | due_limit_keys_pkey | PRIMARY KEY (name, key)
+due_limits | due_limits_concurrency_check | CHECK ((concurrency > 0))
+due_limits | due_limits_period_check | CHECK ((period > (0)::double precision))
+due_limits | due_limits_pkey | PRIMARY KEY (name)
+due_limits | due_limits_rate_check | CHECK ((rate > 0))
+due_limits | due_limits_set_concurrency_check | CHECK ((set_concurrency > 0))
+due_limits | due_limits_set_period_check | CHECK ((set_period > (0)::double precision))
+due_limits | due_limits_set_rate_check | CHECK ((set_rate > 0))
 due_queues | due_queues_pkey | PRIMARY KEY (name)
 due_schedule_runs | due_schedule_runs_outcome_check | CHECK ((outcome = ANY (ARRAY['enqueued'::text, 'pending'::text, 'skipped'::text, 'missed'::text])))
 due_schedule_runs | due_schedule_runs_pkey | PRIMARY KEY (schedule, scheduled_for)
@@ -135,11 +162,15 @@ due_actions | due_actions_schedule | CREATE INDEX due_actions_schedule ON due_ac
 due_job_stats | due_job_stats_pkey | CREATE UNIQUE INDEX due_job_stats_pkey ON due_job_stats USING btree (span, minute, task, queue, outcome, bucket, writer)
 due_jobs | due_jobs_backlog | CREATE INDEX due_jobs_backlog ON due_jobs USING btree (queue, state, run_at) INCLUDE (attempt, held) WHERE (state = ANY (ARRAY['queued'::text, 'waiting'::text, 'failed'::text]))
 due_jobs | due_jobs_children | CREATE INDEX due_jobs_children ON due_jobs USING btree (parent_id) WHERE ((parent_id IS NOT NULL) AND (state = ANY (ARRAY['queued'::text, 'running'::text, 'waiting'::text])))
-due_jobs | due_jobs_claim | CREATE INDEX due_jobs_claim ON due_jobs USING btree (queue, priority DESC, run_at, id) WHERE ((state = 'queued'::text) AND (NOT held) AND (NOT timer))
+due_jobs | due_jobs_claim | CREATE INDEX due_jobs_claim ON due_jobs USING btree (queue, priority DESC, run_at, id) WHERE ((state = 'queued'::text) AND (NOT held) AND (NOT timer) AND (limits IS NULL))
 due_jobs | due_jobs_completes | CREATE INDEX due_jobs_completes ON due_jobs USING btree (completes) WHERE (completes IS NOT NULL)
 due_jobs | due_jobs_dedupe_key | CREATE UNIQUE INDEX due_jobs_dedupe_key ON due_jobs USING btree (dedupe_key) WHERE (dedupe_key IS NOT NULL)
 due_jobs | due_jobs_failed | CREATE INDEX due_jobs_failed ON due_jobs USING btree (finished_at) WHERE (state = 'failed'::text)
 due_jobs | due_jobs_key | CREATE INDEX due_jobs_key ON due_jobs USING btree (key) WHERE (key IS NOT NULL)
+due_jobs | due_jobs_limit_wait | CREATE INDEX due_jobs_limit_wait ON due_jobs USING btree (limit_wait, limit_wait_key, priority DESC, run_at, id) WHERE ((state = 'queued'::text) AND (limit_wait IS NOT NULL))
+due_jobs | due_jobs_limited | CREATE INDEX due_jobs_limited ON due_jobs USING btree (queue, priority DESC, run_at, id) WHERE ((state = 'queued'::text) AND (NOT held) AND (NOT timer) AND (limits IS NOT NULL) AND (limit_wait IS NULL))
+due_jobs | due_jobs_limited_queue | CREATE INDEX due_jobs_limited_queue ON due_jobs USING btree (queue, run_at) WHERE ((state = 'queued'::text) AND (NOT held) AND (NOT timer) AND (limits IS NOT NULL))
+due_jobs | due_jobs_limited_running | CREATE INDEX due_jobs_limited_running ON due_jobs USING btree (id) WHERE ((state = 'running'::text) AND (limits IS NOT NULL))
 due_jobs | due_jobs_piece | CREATE UNIQUE INDEX due_jobs_piece ON due_jobs USING btree (parent_id, piece_key) WHERE (parent_id IS NOT NULL)
 due_jobs | due_jobs_pkey | CREATE UNIQUE INDEX due_jobs_pkey ON due_jobs USING btree (id)
 due_jobs | due_jobs_retrying | CREATE INDEX due_jobs_retrying ON due_jobs USING btree (queue) WHERE ((state = 'queued'::text) AND (attempt > 0))
@@ -149,6 +180,9 @@ due_jobs | due_jobs_schedule_run | CREATE UNIQUE INDEX due_jobs_schedule_run ON 
 due_jobs | due_jobs_stopped | CREATE INDEX due_jobs_stopped ON due_jobs USING btree (state, id) WHERE (state = ANY (ARRAY['waiting'::text, 'failed'::text]))
 due_jobs | due_jobs_timers | CREATE INDEX due_jobs_timers ON due_jobs USING btree (queue, run_at, id) WHERE ((state = 'queued'::text) AND timer)
 due_leases | due_leases_pkey | CREATE UNIQUE INDEX due_leases_pkey ON due_leases USING btree (name)
+due_limit_keys | due_limit_keys_pkey | CREATE UNIQUE INDEX due_limit_keys_pkey ON due_limit_keys USING btree (name, key)
+due_limit_keys | due_limit_keys_waiting | CREATE INDEX due_limit_keys_waiting ON due_limit_keys USING btree (opens_at) WHERE waiting
+due_limits | due_limits_pkey | CREATE UNIQUE INDEX due_limits_pkey ON due_limits USING btree (name)
 due_queues | due_queues_pkey | CREATE UNIQUE INDEX due_queues_pkey ON due_queues USING btree (name)
 due_schedule_runs | due_schedule_runs_pending | CREATE INDEX due_schedule_runs_pending ON due_schedule_runs USING btree (schedule) WHERE (outcome = 'pending'::text)
 due_schedule_runs | due_schedule_runs_pkey | CREATE UNIQUE INDEX due_schedule_runs_pkey ON due_schedule_runs USING btree (schedule, scheduled_for)

@@ -13,7 +13,7 @@ CREATE INDEX due_jobs_children ON due_jobs (parent_id)
 
 -- index due_jobs_claim
 CREATE INDEX due_jobs_claim ON due_jobs (queue, priority DESC, run_at, id)
-    WHERE state = 'queued' AND NOT held AND NOT timer;
+    WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NULL;
 
 -- index due_jobs_completes
 CREATE INDEX due_jobs_completes ON due_jobs (completes) WHERE completes IS NOT NULL;
@@ -30,6 +30,23 @@ CREATE INDEX due_jobs_held ON due_jobs (queue, run_at)
 
 -- index due_jobs_key
 CREATE INDEX due_jobs_key ON due_jobs (key) WHERE key IS NOT NULL;
+
+-- index due_jobs_limit_wait
+CREATE INDEX due_jobs_limit_wait ON due_jobs (limit_wait, limit_wait_key, priority DESC, run_at, id)
+    WHERE state = 'queued' AND limit_wait IS NOT NULL;
+
+-- index due_jobs_limited
+CREATE INDEX due_jobs_limited ON due_jobs (queue, priority DESC, run_at, id)
+    WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NOT NULL
+      AND limit_wait IS NULL;
+
+-- index due_jobs_limited_queue
+CREATE INDEX due_jobs_limited_queue ON due_jobs (queue, run_at)
+    WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NOT NULL;
+
+-- index due_jobs_limited_running
+CREATE INDEX due_jobs_limited_running ON due_jobs (id)
+    WHERE state = 'running' AND limits IS NOT NULL;
 
 -- index due_jobs_parked
 CREATE INDEX due_jobs_parked ON due_jobs (queue, state)
@@ -60,6 +77,9 @@ CREATE INDEX due_jobs_stopped ON due_jobs (state, id)
 -- index due_jobs_timers
 CREATE INDEX due_jobs_timers ON due_jobs (queue, run_at, id)
     WHERE state = 'queued' AND timer;
+
+-- index due_limit_keys_waiting
+CREATE INDEX due_limit_keys_waiting ON due_limit_keys (opens_at) WHERE waiting;
 
 -- index due_schedule_runs_pending
 CREATE INDEX due_schedule_runs_pending ON due_schedule_runs (schedule) WHERE outcome = 'pending';
@@ -125,7 +145,7 @@ CREATE TABLE due_jobs (
     result           TEXT
 , schedule TEXT, scheduled_for REAL, cancel_requested INTEGER NOT NULL DEFAULT 0, checkpoint TEXT, progress TEXT, progress_at REAL, stuck_after REAL, parent_id INTEGER, piece_key TEXT, pieces_total INTEGER NOT NULL DEFAULT 0, pieces_done INTEGER NOT NULL DEFAULT 0, pieces_failed INTEGER NOT NULL DEFAULT 0, on_complete TEXT, on_piece_failure TEXT NOT NULL DEFAULT 'continue'
     CHECK (on_piece_failure IN ('continue', 'fail')), completes INTEGER, held INTEGER NOT NULL DEFAULT 0, warning TEXT, timer INTEGER NOT NULL DEFAULT 0, attempt_status TEXT NOT NULL DEFAULT 'started'
-    CHECK (attempt_status IN ('claimed', 'started', 'handed_back')));
+    CHECK (attempt_status IN ('claimed', 'started', 'handed_back')), limits TEXT, limit_wait TEXT, limit_wait_key TEXT);
 
 -- table due_leases
 CREATE TABLE due_leases (
@@ -133,6 +153,31 @@ CREATE TABLE due_leases (
     holder     TEXT    NOT NULL,
     token      INTEGER NOT NULL,
     expires_at REAL    NOT NULL
+);
+
+-- table due_limit_keys
+CREATE TABLE due_limit_keys (
+    name          TEXT    NOT NULL,
+    key           TEXT    NOT NULL,
+    starts        TEXT    NOT NULL DEFAULT '[]',
+    started_total INTEGER NOT NULL DEFAULT 0,
+    waiting       INTEGER NOT NULL DEFAULT 0,
+    block_version INTEGER NOT NULL DEFAULT 0,
+    opens_at      REAL,
+    PRIMARY KEY (name, key)
+);
+
+-- table due_limits
+CREATE TABLE due_limits (
+    name            TEXT PRIMARY KEY,
+    concurrency     INTEGER CHECK (concurrency > 0),
+    rate            INTEGER CHECK (rate > 0),
+    period          REAL    CHECK (period > 0),
+    set_concurrency INTEGER CHECK (set_concurrency > 0),
+    set_rate        INTEGER CHECK (set_rate > 0),
+    set_period      REAL    CHECK (set_period > 0),
+    overridden      INTEGER NOT NULL DEFAULT 0,
+    updated_at      REAL NOT NULL
 );
 
 -- table due_queues
