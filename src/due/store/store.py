@@ -198,7 +198,7 @@ class Store:
         return work.release(self.backend, leases, reason, later, handback_seconds)
 
     def job_next_due(
-        self, queue: str, tasks: Sequence[str], *, limited: bool = False
+        self, queue: str, tasks: Sequence[str], limited: bool = False
     ) -> datetime | None:
         return work.next_due(self.backend, queue, tasks, limited=limited)
 

@@ -233,9 +233,7 @@ class Worker:
         return claimed
 
     async def _next_due(self, queue: str) -> datetime | None:
-        return await self.call(
-            self.store.job_next_due, queue, self.task_names, limited=self.limited
-        )
+        return await self.call(self.store.job_next_due, queue, self.task_names, self.limited)
 
     async def _write_outcomes(self, completions: Sequence[Completion]) -> set[int]:
         if self._lane is not None:
