@@ -22,6 +22,7 @@ from due._version import __version__
 from due.app import App
 from due.clock import Clock, FakeClock, SystemClock
 from due.core.jobs import AttemptError, Job, JobState, Pieces
+from due.core.limits import Limit, LimitKeyOverview, LimitOverview
 from due.core.records import Action, QueueOverview
 from due.core.schedules import Misfire, Overlap, Schedule
 from due.errors import (
@@ -64,6 +65,9 @@ __all__ = [
     "JobState",
     "Pieces",
     "QueueOverview",
+    "Limit",
+    "LimitKeyOverview",
+    "LimitOverview",
     # schedules
     "Misfire",
     "Overlap",

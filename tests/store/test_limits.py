@@ -211,3 +211,24 @@ def test_bad_limits_are_refused_naming_what_to_fix(app: due.App) -> None:
     with pytest.raises(due.InvalidJobError, match="not a limit of this task"):
         keyed.options(limit_keys={"other": "x"}).enqueue("x")
     assert app.jobs() == []  # nothing written
+
+
+def test_pieces_and_scheduled_runs_count_against_their_tasks_limits(
+    app: due.App, limited: dict[str, due.Task], clock: FakeClock
+) -> None:
+    from due.scheduler.service import decide
+
+    batch = app.batch(limited["export"], [(n,) for n in range(4)])
+    assert len(claim(app)) == 2  # two pieces of four: the exports limit holds them
+    app.schedule("nightly", every="1h", task=limited["sync"], args=(7,))
+    app.sync_schedules()
+    clock.advance(3600)
+    for name in app.store.schedule_due_names():
+        app.store.schedule_materialize(name, decide)
+    scheduled = [job for job in app.jobs(limit=100) if job.schedule == "nightly"]
+    assert len(scheduled) == 1
+    assert claim(app) == [scheduled[0].id]  # its key acct-7 is free: it starts
+    limited["sync"].enqueue(7)
+    assert claim(app) == []  # acct-7 is busy with the scheduled run
+    assert {key for _, key in waiting_for(app).values()} >= {"acct-7", ""}
+    assert app.get(batch.id).state == JobState.WAITING

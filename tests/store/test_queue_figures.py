@@ -180,6 +180,7 @@ def test_sqlite_upgrading_to_counting_queued_jobs_in_their_own_indexes_keeps_the
             ALTER TABLE due_jobs DROP COLUMN limits;
             ALTER TABLE due_jobs DROP COLUMN limit_wait;
             ALTER TABLE due_jobs DROP COLUMN limit_wait_key;
+            ALTER TABLE due_schedules DROP COLUMN limits;
             DELETE FROM due_schema_migrations WHERE version >= 11;
             """
         )

@@ -91,6 +91,8 @@ class Schedule:
     """False for a schedule defined disabled, or pruned; it does not fire."""
     alert_after: float = DEFAULT_ALERT_AFTER_SECONDS
     """Seconds after which a late or silent schedule alerts."""
+    limits: str | None = None
+    """The limits its runs count against, as a job stores them (its task's)."""
     args: tuple[Any, ...] = field(default=(), compare=False)
     """The positional arguments of every run."""
     kwargs: dict[str, Any] = field(default_factory=dict, compare=False)
@@ -115,6 +117,8 @@ class Schedule:
         ]
         if self.alert_after != DEFAULT_ALERT_AFTER_SECONDS:
             parts.append(self.alert_after)  # (so fingerprints of older versions stand)
+        if self.limits is not None:
+            parts.append(["limits", self.limits])
         return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
 
@@ -234,6 +238,7 @@ def _schedule_of(row: dict[str, Any]) -> Schedule:
         misfire_grace=row["misfire_grace"],
         enabled=bool(row["enabled"]),
         alert_after=float(row.get("alert_after", DEFAULT_ALERT_AFTER_SECONDS)),
+        limits=row.get("limits"),
         args=tuple(data.get("args", ())),
         kwargs=dict(data.get("kwargs", {})),
     )

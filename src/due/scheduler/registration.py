@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -10,6 +11,7 @@ from typing import Any
 from due.core.schedules import DEFAULT_ALERT_AFTER_SECONDS, Misfire, Overlap, Schedule
 from due.durations import DurationLike
 from due.errors import ConfigurationError, InvalidJobError
+from due.limits import job_limits
 from due.request import validate_priority, validate_queue
 from due.scheduler.definition import define_schedule
 from due.task import Registry, Task
@@ -54,7 +56,11 @@ def define_for_app(
         level = validate_priority(priority) if priority is not None else resolved.config.priority
     except InvalidJobError as error:
         raise ConfigurationError(f"schedule {name!r}: {error}") from None
-    return define_schedule(
+    try:  # its runs count against its task's limits, keyed by its fixed arguments
+        limits = job_limits(resolved.name, resolved.config.limits, tuple(args), kwargs or {}, None)
+    except InvalidJobError as error:
+        raise ConfigurationError(f"schedule {name!r}: {error}") from None
+    schedule = define_schedule(
         name,
         task=resolved.name,
         cron=timing.cron,
@@ -74,3 +80,4 @@ def define_for_app(
         max_payload_bytes=max_payload_bytes,
         now=now,
     )
+    return dataclasses.replace(schedule, limits=limits) if limits is not None else schedule

@@ -95,6 +95,7 @@ def _insert_pieces(tx: Transaction, parent: int, jobs: Sequence[NewJob], held: b
             "max_attempts": job.max_attempts,
             "stuck_after": job.stuck_after,
             "piece_key": key,
+            "limits": job.limits,
         }
         for job, key in zip(jobs, pieces.piece_keys(jobs), strict=True)
     ]

@@ -298,6 +298,7 @@ def _start_run(
             "max_attempts": schedule.max_attempts,
             "name": schedule.name,
             "scheduled_for": scheduled_for,
+            "limits": schedule.limits,
             "now": now,
         },
     )
@@ -376,6 +377,7 @@ def definition_params(schedule: Schedule, source: str, now: datetime) -> dict[st
         "enabled": schedule.enabled,
         "fingerprint": schedule.fingerprint,
         "alert_after": schedule.alert_after,
+        "limits": schedule.limits,
         "next_fire_at": schedule.timing.after(now),
         "now": now,
     }

@@ -112,6 +112,7 @@ due_schedules | last_success_at | timestamp with time zone | YES | None
 due_schedules | alert_after | double precision | NO | 300
 due_schedules | missed_total | bigint | NO | 0
 due_schedules | problem | text | YES | None
+due_schedules | limits | text | YES | None
 due_schema_migrations | version | integer | NO | None
 due_schema_migrations | name | text | NO | None
 due_schema_migrations | applied_at | timestamp with time zone | NO | now()

@@ -220,7 +220,7 @@ CREATE TABLE due_schedules (
     fingerprint    TEXT    NOT NULL,
     next_fire_at   REAL    NOT NULL,
     created_at     REAL    NOT NULL,
-    updated_at     REAL    NOT NULL, last_success_at REAL, alert_after REAL NOT NULL DEFAULT 300, missed_total INTEGER NOT NULL DEFAULT 0, problem TEXT,
+    updated_at     REAL    NOT NULL, last_success_at REAL, alert_after REAL NOT NULL DEFAULT 300, missed_total INTEGER NOT NULL DEFAULT 0, problem TEXT, limits TEXT,
     CHECK ((cron IS NULL) <> (every IS NULL))
 );
 

@@ -806,12 +806,12 @@ SELECT CASE WHEN current_schema() <> 'public'  -- NULL (no schema exists): as pu
 INSERT INTO due_schedules (name, task, cron, every, tz, payload, queue, priority, max_attempts,
                            misfire, overlap, catch_up_limit, misfire_grace, source, enabled,
                            paused, fingerprint, next_fire_at, created_at, updated_at,
-                           alert_after)
+                           alert_after, limits)
 VALUES (%(name)s, %(task)s, %(cron)s, %(every)s, %(tz)s, %(payload)s::jsonb, %(queue)s,
         %(priority)s, %(max_attempts)s, %(misfire)s, %(overlap)s, %(catch_up_limit)s,
         %(misfire_grace)s, %(source)s, %(enabled)s, false, %(fingerprint)s, %(next_fire_at)s,
         coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()),
-        %(alert_after)s)
+        %(alert_after)s, %(limits)s)
 
 -- name: update_schedule
 -- A changed definition starts afresh from its next time; its history stays.
@@ -822,7 +822,7 @@ SET task = %(task)s, cron = %(cron)s, every = %(every)s, tz = %(tz)s,
     catch_up_limit = %(catch_up_limit)s, misfire_grace = %(misfire_grace)s,
     source = %(source)s, enabled = %(enabled)s, fingerprint = %(fingerprint)s,
     next_fire_at = %(next_fire_at)s, updated_at = coalesce(%(now)s::timestamptz, now()),
-    alert_after = %(alert_after)s, problem = NULL
+    alert_after = %(alert_after)s, limits = %(limits)s, problem = NULL
 WHERE name = %(name)s
 
 -- name: set_schedule_problem
@@ -875,10 +875,10 @@ UPDATE due_schedules SET missed_total = missed_total + %(missed)s WHERE name = %
 
 -- name: insert_scheduled_job
 INSERT INTO due_jobs (task, queue, priority, payload, run_at, timer, max_attempts, schedule,
-                      scheduled_for, created_at)
+                      scheduled_for, created_at, limits)
 VALUES (%(task)s, %(queue)s, %(priority)s, %(payload)s::jsonb, %(run_at)s,
         %(run_at)s::timestamptz > coalesce(%(now)s::timestamptz, now()), %(max_attempts)s,
-        %(name)s, %(scheduled_for)s, coalesce(%(now)s::timestamptz, now()))
+        %(name)s, %(scheduled_for)s, coalesce(%(now)s::timestamptz, now()), %(limits)s::jsonb)
 ON CONFLICT (schedule, scheduled_for) WHERE schedule IS NOT NULL DO NOTHING
 RETURNING id, pg_notify({channel:due_jobs}, queue || ' ' || extract(epoch FROM run_at)::text)::text
     AS notified
@@ -1099,13 +1099,14 @@ RETURNING id
 -- name: insert_pieces
 -- A piece already spawned (same key) is not added again.
 INSERT INTO due_jobs (task, queue, priority, payload, run_at, max_attempts, stuck_after,
-                      parent_id, piece_key, held, created_at)
+                      parent_id, piece_key, held, created_at, limits)
 SELECT p.task, p.queue, p.priority, p.payload::jsonb, coalesce(%(now)s::timestamptz, now()),
        p.max_attempts, p.stuck_after, %(parent)s, p.piece_key, %(held)s,
-       coalesce(%(now)s::timestamptz, now())
+       coalesce(%(now)s::timestamptz, now()), p.limits::jsonb
 FROM unnest(%(task)b::text[], %(queue)b::text[], %(priority)b::int[], %(payload)b::text[],
-            %(max_attempts)b::int[], %(stuck_after)b::float8[], %(piece_key)b::text[])
-     AS p(task, queue, priority, payload, max_attempts, stuck_after, piece_key)
+            %(max_attempts)b::int[], %(stuck_after)b::float8[], %(piece_key)b::text[],
+            %(limits)b::text[])
+     AS p(task, queue, priority, payload, max_attempts, stuck_after, piece_key, limits)
 ON CONFLICT (parent_id, piece_key) WHERE parent_id IS NOT NULL DO NOTHING
 RETURNING id, queue, pg_notify({channel:due_jobs}, queue || ' 0')::text AS notified
 

@@ -540,10 +540,10 @@ SELECT * FROM due_schedules ORDER BY name
 INSERT INTO due_schedules (name, task, cron, every, tz, payload, queue, priority, max_attempts,
                            misfire, overlap, catch_up_limit, misfire_grace, source, enabled,
                            paused, fingerprint, next_fire_at, created_at, updated_at,
-                           alert_after)
+                           alert_after, limits)
 VALUES (:name, :task, :cron, :every, :tz, :payload, :queue, :priority, :max_attempts, :misfire,
         :overlap, :catch_up_limit, :misfire_grace, :source, :enabled, 0, :fingerprint, :next_fire_at,
-        :now, :now, :alert_after)
+        :now, :now, :alert_after, :limits)
 
 -- name: update_schedule
 -- A changed definition starts afresh from its next time; its history stays.
@@ -552,7 +552,7 @@ SET task = :task, cron = :cron, every = :every, tz = :tz, payload = :payload, qu
     priority = :priority, max_attempts = :max_attempts, misfire = :misfire,
     overlap = :overlap, catch_up_limit = :catch_up_limit, misfire_grace = :misfire_grace,
     source = :source, enabled = :enabled, fingerprint = :fingerprint, next_fire_at = :next_fire_at,
-    updated_at = :now, alert_after = :alert_after, problem = NULL
+    updated_at = :now, alert_after = :alert_after, limits = :limits, problem = NULL
 WHERE name = :name
 
 -- name: set_schedule_problem
@@ -599,9 +599,9 @@ UPDATE due_schedules SET missed_total = missed_total + :missed WHERE name = :nam
 
 -- name: insert_scheduled_job
 INSERT INTO due_jobs (task, queue, priority, payload, run_at, timer, max_attempts, schedule,
-                      scheduled_for, created_at)
+                      scheduled_for, created_at, limits)
 VALUES (:task, :queue, :priority, :payload, :run_at, :run_at > :now, :max_attempts, :name,
-        :scheduled_for, :now)
+        :scheduled_for, :now, :limits)
 ON CONFLICT (schedule, scheduled_for) WHERE schedule IS NOT NULL DO NOTHING
 RETURNING id
 
@@ -779,9 +779,9 @@ RETURNING id
 -- name: insert_pieces
 -- Run for each piece; one already spawned (same key) is not added again.
 INSERT INTO due_jobs (task, queue, priority, payload, run_at, max_attempts, stuck_after,
-                      parent_id, piece_key, held, created_at)
+                      parent_id, piece_key, held, created_at, limits)
 VALUES (:task, :queue, :priority, :payload, :now, :max_attempts, :stuck_after, :parent,
-        :piece_key, :held, :now)
+        :piece_key, :held, :now, :limits)
 ON CONFLICT (parent_id, piece_key) WHERE parent_id IS NOT NULL DO NOTHING
 RETURNING id
 

@@ -54,3 +54,6 @@ CREATE INDEX due_jobs_limited_running ON due_jobs (id)
 -- job (a job that waits for a limit is still due, and its age still alerts).
 CREATE INDEX due_jobs_limited_queue ON due_jobs (queue, run_at)
     WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NOT NULL;
+-- A schedule's runs count against its task's limits (its arguments are fixed:
+-- so are their keys).
+ALTER TABLE due_schedules ADD COLUMN limits text;
