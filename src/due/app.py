@@ -40,7 +40,14 @@ from due.long_work.context import Context
 from due.long_work.pieces import Item, check_policy, completion_spec, piece_jobs
 from due.payload import DEFAULT_MAX_PAYLOAD_BYTES
 from due.redaction import redact_url
-from due.request import JobRequest, PreparedOnRead, arguments_of, prepare, validate_queue
+from due.request import (
+    EnqueueOptions,
+    JobRequest,
+    PreparedOnRead,
+    arguments_of,
+    prepare,
+    validate_queue,
+)
 from due.retry import Retry
 from due.scheduler.catalog import ScheduleCatalog
 from due.scheduler.registration import ScheduleTiming, define_for_app
@@ -404,9 +411,16 @@ class App:
             InvalidJobError: An option is invalid.
         """
         positional, keywords = arguments_of(task, args, kwargs)
-        request = JobRequest(
-            task, positional, keywords, delay, run_at, queue, priority, key, unique_for, limit_keys
+        options = EnqueueOptions(
+            delay=delay,
+            run_at=run_at,
+            queue=queue,
+            priority=priority,
+            key=key,
+            unique_for=unique_for,
+            limit_keys=limit_keys,
         )
+        request = JobRequest(task, positional, keywords, **options.options())
         return self.enqueue_many([request], connection=connection)[0]
 
     def enqueue_many(self, requests: Iterable[JobRequest], *, connection: Any = None) -> list[Job]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, overload
 
@@ -26,12 +26,45 @@ and a retry's backoff must still be writable after it."""
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:\-]+")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EnqueueOptions:
+    """The options of an enqueue, defined once.
+
+    What `task.options(...)`, `app.enqueue(...)` and a `JobRequest` take
+    besides the arguments (and a connection), each checked by `prepare`.
+    """
+
+    delay: DurationLike | None = None
+    """Due after this long (or at `run_at`; not both)."""
+    run_at: datetime | None = None
+    """Due at this aware datetime."""
+    queue: str | None = None
+    """Instead of the task's queue."""
+    priority: int | None = None
+    """Instead of the task's priority."""
+    key: str | None = None
+    """Deduplicate on this key while a job with it is active."""
+    unique_for: DurationLike | None = None
+    """Instead of the task's, how long the key keeps deduplicating after success."""
+    limit_keys: Mapping[str, str] | None = None
+    """The key of each named limit of the task, instead of its key function's."""
+
+    def options(self) -> dict[str, Any]:
+        """The options, by name (to make a request with them)."""
+        return {name: getattr(self, name) for name in OPTION_NAMES}
+
+
+OPTION_NAMES = tuple(f.name for f in fields(EnqueueOptions))
+
+
 @dataclass(frozen=True, slots=True)
-class JobRequest:
+class JobRequest(EnqueueOptions):
     """One job to enqueue later, checked when it is enqueued.
 
     Made by `task.request(...)` (or `task.options(...).request(...)`), with
-    the function's own arguments, and sent by `app.enqueue_many`:
+    the function's own arguments, and sent by `app.enqueue_many`; its options
+    (`EnqueueOptions`: delay, run_at, queue, priority, key, unique_for,
+    limit_keys) are given by keyword:
 
     >>> import due
     >>> app = due.App("sqlite:///requests.db")
@@ -51,20 +84,6 @@ class JobRequest:
     """The positional arguments."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """The keyword arguments."""
-    delay: DurationLike | None = None
-    """Due after this long (or at `run_at`; not both)."""
-    run_at: datetime | None = None
-    """Due at this aware datetime."""
-    queue: str | None = None
-    """Instead of the task's queue."""
-    priority: int | None = None
-    """Instead of the task's priority."""
-    key: str | None = None
-    """Deduplicate on this key while a job with it is active."""
-    unique_for: DurationLike | None = None
-    """Instead of the task's, how long the key keeps deduplicating after success."""
-    limit_keys: Mapping[str, str] | None = None
-    """The key of each named limit of the task, instead of its key function's."""
 
 
 def prepare(request: JobRequest, task: Task[Any, Any], max_payload_bytes: int) -> NewJob:

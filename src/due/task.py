@@ -18,7 +18,7 @@ from due.errors import ArgumentsError, ConfigurationError, InvalidJobError, Unkn
 from due.limits import LimitUse
 from due.long_work.context import Context
 from due.payload import unstorable
-from due.request import JobRequest, validate_priority, validate_queue
+from due.request import EnqueueOptions, JobRequest, validate_priority, validate_queue
 from due.retry import Retry
 
 if TYPE_CHECKING:
@@ -209,7 +209,15 @@ class Task(Generic[P, R]):
         """
         return TaskWithOptions(
             self,
-            EnqueueOptions(delay, run_at, queue, priority, key, unique_for, limit_keys),
+            EnqueueOptions(
+                delay=delay,
+                run_at=run_at,
+                queue=queue,
+                priority=priority,
+                key=key,
+                unique_for=unique_for,
+                limit_keys=limit_keys,
+            ),
             connection,
         )
 
@@ -325,19 +333,6 @@ class Task(Generic[P, R]):
         return f"; enqueue options go through task.options({given}).enqueue(...)"
 
 
-@dataclass(frozen=True, slots=True)
-class EnqueueOptions:
-    """What `task.options(...)` was given, besides a connection."""
-
-    delay: DurationLike | None = None
-    run_at: datetime | None = None
-    queue: str | None = None
-    priority: int | None = None
-    key: str | None = None
-    unique_for: DurationLike | None = None
-    limit_keys: Mapping[str, str] | None = None
-
-
 class TaskWithOptions(Generic[P, R]):
     """A task with enqueue options, as `task.options(...)` returns it.
 
@@ -422,19 +417,7 @@ class TaskWithOptions(Generic[P, R]):
         return (await app.aenqueue_many(requests, connection=self.connection))[0]
 
     def _request(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> JobRequest:
-        o = self.enqueue_options
-        return JobRequest(
-            self.task.name,
-            args,
-            kwargs,
-            o.delay,
-            o.run_at,
-            o.queue,
-            o.priority,
-            o.key,
-            o.unique_for,
-            o.limit_keys,
-        )
+        return JobRequest(self.task.name, args, kwargs, **self.enqueue_options.options())
 
 
 def find_context_parameter(fn: Callable[..., Any]) -> str | None:

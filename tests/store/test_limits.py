@@ -232,3 +232,21 @@ def test_pieces_and_scheduled_runs_count_against_their_tasks_limits(
     assert claim(app) == []  # acct-7 is busy with the scheduled run
     assert {key for _, key in waiting_for(app).values()} >= {"acct-7", ""}
     assert app.get(batch.id).state == JobState.WAITING
+
+
+def test_the_store_keeps_code_numbers_and_an_operators_apart(app: due.App) -> None:
+    from due.core.limits import Limit
+
+    app.store.limit_sync([Limit("exports", concurrency=2), Limit("stripe", rate=5, period=1.0)])
+    assert app.store.limit_set(Limit("exports", concurrency=7)) is True
+    assert app.store.limit_set(Limit("unknown", concurrency=1)) is False
+    app.store.limit_sync([Limit("exports", concurrency=3)])  # new code numbers, operator's stay
+    numbers = {
+        o.name: (o.limit.concurrency, o.code.concurrency, o.overridden)
+        for o in app.store.limit_overview()
+    }
+    assert numbers["exports"] == (7, 3, True)
+    assert app.store.limit_reset("exports") is True
+    assert app.store.limit_reset("unknown") is False
+    (exports,) = [o for o in app.store.limit_overview() if o.name == "exports"]
+    assert (exports.limit.concurrency, exports.overridden) == (3, False)
