@@ -218,6 +218,12 @@ class Job:
     """A piece (or parent) of a paused group, not started until resumed."""
     warning: str | None = None
     """Succeeded, but its result failed the task's `check=`; the problem found."""
+    limits: tuple[tuple[str, str | None], ...] = ()
+    """The limits it counts against, as (limit, key) pairs (key None: the whole limit)."""
+    limit_wait: str | None = None
+    """Queued, but over this limit: it waits until the limit has room again..."""
+    limit_wait_key: str | None = None
+    """...for this key of it (None: the whole limit)."""
 
     @property
     def is_final(self) -> bool:
