@@ -1122,8 +1122,10 @@ class App:
         self.store.limit_sync(list(self.limits))
 
     def limit_overview(self) -> list[LimitOverview]:
-        """Every stored limit: its numbers, jobs running against it, starts in
-        its current window, jobs waiting for it, and its busiest keys.
+        """Every stored limit, with its figures.
+
+        Its numbers, jobs running against it, starts in its current window,
+        jobs waiting for it, and its busiest keys.
         """
         return self.store.limit_overview()
 
