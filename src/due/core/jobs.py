@@ -219,11 +219,11 @@ class Job:
     warning: str | None = None
     """Succeeded, but its result failed the task's `check=`; the problem found."""
     limits: tuple[tuple[str, str | None], ...] = ()
-    """The limits it counts against, as (limit, key) pairs (key None: the whole limit)."""
+    """The limits it counts against, as (limit, key) pairs, the key None for a whole limit."""
     limit_wait: str | None = None
-    """Queued, but over this limit: it waits until the limit has room again..."""
+    """The limit it waits for, queued until that limit has room again (or None)."""
     limit_wait_key: str | None = None
-    """...for this key of it (None: the whole limit)."""
+    """The key of that limit it waits for (None for the whole limit)."""
 
     @property
     def is_final(self) -> bool:

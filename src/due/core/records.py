@@ -620,9 +620,9 @@ class QueueOverview:
     at_least: frozenset[str] = frozenset()
     """The figures that reached the limit of 10,000 (there are at least that many)."""
     oldest_due_limit: str | None = None
-    """The limit its oldest due job waits for (None: it waits for none)..."""
+    """The limit that its oldest due job waits for, or None when it waits for none."""
     oldest_due_limit_key: str | None = None
-    """...and the key of that limit (None: the whole limit)."""
+    """The key of that limit, or None for the whole limit."""
 
     def shown(self, figure: str) -> str:
         """A figure as people read it: "10000+" when there are at least that many.
