@@ -1,10 +1,10 @@
 """A small world on SQLite whose `--json` documents the reference shows.
 
-A report that succeeded (a run of a schedule), an email that failed, a batch
-waiting for its pieces, a worker registered: so that every document, and every
-list in it, has something in it. `python -m tests.docs.json_scene` prints each
-command and its example, as docs/reference/json.md shows them (to paste there
-when a document gains a key).
+A report that succeeded (a run of a schedule), another counted against a
+limit, an email that failed, a batch waiting for its pieces, a worker
+registered: so that every document, and every list in it, has something in
+it. `python -m tests.docs.json_scene` prints each command and its example, as
+docs/reference/json.md shows them (to paste there when a document gains a key).
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ def build(folder: Path) -> tuple[str, int]:
     """The world, in folder/due.db: its URL, and the failed job's id."""
     url = f"sqlite:///{folder / 'due.db'}"
     with due.App(url) as app:
+        app.limit("reports", concurrency=2)
 
-        @app.task(name="reports.build", queue="reports")
+        @app.task(name="reports.build", queue="reports", limits=["reports"])
         def build_report(month: str) -> dict[str, int]:
             return {"rows": 1200}
 
@@ -41,6 +42,7 @@ def build(folder: Path) -> tuple[str, int]:
         app.sync_schedules()
         app.trigger_schedule("monthly-report")
         failed = send_email.enqueue(42)
+        build_report.enqueue("2026-12")  # started against its limit
         drain(app)
         app.batch(build_report, [("2026-09",), ("2026-10",)])
         registration = WorkerRegistration(
@@ -60,6 +62,7 @@ def commands(job_id: int) -> list[list[str]]:
         ["schedule", "runs", "monthly-report", "--json"],
         ["schedule", "runs", "monthly-report", "--window", "24h", "--json"],
         ["workers", "--json"],
+        ["limit", "--json"],
         ["check", "--json"],
     ]
 

@@ -21,7 +21,7 @@ from due.cli import main
 from tests.docs.json_scene import build, commands, document
 from tests.docs.reference_pages import REFERENCE
 
-ALIASES = {"schedule list": "schedules"}
+ALIASES = {"schedule list": "schedules", "limit list": "limit"}
 """Commands that print another's document (the page says so)."""
 EXAMPLE = re.compile(r"^### `due (.+?)`\n\n```json\n(.*?)\n```", re.MULTILINE | re.DOTALL)
 

@@ -2,7 +2,7 @@
 
 The metrics are read from a real scrape (the collector `due metrics` serves)
 of an app on SQLite in which every family has a sample: a queue, a task that
-ran, a schedule that succeeded. The alerts are read from visibility/alerts.py
+ran, a schedule that succeeded, a limit. The alerts are read from visibility/alerts.py
 itself: every `Alert(severity, kind, ...)` it builds.
 """
 
@@ -42,8 +42,9 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, li
     """{metric name as exposed: (type, label names)} from one scrape."""
     folder = tmp_path_factory.mktemp("metrics")
     with due.App(f"sqlite:///{folder / 'due.db'}", clock=FakeClock()) as app:
+        app.limit("reports", concurrency=2)  # stored: the limits' families get samples
 
-        @app.task(queue="reports")
+        @app.task(queue="reports", limits=["reports"])
         def build() -> None: ...
 
         app.schedule("hourly", every="1h", task=build)

@@ -13,6 +13,7 @@ from typing import Any
 
 from due.cli.output import iso
 from due.core.jobs import AttemptError, Job
+from due.core.limits import Limit, LimitOverview
 from due.core.records import QueueOverview, WorkerInfo
 from due.core.schedules import ScheduleOverview, ScheduleRun
 from due.core.stats import TaskFigures
@@ -56,6 +57,10 @@ def job_document(job: Job) -> dict[str, Any]:
             "succeeded": job.pieces.succeeded,
             "failed": job.pieces.failed,
         },
+        "limits": [{"limit": name, "key": key} for name, key in job.limits],
+        "limit_wait": None
+        if job.limit_wait is None
+        else {"limit": job.limit_wait, "key": job.limit_wait_key},
     }
 
 
@@ -183,4 +188,38 @@ def expected_run_document(run: ExpectedRun) -> dict[str, Any]:
         "job_state": run.job_state,
         "seconds": run.seconds,
         "expected": run.expected,
+    }
+
+
+def limit_document(overview: LimitOverview) -> dict[str, Any]:
+    """A limit: its numbers in force (and the code's), its figures, its busiest keys."""
+    return {
+        "name": overview.name,
+        **_numbers(overview.limit),
+        "overridden": overview.overridden,
+        "code": _numbers(overview.code),
+        "running": overview.running,
+        "waiting": overview.waiting,
+        "started_in_window": overview.started_in_window,
+        "started_total": overview.started_total,
+        "keys": overview.keys,
+        "busiest_keys": [
+            {
+                "key": key.key or None,
+                "running": key.running,
+                "waiting": key.waiting,
+                "started_in_window": key.started_in_window,
+                "started_total": key.started_total,
+            }
+            for key in overview.busiest
+        ],
+    }
+
+
+def _numbers(limit: Limit) -> dict[str, Any]:
+    return {
+        "concurrency": limit.concurrency,
+        "rate": limit.rate_text,
+        "rate_starts": limit.rate,
+        "rate_period_seconds": limit.period,
     }

@@ -21,6 +21,7 @@ from due.cli.output import (
 )
 from due.cli.progress import progress_of
 from due.core.jobs import Job, JobState
+from due.visibility.limits import limit_wait
 
 JSON_HELP = "Print one JSON document instead of a table (its keys: docs/reference/json.md)."
 
@@ -105,7 +106,7 @@ def show(settings: Settings, job_id: int, as_json: bool) -> None:
     if as_json:
         print_json({"job": job_document(job)})
     else:
-        _print_job(job)
+        _print_job(job, limit_wait(settings.app, job))
 
 
 @main.command()
@@ -154,7 +155,14 @@ def pieces_text(job: Job) -> str | None:
     return f"{pieces.ended} of {pieces.total} ended ({pieces.succeeded} ok, {pieces.failed} failed)"
 
 
-def _print_job(job: Job) -> None:
+def limits_text(job: Job) -> str | None:
+    """The limits a job counts against: `stripe, account-sync (key acct-7)`."""
+    if not job.limits:
+        return None
+    return ", ".join(name + (f" (key {key})" if key else "") for name, key in job.limits)
+
+
+def _print_job(job: Job, waits_for: str | None = None) -> None:
     table = Table(show_header=False, box=None)
     table.add_column(overflow="fold")
     table.add_column(overflow="fold")
@@ -183,6 +191,8 @@ def _print_job(job: Job) -> None:
         ("checkpoint", None if job.checkpoint is None else json_text(job.checkpoint)),
         ("stuck", "yes: its progress stopped moving" if job.stuck else None),
         ("held", "yes: its group is paused" if job.held else None),
+        ("limits", limits_text(job)),
+        ("limit wait", waits_for),
     ]
     for name, value in fields:
         table.add_row(name, "" if value is None else str(value))

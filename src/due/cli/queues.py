@@ -11,8 +11,9 @@ from rich.table import Table
 from rich.text import Text
 
 from due.cli.common import Settings, reports_errors
-from due.cli.documents import job_document, queue_document, task_document
+from due.cli.documents import job_document, limit_document, queue_document, task_document
 from due.cli.jobs import JSON_HELP
+from due.cli.limits import limits_table
 from due.cli.main import main
 from due.cli.output import Column, console, fitted_table, print_json, seconds_text
 from due.cli.progress import progress_of
@@ -72,7 +73,8 @@ ACTIVE_COLUMNS = [
 def status(settings: Settings, running_limit: int, as_json: bool) -> None:
     """Every queue (depth, due now, running, retrying, failed, stuck, age of the
     oldest due job, live workers, paused), every task's outcomes and durations
-    over the last hour, and the jobs running now with their progress."""
+    over the last hour, the limits (when any is stored: see `due limit`), and
+    the jobs running now with their progress."""
     app = settings.app
     store = app.store
     now = store.now()
@@ -83,6 +85,7 @@ def status(settings: Settings, running_limit: int, as_json: bool) -> None:
         *app.jobs(state=JobState.RUNNING, limit=running_limit),
         *app.jobs(state=JobState.WAITING, limit=running_limit),
     ]
+    limits = app.limit_overview()
     if as_json:
         print_json(
             {
@@ -92,6 +95,7 @@ def status(settings: Settings, running_limit: int, as_json: bool) -> None:
                 ],
                 "tasks": [task_document(figures) for figures in tasks],
                 "active_jobs": [job_document(job) for job in active],
+                "limits": [limit_document(overview) for overview in limits],
             }
         )
         return
@@ -99,6 +103,8 @@ def status(settings: Settings, running_limit: int, as_json: bool) -> None:
     console.print(fitted_table(QUEUE_COLUMNS, rows))
     if tasks:
         console.print(fitted_table(TASK_COLUMNS, [_task_row(figures) for figures in tasks]))
+    if limits:
+        console.print(limits_table(limits))
     if active:
         console.print(progress_table(active))
 

@@ -218,6 +218,12 @@ class Job:
     """A piece (or parent) of a paused group, not started until resumed."""
     warning: str | None = None
     """Succeeded, but its result failed the task's `check=`; the problem found."""
+    limits: tuple[tuple[str, str | None], ...] = ()
+    """The limits it counts against, as (limit, key) pairs, the key None for a whole limit."""
+    limit_wait: str | None = None
+    """The limit it waits for, queued until that limit has room again (or None)."""
+    limit_wait_key: str | None = None
+    """The key of that limit it waits for (None for the whole limit)."""
 
     @property
     def is_final(self) -> bool:

@@ -286,3 +286,25 @@ def starts_in_window(starts_text: str | None, now: float, period: float | None) 
     if period is None:
         return 0
     return int(sum(count for at, count in json.loads(starts_text or "[]") if at > now - period))
+
+
+def window_text(period: float) -> str:
+    """A rate's window as people read it: "1s", "10m", "1h"."""
+    text = describe_period(period)
+    return text if text[0].isdigit() else f"1{text}"
+
+
+def wait_text(limit: Limit, key: str | None, figures: LimitKeyOverview | None) -> str:
+    """Why a job waits for a limit (or a key of it), in words, from the key's
+    figures now: "waiting for limit stripe: 100 starts in the last 1s",
+    "waiting for limit account-sync (key acct-7): 1 of 1 running"."""
+    what = f"waiting for limit {limit.name}" + (f" (key {key})" if key else "")
+    if figures is None:
+        return what
+    if limit.concurrency is not None and figures.running >= limit.concurrency:
+        return f"{what}: {figures.running} of {limit.concurrency} running"
+    started = figures.started_in_window
+    if limit.rate is not None and limit.period is not None and started >= limit.rate:
+        starts = "1 start" if started == 1 else f"{started} starts"
+        return f"{what}: {starts} in the last {window_text(limit.period)}"
+    return f"{what}: it has room again, and starts at a worker's next claim"

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from due.core.jobs import AttemptError, Job, JobState, Pieces
+from due.core.limits import decode_job_limits
 from due.errors import InvalidStateError
 
 DEFAULT_MAX_LOST_LEASES = 3
@@ -366,7 +367,19 @@ def job_from_row(row: Mapping[str, Any], *, deduplicated: bool = False) -> Job:
         else None,
         held=bool(row.get("held")),
         warning=row.get("warning"),
+        limits=_readable_limits(row.get("limits")),
+        limit_wait=row.get("limit_wait"),
+        limit_wait_key=row.get("limit_wait_key") or None,
     )
+
+
+def _readable_limits(stored: Any) -> tuple[tuple[str, str | None], ...]:
+    """A job's limits, stored as JSON text (SQLite) or already read (PostgreSQL)."""
+    try:
+        pairs = stored if isinstance(stored, list) else decode_job_limits(stored)
+        return tuple((str(name), str(key) or None) for name, key in pairs)
+    except (ValueError, TypeError):
+        return ()
 
 
 UNREADABLE = "(unreadable)"
@@ -606,6 +619,10 @@ class QueueOverview:
     """Queued for later (a delay, a run_at, a retry's backoff still to run)."""
     at_least: frozenset[str] = frozenset()
     """The figures that reached the limit of 10,000 (there are at least that many)."""
+    oldest_due_limit: str | None = None
+    """The limit that its oldest due job waits for, or None when it waits for none."""
+    oldest_due_limit_key: str | None = None
+    """The key of that limit, or None for the whole limit."""
 
     def shown(self, figure: str) -> str:
         """A figure as people read it: "10000+" when there are at least that many.
@@ -644,6 +661,11 @@ def _overview(name: str, row: dict[str, Any] | None, paused: bool, limit: int) -
     at_least = {figure for figure in COUNTED_FIGURES if row[figure] > limit}
     if at_least & {"due", "scheduled"}:
         at_least.add("queued")
+    oldest_due, waits_for, key = row["oldest_due"], None, None
+    limited = row.get("limited_oldest_due")
+    if limited is not None and (oldest_due is None or limited <= oldest_due):
+        oldest_due, waits_for = limited, row.get("limited_oldest_wait")
+        key = row.get("limited_oldest_wait_key") if waits_for else None
     return QueueOverview(
         name,
         counts["due"] + counts["scheduled"],
@@ -651,10 +673,12 @@ def _overview(name: str, row: dict[str, Any] | None, paused: bool, limit: int) -
         counts["running"],
         counts["waiting"],
         row["stuck"],
-        row["oldest_due"],
+        oldest_due,
         paused,
         counts["retrying"],
         counts["failed"],
         counts["scheduled"],
         frozenset(at_least),
+        waits_for,
+        key or None,
     )

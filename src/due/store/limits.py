@@ -209,3 +209,24 @@ def overview(db: Backend, *, busiest: int = 5, keys_read: int = 1000) -> list[Li
                 )
             )
     return found
+
+
+def key_figures(db: Backend, name: str, key: str) -> tuple[Limit, LimitKeyOverview] | None:
+    """One key of a limit: its numbers in force and its figures (None: not stored)."""
+    with db.transaction(read=True) as tx:
+        rows = tx.run(
+            "limit_key_figures",
+            {"name": name, "key": key, "now": tx.now, "count_limit": COUNT_LIMIT},
+        )
+    if not rows:
+        return None
+    row = rows[0]
+    numbers = Limit(name, row["concurrency"], row["rate"], row["period"])
+    figures = LimitKeyOverview(
+        key,
+        int(row["running"]),
+        int(row["waiting"]),
+        starts_in_window(row["starts"], float(row["now_s"]), numbers.period),
+        int(row["started_total"]),
+    )
+    return numbers, figures

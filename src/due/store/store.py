@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any, Self
 
 from due.core.jobs import Job
-from due.core.limits import Limit, LimitOverview
+from due.core.limits import Limit, LimitKeyOverview, LimitOverview
 from due.core.records import (
     COUNT_LIMIT,
     DEFAULT_MAX_LOST_LEASES,
@@ -300,6 +300,9 @@ class Store:
 
     def limit_overview(self) -> list[LimitOverview]:
         return limits.overview(self.backend)
+
+    def limit_key(self, name: str, key: str) -> tuple[Limit, LimitKeyOverview] | None:
+        return limits.key_figures(self.backend, name, key)
 
     def limit_reopen(self) -> int:
         return limits.reopen(self.backend)

@@ -9,4 +9,5 @@ tells the same truth.
 - `metrics.py`: the same figures for Prometheus (`due metrics`, the dashboard).
 - `schedule_health.py`: a schedule's expected times against what became of
   each.
+- `limits.py`: what a job waiting for a limit waits for, in words.
 """

@@ -4,7 +4,8 @@ What alerts (each in the reference's metrics and alerts page, with its default):
 
 - a queue whose oldest due job has waited longer than its threshold
   (`app.queue("emails", oldest_due_warning="30s", oldest_due_critical="2m")`;
-  default: warning over 1 minute, critical over 5);
+  default: warning over 1 minute, critical over 5); a job that waits for a
+  limit is still due, and when the oldest does, the alert names the limit;
 - a queue with due jobs that no live worker serves (critical);
 - stuck jobs: running, their progress still for their task's `stuck_after`;
 - jobs that failed for good within the failures window (default: the last hour);
@@ -30,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from due.core.records import QueueOverview
 from due.core.schedules import ScheduleOverview, schedule_problem
 from due.core.stats import Outcome
 from due.core.timing import Timing
@@ -176,7 +178,8 @@ def _queue_alerts(snapshot: Snapshot, rules: AlertRules) -> list[Alert]:
                     Severity.CRITICAL if critical else Severity.WARNING,
                     "oldest_due",
                     subject,
-                    f"oldest due job waited {describe(round(age))} ({level} over {describe(over)})",
+                    f"oldest due job waited {describe(round(age))} ({level} over {describe(over)})"
+                    + _waits_for(queue),
                 )
             )
         if queue.due and not snapshot.live_workers.get(queue.name):
@@ -200,6 +203,14 @@ def _queue_alerts(snapshot: Snapshot, rules: AlertRules) -> list[Alert]:
                 )
             )
     return alerts
+
+
+def _waits_for(queue: QueueOverview) -> str:
+    """What the oldest due job waits for, when it is a limit (its queue is served)."""
+    if queue.oldest_due_limit is None:
+        return ""
+    key = f" (key {queue.oldest_due_limit_key})" if queue.oldest_due_limit_key else ""
+    return f", waiting for limit {queue.oldest_due_limit}{key}"
 
 
 def _task_alerts(snapshot: Snapshot) -> list[Alert]:

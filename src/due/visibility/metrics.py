@@ -13,6 +13,9 @@ number of `due metrics` processes (or dashboards) on any host serve the same.
 | `due_schedule_next_run_timestamp_seconds` | gauge | schedule |
 | `due_schedule_missed_total` | counter | schedule |
 | `due_workers_alive` | gauge | queue |
+| `due_limit_running` | gauge | limit |
+| `due_limit_starts_total` | counter | limit |
+| `due_limit_waiting_jobs` | gauge | limit |
 | `due_alerts` | gauge | severity (what `due check` would report) |
 
 Counts and durations come from the rollups (they survive pruning); a scrape
@@ -85,6 +88,7 @@ def families(snapshot: Snapshot, rules: AlertRules) -> Iterator[Metric]:
     yield durations
     yield from _queue_families(snapshot)
     yield from _schedule_families(snapshot)
+    yield from _limit_families(snapshot)
     alerts = GaugeMetricFamily(
         "due_alerts", "Active alerts (what `due check` reports)", labels=["severity"]
     )
@@ -153,3 +157,22 @@ def _schedule_families(snapshot: Snapshot) -> Iterator[Metric]:
         upcoming.add_metric([name], overview.stored.next_fire_at.timestamp())
         missed.add_metric([name], overview.missed_total)
     yield from (success, upcoming, missed)
+
+
+def _limit_families(snapshot: Snapshot) -> Iterator[Metric]:
+    running = GaugeMetricFamily(
+        "due_limit_running", "Jobs running against the limit now", labels=["limit"]
+    )
+    starts = CounterMetricFamily(
+        "due_limit_starts", "Jobs started against the limit, ever", labels=["limit"]
+    )
+    waiting = GaugeMetricFamily(
+        "due_limit_waiting_jobs",
+        f"Queued jobs waiting for the limit to have room (counted up to {COUNT_LIMIT})",
+        labels=["limit"],
+    )
+    for overview in snapshot.limits:
+        running.add_metric([overview.name], overview.running)
+        starts.add_metric([overview.name], overview.started_total)
+        waiting.add_metric([overview.name], overview.waiting)
+    yield from (running, starts, waiting)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from due.core.limits import LimitOverview
 from due.core.records import DEFAULT_ALIVE_SECONDS, QueueOverview, WorkerInfo
 from due.core.schedules import ScheduleOverview
 from due.core.stats import TaskFigures
@@ -33,6 +34,8 @@ class Snapshot:
     failures: list[dict[str, Any]]
     """Per queue and task: jobs failed for good within the failures window."""
     failures_window: float
+    limits: list[LimitOverview] = field(default_factory=list)
+    """Every stored limit with its figures."""
 
     def oldest_due_age(self, queue: QueueOverview) -> float | None:
         """Seconds the queue's oldest due job has waited (None: nothing due)."""
@@ -56,4 +59,5 @@ def take(app: App, failures_window: float = DEFAULT_FAILURES_WINDOW) -> Snapshot
         running=store.worker_running_counts(),
         failures=store.job_recent_failures(at - timedelta(seconds=failures_window)),
         failures_window=failures_window,
+        limits=app.limit_overview(),
     )

@@ -29,6 +29,7 @@ from due.core.jobs import JobState
 from due.core.schedules import schedule_problem
 from due.errors import DueError, JobNotFoundError, ScheduleNotFoundError
 from due.visibility.alerts import evaluate
+from due.visibility.limits import limit_wait
 from due.visibility.metrics import registry_for
 from due.visibility.schedule_health import expected_runs
 from due.visibility.snapshot import WORKERS_SHOWN, take
@@ -133,6 +134,7 @@ class Pages:
             alerts=evaluate(snapshot, rules),
             queues=queues,
             tasks=snapshot.tasks,
+            limits=snapshot.limits,
             now=snapshot.at,
         )
 
@@ -189,6 +191,7 @@ class Pages:
             "job.html",
             job=job,
             pieces=pieces,
+            limit_wait=limit_wait(self.app, job),
             history=self.app.history(job=job.id),
             now=self.app.store.now(),
         )

@@ -71,6 +71,7 @@ TIME_COLUMNS = frozenset(
         "last_run_at",
         "last_success_at",
         "oldest_due",
+        "limited_oldest_due",
         "progress_at",
         "last_seen_at",
         "stopped_at",

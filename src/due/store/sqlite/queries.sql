@@ -868,7 +868,10 @@ SELECT name, paused, updated_at FROM due_queues ORDER BY name
 -- failed jobs, never by reading their rows, and among the running jobs. The
 -- oldest due job is found as next_due finds the next: the earliest of each
 -- priority level of the claim index and the first due timer, so the held
--- pieces, however many, are never read.
+-- pieces, however many, are never read. Jobs that count against a limit have
+-- an index of their own (waiting for a limit or not, they are due): they are
+-- counted there, and their oldest (with the limit it waits for, if any) is
+-- given apart, as limited_oldest_due: the caller takes the older of the two.
 WITH RECURSIVE listed(queue) AS (
     SELECT ''
     UNION ALL
@@ -876,6 +879,11 @@ WITH RECURSIVE listed(queue) AS (
                 SELECT (SELECT queue FROM due_jobs INDEXED BY due_jobs_claim
                         WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NULL AND queue > listed.queue
                         ORDER BY queue LIMIT 1) AS queue
+                UNION ALL
+                SELECT (SELECT queue FROM due_jobs INDEXED BY due_jobs_limited_queue
+                        WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NOT NULL
+                          AND queue > listed.queue
+                        ORDER BY queue LIMIT 1)
                 UNION ALL
                 SELECT (SELECT queue FROM due_jobs INDEXED BY due_jobs_timers
                         WHERE state = 'queued' AND timer AND queue > listed.queue
@@ -901,6 +909,11 @@ SELECT q.queue,
            (SELECT count(*) FROM (
                 SELECT 1 FROM due_jobs INDEXED BY due_jobs_claim
                 WHERE queue = q.queue AND state = 'queued' AND NOT held AND NOT timer AND limits IS NULL
+                LIMIT :limit))
+           + (SELECT count(*) FROM (
+                SELECT 1 FROM due_jobs INDEXED BY due_jobs_limited_queue
+                WHERE queue = q.queue AND state = 'queued' AND NOT held AND NOT timer
+                  AND limits IS NOT NULL
                 LIMIT :limit))
            + (SELECT count(*) FROM (
                 SELECT 1 FROM due_jobs INDEXED BY due_jobs_timers
@@ -957,7 +970,19 @@ SELECT q.queue,
             SELECT (SELECT run_at FROM due_jobs INDEXED BY due_jobs_timers
                     WHERE state = 'queued' AND timer AND queue = q.queue AND NOT held
                       AND run_at <= :now
-                    ORDER BY run_at LIMIT 1)) AS due_times) AS oldest_due
+                    ORDER BY run_at LIMIT 1)) AS due_times) AS oldest_due,
+       (SELECT run_at FROM due_jobs INDEXED BY due_jobs_limited_queue
+        WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NOT NULL
+          AND queue = q.queue AND run_at <= :now
+        ORDER BY run_at, id LIMIT 1) AS limited_oldest_due,
+       (SELECT limit_wait FROM due_jobs INDEXED BY due_jobs_limited_queue
+        WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NOT NULL
+          AND queue = q.queue AND run_at <= :now
+        ORDER BY run_at, id LIMIT 1) AS limited_oldest_wait,
+       (SELECT limit_wait_key FROM due_jobs INDEXED BY due_jobs_limited_queue
+        WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NOT NULL
+          AND queue = q.queue AND run_at <= :now
+        ORDER BY run_at, id LIMIT 1) AS limited_oldest_wait_key
 FROM queues AS q
 WHERE q.queue IS NOT NULL
 ORDER BY q.queue
@@ -1275,3 +1300,21 @@ FROM due_limit_keys AS k
 WHERE k.name = :name
 ORDER BY running DESC, waiting DESC, k.key
 LIMIT :limit
+
+-- name: limit_key_figures
+-- One key of a limit (what a job waits for): the numbers in force, its
+-- running jobs, its log of starts and its waiting jobs (read to :count_limit).
+SELECT k.name, k.key, k.starts, k.started_total, :now AS now_s,
+       CASE WHEN d.overridden THEN d.set_concurrency ELSE d.concurrency END AS concurrency,
+       CASE WHEN d.overridden THEN d.set_rate ELSE d.rate END AS rate,
+       CASE WHEN d.overridden THEN d.set_period ELSE d.period END AS period,
+       (SELECT count(*) FROM due_jobs AS j INDEXED BY due_jobs_limited_running
+        WHERE j.state = 'running' AND j.limits IS NOT NULL
+          AND EXISTS (SELECT 1 FROM json_each(j.limits) AS e
+                      WHERE e.value ->> 0 = k.name AND e.value ->> 1 = k.key)) AS running,
+       (SELECT count(*) FROM (SELECT 1 FROM due_jobs INDEXED BY due_jobs_limit_wait
+                              WHERE state = 'queued' AND limit_wait = k.name
+                                AND limit_wait_key = k.key
+                              LIMIT :count_limit)) AS waiting
+FROM due_limit_keys AS k JOIN due_limits AS d ON d.name = k.name
+WHERE k.name = :name AND k.key = :key
