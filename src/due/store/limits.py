@@ -6,8 +6,9 @@ locks the keys its candidates count against (in name, key order: claims
 never deadlock), counts each key's running jobs and recent starts in a
 statement of its own (seeing every claim that held the key before), and
 then leases the candidates that have room and sets the others waiting, out
-of every claim index, for the key that had none. Nothing else locks a key:
-a job's end frees its slot by no longer running.
+of every claim index, for the key that had none. A reopen updates keys in
+the same order; nothing else locks a key: a job's end frees its slot by no
+longer running.
 
 Waiting jobs go back when their key has room again (`reopen`, before a
 claim: after a job of the key ended, its rate's window moved on, or an
@@ -92,7 +93,11 @@ def reopen(db: Backend) -> int:
 
 def reopen_in(tx: Transaction) -> int:
     released = 0
-    for row in tx.run("limit_keys_waiting", {"now": tx.now, "limit": REOPEN_KEYS_PER_LOOK}):
+    looked = tx.run("limit_keys_waiting", {"now": tx.now, "limit": REOPEN_KEYS_PER_LOOK})
+    # Each key is updated (so locked until commit) in name, key order, as a
+    # claim locks them: in the order found (soonest to open first), a reopen
+    # and a claim, or two reopens, could each hold a key the other waits for.
+    for row in sorted(looked, key=lambda row: (row["name"], row["key"])):
         state = KeyState.from_row(row)
         room = min(state.room(), MAX_REOPEN)
         let_go = 0

@@ -236,6 +236,17 @@ class Worker:
         return await self.call(self.store.job_next_due, queue, self.task_names, self.limited)
 
     async def _write_outcomes(self, completions: Sequence[Completion]) -> set[int]:
+        written = await self._write_outcomes_once(completions)
+        if self.limited and written:
+            # A limited job's slot frees when its end commits, here; the claim
+            # its end called for may have gone out first and counted it still
+            # running. Nothing else wakes the jobs that wait for that slot
+            # (they sit out of every claim index until a claim reopens them),
+            # so claim again now rather than after the poll interval.
+            self.wake_all()
+        return written
+
+    async def _write_outcomes_once(self, completions: Sequence[Completion]) -> set[int]:
         if self._lane is not None:
             try:
                 written = await self.store.job_complete_on_loop(self._lane, completions)
