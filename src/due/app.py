@@ -1138,8 +1138,10 @@ class App:
     def limit_overview(self) -> list[LimitOverview]:
         """Every stored limit, with its figures.
 
-        Its numbers, the jobs running against it, the starts in its current
-        window, the jobs waiting for it, and its busiest keys.
+        Returns:
+            One `LimitOverview` per stored limit, by name: its numbers (and the
+            code's), the jobs running against it, the starts in its current
+            window, the jobs waiting for it, and its busiest keys.
         """
         return self.store.limit_overview()
 
@@ -1172,6 +1174,9 @@ class App:
 
     def reset_limit(self, name: str) -> None:
         """Go back to the numbers declared in code for a limit.
+
+        Args:
+            name: The limit's name.
 
         Raises:
             ConfigurationError: No limit of that name is stored.

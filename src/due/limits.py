@@ -26,10 +26,13 @@ limit)."""
 
 @dataclass(frozen=True, slots=True)
 class LimitUse:
-    """One limit a task's jobs count against: per key when `key` is given."""
+    """One limit a task's jobs count against (what `task.limits` holds)."""
 
     name: str
+    """The limit's name."""
     key: KeyFunction | None = None
+    """A function of the task's arguments giving the key (the limit applies per
+    key), or None (every job counts against the whole limit)."""
 
 
 class LimitCatalog:

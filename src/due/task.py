@@ -18,7 +18,13 @@ from due.errors import ArgumentsError, ConfigurationError, InvalidJobError, Unkn
 from due.limits import LimitUse
 from due.long_work.context import Context
 from due.payload import unstorable
-from due.request import EnqueueOptions, JobRequest, validate_priority, validate_queue
+from due.request import (
+    OPTION_NAMES,
+    EnqueueOptions,
+    JobRequest,
+    validate_priority,
+    validate_queue,
+)
 from due.retry import Retry
 
 if TYPE_CHECKING:
@@ -130,7 +136,7 @@ def _positive(value: DurationLike | None, what: str) -> float | None:
     return seconds
 
 
-ENQUEUE_OPTIONS = ("delay", "run_at", "queue", "priority", "key", "unique_for", "connection")
+ENQUEUE_OPTIONS = (*OPTION_NAMES, "connection")
 """What `task.options(...)` takes: never confused with the task's own parameters."""
 
 

@@ -47,6 +47,11 @@ class Limit:
         return f"{self.rate}/{describe_period(self.period)}"
 
     def describe(self) -> str:
+        """Its numbers in words.
+
+        Returns:
+            Such as "concurrency 2, rate 100/s", or "no caps".
+        """
         parts = []
         if self.concurrency is not None:
             parts.append(f"concurrency {self.concurrency}")
