@@ -37,6 +37,8 @@ class _Watch:
     """A claim is running: cut at the server's next ReadyForQuery if it claimed."""
     claimed: bool = False
     replied: bool = False
+    kinds: list[bytes] = field(default_factory=list)
+    """The type of each message the client sent."""
 
 
 class FreezableProxy:
@@ -51,6 +53,8 @@ class FreezableProxy:
         self.claims_cut = 0
         self.sent = 0
         """Reads passed from clients to the server: about one a statement (its round trip)."""
+        self.client_messages: list[list[bytes]] = []
+        """The type of each message each connection's client sent, in order."""
 
     def start(self) -> int:
         self._thread.start()
@@ -103,6 +107,7 @@ class FreezableProxy:
             client_out.close()
             return
         watch = _Watch()
+        self.client_messages.append(watch.kinds)
         ends = (client_out, server_out)
         await asyncio.gather(
             self._pump(client_in, server_out, lambda data: self._from_client(watch, data), ends),
@@ -141,6 +146,7 @@ class FreezableProxy:
             watch.started = code not in NEGOTIATIONS
         armed = self._cut_claim.is_set()
         for kind, body in _messages(watch.client):
+            watch.kinds.append(kind)
             if kind == b"P":  # Parse: name, query
                 name, _, rest = body.partition(b"\0")
                 if CLAIM_MARKER in rest:

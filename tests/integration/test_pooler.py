@@ -18,6 +18,7 @@ import due
 from due.store.postgres.pooler import PoolerSettings
 from tests.conftest import POSTGRES_BASE_URL
 from tests.helpers.pgbouncer import PgBouncer, pgbouncer_binary
+from tests.helpers.proxy import freezable_proxy
 
 pytestmark = pytest.mark.skipif(pgbouncer_binary() is None, reason="pgbouncer is missing")
 DATABASE = POSTGRES_BASE_URL.rsplit("/", 1)[1].split("?")[0]
@@ -167,3 +168,28 @@ def test_through_a_pooler_single_statements_and_the_loop_lane_run_bounded(
             assert plain.execute("SHOW statement_timeout").fetchone() == ("0",)
     finally:
         app.close()
+
+
+def test_a_pooled_transaction_ends_with_its_commit_not_a_lone_flush(postgres_url: str) -> None:
+    """psycopg follows a pipeline's Sync with a Flush. Were a transaction to end
+    in a pipeline, its Flush could reach a transaction-mode pooler after the
+    Sync's reply had let the server connection go: PgBouncer 1.18 lends the
+    server again for it, a message with no reply, and keeps it lent to this
+    idle client, so every other client waits (seen under load, with a pool of
+    one). Each of due's connections must end its exchanges with a message the
+    server replies to."""
+    make_app(postgres_url).migrate()
+    with freezable_proxy() as proxy:
+        app = make_app(proxy.url_through(postgres_url) + "&due_pooler=transaction")
+        try:
+            for n in range(3):
+                app.enqueue("work", args=[n])  # a single statement, in a transaction
+                assert app.jobs(limit=1)  # a read, in a transaction
+        finally:
+            app.close()
+    sent = [[kind for kind in kinds if kind != b"X"] for kinds in proxy.client_messages]
+    used = [kinds for kinds in sent if kinds]
+    assert used, "nothing went through the proxy"
+    for kinds in used:
+        assert kinds[-1] in (b"Q", b"S"), kinds  # the COMMIT, a simple query
+    assert sum(kinds.count(b"Q") for kinds in used) >= 6  # a COMMIT per transaction

@@ -187,8 +187,8 @@ class PostgresBackend:
                 # Through a transaction-mode pooler due's bounds hold only inside a
                 # transaction: the statements run in one, sent with the bounds in a
                 # pipeline (one round trip, and one for the COMMIT).
-                with _pipeline(conn), conn.transaction():
-                    cur.execute(self._queries["bound_transaction"], TRANSACTION_BOUNDS)
+                bounds = self._queries["bound_transaction"], TRANSACTION_BOUNDS
+                with pipelined_transaction(conn, cur, *bounds):
                     yield PostgresTransaction(cur, self._clock.now(), self._queries)
                 return
             if read or single:  # autocommitted statements: no BEGIN/COMMIT round trips
@@ -638,6 +638,57 @@ def _pipeline(connection: psycopg.Connection[Any]) -> contextlib.AbstractContext
     if psycopg.Pipeline.is_supported():
         return connection.pipeline()
     return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def pipelined_transaction(
+    conn: psycopg.Connection[Any],
+    cur: psycopg.Cursor[Any],
+    bound: str,
+    bounds: Mapping[str, Any],
+) -> Iterator[None]:
+    """BEGIN, the bounds and the statements in a pipeline; the COMMIT after it.
+
+    Not `with conn.pipeline(), conn.transaction()`, which ends the transaction
+    inside the pipeline: psycopg follows each Sync with a Flush, and a
+    transaction-mode pooler that reads the Flush after the Sync's reply has
+    already let the server connection go (PgBouncer 1.18 does, under load)
+    lends it again to this client for a message that gets no reply, and keeps
+    it lent until the client's next statement: every other client waits. Here
+    the pipeline's Sync and Flush come while the transaction is open (the
+    server stays this client's), and the COMMIT is sent alone, as one simple
+    query whose reply lets the server go.
+    """
+    try:
+        with _pipeline(conn):
+            cur.execute("BEGIN")
+            cur.execute(bound, bounds)
+            yield
+    except BaseException:
+        with contextlib.suppress(psycopg.Error):
+            conn.rollback()
+        raise
+    conn.commit()
+
+
+@contextlib.asynccontextmanager
+async def async_pipelined_transaction(
+    conn: psycopg.AsyncConnection[Any],
+    cur: psycopg.AsyncCursor[Any],
+    bound: str,
+    bounds: Mapping[str, Any],
+) -> AsyncIterator[None]:
+    """`pipelined_transaction` on an async connection."""
+    try:
+        async with _async_pipeline(conn):
+            await cur.execute("BEGIN")
+            await cur.execute(bound, bounds)
+            yield
+    except BaseException:
+        with contextlib.suppress(psycopg.Error):
+            await conn.rollback()
+        raise
+    await conn.commit()
 
 
 def _async_pipeline(

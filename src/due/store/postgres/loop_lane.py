@@ -34,7 +34,11 @@ import psycopg
 import psycopg_pool
 from psycopg.rows import dict_row, tuple_row
 
-from due.store.postgres.backend import AsyncPostgresTransaction, translate_errors
+from due.store.postgres.backend import (
+    AsyncPostgresTransaction,
+    async_pipelined_transaction,
+    translate_errors,
+)
 from due.store.postgres.own_connection import live_async_connection
 
 _Cursors = tuple[psycopg.AsyncCursor[dict[str, Any]], psycopg.AsyncCursor[tuple[Any, ...]]]
@@ -123,8 +127,8 @@ class LoopLane:
                         return
                     # One round trip for BEGIN, the bounds and the statement; one
                     # for the COMMIT.
-                    async with conn.pipeline(), conn.transaction():
-                        await rows.execute(self._queries()["bound_transaction"], self._bounds)
+                    bound = self._queries()["bound_transaction"]
+                    async with async_pipelined_transaction(conn, rows, bound, self._bounds):
                         yield transaction
                 except psycopg.errors.FeatureNotSupported:
                     # "cached plan must not change result type": this session's
