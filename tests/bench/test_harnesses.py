@@ -180,6 +180,41 @@ def test_the_due_only_benchmarks_run(script: str, options: list[str], tmp_path: 
             assert re.search(server_row, done.stdout, re.M)
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_the_limits_benchmark_measures_each_step(backend: str, tmp_path: Path) -> None:
+    """bench/limits_bench.py --quick: the rate, the concurrency, a drain beside a
+    waiting backlog and a drain through a limit that never binds, in real
+    worker processes. Its figures mean nothing at these sizes, but the limits'
+    own bounds must hold in any run."""
+    command = [sys.executable, "bench/limits_bench.py", "--quick", "--backend", backend]
+    try:
+        done = run_apart(command, tmp_path, timeout=300)
+    finally:
+        drop_scratch_databases(tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = (tmp_path / "results" / "results.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert {r["backend"] for r in records} == {backend}
+    drains = {(r["step"], r["variant"]) for r in records if "variant" in r}
+    assert drains == {
+        ("backlog", "waiting"),
+        ("backlog", "empty"),
+        ("unbound", "wide"),
+        ("unbound", "none"),
+    }
+    (rate,) = [r for r in records if r["step"] == "rate"]
+    assert 0 < rate["max_in_1s"] <= 1000 and rate["starts_per_s"] > 0, rate
+    (capped,) = [r for r in records if r["step"] == "concurrency"]
+    assert 0 < capped["max_running_at_claims"] <= 50, capped
+    (fill,) = [r for r in records if "fill_s" in r]
+    assert fill["waiting"] == 1999  # all but the one its rate let start
+    (after,) = [r for r in records if "still_waiting" in r]
+    assert after["still_waiting"] == 1999  # the drains beside them let none go
+    assert after["held_succeeded"] == 1  # the one its rate let start ran
+    assert f"### Limits, {backend}" in done.stdout
+    assert "| ... ratio of medians |" in done.stdout
+
+
 def test_the_cost_breakdown_measures_every_shape_on_both_sides(tmp_path: Path) -> None:
     """bench/costs.py: each shape at each batch size, and each enqueue, with CPU
     counted on the client and on the server (a meter reading nothing fails; the
