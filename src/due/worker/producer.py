@@ -168,12 +168,12 @@ class QueueProducer:
         self.claim_seconds = _smooth(self.claim_seconds, self._clock.monotonic() - sent_at)
         for job in jobs:
             self._place(self._hold(job, self.jobs, sent_at))
-        self._paced(found=bool(jobs), looked_due=looked_due)
         if len(jobs) < wanted:
             self.next_due = await self._next_due_of(self.queue)
         else:
             self.next_due = None  # more may be waiting: claim again at once
             self.request_claim()
+        self._paced(found=bool(jobs), looked_due=looked_due)
         if jobs:
             event(log, "queue.claimed", logging.DEBUG, queue=self.queue, jobs=len(jobs))
         return len(jobs)
@@ -190,8 +190,12 @@ class QueueProducer:
         return (self.next_due - self._database_now()).total_seconds()
 
     def _paced(self, *, found: bool, looked_due: bool) -> None:
-        """A claim that the time alone called for and that found nothing makes the
-        next such wait longer; one that found work resets it."""
+        """A claim that the time alone called for and that found nothing, while
+        the store still says a job is due, makes the next such wait longer; one
+        that found work resets it. (Found nothing with the next due time now
+        ahead is no miss: a limit's window that other workers filled, say, whose
+        next opening is known: the wait goes to it, not to a doubled pause,
+        which would make a rate fall behind window after window.)"""
         if found:
             self._recheck.found()
         elif looked_due and self.seconds_until_due() <= 0:
