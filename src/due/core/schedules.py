@@ -101,7 +101,7 @@ class Schedule:
     @property
     def fingerprint(self) -> str:
         """Changes whenever the definition changes (what the sync compares)."""
-        parts = [
+        parts: list[Any] = [
             self.task,
             self.timing.cron,
             self.timing.every,
