@@ -81,7 +81,7 @@ PAYLOAD = json.dumps(["ref", 1733000000.123, 0.0])
 HOT_COLUMNS = (
     "id", "queue", "priority", "state", "run_at", "timer", "held", "attempt", "max_attempts",
     "lease_token", "lease_expires_at", "worker", "lost_leases", "started_at", "finished_at",
-    "cancel_requested", "dedupe_key",
+    "cancel_requested", "dedupe_key", "limits",
 )  # fmt: skip
 NARROW_CLAIM = """
 WITH claimed AS (
@@ -445,6 +445,7 @@ def bulk_params(offset: int, count: int) -> dict[str, Any]:
         "key": [None] * count,
         "unique_for": [None] * count,
         "stuck_after": [None] * count,
+        "limits": [None] * count,
         "now": now,
     }
 

@@ -48,6 +48,7 @@ PARAMS = {
     "key": None,
     "unique_for": None,
     "stuck_after": None,
+    "limits": None,
     "now": None,
 }
 SHAPES = ("with its wake-up", "without")
