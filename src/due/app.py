@@ -34,7 +34,7 @@ from due.core.schedules import (
     SyncReport,
 )
 from due.durations import DurationLike, to_seconds
-from due.errors import ConfigurationError, ScheduleNotFoundError
+from due.errors import ConfigurationError, JobNotFoundError, ScheduleNotFoundError
 from due.limits import LimitCatalog, LimitsOption
 from due.long_work.context import Context
 from due.long_work.pieces import Item, check_policy, completion_spec, piece_jobs
@@ -58,6 +58,7 @@ from due.visibility.alerts import Alert, AlertRules, QueueThresholds, evaluate
 from due.visibility.schedule_health import ExpectedRun, expected_runs
 from due.visibility.snapshot import DEFAULT_FAILURES_WINDOW
 from due.waiter import JobWaiter
+from due.workflows import Step, Workflow, WorkflowHandle, WorkflowStatus, status_from
 
 URL_ENVIRONMENT_VARIABLE = "DUE_DATABASE_URL"
 BATCH_TASK = "due.batch"
@@ -697,6 +698,121 @@ class App:
             self.store.action_record(action, str(by), **subject)
 
     # --- pieces and pauses ----------------------------------------------------------
+
+    # --- workflows -------------------------------------------------------------------
+
+    def workflow(self, name: str) -> Workflow:
+        """A new workflow: add its steps with `flow.add(...)`, then `flow.enqueue()`.
+
+        Args:
+            name: A name for people (an id is made at enqueue).
+
+        Returns:
+            The workflow to build.
+
+        Raises:
+            ConfigurationError: The name is not a non-empty string.
+        """
+        if not isinstance(name, str) or not name or len(name) > 200:
+            raise ConfigurationError(f"a workflow's name is a non-empty string, got {name!r}")
+        return Workflow(self, name)
+
+    def chain(self, *requests: JobRequest, name: str = "chain") -> WorkflowHandle:
+        """Enqueue jobs that run one after the other.
+
+        Each reads the one before's result at `ctx.upstream` (its steps are
+        named "step-1", "step-2", ...).
+
+        Args:
+            *requests: The jobs, in order (`task.request(...)`).
+            name: The workflow's name.
+
+        Returns:
+            The workflow's id and its steps' job ids.
+
+        Raises:
+            ConfigurationError: No request was given.
+        """
+        flow = self.workflow(name)
+        previous: list[Step] = []
+        for request in requests:
+            previous = [flow.add(request, after=previous)]
+        return flow.enqueue()
+
+    def group(
+        self, requests: Iterable[JobRequest], *, then: JobRequest, name: str = "group"
+    ) -> WorkflowHandle:
+        """Enqueue jobs that run side by side, and `then` once they have all ended.
+
+        `then` reads their results at `ctx.upstream`, by step name.
+
+        Args:
+            requests: The jobs to run side by side.
+            then: The job to run after them all.
+            name: The workflow's name.
+
+        Returns:
+            The workflow's id and its steps' job ids (`then`'s step is "then").
+
+        Raises:
+            ConfigurationError: No request was given.
+        """
+        flow = self.workflow(name)
+        members = [flow.add(request) for request in requests]
+        flow.add(then, name="then", after=members)
+        return flow.enqueue()
+
+    def workflow_status(self, workflow_id: int) -> WorkflowStatus:
+        """A workflow's state and its steps, as stored now.
+
+        Args:
+            workflow_id: The workflow's id (`handle.id`).
+
+        Returns:
+            Its state (running, succeeded, failed, cancelled) and its `steps`
+            by name, each with `job_id`, `state` and the names it comes `after`.
+
+        Raises:
+            JobNotFoundError: No workflow has that id.
+        """
+        found = self.store.workflow_status(lookups.job_id(workflow_id))
+        if found is None:
+            raise JobNotFoundError(f"no workflow with id {workflow_id}")
+        return status_from(*found)
+
+    def wait_workflow(
+        self, workflow_id: int, *, timeout: DurationLike | None = None
+    ) -> WorkflowStatus:
+        """Block until every step of the workflow has ended.
+
+        Args:
+            workflow_id: The workflow's id.
+            timeout: How long to wait at most; None waits for as long as it takes.
+
+        Returns:
+            The workflow as it ended.
+
+        Raises:
+            TimeoutError: A step has not ended within `timeout`.
+            JobNotFoundError: No workflow has that id.
+        """
+        limit = _timeout(timeout)
+        deadline = None if limit is None else self.clock.monotonic() + limit
+        status = self.workflow_status(workflow_id)
+        while not status.ended:
+            for step in status.steps.values():
+                if step.state.is_final:
+                    continue
+                left = None if deadline is None else max(0.0, deadline - self.clock.monotonic())
+                try:
+                    self._waiter.wait(step.job_id, left)
+                except TimeoutError:
+                    raise TimeoutError(
+                        f"workflow {workflow_id} has not ended within {timeout}: step "
+                        f"{step.name!r} is {self.get(step.job_id).state.value}"
+                    ) from None
+            status = self.workflow_status(workflow_id)
+        return status
 
     def batch(
         self,

@@ -51,6 +51,21 @@ class NewJob:
     """The limits it counts against: JSON [[name, key], ...] (core/limits.py)."""
 
 
+@dataclass(frozen=True, slots=True)
+class StepRequest:
+    """One step of a workflow to enqueue.
+
+    Its job, its name in the workflow, the steps it comes after (indexes of
+    earlier steps), and its policy when one of them fails or is cancelled
+    ("cancel" or "run").
+    """
+
+    job: NewJob
+    name: str
+    after: tuple[int, ...] = ()
+    on_upstream_failure: str = "cancel"
+
+
 @dataclass(slots=True)  # not frozen: built per job on hot paths, and frozen is slow
 class ClaimedJob:
     """A job leased to a worker: what the executor needs to run one attempt."""
@@ -74,11 +89,19 @@ class ClaimedJob:
     completes: int | None = None
     has_pieces: bool = False
     """An earlier attempt spawned pieces: this attempt ends by waiting for them."""
+    workflow_id: int | None = None
+    """The workflow it is a step of: its end releases the steps after it."""
 
     @property
     def settles_a_parent(self) -> bool:
-        """Its end must be counted on a parent (it is a piece, or a completion)."""
-        return self.parent_id is not None or self.completes is not None
+        """Its end must be settled in its own transaction.
+
+        It is counted on a parent (a piece, a completion), or releases the
+        steps after it (a step of a workflow).
+        """
+        return (
+            self.parent_id is not None or self.completes is not None or self.workflow_id is not None
+        )
 
 
 @dataclass(slots=True)  # not frozen: built per job on hot paths, and frozen is slow
@@ -465,6 +488,7 @@ CLAIM_COLUMNS = (
     "parent_id",
     "completes",
     "pieces_total",
+    "workflow_id",
 )
 """What a claim returns, in this order (each backend's claim_jobs), with the
 payload and checkpoint as JSON text: decoded here, once, into what the job
@@ -517,6 +541,7 @@ def _claimed_job(
     parent_id: int | None,
     completes: int | None,
     pieces_total: int,
+    workflow_id: int | None = None,
 ) -> ClaimedJob:
     args, kwargs = _arguments(payload)
     return ClaimedJob(
@@ -537,6 +562,7 @@ def _claimed_job(
         parent_id,
         completes,
         bool(pieces_total),
+        workflow_id,
     )
 
 
@@ -547,7 +573,9 @@ def _unreadable(row: Mapping[str, Any], error: Exception) -> Completion:
     )
     record = AttemptError(row["attempt"], reason[:2000], None, None)
     failure = Completion(row["id"], row["lease_token"], JobState.FAILED, error=record)
-    failure.settles = bool(row["parent_id"] or row["completes"] or row["pieces_total"])
+    failure.settles = bool(
+        row["parent_id"] or row["completes"] or row["pieces_total"] or row.get("workflow_id")
+    )
     return failure
 
 

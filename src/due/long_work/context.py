@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from due.core.jobs import JobState
 from due.core.records import PieceSpawn
 from due.errors import ConfigurationError, JobCancelled, LeaseLost
 from due.long_work.pieces import check_policy
@@ -114,6 +115,7 @@ class Context:
         self.progress_dirty = False
         self.pieces_spawned = 0
         self.completed_in_transaction = False
+        self._upstream_rows: dict[str, tuple[JobState, Any]] | None = None
 
     @classmethod
     def for_job(cls, job: ClaimedJob, app: App | None = None) -> Context:
@@ -131,6 +133,31 @@ class Context:
             has_pieces=job.has_pieces,
             app=app,
         )
+
+    @property
+    def upstream(self) -> dict[str, Any]:
+        """For a step of a workflow: the results of the steps it comes after.
+
+        By step name, as stored (None for a step that did not succeed). Read
+        once, at first use: they had all ended before this step was released.
+        """
+        return {name: result for name, (_, result) in self._upstream().items()}
+
+    @property
+    def upstream_states(self) -> dict[str, JobState]:
+        """For a step of a workflow: how each step it comes after ended.
+
+        By step name: what a step with `on_upstream_failure="run"` looks at.
+        """
+        return {name: state for name, (state, _) in self._upstream().items()}
+
+    def _upstream(self) -> dict[str, tuple[JobState, Any]]:
+        if self._upstream_rows is None:
+            rows = self._store().job_upstream(self.job_id)
+            self._upstream_rows = {
+                row["step_name"]: (JobState(row["state"]), row["result"]) for row in rows
+            }
+        return self._upstream_rows
 
     @property
     def is_last_attempt(self) -> bool:

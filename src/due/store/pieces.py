@@ -91,7 +91,10 @@ def settle(
 def concerns_a_parent(row: dict[str, Any]) -> bool:
     """Whether a job's end must be settled: it is a piece, a completion, or a parent."""
     return row["state"] == "waiting" or bool(
-        row.get("parent_id") or row.get("completes") or row.get("pieces_total")
+        row.get("parent_id")
+        or row.get("completes")
+        or row.get("pieces_total")
+        or row.get("workflow_id")
     )
 
 
@@ -103,6 +106,7 @@ def any_concerns_a_parent(columns: Mapping[str, Sequence[Any]]) -> bool:
         or any(columns["parent_id"])
         or any(columns["completes"])
         or any(columns["pieces_total"])
+        or any(columns.get("workflow_id", ()))
     )
 
 

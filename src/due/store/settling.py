@@ -10,11 +10,10 @@ holds one lock for the whole transaction instead.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import Any
 
-from due.store import pieces
+from due.store import pieces, workflows
 from due.store.backend import Transaction
 from due.store.stats import count_endings
 
@@ -26,8 +25,16 @@ def lock_parents(tx: Transaction, job_ids: Sequence[int]) -> None:
 
 
 def settle(tx: Transaction, ended: Sequence[dict[str, Any]]) -> None:
-    """Count jobs that ended on their parents (and settle those), in `tx`;
-    nothing to do for jobs without parent or pieces."""
+    """Count jobs that ended on their parents (and settle those), and steps of
+    a workflow on the steps that come after them (and release those), in `tx`;
+    nothing to do for jobs without parent, pieces or workflow."""
+    also_ended: list[dict[str, Any]] = []
+
+    def counted(rows: list[dict[str, Any]]) -> None:
+        count_endings(tx, rows)
+        also_ended.extend(rows)
+
     if any(pieces.concerns_a_parent(row) for row in ended):
-        counted = functools.partial(count_endings, tx)
         pieces.settle(tx.run, ended, tx.instant(), counted)
+    if workflows.ended_steps(ended) or workflows.ended_steps(also_ended):
+        workflows.release(tx, [*ended, *also_ended], counted)

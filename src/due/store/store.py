@@ -35,6 +35,7 @@ from due.core.records import (
     QueueOverview,
     RescueResult,
     Retention,
+    StepRequest,
     UnknownTaskSweep,
     UnknownTaskSweepResult,
     WorkerInfo,
@@ -51,7 +52,18 @@ from due.core.schedules import (
     SyncReport,
 )
 from due.core.stats import TaskFigures
-from due.store import actions, jobs, limits, long_work, queues, registry, schedules, stats, work
+from due.store import (
+    actions,
+    jobs,
+    limits,
+    long_work,
+    queues,
+    registry,
+    schedules,
+    stats,
+    work,
+    workflows,
+)
 from due.store.backend import Backend, ChangeFeed, Lane
 from due.store.enqueue_groups import EnqueueGroups
 from due.store.thread_groups import ThreadGroups
@@ -287,7 +299,20 @@ class Store:
     def queue_due_names(self) -> list[str]:
         return work.due_queues(self.backend)
 
-    # --- schedules -------------------------------------------------------------------
+    # --- workflows -------------------------------------------------------------------
+
+    def workflow_enqueue(self, name: str, steps: Sequence[StepRequest]) -> tuple[int, list[int]]:
+        return workflows.enqueue(self.backend, name, steps)
+
+    def workflow_status(
+        self, workflow_id: int
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+        return workflows.status(self.backend, workflow_id)
+
+    def job_upstream(self, job_id: int) -> list[dict[str, Any]]:
+        return workflows.upstream_of(self.backend, job_id)
+
+    # --- limits ----------------------------------------------------------------------
 
     def limit_sync(self, defined: Sequence[Limit]) -> None:
         limits.sync(self.backend, defined)

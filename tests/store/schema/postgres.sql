@@ -59,6 +59,11 @@ due_jobs | attempt_status | text | NO | 'started'::text
 due_jobs | limits | jsonb | YES | None
 due_jobs | limit_wait | text | YES | None
 due_jobs | limit_wait_key | text | YES | None
+due_jobs | workflow_id | bigint | YES | None
+due_jobs | step_name | text | YES | None
+due_jobs | upstream_pending | integer | NO | 0
+due_jobs | upstream_failed | integer | NO | 0
+due_jobs | on_upstream_failure | text | YES | None
 due_leases | name | text | NO | None
 due_leases | holder | text | NO | None
 due_leases | token | bigint | NO | None
@@ -125,6 +130,17 @@ due_workers | last_seen_at | timestamp with time zone | NO | None
 due_workers | state | text | NO | 'running'::text
 due_workers | stopped_at | timestamp with time zone | YES | None
 due_workers | tasks | jsonb | NO | '[]'::jsonb
+due_workflow_edges | upstream_id | bigint | NO | None
+due_workflow_edges | step_id | bigint | NO | None
+due_workflows | id | bigint | NO | nextval('due_workflows_id_seq'::regclass)
+due_workflows | name | text | NO | None
+due_workflows | state | text | NO | 'running'::text
+due_workflows | steps_total | integer | NO | 0
+due_workflows | steps_ended | integer | NO | 0
+due_workflows | steps_failed | integer | NO | 0
+due_workflows | steps_cancelled | integer | NO | 0
+due_workflows | created_at | timestamp with time zone | NO | None
+due_workflows | finished_at | timestamp with time zone | YES | None
 
 -- constraints
 due_actions | due_actions_pkey | PRIMARY KEY (id)
@@ -132,6 +148,7 @@ due_job_stats | due_job_stats_pkey | PRIMARY KEY (span, minute, task, queue, out
 due_job_stats | due_job_stats_span_check | CHECK ((span = ANY (ARRAY['minute'::text, 'hour'::text, 'all'::text])))
 due_jobs | due_jobs_attempt_status_check | CHECK ((attempt_status = ANY (ARRAY['claimed'::text, 'started'::text, 'handed_back'::text])))
 due_jobs | due_jobs_on_piece_failure_check | CHECK ((on_piece_failure = ANY (ARRAY['continue'::text, 'fail'::text])))
+due_jobs | due_jobs_on_upstream_failure_check | CHECK ((on_upstream_failure = ANY (ARRAY['cancel'::text, 'run'::text])))
 due_jobs | due_jobs_pkey | PRIMARY KEY (id)
 due_jobs | due_jobs_state_check | CHECK ((state = ANY (ARRAY['queued'::text, 'running'::text, 'waiting'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text])))
 due_leases | due_leases_pkey | PRIMARY KEY (name)
@@ -154,6 +171,9 @@ due_schedules | due_schedules_source_check | CHECK ((source = ANY (ARRAY['code':
 due_schema_migrations | due_schema_migrations_pkey | PRIMARY KEY (version)
 due_workers | due_workers_pkey | PRIMARY KEY (id)
 due_workers | due_workers_state_check | CHECK ((state = ANY (ARRAY['running'::text, 'stopping'::text, 'stopped'::text, 'gone'::text])))
+due_workflow_edges | due_workflow_edges_pkey | PRIMARY KEY (upstream_id, step_id)
+due_workflows | due_workflows_pkey | PRIMARY KEY (id)
+due_workflows | due_workflows_state_check | CHECK ((state = ANY (ARRAY['running'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text])))
 
 -- indexes
 due_actions | due_actions_job | CREATE INDEX due_actions_job ON due_actions USING btree (job_id) WHERE (job_id IS NOT NULL)
@@ -178,6 +198,7 @@ due_jobs | due_jobs_retrying | CREATE INDEX due_jobs_retrying ON due_jobs USING 
 due_jobs | due_jobs_running | CREATE INDEX due_jobs_running ON due_jobs USING btree (id) WHERE (state = 'running'::text)
 due_jobs | due_jobs_schedule_active | CREATE INDEX due_jobs_schedule_active ON due_jobs USING btree (schedule) WHERE ((schedule IS NOT NULL) AND (state = ANY (ARRAY['queued'::text, 'running'::text, 'waiting'::text])))
 due_jobs | due_jobs_schedule_run | CREATE UNIQUE INDEX due_jobs_schedule_run ON due_jobs USING btree (schedule, scheduled_for) WHERE (schedule IS NOT NULL)
+due_jobs | due_jobs_step | CREATE UNIQUE INDEX due_jobs_step ON due_jobs USING btree (workflow_id, step_name) WHERE (workflow_id IS NOT NULL)
 due_jobs | due_jobs_stopped | CREATE INDEX due_jobs_stopped ON due_jobs USING btree (state, id) WHERE (state = ANY (ARRAY['waiting'::text, 'failed'::text]))
 due_jobs | due_jobs_timers | CREATE INDEX due_jobs_timers ON due_jobs USING btree (queue, run_at, id) WHERE ((state = 'queued'::text) AND timer)
 due_leases | due_leases_pkey | CREATE UNIQUE INDEX due_leases_pkey ON due_leases USING btree (name)
@@ -191,3 +212,6 @@ due_schedules | due_schedules_next | CREATE INDEX due_schedules_next ON due_sche
 due_schedules | due_schedules_pkey | CREATE UNIQUE INDEX due_schedules_pkey ON due_schedules USING btree (name)
 due_schema_migrations | due_schema_migrations_pkey | CREATE UNIQUE INDEX due_schema_migrations_pkey ON due_schema_migrations USING btree (version)
 due_workers | due_workers_pkey | CREATE UNIQUE INDEX due_workers_pkey ON due_workers USING btree (id)
+due_workflow_edges | due_workflow_edges_pkey | CREATE UNIQUE INDEX due_workflow_edges_pkey ON due_workflow_edges USING btree (upstream_id, step_id)
+due_workflow_edges | due_workflow_edges_step | CREATE INDEX due_workflow_edges_step ON due_workflow_edges USING btree (step_id)
+due_workflows | due_workflows_pkey | CREATE UNIQUE INDEX due_workflows_pkey ON due_workflows USING btree (id)

@@ -70,6 +70,10 @@ CREATE INDEX due_jobs_schedule_active ON due_jobs (schedule)
 CREATE UNIQUE INDEX due_jobs_schedule_run ON due_jobs (schedule, scheduled_for)
     WHERE schedule IS NOT NULL;
 
+-- index due_jobs_step
+CREATE UNIQUE INDEX due_jobs_step ON due_jobs (workflow_id, step_name)
+    WHERE workflow_id IS NOT NULL;
+
 -- index due_jobs_stopped
 CREATE INDEX due_jobs_stopped ON due_jobs (state, id)
     WHERE state IN ('waiting', 'failed');
@@ -86,6 +90,9 @@ CREATE INDEX due_schedule_runs_pending ON due_schedule_runs (schedule) WHERE out
 
 -- index due_schedules_next
 CREATE INDEX due_schedules_next ON due_schedules (next_fire_at) WHERE enabled;
+
+-- index due_workflow_edges_step
+CREATE INDEX due_workflow_edges_step ON due_workflow_edges (step_id);
 
 -- table due_actions
 CREATE TABLE due_actions (
@@ -145,7 +152,8 @@ CREATE TABLE due_jobs (
     result           TEXT
 , schedule TEXT, scheduled_for REAL, cancel_requested INTEGER NOT NULL DEFAULT 0, checkpoint TEXT, progress TEXT, progress_at REAL, stuck_after REAL, parent_id INTEGER, piece_key TEXT, pieces_total INTEGER NOT NULL DEFAULT 0, pieces_done INTEGER NOT NULL DEFAULT 0, pieces_failed INTEGER NOT NULL DEFAULT 0, on_complete TEXT, on_piece_failure TEXT NOT NULL DEFAULT 'continue'
     CHECK (on_piece_failure IN ('continue', 'fail')), completes INTEGER, held INTEGER NOT NULL DEFAULT 0, warning TEXT, timer INTEGER NOT NULL DEFAULT 0, attempt_status TEXT NOT NULL DEFAULT 'started'
-    CHECK (attempt_status IN ('claimed', 'started', 'handed_back')), limits TEXT, limit_wait TEXT, limit_wait_key TEXT);
+    CHECK (attempt_status IN ('claimed', 'started', 'handed_back')), limits TEXT, limit_wait TEXT, limit_wait_key TEXT, workflow_id INTEGER, step_name TEXT, upstream_pending INTEGER NOT NULL DEFAULT 0, upstream_failed INTEGER NOT NULL DEFAULT 0, on_upstream_failure TEXT
+    CHECK (on_upstream_failure IN ('cancel', 'run')));
 
 -- table due_leases
 CREATE TABLE due_leases (
@@ -243,3 +251,24 @@ CREATE TABLE due_workers (
         CHECK (state IN ('running', 'stopping', 'stopped', 'gone')),
     stopped_at   REAL
 , tasks TEXT NOT NULL DEFAULT '[]');
+
+-- table due_workflow_edges
+CREATE TABLE due_workflow_edges (
+    upstream_id INTEGER NOT NULL,
+    step_id     INTEGER NOT NULL,
+    PRIMARY KEY (upstream_id, step_id)
+);
+
+-- table due_workflows
+CREATE TABLE due_workflows (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: a workflow id names one
+    name            TEXT    NOT NULL,
+    state           TEXT    NOT NULL DEFAULT 'running'
+                    CHECK (state IN ('running', 'succeeded', 'failed', 'cancelled')),
+    steps_total     INTEGER NOT NULL DEFAULT 0,
+    steps_ended     INTEGER NOT NULL DEFAULT 0,
+    steps_failed    INTEGER NOT NULL DEFAULT 0,
+    steps_cancelled INTEGER NOT NULL DEFAULT 0,
+    created_at      REAL NOT NULL,
+    finished_at     REAL
+);

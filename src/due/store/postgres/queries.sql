@@ -199,7 +199,7 @@ WHERE j.id = ANY(ARRAY(SELECT id FROM chosen))
 RETURNING j.id, j.task, j.queue, j.priority, j.payload::text AS payload, j.attempt,
           j.max_attempts, j.lease_token, j.lease_expires_at, j.run_at, j.created_at,
           j.scheduled_for, j.checkpoint::text AS checkpoint, j.parent_id, j.completes,
-          j.pieces_total
+          j.pieces_total, j.workflow_id
 
 -- name: heartbeat
 -- Fencing: a job's lease_token changes whenever an attempt starts (claim) or
@@ -334,7 +334,7 @@ WITH done AS (
               seconds)
     WHERE j.id = ANY(%(id)b::bigint[])
       AND j.id = c.id AND j.lease_token = c.token
-    RETURNING j.id, j.task, j.queue, j.schedule, j.state, j.parent_id, j.completes,
+    RETURNING j.id, j.task, j.queue, j.schedule, j.state, j.parent_id, j.completes, j.workflow_id,
               j.pieces_total, j.cancel_requested,
               CASE WHEN j.state = 'cancelled' AND c.state <> 'cancelled' THEN 'cancelled'
                    ELSE c.outcome END AS outcome,
@@ -369,7 +369,7 @@ noted AS (  -- as note_schedule_success
     SET last_success_at = coalesce(%(now)s::timestamptz, now())
     WHERE name = ANY(ARRAY(SELECT name FROM succeeded_schedules))
 )
-SELECT id, task, queue, schedule, state, parent_id, completes, pieces_total, cancel_requested
+SELECT id, task, queue, schedule, state, parent_id, completes, workflow_id, pieces_total, cancel_requested
 FROM done
 
 -- name: completions_recorded
@@ -400,7 +400,7 @@ WHERE j.lease_token = c.token + 1 AND j.lost_leases = 0
 -- Read without locking: the parents of pieces are locked next (parents first),
 -- then rescue_jobs locks these rows and checks each is still the same attempt,
 -- still expired (another rescuer, or a late renewal, makes it a no-op).
-SELECT id, lease_token, attempt, max_attempts, lost_leases, worker, parent_id, completes,
+SELECT id, lease_token, attempt, max_attempts, lost_leases, worker, parent_id, completes, workflow_id,
        attempt_status
 FROM due_jobs
 WHERE state = 'running' AND lease_expires_at < coalesce(%(now)s::timestamptz, now())
@@ -439,7 +439,7 @@ FROM unnest(%(id)b::bigint[], %(token)b::bigint[], %(gives_up)b::boolean[],
 WHERE j.id = ANY(ARRAY(SELECT id FROM locked)) AND j.id = r.id AND j.lease_token = r.token
   AND j.attempt_status = r.status
   AND j.state = 'running' AND j.lease_expires_at < coalesce(%(now)s::timestamptz, now())
-RETURNING j.id, j.task, j.queue, j.state, j.parent_id, j.completes, j.pieces_total,
+RETURNING j.id, j.task, j.queue, j.state, j.parent_id, j.completes, j.workflow_id, j.pieces_total,
           CASE WHEN j.state = 'queued' THEN  -- wake workers for the job due again
               pg_notify({channel:due_jobs}, j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text
           WHEN j.state IN ('succeeded', 'failed', 'cancelled') THEN  -- wake app.wait()
@@ -641,7 +641,7 @@ SET state = CASE WHEN j.cancel_requested THEN 'cancelled'
 FROM unnest(%(id)b::bigint[], %(token)b::bigint[], %(later)b::boolean[]) AS r(id, token, later)
 WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
   AND j.id = r.id AND j.lease_token = r.token
-RETURNING j.id, j.state, j.task, j.queue, j.parent_id, j.completes, j.pieces_total,
+RETURNING j.id, j.state, j.task, j.queue, j.parent_id, j.completes, j.workflow_id, j.pieces_total,
           CASE WHEN j.state = 'queued' THEN  -- wake workers for the job due again
               pg_notify({channel:due_jobs}, j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text
           WHEN j.state IN ('succeeded', 'failed', 'cancelled') THEN  -- wake app.wait()
@@ -746,7 +746,7 @@ WHERE id = ANY(%(ids)b::bigint[])
         AND w.last_seen_at > coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(alive)s)
         AND w.queues ? due_jobs.queue
         AND w.tasks ? due_jobs.task)
-RETURNING id, task, queue, state, parent_id, completes, pieces_total,
+RETURNING id, task, queue, state, parent_id, completes, workflow_id, pieces_total,
           pg_notify({channel:due_ended}, '')::text AS ended
 
 -- name: register_worker
@@ -905,7 +905,7 @@ SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
     cancel_requested = true,
     dedupe_key = CASE WHEN state = 'queued' THEN NULL ELSE dedupe_key END
 WHERE schedule = %(name)s AND state IN ('queued', 'running', 'waiting')
-RETURNING id, task, queue, state, parent_id, completes, pieces_total, cancel_requested,
+RETURNING id, task, queue, state, parent_id, completes, workflow_id, pieces_total, cancel_requested,
           CASE WHEN state = 'cancelled' THEN pg_notify({channel:due_ended}, '')::text END AS ended
 
 -- name: skip_pending_runs
@@ -1070,7 +1070,7 @@ SET state = 'succeeded', lease_token = lease_token + 1, result = 'null'::jsonb,
     progress = coalesce(%(progress)s::jsonb, progress),
     dedupe_key = CASE WHEN coalesce(unique_for, 0) <= 0 THEN NULL ELSE dedupe_key END
 WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running' AND pieces_total = 0
-RETURNING id, task, queue, schedule, state, parent_id, completes, cancel_requested,
+RETURNING id, task, queue, schedule, state, parent_id, completes, workflow_id, cancel_requested,
           extract(epoch FROM finished_at - started_at)::float8 AS seconds,
           pg_notify({channel:due_ended}, '')::text AS ended
 
@@ -1137,7 +1137,7 @@ SET state = %(state)s, lease_token = lease_token + 1,
     last_error = coalesce(%(error)s, last_error),
     dedupe_key = NULL
 WHERE id = %(id)s AND state = 'waiting'
-RETURNING id, task, queue, schedule, state, parent_id, completes,
+RETURNING id, task, queue, schedule, state, parent_id, completes, workflow_id,
           pg_notify({channel:due_ended}, '')::text AS ended
 
 -- name: insert_completion_job
@@ -1573,7 +1573,7 @@ WHERE j.id = ANY(%(ids)b::bigint[]) AND j.state = 'queued'
 RETURNING j.id, j.task, j.queue, j.priority, j.payload::text AS payload, j.attempt,
           j.max_attempts, j.lease_token, j.lease_expires_at, j.run_at, j.created_at,
           j.scheduled_for, j.checkpoint::text AS checkpoint, j.parent_id, j.completes,
-          j.pieces_total
+          j.pieces_total, j.workflow_id
 
 -- name: limited_next_due
 -- When the queue's next limited job that waits for no limit comes due (off
@@ -1671,3 +1671,116 @@ SELECT k.name, k.key, k.starts::text AS starts, k.started_total,
                               LIMIT %(count_limit)s) AS c) AS waiting
 FROM due_limit_keys k JOIN due_limits d ON d.name = k.name
 WHERE k.name = %(name)s AND k.key = %(key)s
+
+-- name: insert_workflow
+INSERT INTO due_workflows (name, steps_total, created_at)
+VALUES (%(name)s, %(total)s, coalesce(%(now)s::timestamptz, now()))
+RETURNING id
+
+-- name: make_steps
+-- Jobs just inserted become a workflow's steps; those with upstream steps wait.
+UPDATE due_jobs AS j
+SET workflow_id = %(workflow)s,
+    step_name = s.name,
+    upstream_pending = s.pending,
+    on_upstream_failure = s.policy,
+    state = CASE WHEN s.pending > 0 THEN 'waiting' ELSE j.state END
+FROM unnest(%(id)b::bigint[], %(name)b::text[], %(pending)b::int[], %(policy)b::text[])
+     AS s(id, name, pending, policy)
+WHERE j.id = s.id
+
+-- name: insert_edges
+INSERT INTO due_workflow_edges (upstream_id, step_id)
+SELECT * FROM unnest(%(upstream)b::bigint[], %(step)b::bigint[])
+
+-- name: lock_dependents
+-- The waiting steps these ended jobs come before, locked in id order (the one
+-- lock order for every transaction that releases steps).
+SELECT id FROM due_jobs
+WHERE id IN (SELECT step_id FROM due_workflow_edges WHERE upstream_id = ANY(%(ids)b::bigint[]))
+  AND state = 'waiting'
+ORDER BY id
+FOR NO KEY UPDATE
+
+-- name: count_upstream_endings
+-- Each ended upstream step counted once on each of its waiting dependents.
+WITH ended AS (
+    SELECT * FROM unnest(%(id)b::bigint[], %(bad)b::int[]) AS e(id, bad)
+), hits AS (
+    SELECT edge.step_id, count(*)::int AS n, sum(ended.bad)::int AS bad
+    FROM due_workflow_edges AS edge JOIN ended ON edge.upstream_id = ended.id
+    GROUP BY edge.step_id
+)
+UPDATE due_jobs AS j
+SET upstream_pending = j.upstream_pending - hits.n,
+    upstream_failed = j.upstream_failed + hits.bad
+FROM hits
+WHERE j.id = hits.step_id AND j.state = 'waiting' AND j.upstream_pending > 0
+RETURNING j.id, j.upstream_pending, j.upstream_failed, j.on_upstream_failure
+
+-- name: release_steps
+-- Steps whose upstream steps have all ended, due now; their queues' workers hear of them.
+UPDATE due_jobs AS j
+SET state = 'queued', run_at = coalesce(%(now)s::timestamptz, now())
+WHERE j.id = ANY(%(ids)b::bigint[]) AND j.state = 'waiting' AND j.upstream_pending = 0
+RETURNING j.id,
+          pg_notify({channel:due_jobs}, j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text
+              AS notified
+
+-- name: cancel_steps
+-- Steps an upstream step's failure cancels (on_upstream_failure = 'cancel').
+UPDATE due_jobs AS j
+SET state = 'cancelled',
+    finished_at = coalesce(%(now)s::timestamptz, now()),
+    dedupe_key = NULL,
+    errors = j.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', j.attempt, 'kind', 'cancelled', 'error', %(reason)s::text,
+        'traceback', NULL, 'at', coalesce(%(now)s::timestamptz, now())))
+WHERE j.id = ANY(%(ids)b::bigint[]) AND j.state = 'waiting'
+RETURNING j.id, j.task, j.queue, j.schedule, j.state, j.parent_id, j.completes, j.pieces_total,
+          j.cancel_requested, j.workflow_id
+
+-- name: count_workflow_endings
+-- Ended steps counted on their workflows; a workflow whose steps have all
+-- ended ends: failed if one failed, else cancelled if one was, else succeeded.
+WITH ended AS (
+    SELECT workflow, count(*)::int AS n,
+           count(*) FILTER (WHERE state = 'failed')::int AS failed,
+           count(*) FILTER (WHERE state = 'cancelled')::int AS cancelled
+    FROM unnest(%(workflow)b::bigint[], %(state)b::text[]) AS e(workflow, state)
+    GROUP BY workflow
+)
+UPDATE due_workflows AS w
+SET steps_ended = w.steps_ended + ended.n,
+    steps_failed = w.steps_failed + ended.failed,
+    steps_cancelled = w.steps_cancelled + ended.cancelled,
+    state = CASE
+        WHEN w.steps_ended + ended.n < w.steps_total THEN w.state
+        WHEN w.steps_failed + ended.failed > 0 THEN 'failed'
+        WHEN w.steps_cancelled + ended.cancelled > 0 THEN 'cancelled'
+        ELSE 'succeeded' END,
+    finished_at = CASE WHEN w.steps_ended + ended.n >= w.steps_total
+                       THEN coalesce(%(now)s::timestamptz, now()) END
+FROM ended
+WHERE w.id = ended.workflow
+
+-- name: workflow
+SELECT id, name, state, steps_total, steps_ended, steps_failed, steps_cancelled,
+       created_at, finished_at
+FROM due_workflows WHERE id = %(id)s
+
+-- name: workflow_steps
+SELECT j.id, j.step_name, j.state, j.task,
+       coalesce((SELECT array_agg(u.step_name ORDER BY u.step_name)
+                 FROM due_workflow_edges AS e JOIN due_jobs AS u ON u.id = e.upstream_id
+                 WHERE e.step_id = j.id), '{}') AS after
+FROM due_jobs AS j
+WHERE j.workflow_id = %(id)s
+ORDER BY j.id
+
+-- name: upstream_of
+-- What a step's handler reads: each upstream step's name, state and result.
+SELECT u.step_name, u.state, u.result
+FROM due_workflow_edges AS e JOIN due_jobs AS u ON u.id = e.upstream_id
+WHERE e.step_id = %(id)s
+ORDER BY u.step_name

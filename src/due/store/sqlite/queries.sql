@@ -120,7 +120,7 @@ WHERE id IN (
 -- Columns in core.records.CLAIM_COLUMNS' order; JSON as text, decoded once there.
 RETURNING id, task, queue, priority, payload, attempt, max_attempts,
           lease_token, lease_expires_at, run_at, created_at, scheduled_for, checkpoint, parent_id,
-          completes, pieces_total
+          completes, pieces_total, workflow_id
 
 -- name: heartbeat
 -- Progress rides along (NULL: unchanged), and the news that the handler began
@@ -170,7 +170,7 @@ SET state = CASE WHEN cancel_requested AND :state <> 'waiting' THEN 'cancelled' 
                         OR (:state = 'succeeded' AND coalesce(unique_for, 0) <= 0)
                       THEN NULL ELSE dedupe_key END
 WHERE id = :id AND lease_token = :token AND state = 'running'
-RETURNING id, task, schedule, state, queue, run_at, parent_id, completes, pieces_total, cancel_requested
+RETURNING id, task, schedule, state, queue, run_at, parent_id, completes, workflow_id, pieces_total, cancel_requested
 
 -- name: completions_recorded
 -- Of the attempt endings given, those the jobs already show (PostgreSQL's
@@ -185,7 +185,7 @@ WHERE id = :id AND lease_token = :token + 1 AND lost_leases = 0
 -- name: select_expired
 -- Running jobs whose worker stopped renewing the lease. The task is never
 -- consulted, so a process that does not know the task rescues it too.
-SELECT id, lease_token, attempt, max_attempts, lost_leases, worker, parent_id, completes,
+SELECT id, lease_token, attempt, max_attempts, lost_leases, worker, parent_id, completes, workflow_id,
        attempt_status
 FROM due_jobs
 WHERE state = 'running' AND lease_expires_at < :now
@@ -214,7 +214,7 @@ SET state = CASE WHEN cancel_requested THEN 'cancelled'
     dedupe_key = CASE WHEN :gives_up OR cancel_requested THEN NULL ELSE dedupe_key END
 WHERE id = :id AND lease_token = :token AND attempt_status = :status
   AND state = 'running' AND lease_expires_at < :now
-RETURNING id, task, state, queue, run_at, parent_id, completes, pieces_total
+RETURNING id, task, state, queue, run_at, parent_id, completes, workflow_id, pieces_total
 
 -- name: get_job
 -- `stuck`: running, and its progress has not moved for its task's stuck_after.
@@ -396,7 +396,7 @@ SET state = CASE WHEN cancel_requested THEN 'cancelled'
                                  ELSE '' END,
         'traceback', NULL, 'at', strftime('%Y-%m-%dT%H:%M:%f+00:00', :now, 'unixepoch')))
 WHERE id = :id AND lease_token = :token AND state = 'running'
-RETURNING id, state, task, queue, run_at, parent_id, completes, pieces_total
+RETURNING id, state, task, queue, run_at, parent_id, completes, workflow_id, pieces_total
 
 -- name: next_due
 -- When the next job of these tasks in this queue is due (the worker sleeps
@@ -496,7 +496,7 @@ WHERE id IN (SELECT value FROM json_each(:ids))
       SELECT 1 FROM due_workers w, json_each(w.queues) AS q, json_each(w.tasks) AS t
       WHERE w.state IN ('running', 'stopping') AND w.last_seen_at > :now - :alive
         AND q.key = due_jobs.queue AND t.value = due_jobs.task)
-RETURNING id, task, queue, state, parent_id, completes, pieces_total
+RETURNING id, task, queue, state, parent_id, completes, workflow_id, pieces_total
 
 -- name: register_worker
 INSERT INTO due_workers (id, host, pid, queues, tasks, started_at, last_seen_at, state)
@@ -626,7 +626,7 @@ SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
     cancel_requested = 1,
     dedupe_key = CASE WHEN state = 'queued' THEN NULL ELSE dedupe_key END
 WHERE schedule = :name AND state IN ('queued', 'running', 'waiting')
-RETURNING id, task, queue, state, parent_id, completes, pieces_total, cancel_requested
+RETURNING id, task, queue, state, parent_id, completes, workflow_id, pieces_total, cancel_requested
 
 -- name: skip_pending_runs
 -- Runs waiting for their previous one, of a schedule paused, disabled or removed
@@ -753,7 +753,7 @@ SET state = 'succeeded', lease_token = lease_token + 1, result = 'null', finishe
     lease_expires_at = NULL, lost_leases = 0, progress = coalesce(:progress, progress),
     dedupe_key = CASE WHEN coalesce(unique_for, 0) <= 0 THEN NULL ELSE dedupe_key END
 WHERE id = :id AND lease_token = :token AND state = 'running' AND pieces_total = 0
-RETURNING id, task, queue, schedule, state, parent_id, completes, cancel_requested,
+RETURNING id, task, queue, schedule, state, parent_id, completes, workflow_id, cancel_requested,
           finished_at - started_at AS seconds
 
 -- name: add_pieces
@@ -807,7 +807,7 @@ UPDATE due_jobs
 SET state = :state, lease_token = lease_token + 1, finished_at = :now, lease_expires_at = NULL,
     result = :result, last_error = coalesce(:error, last_error), dedupe_key = NULL
 WHERE id = :id AND state = 'waiting'
-RETURNING id, task, queue, schedule, state, parent_id, completes
+RETURNING id, task, queue, schedule, state, parent_id, completes, workflow_id
 
 -- name: insert_completion_job
 -- Once per parent, whatever races: the key is the parent's.
@@ -1223,7 +1223,7 @@ SET state = 'running',
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'queued'
 RETURNING id, task, queue, priority, payload, attempt, max_attempts,
           lease_token, lease_expires_at, run_at, created_at, scheduled_for, checkpoint, parent_id,
-          completes, pieces_total
+          completes, pieces_total, workflow_id
 
 -- name: limited_next_due
 -- When the queue's next limited job that waits for no limit comes due, and
@@ -1318,3 +1318,90 @@ SELECT k.name, k.key, k.starts, k.started_total, :now AS now_s,
                               LIMIT :count_limit)) AS waiting
 FROM due_limit_keys AS k JOIN due_limits AS d ON d.name = k.name
 WHERE k.name = :name AND k.key = :key
+
+-- name: insert_workflow
+INSERT INTO due_workflows (name, steps_total, created_at)
+VALUES (:name, :total, :now)
+RETURNING id
+
+-- name: make_steps
+-- A job just inserted becomes a workflow's step; with upstream steps it waits.
+UPDATE due_jobs
+SET workflow_id = :workflow,
+    step_name = :name,
+    upstream_pending = :pending,
+    on_upstream_failure = :policy,
+    state = CASE WHEN :pending > 0 THEN 'waiting' ELSE state END
+WHERE id = :id
+
+-- name: insert_edges
+INSERT INTO due_workflow_edges (upstream_id, step_id) VALUES (:upstream, :step)
+
+-- name: lock_dependents
+-- (SQLite's single writer holds the whole database: nothing to lock.)
+SELECT 1 WHERE 0
+
+-- name: count_upstream_endings
+-- An ended upstream step counted once on each of its waiting dependents (a
+-- row at a time: SQLite's single writer runs them one after the other).
+UPDATE due_jobs
+SET upstream_pending = upstream_pending - 1,
+    upstream_failed = upstream_failed + :bad
+WHERE id IN (SELECT step_id FROM due_workflow_edges WHERE upstream_id = :id)
+  AND state = 'waiting' AND upstream_pending > 0
+RETURNING id, upstream_pending, upstream_failed, on_upstream_failure
+
+-- name: release_steps
+-- Steps whose upstream steps have all ended, due now.
+UPDATE due_jobs SET state = 'queued', run_at = :now
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'waiting' AND upstream_pending = 0
+RETURNING id
+
+-- name: cancel_steps
+-- Steps an upstream step's failure cancels (on_upstream_failure = 'cancel').
+UPDATE due_jobs
+SET state = 'cancelled',
+    finished_at = :now,
+    dedupe_key = NULL,
+    errors = json_insert(iif(json_valid(errors), errors, json_array(errors)), '$[#]', json_object(
+        'attempt', attempt, 'kind', 'cancelled', 'error', :reason,
+        'traceback', NULL, 'at', strftime('%Y-%m-%dT%H:%M:%f+00:00', :now, 'unixepoch')))
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'waiting'
+RETURNING id, task, queue, schedule, state, parent_id, completes, pieces_total,
+          cancel_requested, workflow_id
+
+-- name: count_workflow_endings
+-- An ended step counted on its workflow, which ends with its last step: failed
+-- if a step failed, else cancelled if a step was, else succeeded.
+UPDATE due_workflows
+SET steps_ended = steps_ended + 1,
+    steps_failed = steps_failed + (:state = 'failed'),
+    steps_cancelled = steps_cancelled + (:state = 'cancelled'),
+    state = CASE
+        WHEN steps_ended + 1 < steps_total THEN state
+        WHEN steps_failed + (:state = 'failed') > 0 THEN 'failed'
+        WHEN steps_cancelled + (:state = 'cancelled') > 0 THEN 'cancelled'
+        ELSE 'succeeded' END,
+    finished_at = CASE WHEN steps_ended + 1 >= steps_total THEN :now END
+WHERE id = :workflow
+
+-- name: workflow
+SELECT id, name, state, steps_total, steps_ended, steps_failed, steps_cancelled,
+       created_at, finished_at
+FROM due_workflows WHERE id = :id
+
+-- name: workflow_steps
+SELECT j.id, j.step_name, j.state, j.task,
+       (SELECT json_group_array(step_name) FROM (
+            SELECT u.step_name FROM due_workflow_edges AS e JOIN due_jobs AS u ON u.id = e.upstream_id
+            WHERE e.step_id = j.id ORDER BY u.step_name)) AS after
+FROM due_jobs AS j
+WHERE j.workflow_id = :id
+ORDER BY j.id
+
+-- name: upstream_of
+-- What a step's handler reads: each upstream step's name, state and result.
+SELECT u.step_name, u.state, u.result
+FROM due_workflow_edges AS e JOIN due_jobs AS u ON u.id = e.upstream_id
+WHERE e.step_id = :id
+ORDER BY u.step_name

@@ -1,0 +1,127 @@
+"""Workflows in the database: steps that wait for other steps, released once.
+
+A workflow's steps are ordinary jobs, with edges to the steps they come after
+(`due_workflow_edges`). A step whose upstream steps have not all ended is
+`waiting` with `upstream_pending` > 0: out of every claim index, holding no
+slot. Every operation that ends jobs settles them (settling.py) in the
+transaction that records their end; `release` is part of that: each ended
+step is counted once on each of its waiting dependents, whose rows are locked
+in id order first (on PostgreSQL; SQLite's single writer holds everything).
+The row lock serialises ends that count on the same dependent, so exactly one
+transaction brings its count to zero, and that transaction queues it, or
+cancels it under `on_upstream_failure="cancel"` when an upstream step failed
+or was cancelled. A cancelled step is an end in turn: its own dependents are
+counted in the same transaction, all the way down. No end is ever recorded
+without the release it calls for (invariant 15: one transaction).
+
+Each end is also counted on the workflow, which ends when its last step does:
+failed if a step failed, else cancelled if a step was, else succeeded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from due.core.records import StepRequest
+from due.store import steps as plans
+from due.store.backend import Backend, Columns, Transaction
+from due.store.conflicts import retried_on_conflict
+
+FINAL = ("succeeded", "failed", "cancelled")
+UPSTREAM_FAILED = "cancelled: an upstream step failed or was cancelled"
+
+Rows = list[dict[str, Any]]
+
+
+def ended_steps(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The rows that are steps of a workflow and have ended."""
+    return [row for row in rows if row.get("workflow_id") is not None and row["state"] in FINAL]
+
+
+def release(
+    tx: Transaction, ended: Sequence[Mapping[str, Any]], on_ended: Callable[[Rows], None]
+) -> None:
+    """Count these ended steps on their dependents and workflows; release the
+    dependents now due, cancel those their policy cancels (and so on down)."""
+    steps = ended_steps(ended)
+    while steps:
+        ids = [int(row["id"]) for row in steps]
+        tx.run_each(
+            "count_workflow_endings",
+            Columns(
+                workflow=[int(row["workflow_id"]) for row in steps],
+                state=[str(row["state"]) for row in steps],
+            ),
+            {"now": tx.now},
+        )
+        if tx.locks_rows:
+            tx.run("lock_dependents", {"ids": ids})
+        counted = tx.run_each(
+            "count_upstream_endings",
+            Columns(id=ids, bad=[0 if row["state"] == "succeeded" else 1 for row in steps]),
+        )
+        ready = {row["id"]: row for row in counted if row["upstream_pending"] == 0}
+        cancel = sorted(
+            job
+            for job, row in ready.items()
+            if row["upstream_failed"] and row["on_upstream_failure"] != "run"
+        )
+        go = sorted(set(ready) - set(cancel))
+        if go:
+            tx.run("release_steps", {"ids": go, "now": tx.now})
+        steps = []
+        if cancel:
+            params = {"ids": cancel, "now": tx.now, "reason": UPSTREAM_FAILED}
+            cancelled = tx.run("cancel_steps", params)
+            on_ended(cancelled)
+            steps = ended_steps(cancelled)
+
+
+@retried_on_conflict
+def enqueue(db: Backend, name: str, steps: Sequence[StepRequest]) -> tuple[int, list[int]]:
+    """A workflow and every one of its steps, in one transaction; its id and
+    its steps' job ids (in the order given). Steps come in an order where each
+    one's upstream steps come before it (`due.workflows` checks the graph)."""
+    with db.transaction(unbounded=len(steps) > plans.BULK_CHUNK) as tx:
+        workflow = int(
+            tx.run("insert_workflow", {"name": name, "total": len(steps), "now": tx.now})[0]["id"]
+        )
+        jobs = plans.carry_out(tx, plans.enqueue_steps([step.job for step in steps], tx.now))
+        ids = [job.id for job in jobs]
+        tx.run_each(
+            "make_steps",
+            Columns(
+                id=ids,
+                name=[step.name for step in steps],
+                pending=[len(step.after) for step in steps],
+                policy=[step.on_upstream_failure for step in steps],
+            ),
+            {"workflow": workflow},
+        )
+        edges = [
+            (ids[upstream], ids[index])
+            for index, step in enumerate(steps)
+            for upstream in step.after
+        ]
+        if edges:
+            tx.run_each(
+                "insert_edges",
+                Columns(upstream=[u for u, _ in edges], step=[s for _, s in edges]),
+            )
+        return workflow, ids
+
+
+def status(db: Backend, workflow_id: int) -> tuple[dict[str, Any], Rows] | None:
+    """A workflow's row and its steps' (id, step_name, state, task, after), or None."""
+    with db.transaction(read=True) as tx:
+        found = tx.run("workflow", {"id": workflow_id})
+        if not found:
+            return None
+        return found[0], tx.run("workflow_steps", {"id": workflow_id})
+
+
+def upstream_of(db: Backend, job_id: int) -> Rows:
+    """What a step's handler reads: each upstream step's name, state and result."""
+    with db.transaction(read=True) as tx:
+        return tx.run("upstream_of", {"id": job_id})

@@ -1,0 +1,153 @@
+"""Workflows in the store, on a real SQLite file and a real PostgreSQL: a step
+waits until its upstream steps have ended, is released in the transaction that
+records the end of its last one (exactly once), reads their results by name,
+and is cancelled, or run anyway, by its policy when one of them failed."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import due
+from due.core.jobs import JobState
+from due.core.records import ClaimRequest, Completion
+from due.errors import ConfigurationError
+from tests.helpers.database import rows
+
+
+@pytest.fixture
+def tasks(app: due.App) -> dict[str, due.Task]:
+    @app.task(name="fetch")
+    def fetch(n: int) -> int:
+        return n
+
+    @app.task(name="build")
+    def build(n: int) -> int:
+        return n
+
+    return {"fetch": fetch, "build": build}
+
+
+def claim(app: due.App, limit: int = 100) -> dict[int, int]:
+    """Claim what is due: {job id: lease token}."""
+    claimed = app.store.job_claim(ClaimRequest("default", limit, "w", 30))
+    return {job.id: job.lease_token for job in claimed}
+
+
+def end(app: due.App, job_id: int, token: int, state: JobState, result: object = None) -> None:
+    import json
+
+    text = None if result is None else json.dumps(result)
+    completion = Completion(job_id, token, state, result=text)
+    completion.settles = True
+    assert app.store.job_complete([completion]) == {job_id}
+
+
+def test_a_step_runs_once_all_its_upstream_steps_ended(
+    app: due.App, tasks: dict[str, due.Task]
+) -> None:
+    flow = app.workflow("month-end")
+    rates = flow.add(tasks["fetch"].request(1), name="rates")
+    invoices = flow.add(tasks["fetch"].request(2), name="invoices")
+    mails = flow.add(tasks["build"].request(3), name="mails", after=[rates, invoices])
+    handle = flow.enqueue()
+    assert handle.job_ids == {
+        "rates": rates.job_id,
+        "invoices": invoices.job_id,
+        "mails": mails.job_id,
+    }
+    assert app.get(mails.job_id).state == JobState.WAITING
+    first = claim(app)
+    assert set(first) == {rates.job_id, invoices.job_id}  # not the waiting step
+    end(app, rates.job_id, first[rates.job_id], JobState.SUCCEEDED, {"eur": 1.1})
+    assert app.get(mails.job_id).state == JobState.WAITING  # one upstream step left
+    assert claim(app) == {}
+    end(app, invoices.job_id, first[invoices.job_id], JobState.SUCCEEDED, [1, 2])
+    assert app.get(mails.job_id).state == JobState.QUEUED  # released by that end
+    second = claim(app)
+    assert set(second) == {mails.job_id}
+    upstream = {row["step_name"]: row["state"] for row in app.store.job_upstream(mails.job_id)}
+    assert upstream == {"rates": "succeeded", "invoices": "succeeded"}
+    status = app.workflow_status(handle.id)
+    assert status.state == "running"
+    assert status.steps["mails"].after == ("invoices", "rates")
+    end(app, mails.job_id, second[mails.job_id], JobState.SUCCEEDED)
+    status = app.workflow_status(handle.id)
+    assert status.state == "succeeded" and status.finished_at is not None
+    assert {step.state for step in status.steps.values()} == {JobState.SUCCEEDED}
+
+
+def test_a_failed_step_cancels_its_dependents_all_the_way_down_unless_they_run_anyway(
+    app: due.App, tasks: dict[str, due.Task]
+) -> None:
+    flow = app.workflow("fragile")
+    first = flow.add(tasks["fetch"].request(1), name="first")
+    second = flow.add(tasks["build"].request(2), name="second", after=[first])
+    third = flow.add(tasks["build"].request(3), name="third", after=[second])
+    audit = flow.add(
+        tasks["build"].request(4), name="audit", after=[second], on_upstream_failure="run"
+    )
+    handle = flow.enqueue()
+    claimed = claim(app)
+    end(app, first.job_id, claimed[first.job_id], JobState.FAILED)
+    states = {name: step.state for name, step in app.workflow_status(handle.id).steps.items()}
+    assert states == {
+        "first": JobState.FAILED,
+        "second": JobState.CANCELLED,
+        "third": JobState.CANCELLED,
+        "audit": JobState.QUEUED,  # runs anyway: its upstream step was cancelled
+    }
+    assert "upstream step" in app.get(third.job_id).errors[-1].error
+    claimed = claim(app)
+    assert set(claimed) == {audit.job_id}
+    end(app, audit.job_id, claimed[audit.job_id], JobState.SUCCEEDED)
+    assert app.workflow_status(handle.id).state == "failed"
+
+
+def test_two_upstream_ends_at_once_release_the_step_once(
+    app: due.App, tasks: dict[str, due.Task]
+) -> None:
+    flow = app.workflow("fan-in")
+    members = [flow.add(tasks["fetch"].request(n), name=f"m{n}") for n in range(8)]
+    last = flow.add(tasks["build"].request(0), name="last", after=members)
+    flow.enqueue()
+    claimed = claim(app)
+    assert len(claimed) == 8
+    barrier = threading.Barrier(8)
+    errors: list[BaseException] = []
+
+    def finish(job_id: int) -> None:
+        try:
+            barrier.wait(5)
+            end(app, job_id, claimed[job_id], JobState.SUCCEEDED, job_id)
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=finish, args=(job,)) for job in claimed]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert errors == []
+    assert app.get(last.job_id).state == JobState.QUEUED
+    (pending,) = rows(app.url, f"SELECT upstream_pending FROM due_jobs WHERE id = {last.job_id}")
+    assert pending == (0,)
+    assert set(claim(app)) == {last.job_id}
+
+
+def test_bad_graphs_are_refused_before_anything_is_written(
+    app: due.App, tasks: dict[str, due.Task]
+) -> None:
+    flow = app.workflow("bad")
+    one = flow.add(tasks["fetch"].request(1), name="one")
+    with pytest.raises(ConfigurationError, match="has a step named 'one'"):
+        flow.add(tasks["fetch"].request(2), name="one")
+    other = app.workflow("other")
+    with pytest.raises(ConfigurationError, match="not a step of workflow 'other'"):
+        other.add(tasks["fetch"].request(3), after=[one])
+    with pytest.raises(ConfigurationError, match="on_upstream_failure"):
+        flow.add(tasks["fetch"].request(4), on_upstream_failure="ignore")
+    with pytest.raises(ConfigurationError, match="no step"):
+        app.workflow("empty").enqueue()
+    assert app.jobs(limit=10) == []
