@@ -780,6 +780,52 @@ class App:
             raise JobNotFoundError(f"no workflow with id {workflow_id}")
         return status_from(*found)
 
+    def cancel_workflow(self, workflow_id: int, *, by: str | None = None) -> WorkflowStatus:
+        """Cancel every unfinished step of a workflow.
+
+        Queued and waiting steps end now; running ones are asked to stop and
+        end at their next safe point, as `cancel` does for one job.
+
+        Args:
+            workflow_id: The workflow's id.
+            by: Who did it, recorded in the history of each step it cancelled.
+
+        Returns:
+            The workflow as stored now.
+
+        Raises:
+            JobNotFoundError: No workflow has that id.
+        """
+        found = self.store.workflow_cancel(lookups.job_id(workflow_id))
+        if found is None:
+            raise JobNotFoundError(f"no workflow with id {workflow_id}")
+        for job in [*found[0], *found[1]]:
+            self._note("cancel_workflow", by, job_id=job)
+        return self.workflow_status(workflow_id)
+
+    def retry_workflow(self, workflow_id: int, *, by: str | None = None) -> WorkflowStatus:
+        """Run a workflow's failed and cancelled steps again, after a fix.
+
+        Each gets a fresh set of attempts; a step whose upstream steps are run
+        again waits for them; no step that succeeded runs again.
+
+        Args:
+            workflow_id: The workflow's id.
+            by: Who did it, recorded in the history of each step it retried.
+
+        Returns:
+            The workflow as stored now (running again, unless nothing was to retry).
+
+        Raises:
+            JobNotFoundError: No workflow has that id.
+        """
+        retried = self.store.workflow_retry(lookups.job_id(workflow_id))
+        if retried is None:
+            raise JobNotFoundError(f"no workflow with id {workflow_id}")
+        for job in retried:
+            self._note("retry_workflow", by, job_id=job)
+        return self.workflow_status(workflow_id)
+
     def wait_workflow(
         self, workflow_id: int, *, timeout: DurationLike | None = None
     ) -> WorkflowStatus:

@@ -309,6 +309,12 @@ class Store:
     ) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
         return workflows.status(self.backend, workflow_id)
 
+    def workflow_cancel(self, workflow_id: int) -> tuple[list[int], list[int]] | None:
+        return workflows.cancel(self.backend, workflow_id)
+
+    def workflow_retry(self, workflow_id: int) -> list[int] | None:
+        return workflows.retry(self.backend, workflow_id)
+
     def job_upstream(self, job_id: int) -> list[dict[str, Any]]:
         return workflows.upstream_of(self.backend, job_id)
 

@@ -27,6 +27,7 @@ from due.core.records import StepRequest
 from due.store import steps as plans
 from due.store.backend import Backend, Columns, Transaction
 from due.store.conflicts import retried_on_conflict
+from due.store.stats import count_endings
 
 FINAL = ("succeeded", "failed", "cancelled")
 UPSTREAM_FAILED = "cancelled: an upstream step failed or was cancelled"
@@ -125,3 +126,38 @@ def upstream_of(db: Backend, job_id: int) -> Rows:
     """What a step's handler reads: each upstream step's name, state and result."""
     with db.transaction(read=True) as tx:
         return tx.run("upstream_of", {"id": job_id})
+
+
+CANCELLED_BY_HAND = "cancelled with its workflow"
+
+
+@retried_on_conflict
+def cancel(db: Backend, workflow_id: int) -> tuple[list[int], list[int]] | None:
+    """Cancel every unfinished step: queued and waiting ones end now, running
+    ones are asked to stop. None if no workflow has that id; else the steps
+    cancelled and those asked to stop."""
+    with db.transaction() as tx:
+        if not tx.run("lock_workflow", {"id": workflow_id}):
+            return None
+        tx.run("lock_workflow_steps", {"id": workflow_id})
+        params = {"id": workflow_id, "now": tx.now, "reason": CANCELLED_BY_HAND}
+        ended = tx.run("cancel_workflow_steps", params)
+        asked = tx.run("request_cancel_workflow_steps", {"id": workflow_id})
+        if ended:
+            from due.store.settling import settle  # (settling calls this module)
+
+            count_endings(tx, ended)
+            settle(tx, ended)
+        return sorted(row["id"] for row in ended), sorted(row["id"] for row in asked)
+
+
+@retried_on_conflict
+def retry(db: Backend, workflow_id: int) -> list[int] | None:
+    """Run every failed or cancelled step again (those after steps retried too
+    wait for them); None if no workflow has that id, else the steps retried."""
+    with db.transaction() as tx:
+        if not tx.run("lock_workflow", {"id": workflow_id}):
+            return None
+        retried = tx.run("retry_workflow_steps", {"id": workflow_id, "now": tx.now})
+        tx.run("recount_workflow", {"id": workflow_id})
+        return sorted(row["id"] for row in retried)

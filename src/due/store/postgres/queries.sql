@@ -1784,3 +1784,82 @@ SELECT u.step_name, u.state, u.result
 FROM due_workflow_edges AS e JOIN due_jobs AS u ON u.id = e.upstream_id
 WHERE e.step_id = %(id)s
 ORDER BY u.step_name
+
+-- name: lock_workflow
+SELECT id, state FROM due_workflows WHERE id = %(id)s FOR UPDATE
+
+-- name: lock_workflow_steps
+-- A workflow's unfinished steps, locked in id order (as releases lock them).
+SELECT id FROM due_jobs
+WHERE workflow_id = %(id)s AND state IN ('queued', 'waiting', 'running')
+ORDER BY id
+FOR NO KEY UPDATE
+
+-- name: cancel_workflow_steps
+-- app.cancel_workflow: its queued and waiting steps end now.
+UPDATE due_jobs AS j
+SET state = 'cancelled',
+    finished_at = coalesce(%(now)s::timestamptz, now()),
+    dedupe_key = NULL,
+    limit_wait = NULL,
+    limit_wait_key = NULL,
+    errors = j.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', j.attempt, 'kind', 'cancelled', 'error', %(reason)s::text,
+        'traceback', NULL, 'at', coalesce(%(now)s::timestamptz, now())))
+WHERE j.workflow_id = %(id)s AND j.state IN ('queued', 'waiting')
+RETURNING j.id, j.task, j.queue, j.schedule, j.state, j.parent_id, j.completes, j.pieces_total,
+          j.cancel_requested, j.workflow_id,
+          pg_notify({channel:due_ended}, '')::text AS ended
+
+-- name: request_cancel_workflow_steps
+-- ... and its running steps are asked to stop (at their next safe point).
+UPDATE due_jobs SET cancel_requested = true
+WHERE workflow_id = %(id)s AND state = 'running'
+RETURNING id, pg_notify({channel:due_jobs}, '!cancel ' || id)::text AS notified
+
+-- name: retry_workflow_steps
+-- app.retry_workflow: every failed or cancelled step runs again, with a fresh
+-- set of attempts, once the steps it comes after that are being retried too
+-- have ended (steps that succeeded stay as they are).
+WITH redo AS (
+    SELECT id FROM due_jobs
+    WHERE workflow_id = %(id)s AND state IN ('failed', 'cancelled') AND pieces_total = 0
+    ORDER BY id
+    FOR NO KEY UPDATE
+), pending AS (
+    SELECT r.id,
+           (SELECT count(*) FROM due_workflow_edges AS e JOIN due_jobs AS u ON u.id = e.upstream_id
+            WHERE e.step_id = r.id AND u.state <> 'succeeded')::int AS n
+    FROM redo AS r
+)
+UPDATE due_jobs AS j
+SET state = CASE WHEN p.n > 0 THEN 'waiting' ELSE 'queued' END,
+    upstream_pending = p.n,
+    upstream_failed = 0,
+    run_at = coalesce(%(now)s::timestamptz, now()),
+    timer = false,
+    attempt = 0,
+    lost_leases = 0,
+    cancel_requested = false,
+    finished_at = NULL,
+    lease_expires_at = NULL
+FROM pending AS p
+WHERE j.id = p.id
+RETURNING j.id, j.state,
+          CASE WHEN p.n = 0 THEN pg_notify({channel:due_jobs},
+              j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text END AS notified
+
+-- name: recount_workflow
+-- A workflow's counts read again from its steps (after a retry).
+UPDATE due_workflows AS w
+SET steps_ended = c.ended, steps_failed = c.failed, steps_cancelled = c.cancelled,
+    state = CASE WHEN c.ended < w.steps_total THEN 'running'
+                 WHEN c.failed > 0 THEN 'failed'
+                 WHEN c.cancelled > 0 THEN 'cancelled'
+                 ELSE 'succeeded' END,
+    finished_at = CASE WHEN c.ended < w.steps_total THEN NULL ELSE w.finished_at END
+FROM (SELECT count(*) FILTER (WHERE state IN ('succeeded', 'failed', 'cancelled'))::int AS ended,
+             count(*) FILTER (WHERE state = 'failed')::int AS failed,
+             count(*) FILTER (WHERE state = 'cancelled')::int AS cancelled
+      FROM due_jobs WHERE workflow_id = %(id)s) AS c
+WHERE w.id = %(id)s

@@ -1405,3 +1405,69 @@ SELECT u.step_name, u.state, u.result
 FROM due_workflow_edges AS e JOIN due_jobs AS u ON u.id = e.upstream_id
 WHERE e.step_id = :id
 ORDER BY u.step_name
+
+-- name: lock_workflow
+SELECT id, state FROM due_workflows WHERE id = :id
+
+-- name: lock_workflow_steps
+SELECT 1 WHERE 0
+
+-- name: cancel_workflow_steps
+-- app.cancel_workflow: its queued and waiting steps end now.
+UPDATE due_jobs
+SET state = 'cancelled',
+    finished_at = :now,
+    dedupe_key = NULL,
+    limit_wait = NULL,
+    limit_wait_key = NULL,
+    errors = json_insert(iif(json_valid(errors), errors, json_array(errors)), '$[#]', json_object(
+        'attempt', attempt, 'kind', 'cancelled', 'error', :reason,
+        'traceback', NULL, 'at', strftime('%Y-%m-%dT%H:%M:%f+00:00', :now, 'unixepoch')))
+WHERE workflow_id = :id AND state IN ('queued', 'waiting')
+RETURNING id, task, queue, schedule, state, parent_id, completes, pieces_total,
+          cancel_requested, workflow_id
+
+-- name: request_cancel_workflow_steps
+UPDATE due_jobs SET cancel_requested = 1
+WHERE workflow_id = :id AND state = 'running'
+RETURNING id
+
+-- name: retry_workflow_steps
+-- app.retry_workflow: every failed or cancelled step runs again, with a fresh
+-- set of attempts, once the steps it comes after that are being retried too
+-- have ended (steps that succeeded stay as they are).
+WITH pending AS (
+    SELECT r.id,
+           (SELECT count(*) FROM due_workflow_edges AS e JOIN due_jobs AS u ON u.id = e.upstream_id
+            WHERE e.step_id = r.id AND u.state <> 'succeeded') AS n
+    FROM due_jobs AS r
+    WHERE r.workflow_id = :id AND r.state IN ('failed', 'cancelled') AND r.pieces_total = 0
+)
+UPDATE due_jobs
+SET state = CASE WHEN pending.n > 0 THEN 'waiting' ELSE 'queued' END,
+    upstream_pending = pending.n,
+    upstream_failed = 0,
+    run_at = :now,
+    timer = 0,
+    attempt = 0,
+    lost_leases = 0,
+    cancel_requested = 0,
+    finished_at = NULL,
+    lease_expires_at = NULL
+FROM pending
+WHERE due_jobs.id = pending.id
+RETURNING id, state
+
+-- name: recount_workflow
+UPDATE due_workflows
+SET steps_ended = c.ended, steps_failed = c.failed, steps_cancelled = c.cancelled,
+    state = CASE WHEN c.ended < steps_total THEN 'running'
+                 WHEN c.failed > 0 THEN 'failed'
+                 WHEN c.cancelled > 0 THEN 'cancelled'
+                 ELSE 'succeeded' END,
+    finished_at = CASE WHEN c.ended < steps_total THEN NULL ELSE finished_at END
+FROM (SELECT sum(state IN ('succeeded', 'failed', 'cancelled')) AS ended,
+             sum(state = 'failed') AS failed,
+             sum(state = 'cancelled') AS cancelled
+      FROM due_jobs WHERE workflow_id = :id) AS c
+WHERE due_workflows.id = :id
