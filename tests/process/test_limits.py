@@ -237,7 +237,9 @@ def test_a_killed_and_a_paused_worker_lose_no_job_nor_pass_the_limit(
     doomed, *others = start_workers(workers, WORKERS, "--lease", "2s")
     accounts = ["a", "b", "c"]
     sync = app.tasks.get("fragile_sync")
-    requests = [sync.request(account, 0.4) for _ in range(8) for account in accounts]
+    # Long enough that a job seen running is still running when its worker is
+    # killed or paused, however loaded the machine.
+    requests = [sync.request(account, 1.0) for _ in range(5) for account in accounts]
     with RunningWatch(app.url) as watch:
         app.enqueue_many(requests)
 
