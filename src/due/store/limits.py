@@ -83,7 +83,10 @@ def claim_limited(
         )
     if not decision.granted:
         return CLAIM_COLUMNS, []
-    return tx.run_values("claim_given", {**params, "ids": decision.granted})
+    # They started when their starts are logged (the time read after the keys'
+    # locks): a job's started_at and its key's window speak of one instant.
+    started = max((state.now for state in states.values()), default=None)
+    return tx.run_values("claim_given", {**params, "ids": decision.granted, "started_s": started})
 
 
 def reopen(db: Backend) -> int:
