@@ -151,6 +151,7 @@ class App:
         """The registered tasks, by name."""
         self._schedules = ScheduleCatalog(store=lambda: self.store)
         self.limits = LimitCatalog()
+        self._limits_written = False
         """The limits declared with `app.limit(...)`, by name."""
         self.queue_thresholds: dict[str, QueueThresholds] = {}
         """Alert thresholds declared with `app.queue(...)`, by queue."""
@@ -444,6 +445,7 @@ class App:
             InvalidJobError: A request's option is invalid.
             ConfigurationError: Something other than a request was given.
         """
+        self._limits_known()
         if connection is not None:
             prepared = self._prepare(requests)  # before the store is looked at
             return self.store.job_enqueue(prepared, connection=connection)
@@ -471,6 +473,8 @@ class App:
         # other coroutines may change the arguments' objects.
         jobs = self._prepare(requests)
         store = self.store
+        if self.limits and not self._limits_written:
+            await asyncio.to_thread(self._limits_known)
         if connection is not None:
             return await store.job_enqueue_async(jobs, connection)
         created = await store.job_enqueue_on_loop(jobs)  # one job: grouped with the loop's others
@@ -1293,9 +1297,19 @@ class App:
     def sync_limits(self) -> None:
         """Write the numbers of the declared limits (an operator's stay in force).
 
-        Workers do it as they start.
+        Workers do it as they start; an app does it before its first enqueue.
         """
         self.store.limit_sync(list(self.limits))
+        self._limits_written = True
+
+    def _limits_known(self) -> None:
+        """Before this process's first enqueue: its limits are in the database.
+
+        So no worker claims its jobs against limits it has never seen (a worker
+        still on the code before them caps nothing it does not know).
+        """
+        if self.limits and not self._limits_written:
+            self.sync_limits()
 
     def limit_overview(self) -> list[LimitOverview]:
         """Every stored limit, with its figures.

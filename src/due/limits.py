@@ -72,7 +72,7 @@ class LimitCatalog:
             option = [option]
         if isinstance(option, Mapping):
             pairs = list(option.items())
-        elif isinstance(option, Sequence):
+        elif isinstance(option, Sequence) and not isinstance(option, bytes | bytearray):
             pairs = [(name, None) for name in option]
         else:
             raise ConfigurationError(
@@ -81,6 +81,10 @@ class LimitCatalog:
             )
         uses = []
         for name, key in pairs:
+            if not isinstance(name, str):
+                raise ConfigurationError(
+                    f"task {task!r}: limits= takes limit names (strings), got {name!r}"
+                )
             if name not in self._limits:
                 declared = ", ".join(sorted(self._limits)) or "none"
                 raise ConfigurationError(
@@ -109,6 +113,11 @@ def job_limits(
     """The limits a job counts against, as stored: each key given by
     `limit_keys=`, else computed by the task's key function, else the whole
     limit. InvalidJobError names what to fix."""
+    if given is not None and not isinstance(given, Mapping):
+        raise InvalidJobError(
+            f"enqueue of {task!r}: limit_keys= takes a mapping of limit name to key "
+            f"({{'account-sync': 'acct-7'}}), got {type(given).__name__}"
+        )
     given = dict(given or {})
     unknown = sorted(set(given) - {use.name for use in uses})
     if unknown:
@@ -154,4 +163,9 @@ def _checked_key(task: str, limit: str, value: Any, source: str) -> str:
             f"enqueue of {task!r}: the key of limit {limit!r} holds a character that "
             "cannot be stored (a lone surrogate); decode it properly first"
         ) from None
+    if "\x00" in value:
+        raise InvalidJobError(
+            f"enqueue of {task!r}: the key of limit {limit!r} holds a NUL character "
+            "(\\x00), which neither database stores in a text; remove it"
+        )
     return value

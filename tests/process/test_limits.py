@@ -175,10 +175,11 @@ def test_at_most_one_per_account_and_two_in_all(app: due.App, workers: Workers) 
     assert watch.samples > 10
     assert max(watch.most_of("account").values()) == 1, watch.most
     assert watch.most_of("pool") == {"": 2}, watch.most
-    # Waiting spent no attempt, and the jobs ran on more than one worker.
+    # Waiting spent no attempt. (Which workers ran them is not checked: the one
+    # whose job ended claims again first, so one worker may well run them all;
+    # the database's count above held across all three either way.)
     jobs = jobs_of(app.url, "sync_account")
     assert {attempt for _, _, attempt, _ in jobs} == {1}
-    assert len({result for _, _, _, result in jobs}) > 1
 
 
 # --- 2. a sliding-window rate -----------------------------------------------------
@@ -234,10 +235,12 @@ def test_a_killed_and_a_paused_worker_lose_no_job_nor_pass_the_limit(
     the ledger is the attempts that ran holding their lease to the end: the
     attempt each job succeeded with. The database's own count is checked
     throughout, paused and killed workers included."""
-    doomed, *others = start_workers(workers, WORKERS, "--lease", "2s")
+    started = start_workers(workers, WORKERS, "--lease", "2s")
     accounts = ["a", "b", "c"]
     sync = app.tasks.get("fragile_sync")
-    requests = [sync.request(account, 0.4) for _ in range(8) for account in accounts]
+    # Long enough that a job seen running is still running when its worker is
+    # killed or paused, however loaded the machine.
+    requests = [sync.request(account, 1.0) for _ in range(5) for account in accounts]
     with RunningWatch(app.url) as watch:
         app.enqueue_many(requests)
 
@@ -248,17 +251,20 @@ def test_a_killed_and_a_paused_worker_lose_no_job_nor_pass_the_limit(
                 for key, run in attempts(workers).items()
             ) and bool(rows(app.url, said))
 
-        wait_until(lambda: running_in(doomed), timeout=20, what="the doomed worker to run a job")
-        doomed.signal(signal.SIGKILL)
-        # Whichever worker runs a job is paused: the one whose job ended claims
-        # again first, so one worker may well run every job for a while.
+        # Whichever worker runs a job is killed, then whichever other one runs
+        # a job is paused: the worker whose job ended claims again first, so
+        # one worker may well run every job for a while.
         busy: list[WorkerProcess] = []
 
-        def one_busy() -> bool:
-            busy[:] = [worker for worker in others if running_in(worker)]
+        def one_busy(among: list[WorkerProcess]) -> bool:
+            busy[:] = [worker for worker in among if running_in(worker)]
             return bool(busy)
 
-        wait_until(one_busy, timeout=20, what="a worker to run a job")
+        wait_until(lambda: one_busy(started), timeout=20, what="a worker to run a job")
+        doomed = busy[0]
+        doomed.signal(signal.SIGKILL)
+        others = [worker for worker in started if worker is not doomed]
+        wait_until(lambda: one_busy(others), timeout=20, what="another worker to run a job")
         paused = busy[0]
         workers.pause(paused)
         # Past its lease and a rescue: jobs of its key run again elsewhere meanwhile.

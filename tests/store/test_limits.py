@@ -250,3 +250,125 @@ def test_the_store_keeps_code_numbers_and_an_operators_apart(app: due.App) -> No
     assert app.store.limit_reset("unknown") is False
     (exports,) = [o for o in app.store.limit_overview() if o.name == "exports"]
     assert (exports.limit.concurrency, exports.overridden) == (3, False)
+
+
+# --- found in review: waits that never end, counts that mix keys, bad input ---------
+
+
+def test_a_waiting_job_cancelled_then_retried_is_claimed(
+    app: due.App, limited: dict[str, due.Task]
+) -> None:
+    first, second = (limited["export"].enqueue(n).id for n in range(2))
+    third = limited["export"].enqueue(2).id
+    assert set(claim(app)) == {first, second}
+    assert waiting_for(app) == {third: ("exports", "")}
+    app.cancel(third)
+    succeed(app, first)
+    assert claim(app) == []  # the key looked at again: nothing waits now
+    app.retry(third)
+    assert waiting_for(app) == {}
+    assert claim(app) == [third]
+
+
+def test_a_waiting_job_whose_row_another_transaction_holds_is_not_forgotten(
+    postgres_url: str, clock: FakeClock
+) -> None:
+    """PostgreSQL only: SQLite's one writer lets no transaction hold a row while
+    a claim runs. A reopen skips a locked row (SKIP LOCKED), and must not take
+    the key for settled because of it."""
+    import psycopg
+
+    app = due.App(postgres_url, clock=clock)
+    app.migrate()
+    try:
+        app.limit("exports", concurrency=1)
+
+        @app.task(name="export", limits=["exports"])
+        def export(n: int) -> None: ...
+
+        app.sync_limits()
+        first, second = export.enqueue(0).id, export.enqueue(1).id
+        assert claim(app) == [first]
+        succeed(app, first)
+        with psycopg.connect(app.url) as other:
+            other.execute(f"SELECT id FROM due_jobs WHERE id = {second} FOR UPDATE")
+            assert claim(app) == []  # its row is held: not let go this time
+        assert claim(app) == [second]
+    finally:
+        app.close()
+
+
+def test_every_waiting_key_is_looked_at_however_many_wait_without_room(app: due.App) -> None:
+    app.limit("acct", concurrency=1)
+
+    @app.task(name="sync", limits={"acct": lambda account, n=0: f"k{account:04d}"})
+    def sync(account: int, n: int = 0) -> None: ...
+
+    app.sync_limits()
+    keys = 210  # more than a look takes (REOPEN_KEYS_PER_LOOK)
+    first = [sync.enqueue(account).id for account in range(keys)]
+    [sync.enqueue(account, 1) for account in range(keys)]
+    assert len(claim(app, 1000)) == keys
+    for job in first[200:]:  # the last keys' runs end; the first 200 run on
+        succeed(app, job)
+    freed = {f"k{account:04d}" for account in range(200, keys)}
+    claimed: list[int] = []
+    for _ in range(3):
+        claimed += claim(app, 100)
+    assert len(claimed) == len(freed)
+    assert {key for _, key in waiting_for(app).values()} & freed == set()
+
+
+def test_raising_a_rate_lets_its_waiting_jobs_go_at_the_next_claim(app: due.App) -> None:
+    app.limit("slow", rate="1/h")
+
+    @app.task(name="t", limits=["slow"])
+    def t(n: int) -> None: ...
+
+    app.sync_limits()
+    jobs = [t.enqueue(n).id for n in range(5)]
+    assert len(claim(app)) == 1
+    assert claim(app) == []
+    app.set_limit("slow", rate="100/s")
+    assert len(claim(app)) == 4
+    assert {app.get(job).state for job in jobs} == {JobState.RUNNING}
+
+
+def test_a_key_that_spells_the_limit_s_name_counts_only_its_own_runs(app: due.App) -> None:
+    app.limit("tenant", concurrency=1)
+
+    @app.task(name="work", limits={"tenant": lambda tenant: tenant})
+    def work(tenant: str) -> None: ...
+
+    app.sync_limits()
+    acme, named = work.enqueue("acme").id, work.enqueue("tenant").id
+    assert set(claim(app)) == {acme, named}
+    succeed(app, named)
+    again = work.enqueue("tenant").id
+    assert claim(app) == [again]  # only acme runs: key "tenant" has room
+
+
+def test_a_limit_is_written_before_its_app_s_first_enqueue(app: due.App) -> None:
+    app.limit("fresh", concurrency=1)
+
+    @app.task(name="t", limits=["fresh"])
+    def t(n: int) -> None: ...
+
+    jobs = [t.enqueue(n).id for n in range(3)]  # no worker has written "fresh" yet
+    assert [o.name for o in app.limit_overview()] == ["fresh"]
+    assert len(claim(app)) == 1
+    assert sum(app.get(job).state == JobState.RUNNING for job in jobs) == 1
+
+
+def test_keys_and_options_that_cannot_hold_are_refused_with_what_to_fix(
+    app: due.App, limited: dict[str, due.Task]
+) -> None:
+    with pytest.raises(due.InvalidJobError, match="NUL"):
+        limited["sync"].options(limit_keys={"account-sync": "a\x00b"}).enqueue(1)
+    with pytest.raises(due.InvalidJobError, match="limit_keys= takes a mapping"):
+        limited["sync"].options(limit_keys="acct-1").enqueue(1)  # type: ignore[arg-type]
+    with pytest.raises(due.ConfigurationError, match="limit names"):
+        app.task(name="odd", limits=[["exports"]])(lambda: None)  # type: ignore[list-item]
+    with pytest.raises(due.ConfigurationError):
+        app.limit("arabic", rate="\u0665/s")  # an Arabic-Indic five
+    assert app.jobs(limit=10) == []

@@ -25,7 +25,7 @@ MAX_PERIOD_SECONDS = 86_400.0
 """A rate's period, at most a day: the log of its starts is kept that long."""
 MAX_COUNT = 1_000_000
 _NAME = re.compile(r"[A-Za-z0-9_.:\-]+")
-_RATE = re.compile(r"\s*(\d+)\s*/\s*(\d*)\s*([smh])\s*")
+_RATE = re.compile(r" *([0-9]+) */ *([0-9]*) *([smh]) *")
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 
 

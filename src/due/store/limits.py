@@ -19,6 +19,7 @@ slot: the claim counts again.
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -82,22 +83,42 @@ def claim_limited(
         )
     if not decision.granted:
         return CLAIM_COLUMNS, []
-    return tx.run_values("claim_given", {**params, "ids": decision.granted})
+    # They started when their starts are logged (the time read after the keys'
+    # locks): a job's started_at and its key's window speak of one instant.
+    started = max((state.now for state in states.values()), default=None)
+    return tx.run_values("claim_given", {**params, "ids": decision.granted, "started_s": started})
 
 
 def reopen(db: Backend) -> int:
     """Let go the jobs waiting for keys that have room again; returns how many."""
     with db.transaction() as tx:
-        return reopen_in(tx)
+        return reopen_in(tx, db)
 
 
-def reopen_in(tx: Transaction) -> int:
+_LOOKED_UP_TO: weakref.WeakKeyDictionary[Backend, tuple[str, str]] = weakref.WeakKeyDictionary()
+"""Per store, the last key a look reached: the next look goes on from there."""
+START = ("", "")
+
+
+def reopen_in(tx: Transaction, db: Backend) -> int:
     released = 0
-    looked = tx.run("limit_keys_waiting", {"now": tx.now, "limit": REOPEN_KEYS_PER_LOOK})
+    # A look takes the waiting keys after the last one the previous look
+    # reached, in name, key order, and wraps round: however many keys wait
+    # without room, every key is looked at within a few claims (a look from
+    # the start each time would see the same first keys for ever).
+    after = _LOOKED_UP_TO.get(db, START)
+    looked = _waiting_after(tx, after, REOPEN_KEYS_PER_LOOK)
+    if len(looked) < REOPEN_KEYS_PER_LOOK and after != START:
+        seen = {(row["name"], row["key"]) for row in looked}
+        more = _waiting_after(tx, START, REOPEN_KEYS_PER_LOOK - len(looked))
+        looked += [row for row in more if (row["name"], row["key"]) not in seen]
     # Each key is updated (so locked until commit) in name, key order, as a
-    # claim locks them: in the order found (soonest to open first), a reopen
-    # and a claim, or two reopens, could each hold a key the other waits for.
-    for row in sorted(looked, key=lambda row: (row["name"], row["key"])):
+    # claim locks them: a reopen and a claim, or two reopens, could otherwise
+    # each hold a key the other waits for.
+    looked.sort(key=lambda row: (row["name"], row["key"]))
+    full = len(looked) >= REOPEN_KEYS_PER_LOOK
+    _LOOKED_UP_TO[db] = (looked[-1]["name"], looked[-1]["key"]) if full else START
+    for row in looked:
         state = KeyState.from_row(row)
         room = min(state.room(), MAX_REOPEN)
         let_go = 0
@@ -112,6 +133,8 @@ def reopen_in(tx: Transaction) -> int:
             {
                 "name": state.name,
                 "key": state.key,
+                # None left, as far as this look knows (the statement checks:
+                # a job whose row another transaction held was not let go).
                 "settled": let_go < room,
                 "block_version": state.block_version,
                 "opens_at": state.opens_at(),
@@ -120,10 +143,15 @@ def reopen_in(tx: Transaction) -> int:
     return released
 
 
+def _waiting_after(tx: Transaction, after: tuple[str, str], limit: int) -> list[dict[str, Any]]:
+    params = {"now": tx.now, "limit": limit, "after_name": after[0], "after_key": after[1]}
+    return list(tx.run("limit_keys_waiting", params))
+
+
 def waiting_keys(db: Backend) -> bool:
     """Whether a key has jobs waiting that may have room now (a cheap look)."""
     with db.transaction(read=True) as tx:
-        return bool(tx.run("limit_keys_waiting", {"now": tx.now, "limit": 1}))
+        return bool(_waiting_after(tx, START, 1))
 
 
 def sync(db: Backend, limits: Sequence[Limit]) -> None:
@@ -142,6 +170,7 @@ def sync(db: Backend, limits: Sequence[Limit]) -> None:
                     "now": tx.now,
                 },
             )
+            tx.run("limit_keys_look_again", {"name": limit.name})
 
 
 def set_numbers(db: Backend, limit: Limit) -> bool:
@@ -157,13 +186,16 @@ def set_numbers(db: Backend, limit: Limit) -> bool:
                 "now": tx.now,
             },
         )
+        tx.run("limit_keys_look_again", {"name": limit.name})
     return bool(rows)
 
 
 def reset_numbers(db: Backend, name: str) -> bool:
     """Back to the numbers in code; False if the limit is unknown."""
     with db.transaction() as tx:
-        return bool(tx.run("reset_limit", {"name": name, "now": tx.now}))
+        found = bool(tx.run("reset_limit", {"name": name, "now": tx.now}))
+        tx.run("limit_keys_look_again", {"name": name})
+        return found
 
 
 def _keys_params(pairs: Sequence[tuple[str, str]], now: Any) -> dict[str, Any]:

@@ -106,7 +106,7 @@ def _claim_in(db: Backend, tx: Transaction, request: ClaimRequest) -> Values:
     # Limited jobs first: those with room are as due as the others, and a
     # busy queue of unlimited jobs must not keep them waiting for ever.
     if db.single_writer:
-        limits.reopen_in(tx)
+        limits.reopen_in(tx, db)
     columns, limited = limits.claim_limited(tx, request, request.limit, params)
     if len(limited) >= request.limit:
         return columns, limited

@@ -535,6 +535,8 @@ LIMIT %(limit)s
 -- name: cancel_job
 UPDATE due_jobs
 SET state = 'cancelled',
+    limit_wait = NULL,
+    limit_wait_key = NULL,
     finished_at = coalesce(%(now)s::timestamptz, now()),
     dedupe_key = NULL
 WHERE id = %(id)s AND state = 'queued'
@@ -581,6 +583,8 @@ FOR UPDATE
 -- It takes its key back (steps.retry_steps made sure no other job holds it).
 UPDATE due_jobs
 SET state = 'queued',
+    limit_wait = NULL,  -- a wait ended with the job: its next claim looks again
+    limit_wait_key = NULL,
     dedupe_key = key,
     run_at = CASE WHEN %(run_now)s OR run_at < coalesce(%(now)s::timestamptz, now())
                   THEN coalesce(%(now)s::timestamptz, now()) ELSE run_at END,
@@ -1483,13 +1487,19 @@ FOR UPDATE
 -- many of its jobs run now: a limit's slots are its running jobs, whatever
 -- claimed them, so a rescue or a release frees one by ending the run.
 SELECT k.name, k.key, k.starts::text AS starts, k.block_version,
-       extract(epoch FROM coalesce(%(now)s::timestamptz, now()))::float8 AS now_s,
+       -- The time after the keys' locks, not the transaction's start: a claim that
+       -- began earlier but locked later must not log its starts before those of
+       -- the claim that held the key (its window would drop starts still in it).
+       extract(epoch FROM coalesce(%(now)s::timestamptz, clock_timestamp()))::float8 AS now_s,
        CASE WHEN d.overridden THEN d.set_concurrency ELSE d.concurrency END AS concurrency,
        CASE WHEN d.overridden THEN d.set_rate ELSE d.rate END AS rate,
        CASE WHEN d.overridden THEN d.set_period ELSE d.period END AS period,
        (SELECT count(*) FROM due_jobs j
         WHERE j.state = 'running' AND j.limits IS NOT NULL
-          AND j.limits @> jsonb_build_array(jsonb_build_array(k.name, k.key))) AS running
+          AND j.limits @> jsonb_build_array(jsonb_build_array(k.name, k.key))
+          -- (containment alone ignores order: [a, b] would match [b, a])
+          AND EXISTS (SELECT 1 FROM jsonb_array_elements(j.limits) AS p(pair)
+                      WHERE p.pair = jsonb_build_array(k.name, k.key))) AS running
 FROM due_limit_keys k LEFT JOIN due_limits d ON d.name = k.name
 WHERE (k.name, k.key) IN (SELECT * FROM unnest(%(name)b::text[], %(key)b::text[]))
 
@@ -1504,10 +1514,14 @@ SELECT k.name, k.key, k.starts::text AS starts, k.block_version,
        CASE WHEN d.overridden THEN d.set_period ELSE d.period END AS period,
        (SELECT count(*) FROM due_jobs j
         WHERE j.state = 'running' AND j.limits IS NOT NULL
-          AND j.limits @> jsonb_build_array(jsonb_build_array(k.name, k.key))) AS running
+          AND j.limits @> jsonb_build_array(jsonb_build_array(k.name, k.key))
+          -- (containment alone ignores order: [a, b] would match [b, a])
+          AND EXISTS (SELECT 1 FROM jsonb_array_elements(j.limits) AS p(pair)
+                      WHERE p.pair = jsonb_build_array(k.name, k.key))) AS running
 FROM due_limit_keys k LEFT JOIN due_limits d ON d.name = k.name
 WHERE k.waiting AND (k.opens_at IS NULL OR k.opens_at <= coalesce(%(now)s::timestamptz, now()))
-ORDER BY k.opens_at NULLS FIRST
+  AND (k.name, k.key) > (%(after_name)s, %(after_key)s)  -- on from the last look
+ORDER BY k.name, k.key
 LIMIT %(limit)s
 
 -- name: block_jobs
@@ -1549,10 +1563,18 @@ WHERE k.name = u.name AND k.key = u.key
 -- opens next), or none left; a wait begun since the look (another version)
 -- stands.
 UPDATE due_limit_keys
-SET waiting = CASE WHEN %(settled)s AND block_version = %(block_version)s THEN false
-                   ELSE waiting END,
-    opens_at = CASE WHEN %(settled)s AND block_version = %(block_version)s THEN NULL
-                    ELSE to_timestamp(%(opens_at)s::float8) END
+SET waiting = CASE WHEN %(settled)s AND block_version = %(block_version)s
+                        -- a job whose row another transaction held (SKIP LOCKED)
+                        -- was not let go: it still waits
+                        AND NOT EXISTS (SELECT 1 FROM due_jobs
+                                        WHERE state = 'queued' AND limit_wait = %(name)s
+                                          AND limit_wait_key = %(key)s)
+                   THEN false ELSE waiting END,
+    opens_at = CASE WHEN %(settled)s AND block_version = %(block_version)s
+                         AND NOT EXISTS (SELECT 1 FROM due_jobs
+                                         WHERE state = 'queued' AND limit_wait = %(name)s
+                                           AND limit_wait_key = %(key)s)
+                    THEN NULL ELSE to_timestamp(%(opens_at)s::float8) END
 WHERE name = %(name)s AND key = %(key)s
 
 -- name: claim_given
@@ -1565,7 +1587,7 @@ SET state = 'running',
     lease_token = j.lease_token + 1,
     lease_expires_at = coalesce(%(now)s::timestamptz, now()) + make_interval(
         secs => coalesce((%(leases)s::jsonb ->> j.task)::float8, %(lease)s)),
-    started_at = coalesce(%(now)s::timestamptz, now()),
+    started_at = coalesce(to_timestamp(%(started_s)s::float8), %(now)s::timestamptz, now()),
     progress_at = NULL,
     worker = %(worker)s,
     attempt_status = 'claimed'
@@ -1643,7 +1665,10 @@ SELECT * FROM (
            extract(epoch FROM coalesce(%(now)s::timestamptz, now()))::float8 AS now_s,
            (SELECT count(*) FROM due_jobs j
             WHERE j.state = 'running' AND j.limits IS NOT NULL
-              AND j.limits @> jsonb_build_array(jsonb_build_array(k.name, k.key))) AS running,
+              AND j.limits @> jsonb_build_array(jsonb_build_array(k.name, k.key))
+          -- (containment alone ignores order: [a, b] would match [b, a])
+          AND EXISTS (SELECT 1 FROM jsonb_array_elements(j.limits) AS p(pair)
+                      WHERE p.pair = jsonb_build_array(k.name, k.key))) AS running,
            (SELECT count(*) FROM (SELECT 1 FROM due_jobs
                                   WHERE state = 'queued' AND limit_wait = k.name
                                     AND limit_wait_key = k.key
@@ -1664,7 +1689,10 @@ SELECT k.name, k.key, k.starts::text AS starts, k.started_total,
        CASE WHEN d.overridden THEN d.set_period ELSE d.period END AS period,
        (SELECT count(*) FROM due_jobs j
         WHERE j.state = 'running' AND j.limits IS NOT NULL
-          AND j.limits @> jsonb_build_array(jsonb_build_array(k.name, k.key))) AS running,
+          AND j.limits @> jsonb_build_array(jsonb_build_array(k.name, k.key))
+          -- (containment alone ignores order: [a, b] would match [b, a])
+          AND EXISTS (SELECT 1 FROM jsonb_array_elements(j.limits) AS p(pair)
+                      WHERE p.pair = jsonb_build_array(k.name, k.key))) AS running,
        (SELECT count(*) FROM (SELECT 1 FROM due_jobs
                               WHERE state = 'queued' AND limit_wait = k.name
                                 AND limit_wait_key = k.key
@@ -1863,3 +1891,9 @@ FROM (SELECT count(*) FILTER (WHERE state IN ('succeeded', 'failed', 'cancelled'
              count(*) FILTER (WHERE state = 'cancelled')::int AS cancelled
       FROM due_jobs WHERE workflow_id = %(id)s) AS c
 WHERE w.id = %(id)s
+
+-- name: limit_keys_look_again
+-- A limit's numbers changed: its waiting keys are looked at again at the next
+-- claim, not when the old numbers would have let a start through.
+UPDATE due_limit_keys SET opens_at = NULL
+WHERE name = %(name)s AND waiting AND opens_at IS NOT NULL

@@ -280,7 +280,8 @@ LIMIT :limit
 
 -- name: cancel_job
 UPDATE due_jobs
-SET state = 'cancelled', finished_at = :now, dedupe_key = NULL
+SET state = 'cancelled', finished_at = :now, dedupe_key = NULL,
+    limit_wait = NULL, limit_wait_key = NULL
 WHERE id = :id AND state = 'queued'
 RETURNING *
 
@@ -300,6 +301,8 @@ SELECT id, key FROM due_jobs WHERE id = :id
 -- It takes its key back (steps.retry_steps made sure no other job holds it).
 UPDATE due_jobs
 SET state = 'queued',
+    limit_wait = NULL,  -- a wait ended with the job: its next claim looks again
+    limit_wait_key = NULL,
     dedupe_key = key,
     run_at = CASE WHEN :run_now OR run_at < :now THEN :now ELSE run_at END,
     timer = NOT :run_now AND run_at > :now,
@@ -1173,7 +1176,8 @@ SELECT k.name, k.key, k.starts, k.block_version, :now AS now_s,
 FROM due_limit_keys AS k INDEXED BY due_limit_keys_waiting
 LEFT JOIN due_limits AS d ON d.name = k.name
 WHERE k.waiting AND (k.opens_at IS NULL OR k.opens_at <= :now)
-ORDER BY k.opens_at
+  AND (k.name, k.key) > (:after_name, :after_key)  -- on from the last look
+ORDER BY k.name, k.key
 LIMIT :limit
 
 -- name: block_jobs
@@ -1216,7 +1220,7 @@ SET state = 'running',
     lease_token = lease_token + 1,
     lease_expires_at = :now + coalesce(
         (SELECT value FROM json_each(:leases) WHERE key = due_jobs.task), :lease),
-    started_at = :now,
+    started_at = coalesce(:started_s, :now),
     progress_at = NULL,
     worker = :worker,
     attempt_status = 'claimed'
@@ -1471,3 +1475,9 @@ FROM (SELECT sum(state IN ('succeeded', 'failed', 'cancelled')) AS ended,
              sum(state = 'cancelled') AS cancelled
       FROM due_jobs WHERE workflow_id = :id) AS c
 WHERE due_workflows.id = :id
+
+-- name: limit_keys_look_again
+-- A limit's numbers changed: its waiting keys are looked at again at the next
+-- claim, not when the old numbers would have let a start through.
+UPDATE due_limit_keys SET opens_at = NULL
+WHERE name = :name AND waiting AND opens_at IS NOT NULL
