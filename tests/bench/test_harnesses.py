@@ -212,6 +212,43 @@ def test_the_limits_benchmark_measures_each_step(backend: str, tmp_path: Path) -
     assert after["still_waiting"] == 1999  # the drains beside them let none go
     assert after["held_succeeded"] == 1  # the one its rate let start ran
     assert f"### Limits, {backend}" in done.stdout
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_the_workflows_benchmark_measures_each_step(backend: str, tmp_path: Path) -> None:
+    """bench/workflows_bench.py --quick: release latencies, a fan-out, a chain
+    and a plain drain, and a drain beside waiting steps, in real worker
+    processes. Its figures mean nothing at these sizes, but every workflow
+    must succeed, the fan-in step run once, and the waiting steps stay."""
+    command = [sys.executable, "bench/workflows_bench.py", "--quick", "--backend", backend]
+    try:
+        done = run_apart(command, tmp_path, timeout=300)
+    finally:
+        drop_scratch_databases(tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = (tmp_path / "results" / "results.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert {r["backend"] for r in records} == {backend}
+    variants = {(r["step"], r["variant"]) for r in records if "variant" in r}
+    assert variants == {
+        ("throughput", "plain"),
+        ("throughput", "fan"),
+        ("throughput", "chain"),
+        ("waiting", "waiting"),
+        ("waiting", "empty"),
+    }
+    (latency,) = [r for r in records if r["step"] == "latency"]
+    assert latency["chain"]["n"] == 49 and latency["fan_in"]["n"] == 5, latency
+    assert latency["fan_out"]["n"] == 40, latency  # rungs after the first
+    steps = [r for r in records if r.get("variant") in ("fan", "chain")]
+    assert all(r["state"] == "succeeded" and r["steps"] == 200 for r in steps), steps
+    (fan,) = [r for r in records if r.get("variant") == "fan"]
+    assert fan["join_attempt"] == 1 and fan["join_release_ms"] >= 0, fan
+    (fill,) = [r for r in records if "fill_s" in r]
+    assert fill["waiting"] == 2000
+    (after,) = [r for r in records if "still_waiting" in r]
+    assert after == after | {"still_waiting": 2000, "blockers_queued": 1}
+    assert f"### Workflows, {backend}" in done.stdout
     assert "| ... ratio of medians |" in done.stdout
 
 
