@@ -224,6 +224,10 @@ class Job:
     """The limit it waits for, queued until that limit has room again (or None)."""
     limit_wait_key: str | None = None
     """The key of that limit it waits for (None for the whole limit)."""
+    workflow_id: int | None = None
+    """The workflow it is a step of (`app.workflow_status`), or None."""
+    step_name: str | None = None
+    """Its name in that workflow."""
 
     @property
     def is_final(self) -> bool:

@@ -393,6 +393,8 @@ def job_from_row(row: Mapping[str, Any], *, deduplicated: bool = False) -> Job:
         limits=_readable_limits(row.get("limits")),
         limit_wait=row.get("limit_wait"),
         limit_wait_key=row.get("limit_wait_key") or None,
+        workflow_id=row.get("workflow_id"),
+        step_name=row.get("step_name"),
     )
 
 
