@@ -151,3 +151,85 @@ def test_bad_graphs_are_refused_before_anything_is_written(
     with pytest.raises(ConfigurationError, match="no step"):
         app.workflow("empty").enqueue()
     assert app.jobs(limit=10) == []
+
+
+def test_a_cancelled_workflow_ends_its_unfinished_steps_and_a_retry_runs_what_did_not_succeed(
+    app: due.App, tasks: dict[str, due.Task]
+) -> None:
+    flow = app.workflow("month-end")
+    rates = flow.add(tasks["fetch"].request(1), name="rates")
+    invoices = flow.add(tasks["fetch"].request(2), name="invoices", after=[rates])
+    mails = flow.add(tasks["build"].request(3), name="mails", after=[invoices])
+    flow.add(tasks["build"].request(4), name="side")
+    handle = flow.enqueue()
+    claimed = claim(app, 1)  # rates runs; side stays queued
+    assert set(claimed) == {rates.job_id}
+    status = app.cancel_workflow(handle.id, by="ops")
+    states = {name: step.state for name, step in status.steps.items()}
+    assert states == {
+        "rates": JobState.RUNNING,  # asked to stop: it ends at its next safe point
+        "invoices": JobState.CANCELLED,
+        "mails": JobState.CANCELLED,
+        "side": JobState.CANCELLED,
+    }
+    assert app.get(rates.job_id).cancel_requested
+    assert [a.action for a in app.history(job=mails.job_id)] == ["cancel_workflow"]
+    end(app, rates.job_id, claimed[rates.job_id], JobState.CANCELLED)
+    assert app.workflow_status(handle.id).state == "cancelled"
+
+    status = app.retry_workflow(handle.id, by="ops")
+    assert status.state == "running"
+    states = {name: step.state for name, step in status.steps.items()}
+    assert states == {
+        "rates": JobState.QUEUED,
+        "invoices": JobState.WAITING,  # after rates, run again
+        "mails": JobState.WAITING,
+        "side": JobState.QUEUED,
+    }
+    for _ in range(3):
+        for job, token in claim(app).items():
+            end(app, job, token, JobState.SUCCEEDED, job)
+    done = app.workflow_status(handle.id)
+    assert done.state == "succeeded"
+    assert {step.state for step in done.steps.values()} == {JobState.SUCCEEDED}
+    assert app.get(mails.job_id).attempt == 1  # a fresh set of attempts
+
+
+def test_a_retried_workflow_runs_no_step_that_succeeded(
+    app: due.App, tasks: dict[str, due.Task]
+) -> None:
+    flow = app.workflow("partial")
+    good = flow.add(tasks["fetch"].request(1), name="good")
+    bad = flow.add(tasks["fetch"].request(2), name="bad", after=[good])
+    after = flow.add(tasks["build"].request(3), name="after", after=[bad])
+    handle = flow.enqueue()
+    for state in (JobState.SUCCEEDED, JobState.FAILED):
+        ((job, token),) = claim(app).items()
+        end(app, job, token, state)
+    assert app.workflow_status(handle.id).state == "failed"
+    assert app.get(after.job_id).state == JobState.CANCELLED
+    app.retry_workflow(handle.id)
+    assert app.get(good.job_id).state == JobState.SUCCEEDED
+    assert set(claim(app)) == {bad.job_id}
+    assert app.get(after.job_id).state == JobState.WAITING
+    with pytest.raises(due.JobNotFoundError):
+        app.retry_workflow(987654)
+    with pytest.raises(due.JobNotFoundError):
+        app.cancel_workflow(987654)
+
+
+def test_the_store_writes_a_workflow_and_cancels_and_retries_it(
+    app: due.App, tasks: dict[str, due.Task]
+) -> None:
+    from due.core.records import StepRequest
+
+    jobs = app._prepare([tasks["fetch"].request(1), tasks["build"].request(2)])
+    steps = [StepRequest(jobs[0], "first"), StepRequest(jobs[1], "second", (0,), "run")]
+    workflow, (first, second) = app.store.workflow_enqueue("direct", steps)
+    assert [app.get(first).state, app.get(second).state] == [JobState.QUEUED, JobState.WAITING]
+    assert app.store.workflow_cancel(workflow) == ([first, second], [])
+    assert app.store.workflow_cancel(workflow + 1000) is None
+    assert app.store.workflow_retry(workflow) == [first, second]
+    assert app.store.workflow_retry(workflow + 1000) is None
+    row, _ = app.store.workflow_status(workflow) or ({}, [])
+    assert (row["state"], row["steps_ended"]) == ("running", 0)
