@@ -10,6 +10,7 @@ import threading
 import pytest
 
 import due
+from due.clock import FakeClock
 from due.core.jobs import JobState
 from due.core.records import ClaimRequest, Completion
 from due.errors import ConfigurationError
@@ -233,3 +234,31 @@ def test_the_store_writes_a_workflow_and_cancels_and_retries_it(
     assert app.store.workflow_retry(workflow + 1000) is None
     row, _ = app.store.workflow_status(workflow) or ({}, [])
     assert (row["state"], row["steps_ended"]) == ("running", 0)
+
+
+def test_a_step_s_result_is_kept_while_its_workflow_runs(
+    app: due.App, tasks: dict[str, due.Task], clock: FakeClock
+) -> None:
+    from datetime import timedelta
+
+    from due.core.records import Retention
+
+    flow = app.workflow("slow")
+    first = flow.add(tasks["fetch"].request(1), name="first")
+    second = flow.add(tasks["build"].request(2), name="second", after=[first])
+    handle = flow.enqueue()
+    tasks["fetch"].enqueue(99)  # a job after them: the newest job is never pruned
+    ((job, token),) = ((j, t) for j, t in claim(app).items() if j == first.job_id)
+    end(app, job, token, JobState.SUCCEEDED, {"rates": 1})
+    clock.advance(timedelta(days=30))
+    app.store.job_prune(Retention(succeeded=3600, failed=3600))
+    assert app.get(first.job_id).result == {"rates": 1}  # its workflow still runs
+    ((job, token),) = ((j, t) for j, t in claim(app).items() if j == second.job_id)
+    end(app, job, token, JobState.SUCCEEDED)
+    clock.advance(timedelta(days=30))
+    app.store.job_prune(Retention(succeeded=3600, failed=3600))
+    with pytest.raises(due.JobNotFoundError):
+        app.get(first.job_id)
+    with pytest.raises(due.JobNotFoundError):
+        app.workflow_status(handle.id)  # gone with its last step
+    assert rows(app.url, "SELECT count(*) FROM due_workflow_edges") == [(0,)]

@@ -195,6 +195,11 @@ def prune(db: Backend, retention: Retention, limit: int = 10_000) -> tuple[int, 
             "now": tx.now,
         }
         jobs = tx.run("prune_jobs", params)
+        steps = [row for row in jobs if row["workflow_id"] is not None]
+        if steps:
+            tx.run("prune_workflow_edges", {"ids": [row["id"] for row in steps]})
+            workflows = sorted({row["workflow_id"] for row in steps})
+            tx.run("prune_workflows", {"ids": workflows})
         runs = tx.run("prune_schedule_runs", params)
         tx.run("prune_actions", params)
         tx.run("prune_workers", params)

@@ -1035,10 +1035,23 @@ WHERE id = ANY(ARRAY(
            OR finished_at + make_interval(secs => coalesce(unique_for, 0))
               <= coalesce(%(now)s::timestamptz, now()))
       AND id < (SELECT max(id) FROM due_jobs)
+      -- A step's result is kept while its workflow runs (a later step reads it).
+      AND (workflow_id IS NULL OR NOT EXISTS (
+          SELECT 1 FROM due_workflows AS w WHERE w.id = due_jobs.workflow_id AND w.state = 'running'))
     ORDER BY id
     LIMIT %(limit)s
 ))
-RETURNING id
+RETURNING id, workflow_id
+
+-- name: prune_workflow_edges
+DELETE FROM due_workflow_edges
+WHERE step_id = ANY(%(ids)b::bigint[]) OR upstream_id = ANY(%(ids)b::bigint[])
+
+-- name: prune_workflows
+-- Ended workflows whose steps have all been pruned.
+DELETE FROM due_workflows AS w
+WHERE w.id = ANY(%(ids)b::bigint[]) AND w.state <> 'running'
+  AND NOT EXISTS (SELECT 1 FROM due_jobs WHERE workflow_id = w.id)
 
 -- name: prune_schedule_runs
 DELETE FROM due_schedule_runs

@@ -720,10 +720,24 @@ WHERE id IN (
            OR (state IN ('failed', 'cancelled') AND finished_at < :now - :retention_failed))
       AND (dedupe_key IS NULL OR finished_at + coalesce(unique_for, 0) <= :now)
       AND id < (SELECT max(id) FROM due_jobs)
+      -- A step's result is kept while its workflow runs (a later step reads it).
+      AND (workflow_id IS NULL OR NOT EXISTS (
+          SELECT 1 FROM due_workflows AS w WHERE w.id = due_jobs.workflow_id AND w.state = 'running'))
     ORDER BY id
     LIMIT :limit
 )
-RETURNING id
+RETURNING id, workflow_id
+
+-- name: prune_workflow_edges
+DELETE FROM due_workflow_edges
+WHERE step_id IN (SELECT value FROM json_each(:ids))
+   OR upstream_id IN (SELECT value FROM json_each(:ids))
+
+-- name: prune_workflows
+-- Ended workflows whose steps have all been pruned.
+DELETE FROM due_workflows
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state <> 'running'
+  AND NOT EXISTS (SELECT 1 FROM due_jobs WHERE workflow_id = due_workflows.id)
 
 -- name: prune_schedule_runs
 DELETE FROM due_schedule_runs
