@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 MAX_STEPS = 10_000
 """The most steps one workflow may have."""
 POLICIES = ("cancel", "run")
+MAX_STEP_NAME = 200
 
 
 @dataclass(eq=False)
@@ -141,8 +142,7 @@ class Workflow:
                 f"workflow {self.name!r}: a step takes no key= (a step is known by its name)"
             )
         step_name = f"step-{len(self.steps) + 1}" if name is None else name
-        if not isinstance(step_name, str) or not step_name or len(step_name) > 200:
-            raise ConfigurationError(f"a step's name is a non-empty string, got {step_name!r}")
+        check_step_name(step_name)
         if any(step.name == step_name for step in self.steps):
             raise ConfigurationError(f"workflow {self.name!r} has a step named {step_name!r}")
         upstream = tuple(after)
@@ -187,6 +187,18 @@ class Workflow:
         job_ids = {step.name: job_id for step, job_id in zip(self.steps, ids, strict=True)}
         self.enqueued = WorkflowHandle(workflow_id, job_ids)
         return self.enqueued
+
+
+def check_step_name(name: Any) -> str:
+    """A step's name, checked: a non-empty string of at most 200 characters."""
+    if not isinstance(name, str) or not name or len(name) > MAX_STEP_NAME:
+        raise ConfigurationError(
+            f"a step's name is a non-empty string of at most {MAX_STEP_NAME} characters, "
+            f"got {name!r}"
+        )
+    if "\x00" in name:
+        raise ConfigurationError(f"a step's name holds a NUL character: {name!r}")
+    return name
 
 
 def status_from(row: dict[str, Any], steps: Sequence[dict[str, Any]]) -> WorkflowStatus:

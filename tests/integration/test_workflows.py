@@ -63,3 +63,62 @@ def test_a_step_that_runs_anyway_sees_what_happened_upstream(app: due.App) -> No
         "audit": JobState.SUCCEEDED,
     }
     assert states == {"rates": JobState.FAILED}
+
+
+def test_a_step_adds_steps_at_run_time_after_steps_that_exist(app: due.App) -> None:
+    @app.task(name="list_files")
+    def list_files(ctx: due.Context) -> list[str]:
+        files = ["a.csv", "b.csv", "c.csv"]
+        for name in files:
+            ctx.workflow.add(load.request(name), name=f"load {name}", after=["list"])
+        # the report waits for every load: added after them, by name
+        ctx.workflow.add(report.request(), name="report", after=[f"load {n}" for n in files])
+        return files
+
+    @app.task(name="load")
+    def load(ctx: due.Context, name: str) -> int:
+        return len(ctx.upstream["list"])
+
+    @app.task(name="report")
+    def report(ctx: due.Context) -> int:
+        return sum(ctx.upstream.values())
+
+    flow = app.workflow("import")
+    flow.add(list_files.request(), name="list")
+    handle = flow.enqueue()
+    drain(app)
+    status = app.workflow_status(handle.id)
+    assert status.state == "succeeded"
+    assert sorted(status.steps) == ["list", "load a.csv", "load b.csv", "load c.csv", "report"]
+    assert status.steps["report"].after == ("load a.csv", "load b.csv", "load c.csv")
+    assert app.get(status.steps["report"].job_id).result == 9
+    assert status.steps_total == 5
+
+
+def test_a_step_added_after_a_failed_one_is_cancelled_at_once(app: due.App) -> None:
+    @app.task(name="broken", retry=due.Retry(max_attempts=1))
+    def broken() -> None:
+        raise RuntimeError("no")
+
+    @app.task(name="late")
+    def late(ctx: due.Context) -> None:
+        ctx.workflow.add(tail.request(), name="tail", after=["broken"])
+        ctx.workflow.add(tail.request(), name="anyway", after=["broken"], on_upstream_failure="run")
+
+    @app.task(name="tail")
+    def tail() -> str:
+        return "ran"
+
+    flow = app.workflow("late adds")
+    first = flow.add(broken.request(), name="broken")
+    flow.add(late.request(), name="late", after=[first], on_upstream_failure="run")
+    handle = flow.enqueue()
+    drain(app)
+    states = {name: step.state for name, step in app.workflow_status(handle.id).steps.items()}
+    assert states == {
+        "broken": JobState.FAILED,
+        "late": JobState.SUCCEEDED,
+        "tail": JobState.CANCELLED,
+        "anyway": JobState.SUCCEEDED,
+    }
+    assert app.workflow_status(handle.id).state == "failed"

@@ -64,6 +64,8 @@ class StepRequest:
     name: str
     after: tuple[int, ...] = ()
     on_upstream_failure: str = "cancel"
+    after_names: tuple[str, ...] = ()
+    """Steps of the workflow that exist already, by name (steps added at run time)."""
 
 
 @dataclass(slots=True)  # not frozen: built per job on hot paths, and frozen is slow

@@ -116,6 +116,7 @@ class Context:
         self.pieces_spawned = 0
         self.completed_in_transaction = False
         self._upstream_rows: dict[str, tuple[JobState, Any]] | None = None
+        self.steps_added = 0
 
     @classmethod
     def for_job(cls, job: ClaimedJob, app: App | None = None) -> Context:
@@ -150,6 +151,14 @@ class Context:
         By step name: what a step with `on_upstream_failure="run"` looks at.
         """
         return {name: state for name, (state, _) in self._upstream().items()}
+
+    @property
+    def workflow(self) -> RunningWorkflow:
+        """For a step of a workflow: its workflow, to add steps to at run time.
+
+        `ctx.workflow.add(task.request(...), name=..., after=[...])`.
+        """
+        return RunningWorkflow(self)
 
     def _upstream(self) -> dict[str, tuple[JobState, Any]]:
         if self._upstream_rows is None:
@@ -444,3 +453,72 @@ def _on_event_loop() -> bool:
     except RuntimeError:
         return False
     return True
+
+
+class RunningWorkflow:
+    """The workflow of a running step (`ctx.workflow`)."""
+
+    def __init__(self, context: Context) -> None:
+        self._context = context
+
+    def add(
+        self,
+        request: JobRequest,
+        *,
+        name: str | None = None,
+        after: Iterable[str] = (),
+        on_upstream_failure: str = "cancel",
+    ) -> int:
+        """Add a step to this step's workflow, now.
+
+        It may come after steps that exist, by name (a step it comes after that
+        has already ended counts as ended). Added again under the same name (a
+        retried or resumed attempt), nothing is added: the step's id is given
+        back, so add from a checkpoint freely.
+
+        Args:
+            request: The job, as `task.request(...)` makes it.
+            name: Its name in the workflow (default: this step's name, a slash
+                and the count of steps this attempt added, from 1).
+            after: Names of steps of the workflow that it comes after.
+            on_upstream_failure: "cancel" (the default) or "run", as `flow.add`.
+
+        Returns:
+            The new step's job id.
+
+        Raises:
+            ConfigurationError: Not a step of a workflow, a name in `after` that
+                no step has, or a bad policy.
+            InvalidJobError: The request is refused (nothing is added).
+            LeaseLost: This attempt's lease was lost: nothing is added.
+        """
+        from due.core.records import StepRequest
+        from due.workflows import POLICIES, check_step_name
+
+        context = self._context
+        app = context._require_app()
+        if on_upstream_failure not in POLICIES:
+            raise ConfigurationError(
+                f"on_upstream_failure must be 'cancel' or 'run', got {on_upstream_failure!r}"
+            )
+        context.steps_added += 1
+        own = app.get(context.job_id)
+        if own.workflow_id is None:
+            raise ConfigurationError(
+                f"job {context.job_id} is not a step of a workflow: ctx.workflow.add "
+                "adds steps to the workflow of the step that runs"
+            )
+        step_name = name if name is not None else f"{own.step_name}/{context.steps_added}"
+        check_step_name(step_name)
+        names = tuple(after)
+        if not all(isinstance(other, str) for other in names):
+            raise ConfigurationError(f"after= takes the names of steps, got {names!r}")
+        (job,) = app._prepare([request])
+        step = StepRequest(job, step_name, (), on_upstream_failure, names)
+        context.raise_if_cancelled()
+        added = context._store().workflow_add(context.job_id, context.lease_token, [step])
+        if added is None:
+            context.lease_lost = True
+            context.raise_if_cancelled()
+            raise LeaseLost(f"job {context.job_id} {context.stop_reason}: no step was added")
+        return added[0]

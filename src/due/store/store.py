@@ -309,6 +309,11 @@ class Store:
     ) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
         return workflows.status(self.backend, workflow_id)
 
+    def workflow_add(
+        self, adder: int, token: int, steps: Sequence[StepRequest]
+    ) -> list[int] | None:
+        return workflows.add(self.backend, adder, token, steps)
+
     def workflow_cancel(self, workflow_id: int) -> tuple[list[int], list[int]] | None:
         return workflows.cancel(self.backend, workflow_id)
 

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from due.core.records import StepRequest
+from due.errors import ConfigurationError
 from due.store import steps as plans
 from due.store.backend import Backend, Columns, Transaction
 from due.store.conflicts import retried_on_conflict
@@ -85,32 +86,100 @@ def enqueue(db: Backend, name: str, steps: Sequence[StepRequest]) -> tuple[int, 
     its steps' job ids (in the order given). Steps come in an order where each
     one's upstream steps come before it (`due.workflows` checks the graph)."""
     with db.transaction(unbounded=len(steps) > plans.BULK_CHUNK) as tx:
-        workflow = int(
-            tx.run("insert_workflow", {"name": name, "total": len(steps), "now": tx.now})[0]["id"]
-        )
-        jobs = plans.carry_out(tx, plans.enqueue_steps([step.job for step in steps], tx.now))
-        ids = [job.id for job in jobs]
-        tx.run_each(
-            "make_steps",
-            Columns(
-                id=ids,
-                name=[step.name for step in steps],
-                pending=[len(step.after) for step in steps],
-                policy=[step.on_upstream_failure for step in steps],
-            ),
-            {"workflow": workflow},
-        )
-        edges = [
-            (ids[upstream], ids[index])
-            for index, step in enumerate(steps)
-            for upstream in step.after
-        ]
-        if edges:
-            tx.run_each(
-                "insert_edges",
-                Columns(upstream=[u for u, _ in edges], step=[s for _, s in edges]),
+        params = {"name": name, "total": len(steps), "now": tx.now}
+        workflow = int(tx.run("insert_workflow", params)[0]["id"])
+        return workflow, _insert_steps(tx, workflow, steps, {})
+
+
+@retried_on_conflict
+def add(db: Backend, adder: int, token: int, steps: Sequence[StepRequest]) -> list[int] | None:
+    """Steps a running step adds to its own workflow (fenced by its lease: None
+    when it is lost); their job ids. Each may come after steps that exist (by
+    name, `after_names`) and after steps added before it in the same call."""
+    with db.transaction(unbounded=len(steps) > plans.BULK_CHUNK) as tx:
+        found = tx.run("lock_step_adder", {"id": adder, "token": token})
+        if not found:
+            return None
+        workflow = int(found[0]["workflow_id"])
+        new_names = [step.name for step in steps]
+        taken = {
+            row["step_name"]: int(row["id"])
+            for row in tx.run("lock_named_steps", {"workflow": workflow, "names": new_names})
+        }
+        if taken:
+            # Added before (a retried or resumed attempt adds what it added):
+            # nothing is added again, and the step's id is given back.
+            if len(taken) < len(steps):
+                raise ConfigurationError(
+                    f"workflow {workflow} has steps named {sorted(taken)} already: add "
+                    "them again all together, or none of them"
+                )
+            return [taken[name] for name in new_names]
+        names = sorted({name for step in steps for name in step.after_names})
+        existing = {
+            row["step_name"]: row
+            for row in (
+                tx.run("lock_named_steps", {"workflow": workflow, "names": names}) if names else []
             )
-        return workflow, ids
+        }
+        missing = [name for name in names if name not in existing]
+        if missing:
+            raise ConfigurationError(
+                f"workflow {workflow} has no step named {missing[0]!r} to come after"
+            )
+        tx.run("add_workflow_steps", {"id": workflow, "added": len(steps)})
+        return _insert_steps(tx, workflow, steps, existing)
+
+
+def _insert_steps(
+    tx: Transaction,
+    workflow: int,
+    steps: Sequence[StepRequest],
+    existing: Mapping[str, Mapping[str, Any]],
+) -> list[int]:
+    """Insert the steps' jobs, make them steps of `workflow` (waiting for those
+    of their upstream steps not ended yet), and their edges."""
+    jobs = plans.carry_out(tx, plans.enqueue_steps([step.job for step in steps], tx.now))
+    ids = [job.id for job in jobs]
+    before = [[existing[name] for name in step.after_names] for step in steps]
+    pending = [
+        len(step.after) + sum(row["state"] not in FINAL for row in rows)
+        for step, rows in zip(steps, before, strict=True)
+    ]
+    failed = [sum(row["state"] in ("failed", "cancelled") for row in rows) for rows in before]
+    tx.run_each(
+        "make_steps",
+        Columns(
+            id=ids,
+            name=[step.name for step in steps],
+            pending=pending,
+            failed=failed,
+            policy=[step.on_upstream_failure for step in steps],
+        ),
+        {"workflow": workflow},
+    )
+    edges = [
+        (ids[upstream], ids[index]) for index, step in enumerate(steps) for upstream in step.after
+    ]
+    edges += [(int(row["id"]), ids[index]) for index, rows in enumerate(before) for row in rows]
+    if edges:
+        tx.run_each(
+            "insert_edges",
+            Columns(upstream=[u for u, _ in edges], step=[s for _, s in edges]),
+        )
+    doomed = sorted(
+        job
+        for job, step, wait, bad in zip(ids, steps, pending, failed, strict=True)
+        if wait == 0 and bad and step.on_upstream_failure == "cancel"
+    )
+    if doomed:  # an upstream step it comes after had already failed
+        from due.store.settling import settle  # (settling calls this module)
+
+        params = {"ids": doomed, "now": tx.now, "reason": UPSTREAM_FAILED}
+        cancelled = tx.run("cancel_steps", params)
+        count_endings(tx, cancelled)
+        settle(tx, cancelled)
+    return ids
 
 
 def status(db: Backend, workflow_id: int) -> tuple[dict[str, Any], Rows] | None:

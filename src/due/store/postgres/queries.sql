@@ -1724,10 +1724,13 @@ UPDATE due_jobs AS j
 SET workflow_id = %(workflow)s,
     step_name = s.name,
     upstream_pending = s.pending,
+    upstream_failed = s.failed,
     on_upstream_failure = s.policy,
-    state = CASE WHEN s.pending > 0 THEN 'waiting' ELSE j.state END
-FROM unnest(%(id)b::bigint[], %(name)b::text[], %(pending)b::int[], %(policy)b::text[])
-     AS s(id, name, pending, policy)
+    state = CASE WHEN s.pending > 0 OR (s.failed > 0 AND s.policy = 'cancel') THEN 'waiting'
+                 ELSE j.state END
+FROM unnest(%(id)b::bigint[], %(name)b::text[], %(pending)b::int[], %(failed)b::int[],
+            %(policy)b::text[])
+     AS s(id, name, pending, failed, policy)
 WHERE j.id = s.id
 
 -- name: insert_edges
@@ -1910,3 +1913,22 @@ WHERE w.id = %(id)s
 -- claim, not when the old numbers would have let a start through.
 UPDATE due_limit_keys SET opens_at = NULL
 WHERE name = %(name)s AND waiting AND opens_at IS NOT NULL
+
+-- name: lock_step_adder
+-- A running step adding steps to its workflow (fenced by its lease).
+SELECT workflow_id FROM due_jobs
+WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running' AND workflow_id IS NOT NULL
+FOR NO KEY UPDATE
+
+-- name: lock_named_steps
+-- The steps new ones come after, locked (in id order) so that none ends
+-- between this look at its state and the new edges' commit.
+SELECT id, step_name, state FROM due_jobs
+WHERE workflow_id = %(workflow)s AND step_name = ANY(%(names)b::text[])
+ORDER BY id
+FOR NO KEY UPDATE
+
+-- name: add_workflow_steps
+UPDATE due_workflows SET steps_total = steps_total + %(added)s,
+    state = 'running', finished_at = NULL
+WHERE id = %(id)s

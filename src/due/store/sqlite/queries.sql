@@ -1348,8 +1348,10 @@ UPDATE due_jobs
 SET workflow_id = :workflow,
     step_name = :name,
     upstream_pending = :pending,
+    upstream_failed = :failed,
     on_upstream_failure = :policy,
-    state = CASE WHEN :pending > 0 THEN 'waiting' ELSE state END
+    state = CASE WHEN :pending > 0 OR (:failed > 0 AND :policy = 'cancel') THEN 'waiting'
+                 ELSE state END
 WHERE id = :id
 
 -- name: insert_edges
@@ -1495,3 +1497,18 @@ WHERE due_workflows.id = :id
 -- claim, not when the old numbers would have let a start through.
 UPDATE due_limit_keys SET opens_at = NULL
 WHERE name = :name AND waiting AND opens_at IS NOT NULL
+
+-- name: lock_step_adder
+-- A running step adding steps to its workflow (fenced by its lease).
+SELECT workflow_id FROM due_jobs
+WHERE id = :id AND lease_token = :token AND state = 'running' AND workflow_id IS NOT NULL
+
+-- name: lock_named_steps
+SELECT id, step_name, state FROM due_jobs
+WHERE workflow_id = :workflow AND step_name IN (SELECT value FROM json_each(:names))
+ORDER BY id
+
+-- name: add_workflow_steps
+UPDATE due_workflows SET steps_total = steps_total + :added,
+    state = 'running', finished_at = NULL
+WHERE id = :id
