@@ -521,4 +521,4 @@ class RunningWorkflow:
             context.lease_lost = True
             context.raise_if_cancelled()
             raise LeaseLost(f"job {context.job_id} {context.stop_reason}: no step was added")
-        return added[0]
+        return int(added[0])
