@@ -49,6 +49,7 @@ from due.request import JobRequest
 from due.retry import Retry
 from due.task import Task, TaskWithOptions
 from due.visibility.alerts import Alert, Severity
+from due.workflows import Step, StepStatus, Workflow, WorkflowHandle, WorkflowStatus
 
 __all__ = [
     "__version__",
@@ -68,6 +69,12 @@ __all__ = [
     "Limit",
     "LimitKeyOverview",
     "LimitOverview",
+    # workflows
+    "Step",
+    "StepStatus",
+    "Workflow",
+    "WorkflowHandle",
+    "WorkflowStatus",
     # schedules
     "Misfire",
     "Overlap",

@@ -32,6 +32,7 @@ def row(job_id: int, payload: str, **values: Any) -> tuple[Any, ...]:
         "parent_id": None,
         "completes": None,
         "pieces_total": 0,
+        "workflow_id": None,
         **values,
     }
     return tuple(fields[name] for name in CLAIM_COLUMNS)

@@ -137,7 +137,7 @@ class Context:
 
     @property
     def upstream(self) -> dict[str, Any]:
-        """For a step of a workflow: the results of the steps it comes after.
+        """The results of the steps this step of a workflow comes after.
 
         By step name, as stored (None for a step that did not succeed). Read
         once, at first use: they had all ended before this step was released.
@@ -146,7 +146,7 @@ class Context:
 
     @property
     def upstream_states(self) -> dict[str, JobState]:
-        """For a step of a workflow: how each step it comes after ended.
+        """How each step this step of a workflow comes after ended.
 
         By step name: what a step with `on_upstream_failure="run"` looks at.
         """
@@ -154,7 +154,7 @@ class Context:
 
     @property
     def workflow(self) -> RunningWorkflow:
-        """For a step of a workflow: its workflow, to add steps to at run time.
+        """The workflow of this step, to add steps to at run time.
 
         `ctx.workflow.add(task.request(...), name=..., after=[...])`.
         """
