@@ -67,7 +67,7 @@ def workflows(settings: Settings, limit: int, as_json: bool) -> None:
     if not found:
         console.print("no workflow is stored")
         return
-    rows = [
+    rows: list[list[Text | str]] = [
         [
             str(flow.id),
             flow.name,
