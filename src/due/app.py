@@ -1472,7 +1472,8 @@ class App:
 
         Late queues, queues no worker serves, stuck jobs, recent failures and
         failed checks, schedules that cannot fire, late or silent schedules,
-        and schedules stored as defined in code that this app does not define.
+        schedules stored as defined in code that this app does not define, and
+        workflows that cannot advance.
 
         Args:
             oldest_due_warning: For queues not declared with `queue` (default
