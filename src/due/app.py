@@ -58,7 +58,16 @@ from due.visibility.alerts import Alert, AlertRules, QueueThresholds, evaluate
 from due.visibility.schedule_health import ExpectedRun, expected_runs
 from due.visibility.snapshot import DEFAULT_FAILURES_WINDOW
 from due.waiter import JobWaiter
-from due.workflows import Step, Workflow, WorkflowHandle, WorkflowStatus, status_from
+from due.workflows import (
+    Step,
+    StuckWorkflow,
+    Workflow,
+    WorkflowHandle,
+    WorkflowStatus,
+    WorkflowSummary,
+    status_from,
+    summary_from,
+)
 
 URL_ENVIRONMENT_VARIABLE = "DUE_DATABASE_URL"
 BATCH_TASK = "due.batch"
@@ -784,6 +793,37 @@ class App:
             raise JobNotFoundError(f"no workflow with id {workflow_id}")
         return status_from(*found)
 
+    def workflows(self, limit: int = 50) -> list[WorkflowSummary]:
+        """The most recent workflows, newest first, without their steps.
+
+        Args:
+            limit: How many at most.
+
+        Returns:
+            Each workflow's id, name, state, step counts and times.
+
+        Raises:
+            ConfigurationError: A limit that is not a whole number, or negative.
+        """
+        rows = self.store.workflow_recent(lookups.list_limit(limit))
+        return [summary_from(row) for row in rows]
+
+    def stuck_workflows(self, limit: int = 100) -> list[StuckWorkflow]:
+        """Running workflows that cannot advance (it never happens: `due check` alerts).
+
+        No step is queued or running, and a step waits whose upstream steps
+        have all ended; a step is released in the transaction that ends its
+        last upstream step, so only a broken graph looks like this.
+
+        Args:
+            limit: How many at most.
+
+        Returns:
+            Each such workflow's id, name and the name of a step that waits.
+        """
+        rows = self.store.workflow_stuck(lookups.list_limit(limit))
+        return [StuckWorkflow(int(row["id"]), row["name"], row["step"]) for row in rows]
+
     def cancel_workflow(self, workflow_id: int, *, by: str | None = None) -> WorkflowStatus:
         """Cancel every unfinished step of a workflow.
 
@@ -1432,7 +1472,8 @@ class App:
 
         Late queues, queues no worker serves, stuck jobs, recent failures and
         failed checks, schedules that cannot fire, late or silent schedules,
-        and schedules stored as defined in code that this app does not define.
+        schedules stored as defined in code that this app does not define, and
+        workflows that cannot advance.
 
         Args:
             oldest_due_warning: For queues not declared with `queue` (default

@@ -65,6 +65,17 @@ class StepStatus:
     task: str
     after: tuple[str, ...]
     """The names of the steps it comes after."""
+    started_at: datetime | None = None
+    """When its job's last attempt started (None: not yet)."""
+    finished_at: datetime | None = None
+    """When its job ended (None: not yet)."""
+
+    @property
+    def duration(self) -> float | None:
+        """Seconds from its start to its end (None until it has both)."""
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return max(0.0, (self.finished_at - self.started_at).total_seconds())
 
 
 @dataclass(frozen=True)
@@ -85,6 +96,37 @@ class WorkflowStatus:
     def ended(self) -> bool:
         """Whether every step has ended."""
         return self.state != "running"
+
+
+@dataclass(frozen=True)
+class WorkflowSummary:
+    """A workflow without its steps, as `app.workflows()` lists it."""
+
+    id: int
+    name: str
+    state: str
+    """running, succeeded, failed or cancelled."""
+    steps_total: int
+    steps_ended: int
+    created_at: datetime
+    finished_at: datetime | None = None
+    steps_failed: int = 0
+    steps_cancelled: int = 0
+
+    @property
+    def ended(self) -> bool:
+        """Whether every step has ended."""
+        return self.state != "running"
+
+
+@dataclass(frozen=True)
+class StuckWorkflow:
+    """A running workflow that cannot advance: no step queued or running, and
+    `step` waits with every upstream step ended."""
+
+    id: int
+    name: str
+    step: str
 
 
 @dataclass(eq=False)
@@ -214,6 +256,8 @@ def status_from(row: dict[str, Any], steps: Sequence[dict[str, Any]]) -> Workflo
                 state=JobState(step["state"]),
                 task=step["task"],
                 after=tuple(_names(step["after"])),
+                started_at=step.get("started_at"),
+                finished_at=step.get("finished_at"),
             )
             for step in steps
         },
@@ -221,6 +265,21 @@ def status_from(row: dict[str, Any], steps: Sequence[dict[str, Any]]) -> Workflo
         finished_at=row["finished_at"],
         steps_total=int(row["steps_total"]),
         steps_ended=int(row["steps_ended"]),
+    )
+
+
+def summary_from(row: dict[str, Any]) -> WorkflowSummary:
+    """A WorkflowSummary from the store's row."""
+    return WorkflowSummary(
+        id=int(row["id"]),
+        name=row["name"],
+        state=row["state"],
+        steps_total=int(row["steps_total"]),
+        steps_ended=int(row["steps_ended"]),
+        created_at=row["created_at"],
+        finished_at=row["finished_at"],
+        steps_failed=int(row.get("steps_failed") or 0),
+        steps_cancelled=int(row.get("steps_cancelled") or 0),
     )
 
 

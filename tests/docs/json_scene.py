@@ -1,10 +1,11 @@
 """A small world on SQLite whose `--json` documents the reference shows.
 
 A report that succeeded (a run of a schedule), another counted against a
-limit, an email that failed, a batch waiting for its pieces, a worker
-registered: so that every document, and every list in it, has something in
-it. `python -m tests.docs.json_scene` prints each command and its example, as
-docs/reference/json.md shows them (to paste there when a document gains a key).
+limit, two more as a workflow's steps, an email that failed, a batch waiting
+for its pieces, a worker registered: so that every document, and every list
+in it, has something in it. `python -m tests.docs.json_scene` prints each
+command and its example, as docs/reference/json.md shows them (to paste there
+when a document gains a key).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ def build(folder: Path) -> tuple[str, int]:
         app.trigger_schedule("monthly-report")
         failed = send_email.enqueue(42)
         build_report.enqueue("2026-12")  # started against its limit
+        app.chain(build_report.request("2026-07"), build_report.request("2026-08"), name="summer")
         drain(app)
         app.batch(build_report, [("2026-09",), ("2026-10",)])
         registration = WorkerRegistration(
@@ -63,6 +65,8 @@ def commands(job_id: int) -> list[list[str]]:
         ["schedule", "runs", "monthly-report", "--window", "24h", "--json"],
         ["workers", "--json"],
         ["limit", "--json"],
+        ["workflows", "--json"],
+        ["workflow", "show", "--json", "1"],
         ["check", "--json"],
     ]
 

@@ -18,6 +18,7 @@ from due.core.records import QueueOverview, WorkerInfo
 from due.core.schedules import ScheduleOverview, ScheduleRun
 from due.core.stats import TaskFigures
 from due.visibility.schedule_health import ExpectedRun
+from due.workflows import WorkflowStatus, WorkflowSummary
 
 
 def job_document(job: Job) -> dict[str, Any]:
@@ -222,4 +223,45 @@ def _numbers(limit: Limit) -> dict[str, Any]:
         "rate": limit.rate_text,
         "rate_starts": limit.rate,
         "rate_period_seconds": limit.period,
+    }
+
+
+def workflow_summary_document(flow: WorkflowSummary) -> dict[str, Any]:
+    """A workflow without its steps (`due workflows`)."""
+    return {
+        "id": flow.id,
+        "name": flow.name,
+        "state": flow.state,
+        "steps_total": flow.steps_total,
+        "steps_ended": flow.steps_ended,
+        "steps_failed": flow.steps_failed,
+        "steps_cancelled": flow.steps_cancelled,
+        "created_at": iso(flow.created_at),
+        "finished_at": iso(flow.finished_at),
+    }
+
+
+def workflow_document(status: WorkflowStatus) -> dict[str, Any]:
+    """A workflow and its steps (`due workflow show`)."""
+    return {
+        "id": status.id,
+        "name": status.name,
+        "state": status.state,
+        "steps_total": status.steps_total,
+        "steps_ended": status.steps_ended,
+        "created_at": iso(status.created_at),
+        "finished_at": iso(status.finished_at),
+        "steps": [
+            {
+                "name": step.name,
+                "job_id": step.job_id,
+                "state": step.state.value,
+                "task": step.task,
+                "after": list(step.after),
+                "started_at": iso(step.started_at),
+                "finished_at": iso(step.finished_at),
+                "duration_seconds": step.duration,
+            }
+            for step in status.steps.values()
+        ],
     }

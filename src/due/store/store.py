@@ -62,6 +62,7 @@ from due.store import (
     schedules,
     stats,
     work,
+    workflow_views,
     workflows,
 )
 from due.store.backend import Backend, ChangeFeed, Lane
@@ -322,6 +323,12 @@ class Store:
 
     def job_upstream(self, job_id: int) -> list[dict[str, Any]]:
         return workflows.upstream_of(self.backend, job_id)
+
+    def workflow_recent(self, limit: int = COUNT_LIMIT) -> list[dict[str, Any]]:
+        return workflow_views.recent(self.backend, limit)
+
+    def workflow_stuck(self, limit: int = COUNT_LIMIT) -> list[dict[str, Any]]:
+        return workflow_views.stuck(self.backend, limit)
 
     # --- limits ----------------------------------------------------------------------
 

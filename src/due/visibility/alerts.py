@@ -19,7 +19,10 @@ What alerts (each in the reference's metrics and alerts page, with its default):
 - a schedule stored as defined in code that the app's code does not define
   (only when the rules know that code: `AlertRules.code_schedules`): the module
   that declares it is not imported by the app module, or the code dropped it
-  and nobody ran `due schedule prune`. It keeps firing either way.
+  and nobody ran `due schedule prune`. It keeps firing either way;
+- a running workflow that cannot advance (critical: no step queued or running,
+  and a step waits though its upstream steps have all ended; never, unless a
+  graph is broken).
 
 Severity follows the monitoring-plugin convention: 0 ok, 1 warning, 2 critical.
 """
@@ -152,6 +155,7 @@ def evaluate(snapshot: Snapshot, rules: AlertRules) -> list[Alert]:
             for alert in schedule_alerts(overview, snapshot.at)
         ),
         *_not_in_code_alerts(snapshot, rules.code_schedules),
+        *_workflow_alerts(snapshot),
     ]
     return sorted(alerts, key=lambda a: (-a.severity, a.subject, a.kind))
 
@@ -316,6 +320,26 @@ def _not_in_code_alerts(snapshot: Snapshot, defined: frozenset[str] | None) -> l
         and stored.enabled
         and not stored.paused
         and stored.name not in defined
+    ]
+
+
+def _workflow_alerts(snapshot: Snapshot) -> list[Alert]:
+    """Running workflows that cannot advance: a critical alert each.
+
+    No step is queued or running, and a step waits though its upstream steps
+    have all ended. A step is released in the transaction that records the end
+    of its last upstream step, so this never happens; if it does, the workflow
+    waits for ever.
+    """
+    return [
+        Alert(
+            Severity.CRITICAL,
+            "workflow_stuck",
+            f"workflow {flow.id} {flow.name}",
+            f"cannot advance: step {flow.step!r} waits though its upstream steps have all "
+            "ended, and no step is queued or running",
+        )
+        for flow in snapshot.stuck_workflows
     ]
 
 

@@ -10,6 +10,7 @@ from due.core.limits import LimitOverview
 from due.core.records import DEFAULT_ALIVE_SECONDS, QueueOverview, WorkerInfo
 from due.core.schedules import ScheduleOverview
 from due.core.stats import TaskFigures
+from due.workflows import StuckWorkflow
 
 if TYPE_CHECKING:
     from due.app import App
@@ -36,6 +37,8 @@ class Snapshot:
     failures_window: float
     limits: list[LimitOverview] = field(default_factory=list)
     """Every stored limit with its figures."""
+    stuck_workflows: list[StuckWorkflow] = field(default_factory=list)
+    """Running workflows that cannot advance (never, unless a graph is broken)."""
 
     def oldest_due_age(self, queue: QueueOverview) -> float | None:
         """Seconds the queue's oldest due job has waited (None: nothing due)."""
@@ -60,4 +63,5 @@ def take(app: App, failures_window: float = DEFAULT_FAILURES_WINDOW) -> Snapshot
         failures=store.job_recent_failures(at - timedelta(seconds=failures_window)),
         failures_window=failures_window,
         limits=app.limit_overview(),
+        stuck_workflows=app.stuck_workflows(),
     )

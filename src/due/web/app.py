@@ -71,11 +71,14 @@ def create_dashboard(
         Route("/jobs/{job_id:int}", pages.job, name="job"),
         Route("/schedules", pages.schedules, name="schedules"),
         Route("/workers", pages.workers, name="workers"),
+        Route("/workflows", pages.workflows, name="workflows"),
+        Route("/workflows/{workflow_id:int}", pages.workflow, name="workflow"),
         Route("/metrics", pages.metrics, name="metrics"),
         Route("/login", pages.login, methods=["GET", "POST"], name="login"),
         Route("/jobs/{job_id:int}/{action}", pages.job_action, methods=["POST"]),
         # Queue and schedule names travel in the form, not the path: a name may hold
         # any character ("/", "..", "?"), and a path would be read differently.
+        Route("/workflows/{workflow_id:int}/{action}", pages.workflow_action, methods=["POST"]),
         Route("/queues/{action}", pages.queue_action, methods=["POST"]),
         Route("/schedules/{action}", pages.schedule_action, methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
@@ -228,6 +231,28 @@ class Pages:
             now=store.now(),
         )
 
+    def workflows(self, request: Request) -> Response:
+        return self.render(
+            request,
+            "workflows.html",
+            workflows=self.app.workflows(limit=PAGE_SIZE),
+            now=self.app.store.now(),
+        )
+
+    def workflow(self, request: Request) -> Response:
+        workflow_id = request.path_params["workflow_id"]
+        try:
+            status = self.app.workflow_status(workflow_id)
+        except JobNotFoundError:
+            return self.render(request, "error.html", 404, message=f"no workflow {workflow_id}")
+        return self.render(
+            request,
+            "workflow.html",
+            workflow=status,
+            graph=views.workflow_graph(status),
+            now=self.app.store.now(),
+        )
+
     def metrics(self, request: Request) -> Response:
         return Response(generate_latest(registry_for(self.app)), media_type=CONTENT_TYPE_LATEST)
 
@@ -257,6 +282,15 @@ class Pages:
             "resume-pieces": lambda: self.app.resume_group(job_id, by=by),
         }
         return await self.act(request, actions, f"/jobs/{job_id}")
+
+    async def workflow_action(self, request: Request) -> Response:
+        workflow_id = request.path_params["workflow_id"]
+        by = _who(request)
+        actions: dict[str, Callable[[], object]] = {
+            "cancel": lambda: self.app.cancel_workflow(workflow_id, by=by),
+            "retry": lambda: self.app.retry_workflow(workflow_id, by=by),
+        }
+        return await self.act(request, actions, f"/workflows/{workflow_id}")
 
     async def queue_action(self, request: Request) -> Response:
         form = await _form(request)

@@ -1411,13 +1411,41 @@ SELECT id, name, state, steps_total, steps_ended, steps_failed, steps_cancelled,
 FROM due_workflows WHERE id = :id
 
 -- name: workflow_steps
-SELECT j.id, j.step_name, j.state, j.task,
+SELECT j.id, j.step_name, j.state, j.task, j.started_at, j.finished_at,
        (SELECT json_group_array(step_name) FROM (
             SELECT u.step_name FROM due_workflow_edges AS e JOIN due_jobs AS u ON u.id = e.upstream_id
             WHERE e.step_id = j.id ORDER BY u.step_name)) AS after
 FROM due_jobs AS j
 WHERE j.workflow_id = :id
 ORDER BY j.id
+
+-- name: recent_workflows
+-- due workflows, the dashboard: the newest workflows first.
+SELECT id, name, state, steps_total, steps_ended, steps_failed, steps_cancelled,
+       created_at, finished_at
+FROM due_workflows
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: stuck_workflows
+-- Running workflows that cannot advance: no step queued or running, and a
+-- step waiting whose upstream steps have all ended (and that waits for no
+-- pieces of its own). Each with the first such step's name.
+SELECT id, name, step FROM (
+SELECT w.id, w.name,
+       (SELECT min(s.step_name) FROM due_jobs AS s
+        WHERE s.workflow_id = w.id AND s.state = 'waiting' AND s.pieces_total = 0
+          AND NOT EXISTS (SELECT 1 FROM due_workflow_edges AS e
+                          JOIN due_jobs AS u ON u.id = e.upstream_id
+                          WHERE e.step_id = s.id AND u.state NOT IN ('succeeded', 'failed', 'cancelled'))) AS step
+FROM due_workflows AS w
+WHERE w.state = 'running'
+  AND NOT EXISTS (SELECT 1 FROM due_jobs AS q
+                  WHERE q.workflow_id = w.id AND q.state IN ('queued', 'running'))
+) AS running
+WHERE step IS NOT NULL
+ORDER BY id
+LIMIT :limit
 
 -- name: upstream_of
 -- What a step's handler reads: each upstream step's name, state and result.
