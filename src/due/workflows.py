@@ -66,9 +66,9 @@ class StepStatus:
     after: tuple[str, ...]
     """The names of the steps it comes after."""
     started_at: datetime | None = None
-    """When its job's last attempt started (None: not yet)."""
+    """The start of its job's last attempt, or None before it started."""
     finished_at: datetime | None = None
-    """When its job ended (None: not yet)."""
+    """The end of its job, or None before it ended."""
 
     @property
     def duration(self) -> float | None:
