@@ -181,10 +181,18 @@ def test_sqlite_upgrading_to_counting_queued_jobs_in_their_own_indexes_keeps_the
             ALTER TABLE due_jobs DROP COLUMN limit_wait;
             ALTER TABLE due_jobs DROP COLUMN limit_wait_key;
             ALTER TABLE due_schedules DROP COLUMN limits;
+            DROP TABLE due_workflows;
+            DROP TABLE due_workflow_edges;
+            DROP INDEX due_jobs_step;
+            ALTER TABLE due_jobs DROP COLUMN workflow_id;
+            ALTER TABLE due_jobs DROP COLUMN step_name;
+            ALTER TABLE due_jobs DROP COLUMN upstream_pending;
+            ALTER TABLE due_jobs DROP COLUMN upstream_failed;
+            ALTER TABLE due_jobs DROP COLUMN on_upstream_failure;
             DELETE FROM due_schema_migrations WHERE version >= 11;
             """
         )
-    assert app.migrate() == [11, 12, 13, 14]
+    assert app.migrate() == [11, 12, 13, 14, 15]
     assert shown(app) == expected
 
 

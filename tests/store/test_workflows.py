@@ -262,3 +262,27 @@ def test_a_step_s_result_is_kept_while_its_workflow_runs(
     with pytest.raises(due.JobNotFoundError):
         app.workflow_status(handle.id)  # gone with its last step
     assert rows(app.url, "SELECT count(*) FROM due_workflow_edges") == [(0,)]
+
+
+def test_a_running_step_adds_a_step_through_the_store_fenced_by_its_lease(
+    app: due.App, tasks: dict[str, due.Task]
+) -> None:
+    from due.core.records import StepRequest
+
+    flow = app.workflow("grows")
+    first = flow.add(tasks["fetch"].request(1), name="first")
+    flow.enqueue()
+    ((job, token),) = claim(app).items()
+    (new,) = app._prepare([tasks["build"].request(2)])
+    added = app.store.workflow_add(
+        job, token, [StepRequest(new, "later", (), "cancel", ("first",))]
+    )
+    assert added is not None and app.get(added[0]).state == JobState.WAITING
+    assert (
+        app.store.workflow_add(job, token, [StepRequest(new, "later")]) == added
+    )  # again: nothing new
+    assert app.store.workflow_add(job, token + 1, [StepRequest(new, "other")]) is None  # lease lost
+    with pytest.raises(ConfigurationError, match="no step named 'nope'"):
+        app.store.workflow_add(job, token, [StepRequest(new, "x", (), "cancel", ("nope",))])
+    end(app, first.job_id, token, JobState.SUCCEEDED)
+    assert app.get(added[0]).state == JobState.QUEUED
