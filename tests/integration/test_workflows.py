@@ -3,6 +3,8 @@ step name, chains and groups, a policy that runs a step anyway."""
 
 from __future__ import annotations
 
+import pytest
+
 import due
 from due import JobState
 from due.testing import drain
@@ -122,3 +124,47 @@ def test_a_step_added_after_a_failed_one_is_cancelled_at_once(app: due.App) -> N
         "anyway": JobState.SUCCEEDED,
     }
     assert app.workflow_status(handle.id).state == "failed"
+
+
+def test_a_step_that_spawns_pieces_ends_when_they_end_and_only_then_releases(
+    app: due.App,
+) -> None:
+    order: list[str] = []
+
+    @app.task(name="split")
+    def split(ctx: due.Context) -> None:
+        ctx.spawn(piece, [(n,) for n in range(3)])
+
+    @app.task(name="piece")
+    def piece(n: int) -> None:
+        order.append(f"piece {n}")
+
+    @app.task(name="after")
+    def after(ctx: due.Context) -> str:
+        order.append("after")
+        return str(ctx.upstream_states["split"].value)
+
+    flow = app.workflow("pieces")
+    first = flow.add(split.request(), name="split")
+    last = flow.add(after.request(), name="after", after=[first])
+    handle = flow.enqueue()
+    drain(app)
+    assert app.workflow_status(handle.id).state == "succeeded"
+    assert order[-1] == "after" and sorted(order[:-1]) == ["piece 0", "piece 1", "piece 2"]
+    assert app.get(last.job_id).result == "succeeded"
+
+
+def test_a_workflow_holds_at_most_its_maximum_of_steps(app: due.App) -> None:
+    from due.workflows import MAX_STEPS
+
+    @app.task(name="noop")
+    def noop() -> None: ...
+
+    flow = app.workflow("huge")
+    for _ in range(MAX_STEPS):
+        flow.add(noop.request())
+    with pytest.raises(
+        due.ConfigurationError, match=f"at most {MAX_STEPS:,} steps|at most {MAX_STEPS} steps"
+    ):
+        flow.add(noop.request())
+    assert app.jobs(limit=1) == []  # nothing written before enqueue
