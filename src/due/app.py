@@ -454,7 +454,6 @@ class App:
             InvalidJobError: A request's option is invalid.
             ConfigurationError: Something other than a request was given.
         """
-        self._limits_known()
         if connection is not None:
             prepared = self._prepare(requests)  # before the store is looked at
             return self.store.job_enqueue(prepared, connection=connection)
@@ -480,10 +479,10 @@ class App:
         """
         # Every request checked and encoded now, on the loop: once this awaits,
         # other coroutines may change the arguments' objects.
+        if self.limits and not self._limits_written:  # (off the loop: a transaction)
+            await asyncio.to_thread(self._limits_known)
         jobs = self._prepare(requests)
         store = self.store
-        if self.limits and not self._limits_written:
-            await asyncio.to_thread(self._limits_known)
         if connection is not None:
             return await store.job_enqueue_async(jobs, connection)
         created = await store.job_enqueue_on_loop(jobs)  # one job: grouped with the loop's others
@@ -511,8 +510,11 @@ class App:
     def _preparer(self) -> Callable[[JobRequest], NewJob]:
         """A request, validated and made ready to insert.
 
-        Its task is looked up once for a run of requests of one task.
+        Its task is looked up once for a run of requests of one task. Every
+        way of enqueueing (jobs, a workflow's steps) prepares its requests
+        here: the app's limits are written first, once (`_limits_known`).
         """
+        self._limits_known()
         task: Task[Any, Any] | None = None
 
         def prepared(request: JobRequest) -> NewJob:

@@ -168,3 +168,38 @@ def test_a_workflow_holds_at_most_its_maximum_of_steps(app: due.App) -> None:
     ):
         flow.add(noop.request())
     assert app.jobs(limit=1) == []  # nothing written before enqueue
+
+
+def test_a_step_that_fails_and_is_retried_holds_the_steps_after_it_until_its_last_attempt(
+    app: due.App,
+) -> None:
+    from datetime import timedelta
+
+    from due.clock import FakeClock
+
+    tries: list[int] = []
+
+    @app.task(name="flaky", retry=due.Retry(max_attempts=2, backoff=60))
+    def flaky(ctx: due.Context) -> int:
+        tries.append(ctx.attempt)
+        if ctx.attempt == 1:
+            raise RuntimeError("the first try fails")
+        return 7
+
+    @app.task(name="next")
+    def after(ctx: due.Context) -> int:
+        return ctx.upstream["flaky"] + 1
+
+    flow = app.workflow("retried")
+    first = flow.add(flaky.request(), name="flaky")
+    last = flow.add(after.request(), name="next", after=[first])
+    handle = flow.enqueue()
+    drain(app)
+    assert tries == [1] and app.get(last.job_id).state == JobState.WAITING
+    clock = app.clock
+    assert isinstance(clock, FakeClock)
+    clock.advance(timedelta(minutes=5))
+    drain(app)
+    assert tries == [1, 2]
+    assert app.get(last.job_id).result == 8
+    assert app.workflow_status(handle.id).state == "succeeded"

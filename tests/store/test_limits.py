@@ -372,3 +372,17 @@ def test_keys_and_options_that_cannot_hold_are_refused_with_what_to_fix(
     with pytest.raises(due.ConfigurationError):
         app.limit("arabic", rate="\u0665/s")  # an Arabic-Indic five
     assert app.jobs(limit=10) == []
+
+
+def test_a_workflow_s_limited_step_finds_its_limit_written(app: due.App) -> None:
+    app.limit("late", concurrency=1)
+
+    @app.task(name="t", limits=["late"])
+    def t(n: int) -> None: ...
+
+    flow = app.workflow("limited")
+    flow.add(t.request(1), name="one")
+    flow.add(t.request(2), name="two")
+    flow.enqueue()  # the first enqueue of this app: no worker wrote "late" yet
+    assert [o.name for o in app.limit_overview()] == ["late"]
+    assert len(claim(app)) == 1
