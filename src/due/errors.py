@@ -105,3 +105,17 @@ class JobCancelled(BaseException):
 
 class LeaseLost(BaseException):
     """Raised at a safe point of a job whose lease this worker no longer holds."""
+
+
+def class_path(error: BaseException) -> str:
+    """The class of an exception as `module.QualName` (`builtins.ValueError`).
+
+    Args:
+        error: The exception.
+
+    Returns:
+        Where its class is defined, importable by that path (a nested class
+        aside).
+    """
+    kind = type(error)
+    return f"{kind.__module__}.{kind.__qualname__}"

@@ -109,7 +109,7 @@ async def adrain(
     if len(app.limits):
         app.sync_limits()
     threads = concurrent.futures.ThreadPoolExecutor(max_workers=4)
-    executor = Executor(app.tasks, app.clock, threads=threads, app=app)
+    executor = Executor(app.tasks, app.clock, threads=threads, app=app, worker=DRAIN_WORKER)
     try:
         while result.attempts < max_attempts:
             job = _claim_next(app, queues)

@@ -72,6 +72,8 @@ def _attempt_document(error: AttemptError) -> dict[str, Any]:
         "error": error.error,
         "traceback": error.traceback,
         "at": iso(error.at),
+        "exception": error.exception,
+        "worker": error.worker,
     }
 
 

@@ -108,6 +108,10 @@ class AttemptError:
     """When the attempt ended."""
     kind: str = "error"
     """One of `error`, `timeout`, `lease_lost`, `unknown_task`, `cancelled`."""
+    exception: str | None = None
+    """The class of the exception the handler raised, as `module.QualName` (or None)."""
+    worker: str | None = None
+    """The worker that ran the attempt, when known."""
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AttemptError:
@@ -127,7 +131,13 @@ class AttemptError:
             traceback=data.get("traceback"),
             at=datetime.fromisoformat(at) if isinstance(at, str) else None,
             kind=str(data.get("kind", "error")),
+            exception=_text_or_none(data.get("exception")),
+            worker=_text_or_none(data.get("worker")),
         )
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -347,6 +347,11 @@ def attempt_error_json(error: AttemptError) -> str:
         "traceback": error.traceback,
         "at": error.at.isoformat() if error.at else None,
     }
+    # Written only when known: most histories stay as short as they were.
+    if error.exception is not None:
+        record["exception"] = error.exception
+    if error.worker is not None:
+        record["worker"] = error.worker
     return json.dumps(record, ensure_ascii=False)
 
 

@@ -76,6 +76,8 @@ class Context:
         has_pieces: bool = False,
         logger: logging.Logger | None = None,
         app: App | None = None,
+        enqueued_at: datetime | None = None,
+        worker: str | None = None,
     ) -> None:
         self.job_id = job_id
         """The job's id."""
@@ -97,6 +99,10 @@ class Context:
         """The last value saved with `checkpoint` (by this or an earlier attempt)."""
         self.has_pieces = has_pieces
         """An earlier attempt spawned pieces (this one will wait for them too)."""
+        self.enqueued_at = enqueued_at
+        """When the job was enqueued."""
+        self.worker = worker
+        """The id of the worker running this attempt (None outside a worker)."""
         self.logger = logger or logging.getLogger(f"due.job.{task}")
         """A logger named after the task (`due.job.<task>`)."""
         self._app = app
@@ -119,7 +125,9 @@ class Context:
         self.steps_added = 0
 
     @classmethod
-    def for_job(cls, job: ClaimedJob, app: App | None = None) -> Context:
+    def for_job(
+        cls, job: ClaimedJob, app: App | None = None, *, worker: str | None = None
+    ) -> Context:
         """The context of a claimed job's attempt (made by the worker)."""
         return cls(
             job_id=job.id,
@@ -133,6 +141,8 @@ class Context:
             checkpoint_value=job.checkpoint,
             has_pieces=job.has_pieces,
             app=app,
+            enqueued_at=job.created_at,
+            worker=worker,
         )
 
     @property

@@ -95,6 +95,7 @@ def stripped(completion: Completion, error: Exception) -> Completion:
         traceback=None,
         at=kept.at if kept and isinstance(kept.at, datetime) else None,
         kind=kept.kind if kept and kept.kind in ATTEMPT_KINDS else "error",
+        worker=kept.worker if kept and isinstance(kept.worker, str) else None,
     )
     return dataclasses.replace(completion, result=None, progress=None, error=record)
 

@@ -380,7 +380,9 @@ def _verdicts(expired: Rows, at: datetime, max_lost_leases: int) -> list[dict[st
             max_lost_leases=max_lost_leases,
             attempt_status=row["attempt_status"],
         )
-        error = AttemptError(row["attempt"], verdict.reason, None, at, "lease_lost")
+        error = AttemptError(
+            row["attempt"], verdict.reason, None, at, "lease_lost", worker=row["worker"]
+        )
         rows.append(
             {
                 "id": row["id"],

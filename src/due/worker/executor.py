@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from due.clock import Clock
 from due.core.jobs import AttemptError, JobState
 from due.core.records import ClaimedJob, Completion
-from due.errors import JobCancelled, LeaseLost, PayloadError
+from due.errors import JobCancelled, LeaseLost, PayloadError, class_path
 from due.logs import event
 from due.long_work.context import Context
 from due.payload import encode_value, storable_text
@@ -64,8 +64,10 @@ class Executor:
         threads: concurrent.futures.ThreadPoolExecutor | None = None,
         rng: random.Random | None = None,
         app: App | None = None,
+        worker: str | None = None,
     ) -> None:
         self._tasks = tasks
+        self._worker = worker
         self._clock = clock
         self._app = app
         self._threads = threads
@@ -78,7 +80,7 @@ class Executor:
         """The context a job's handler will get (None when it declares none)."""
         if task.context_parameter is None:
             return None
-        return Context.for_job(job, self._app)
+        return Context.for_job(job, self._app, worker=self._worker)
 
     async def run(
         self,
@@ -94,7 +96,7 @@ class Executor:
         task = task or self._tasks.get(job.task)
         args, kwargs = job.args, job.kwargs
         if task.context_parameter:
-            context = context or Context.for_job(job, self._app)
+            context = context or Context.for_job(job, self._app, worker=self._worker)
             args, kwargs = task.call_arguments(args, kwargs, context)
         started = time.perf_counter()
         if task.is_async:
@@ -150,6 +152,8 @@ class Executor:
             traceback=storable_text("".join(traceback.format_exception(error))),
             at=self._clock.now() or self._clock.wall(),
             kind="error",
+            exception=class_path(error),
+            worker=self._worker,
         )
         completion = self._after_failure(task, job, record, error)
         completion.settles = self._settles(job, context)
@@ -175,6 +179,7 @@ class Executor:
             traceback=None,
             at=self._clock.now() or self._clock.wall(),
             kind="cancelled",
+            worker=self._worker,
         )
         completion = Completion(job.id, job.lease_token, JobState.CANCELLED, error=record)
         completion.progress = context.progress_json() if context else None
@@ -250,6 +255,8 @@ class Executor:
                 "".join(traceback.format_exception(error)), MAX_TRACEBACK_CHARACTERS
             ),
             at=self._clock.now() or self._clock.wall(),
+            exception=class_path(error),
+            worker=self._worker,
         )
         return self._after_failure(task, job, record, error)
 
@@ -260,6 +267,7 @@ class Executor:
             traceback=None,
             at=self._clock.now() or self._clock.wall(),
             kind="timeout",
+            worker=self._worker,
         )
         return self._after_failure(task, job, record, TimeoutError())
 

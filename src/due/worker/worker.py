@@ -104,7 +104,13 @@ class Worker:
             interval=settings.clock_interval,
             on_step=self.wake_all,
         )
-        self.executor = Executor(app.tasks, self.clock, threads=self._handler_threads, app=app)
+        self.executor = Executor(
+            app.tasks,
+            self.clock,
+            threads=self._handler_threads,
+            app=app,
+            worker=settings.worker_id,
+        )
         self.runner = Runner(
             app=app,
             executor=self.executor,
