@@ -455,7 +455,9 @@ class App:
             ConfigurationError: Something other than a request was given.
         """
         if connection is not None:
-            prepared = self._prepare(requests)  # before the store is looked at
+            # Before the store is looked at; the limits written first, unless
+            # that would wait for the caller's own write lock (SQLite).
+            prepared = self._prepare(requests, limits=self._may_write_beside(connection))
             return self.store.job_enqueue(prepared, connection=connection)
         jobs = self._prepare_as_sent(requests)
         return self.store.job_enqueue(jobs)
@@ -490,8 +492,20 @@ class App:
             return created
         return await asyncio.to_thread(store.job_enqueue, jobs)
 
-    def _prepare(self, requests: Iterable[JobRequest]) -> list[NewJob]:
-        return list(map(self._preparer(), requests))
+    def _prepare(self, requests: Iterable[JobRequest], *, limits: bool = True) -> list[NewJob]:
+        return list(map(self._preparer(limits=limits), requests))
+
+    def _may_write_beside(self, connection: Any) -> bool:
+        """Whether the app may write on its own connection beside the caller's.
+
+        Not on SQLite once the caller's transaction may hold the file's one
+        write lock (the app would wait for its own caller). Its limits are then
+        written by the workers, as they start, or by its next enqueue without a
+        connection.
+        """
+        return not (
+            self._open_store().single_writer and getattr(connection, "in_transaction", False)
+        )
 
     def _prepare_as_sent(self, requests: Iterable[JobRequest]) -> Sequence[NewJob]:
         """Requests made ready for the store's own transaction.
@@ -507,14 +521,15 @@ class App:
             return self._prepare(requests)
         return PreparedOnRead(requests, self._preparer())
 
-    def _preparer(self) -> Callable[[JobRequest], NewJob]:
+    def _preparer(self, *, limits: bool = True) -> Callable[[JobRequest], NewJob]:
         """A request, validated and made ready to insert.
 
         Its task is looked up once for a run of requests of one task. Every
         way of enqueueing (jobs, a workflow's steps) prepares its requests
         here: the app's limits are written first, once (`_limits_known`).
         """
-        self._limits_known()
+        if limits:
+            self._limits_known()
         task: Task[Any, Any] | None = None
 
         def prepared(request: JobRequest) -> NewJob:
@@ -531,11 +546,14 @@ class App:
 
     # --- inspect and control ------------------------------------------------------
 
-    def get(self, job_id: int) -> Job:
+    def get(self, job_id: int, *, connection: Any = None) -> Job:
         """The job as stored now: state, attempts, times, errors, result.
 
         Args:
             job_id: The job's id.
+            connection: Your own open psycopg or sqlite3 connection: the job
+                as your transaction sees it (one you enqueued in it and have
+                not committed yet included).
 
         Returns:
             The job.
@@ -544,7 +562,7 @@ class App:
             JobNotFoundError: No job has that id (or it was pruned).
             ConfigurationError: The id is not a whole number.
         """
-        return self.store.job_get(lookups.job_id(job_id))
+        return self.store.job_get(lookups.job_id(job_id), connection)
 
     def jobs(
         self,

@@ -226,6 +226,59 @@ def test_sqlite_job_commits_with_the_business_change(sqlite_app: due.App) -> Non
         sqlite_app.get(rolled_back.id)
 
 
+def test_sqlite_a_limited_job_in_the_callers_write_transaction_does_not_wait_for_itself(
+    sqlite_url: str,
+) -> None:
+    """An app's first enqueue writes its limits first, on its own connection:
+    inside the caller's SQLite write transaction that would wait for the
+    caller's own lock (and fail after the busy timeout). The workers write
+    them as they start instead, and the app's next enqueue of its own does."""
+    app = due.App(sqlite_url, store_options={"busy_timeout": 1.0})
+    app.migrate()
+    app.limit("mail", concurrency=2)
+
+    @app.task(name="mail", limits=["mail"])
+    def mail(to: str) -> None: ...
+
+    conn = sqlite3.connect(path_from_url(app.url), timeout=1)
+    try:
+        conn.execute("CREATE TABLE signups (email TEXT)")
+        conn.commit()
+        conn.execute("INSERT INTO signups VALUES ('a@example.com')")  # holds the write lock
+        job = mail.options(connection=conn).enqueue("a@example.com")
+        conn.commit()
+    finally:
+        conn.close()
+    assert app.get(job.id).limits == (("mail", None),)
+    assert app.limit_overview() == []  # not written yet: that would have waited for itself
+    mail.enqueue("b@example.com")
+    assert [limit.name for limit in app.limit_overview()] == ["mail"]
+    app.close()
+
+
+def test_get_on_the_callers_connection_sees_its_uncommitted_job(
+    sqlite_app: due.App, postgres_app: due.App
+) -> None:
+    """Read your own writes: inside the transaction that enqueued it, a job is
+    found on that transaction's connection (a test wrapped in a transaction, a
+    view that enqueues and then looks), and nowhere else until the commit."""
+    sqlite_conn = sqlite3.connect(path_from_url(sqlite_app.url))
+    postgres_conn = psycopg.connect(postgres_app.url)
+    for app, conn in ((sqlite_app, sqlite_conn), (postgres_app, postgres_conn)):
+        ship = register(app)
+        try:
+            job = ship.options(connection=conn).enqueue(7)
+            seen = app.get(job.id, connection=conn)
+            assert (seen.id, seen.args, seen.state) == (job.id, (7,), due.JobState.QUEUED)
+            assert seen.created_at.tzinfo is not None
+            with pytest.raises(due.JobNotFoundError):
+                app.get(job.id)
+            conn.commit()
+            assert app.get(job.id).args == (7,)
+        finally:
+            conn.close()
+
+
 def test_a_connection_of_the_wrong_kind_is_refused(
     sqlite_app: due.App, postgres_app: due.App
 ) -> None:

@@ -92,9 +92,15 @@ async def enqueue_async(db: Backend, jobs: Sequence[NewJob], connection: Any) ->
         return await steps.carry_out_async(tx, steps.enqueue_steps(jobs, tx.now))
 
 
-def get(db: Backend, job_id: int) -> Job:
-    with db.transaction(read=True) as tx:
-        rows = tx.run("get_job", {"id": job_id, "now": tx.now})
+def get(db: Backend, job_id: int, connection: Any = None) -> Job:
+    """The job; on `connection`, as the caller's transaction sees it (its own
+    enqueues not yet committed included)."""
+    if connection is not None:
+        with db.on_connection(connection, "get(connection=...)") as tx:
+            rows = tx.run("get_job", {"id": job_id, "now": tx.now})
+    else:
+        with db.transaction(read=True) as tx:
+            rows = tx.run("get_job", {"id": job_id, "now": tx.now})
     if not rows:
         raise JobNotFoundError(f"no job with id {job_id}")
     return job_from_row(rows[0])

@@ -146,9 +146,9 @@ class Store:
         created = await self._enqueue_groups.enqueue(new[0])
         return None if created is None else [created]
 
-    def job_get(self, job_id: int) -> Job:
-        """The job, or JobNotFoundError."""
-        return jobs.get(self.backend, job_id)
+    def job_get(self, job_id: int, connection: Any = None) -> Job:
+        """The job, or JobNotFoundError; on `connection`, in the caller's transaction."""
+        return jobs.get(self.backend, job_id, connection)
 
     def job_list(self, where: JobFilter) -> list[Job]:
         return jobs.list_jobs(self.backend, where)

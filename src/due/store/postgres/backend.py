@@ -52,6 +52,7 @@ from due.store.backend import (
     Values,
 )
 from due.store.postgres.arrays import ADAPTERS
+from due.store.postgres.callers import callers_async_cursor, callers_cursor
 from due.store.postgres.loop_connections import LoopConnections
 from due.store.postgres.own_connection import OwnConnection, live_connection
 from due.store.postgres.pooler import HINT, PollingFeed, PoolerSettings, is_pooler_breakage
@@ -229,7 +230,7 @@ class PostgresBackend:
             )
         with (
             translate_errors(self.url, callers=True),
-            connection.cursor(row_factory=dict_row) as cur,
+            callers_cursor(connection) as cur,
         ):
             # A caller's connection may find `due_jobs` in another schema than the
             # store's: its statements name the channel of the table they write.
@@ -261,7 +262,7 @@ class PostgresBackend:
                 f"got {type(connection).__name__}"
             )
         with translate_errors(self.url, callers=True):
-            async with connection.cursor(row_factory=dict_row) as cur:
+            async with callers_async_cursor(connection) as cur:
                 tx = AsyncPostgresTransaction(cur, self._clock.now(), QUERIES)  # as on_connection
                 if not atomic:
                     yield tx
