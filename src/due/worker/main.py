@@ -26,6 +26,10 @@ def configure_logging(log_format: str, level: str) -> None:
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s %(message)s"))
+    # The handler's level too: a library's logger with a level of its own
+    # (Django sets "django" to INFO) would otherwise print below `level`, at a
+    # cost per job for a worker that was asked for warnings only.
+    handler.setLevel(level.upper())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
