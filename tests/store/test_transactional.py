@@ -279,6 +279,32 @@ def test_get_on_the_callers_connection_sees_its_uncommitted_job(
             conn.close()
 
 
+def test_postgres_a_connection_set_up_by_a_framework_reads_as_due_s_own(
+    postgres_app: due.App,
+) -> None:
+    """A framework may change a connection's loaders and cursor class (Django
+    loads jsonb as text and binds parameters on the client): due's statements
+    on it still read JSON as values and times as aware datetimes."""
+    from psycopg.types.string import TextLoader
+
+    ship = register(postgres_app)
+    done = ship.enqueue(1)
+    postgres_app.cancel(done.id)  # a job with a history of errors
+    conn = psycopg.connect(postgres_app.url, cursor_factory=psycopg.ClientCursor)
+    conn.adapters.register_loader("jsonb", TextLoader)
+    conn.adapters.register_loader("timestamptz", TextLoader)
+    try:
+        first = ship.options(connection=conn, key="framework").enqueue(2)
+        again = ship.options(connection=conn, key="framework").enqueue(2)  # read back
+        seen = postgres_app.get(done.id, connection=conn)
+        conn.commit()
+    finally:
+        conn.close()
+    assert again.id == first.id and again.deduplicated and again.args == (2,)
+    assert seen.args == (1,) and seen.kwargs == {} and seen.state == due.JobState.CANCELLED
+    assert seen.created_at.tzinfo is not None
+
+
 def test_a_connection_of_the_wrong_kind_is_refused(
     sqlite_app: due.App, postgres_app: due.App
 ) -> None:
