@@ -41,6 +41,7 @@ from due.web.security import (
     Guard,
     csrf_ok,
     csrf_token,
+    host_csrf,
 )
 
 if TYPE_CHECKING:
@@ -101,11 +102,12 @@ class Pages:
 
     def render(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
         base = request.scope.get("root_path", "")
+        field, token = host_csrf(request) or (CSRF_FIELD, csrf_token(request))
         page = self.templates.get_template(name).render(
             request=request,
             base=base,
-            csrf_field=CSRF_FIELD,
-            csrf=csrf_token(request),
+            csrf_field=field,
+            csrf=token,
             here=request.url.path + (f"?{request.url.query}" if request.url.query else ""),
             **context,
         )
@@ -319,7 +321,7 @@ class Pages:
         form: dict[str, str] | None = None,
     ) -> Response:
         form = await _form(request) if form is None else form
-        if not csrf_ok(request, form.get(CSRF_FIELD)):
+        if not host_csrf(request) and not csrf_ok(request, form.get(CSRF_FIELD)):
             return self.render(
                 request,
                 "error.html",

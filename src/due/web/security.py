@@ -5,7 +5,8 @@ this host reaches it); bound anywhere else it needs one (`Credential`), and the
 CLI refuses to start without. Credentials are compared in constant time.
 
 Every action is a POST carrying a CSRF token: the double-submit pattern, a
-random value in a SameSite=Strict cookie that the form must echo. Every
+random value in a SameSite=Strict cookie that the form must echo (or, inside
+a framework that checks CSRF itself, that framework's token: `host_csrf`). Every
 response denies framing, carries a strict Content-Security-Policy (scripts and
 styles from this origin only, no inline ones) and, for pages with data, is
 not cached.
@@ -135,6 +136,18 @@ def csrf_token(request: Request) -> str:
         token = secrets.token_urlsafe(32)
         request.scope["due.csrf"] = token
     return str(token)
+
+
+HOST_CSRF = "due.host_csrf"
+"""Scope key set by a framework the dashboard is embedded in (Django) that
+checks CSRF itself: its form field and this request's token, which the forms
+carry instead of the dashboard's own."""
+
+
+def host_csrf(request: Request) -> tuple[str, str] | None:
+    """(field, token) of the host framework's CSRF protection, when it has one."""
+    found = request.scope.get(HOST_CSRF)
+    return (str(found[0]), str(found[1])) if found else None
 
 
 def csrf_ok(request: Request, offered: str | None) -> bool:
