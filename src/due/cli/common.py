@@ -26,6 +26,13 @@ from due.redaction import redact_url
 
 F = TypeVar("F", bound=Callable[..., Any])
 APP_HELP = "Your app, as module:attribute (or $DUE_APP)."
+DJANGO_HELP = (
+    "A Django project's settings module: the App of its due task backend "
+    "(or $DJANGO_SETTINGS_MODULE, when neither --app nor --url is given)."
+)
+DJANGO_APP_SPEC = "due.contrib.django.cli:app"
+"""The App of a Django project (due.contrib.django; named, not imported: the
+core imports no framework)."""
 URL_HELP = "Database URL (or $DUE_DATABASE_URL; default ./due.db)."
 
 
@@ -80,6 +87,7 @@ class Settings:
     def __init__(self) -> None:
         self.url: str | None = None
         self.app_spec: str | None = None
+        self.django: str | None = None
         self._from_command_line: dict[str, str] = {}
         self._app: App | None = None
 
@@ -89,7 +97,7 @@ class Settings:
             return
         earlier = self._from_command_line.get(option)
         if from_command_line and earlier is not None and earlier != value:
-            flag = "--app" if option == "app_spec" else "--url"
+            flag = {"app_spec": "--app", "url": "--url"}.get(option, f"--{option}")
             raise click.UsageError(
                 f"{flag} is given twice, as {earlier!r} and as {value!r}; give it once"
             )
@@ -100,13 +108,14 @@ class Settings:
     @property
     def app(self) -> App:
         if self._app is None:
-            if self.app_spec is None:
+            spec = self._app_spec()
+            if spec is None:
                 self._app = App(self.url)
             else:
-                self._app = load_app(self.app_spec)
+                self._app = load_app(spec)
                 if self.url and self.url != self._app.url:
                     raise ConfigurationError(
-                        f"--app {self.app_spec} uses database {redact_url(self._app.url)!r} "
+                        f"--app {spec} uses database {redact_url(self._app.url)!r} "
                         f"but --url (or DUE_DATABASE_URL) says {redact_url(self.url)!r}; "
                         "give one"
                     )
@@ -114,11 +123,31 @@ class Settings:
 
     def require_app(self, command: str) -> App:
         """The user's app, for commands that need its tasks (not only its database)."""
-        if not self.app_spec:
+        if not self._app_spec():
             raise ConfigurationError(
-                f"{command} needs your app: --app module:attribute (or DUE_APP)"
+                f"{command} needs your app: --app module:attribute (or DUE_APP), "
+                "or --django your.settings"
             )
         return self.app
+
+    @property
+    def names_an_app(self) -> bool:
+        """Whether the command was given an app (with its tasks), not only a database."""
+        return self._app_spec() is not None
+
+    def _app_spec(self) -> str | None:
+        """--app's; or a Django project's, by --django or, when neither --app nor
+        --url is given, by DJANGO_SETTINGS_MODULE."""
+        if self.django is not None:
+            if self.app_spec is not None:
+                raise ConfigurationError(
+                    f"--django {self.django} and --app {self.app_spec} both name the app; give one"
+                )
+            os.environ["DJANGO_SETTINGS_MODULE"] = self.django
+            return DJANGO_APP_SPEC
+        if self.app_spec is None and self.url is None and os.environ.get("DJANGO_SETTINGS_MODULE"):
+            return DJANGO_APP_SPEC
+        return self.app_spec
 
     def close(self) -> None:
         """Close what the command opened (a pool left open delays the exit on 3.13)."""
@@ -141,6 +170,13 @@ def _location_options() -> list[click.Option]:
         ),
         click.Option(
             ["--url"], help=URL_HELP, expose_value=False, callback=_given_after_the_command
+        ),
+        click.Option(
+            ["--django"],
+            metavar="SETTINGS",
+            help=DJANGO_HELP,
+            expose_value=False,
+            callback=_given_after_the_command,
         ),
     ]
 

@@ -64,7 +64,7 @@ def check(
         rules = app.alert_rules(
             oldest_due_warning=oldest_due_warning,
             oldest_due_critical=oldest_due_critical,
-            judge_schedules=settings.app_spec is not None,  # the workers' code is loaded
+            judge_schedules=settings.names_an_app,  # the workers' code is loaded
         )
         snapshot = take(app, window)
     except DueError as error:
