@@ -7,7 +7,7 @@ SOAK_MINUTES ?= 30
 SOAK_BACKEND ?= postgres
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test test-newest-python test-bench test-sqlite chaos check docs bench soak postgres clean
+.PHONY: help demo test test-newest-python test-django-previous test-bench test-sqlite chaos check docs bench soak postgres clean
 
 help: ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -31,9 +31,15 @@ postgres: ## start PostgreSQL (and Redis, for the optional Redis lease) if down;
 demo: $(STAMP) ## the example app, its worker and dashboard on SQLite (DEMO_ARGS=--once: stop at the end)
 	cd examples && ../$(PY) demo.py $(DEMO_ARGS)
 
-test: $(STAMP) postgres ## run the whole test suite on SQLite and PostgreSQL
+test: $(STAMP) postgres ## run the whole test suite on SQLite and PostgreSQL (Django's on the newest Python)
 	$(PY) -m pytest -n 2 -m "not serial and not bench" --durations=10
 	$(PY) -m pytest -m serial
+	scripts/test-django
+
+# The Django integration's tests again on the previous Django release series.
+DJANGO_PREVIOUS ?= 6.0.10
+test-django-previous: postgres ## the Django tests on the previous Django series, 6.0 (make test runs them on 6.1)
+	DJANGO=$(DJANGO_PREVIOUS) scripts/test-django
 
 test-bench: $(STAMP) postgres ## the benchmark harnesses, run small (make bench, make soak): do they still work?
 	$(PY) -m pytest -n 2 -m bench

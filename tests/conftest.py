@@ -9,6 +9,7 @@ test's temporary folder, or a PostgreSQL schema of its own (selected through
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import sys
 import uuid
@@ -25,6 +26,10 @@ import due
 from due.clock import FakeClock
 from tests.helpers.pgbouncer import PgBouncer, pgbouncer_binary
 from tests.helpers.workers import Workers
+
+# The Django tests need Django, which needs Python 3.12 or newer: scripts/test-django
+# runs them on the newest Python (`make test` calls it).
+collect_ignore = [] if importlib.util.find_spec("django") else ["contrib_django"]
 
 POSTGRES_BASE_URL = os.environ.get("DUE_TEST_POSTGRES_URL", "postgresql://127.0.0.1:5432/due_test")
 BACKENDS = ["sqlite", "postgres"]

@@ -1,0 +1,120 @@
+"""`DueBackend`: Django's task backend contract, carried out by due."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.tasks import Task, TaskResult
+from django.tasks.backends.base import BaseTaskBackend
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued
+from django.utils import timezone
+
+from due.app import App
+from due.contrib.django.apps_registry import app_for, database_alias, when_made
+from due.contrib.django.configuration import configure
+from due.contrib.django.database import connection_in_transaction
+from due.contrib.django.results import result_of, task_of
+from due.contrib.django.running import registered
+from due.contrib.django.task_class import DueTask
+from due.errors import ConfigurationError, JobNotFoundError
+from due.task import Task as DueAppTask
+
+
+class DueBackend(BaseTaskBackend):  # type: ignore[misc]
+    """Django's task backend on due: `TASKS = {"default": {"BACKEND":
+    "due.contrib.django.DueBackend", "QUEUES": [...], "OPTIONS": {"DATABASE":
+    "default"}}}`.
+
+    A job enqueued inside `transaction.atomic()` on the `DATABASE` alias is
+    written in that transaction. `OPTIONS` takes `DATABASE` (an alias of
+    `DATABASES`, default "default") or `URL` (any due database URL).
+    """
+
+    task_class = DueTask
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        self.params = params
+        self.database = database_alias(params)
+        """The Django database alias whose transactions enqueue joins (None with a URL)."""
+        self._valid_shapes: set[tuple[Any, ...]] = set()
+        self.app  # noqa: B018  (made now: a bad OPTIONS fails at start, not at first use)
+
+    @property
+    def app(self) -> App:
+        """The due App this backend enqueues with (shared by every thread)."""
+        return app_for(self.alias, self.params)
+
+    def validate_task(self, task: Task) -> None:
+        """Django's checks, then due's: the task is registered with the App (its
+        options checked) the first time it is seen."""
+        self._checked(task, self.app)
+
+    def _checked(self, task: Task, app: App) -> DueAppTask[Any, Any]:
+        # Django's checks of a task's shape read its signature, a cost per
+        # enqueue (`using()` makes a new task each time): done once per shape
+        # on this backend (its QUEUES are its own); a run_after is checked each time.
+        shape = (task.func, task.takes_context, task.priority, task.queue_name)
+        if task.run_after is not None or shape not in self._valid_shapes:
+            super().validate_task(task)
+            self._valid_shapes.add(shape)
+        try:
+            return registered(app, task, type(self))
+        except ConfigurationError as error:  # a bad option of due's
+            raise InvalidTask(str(error)) from error
+
+    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+        """Write the job (in the request's transaction on `DATABASE`, when in one)."""
+        app = self.app
+        due_task = self._checked(task, app)
+        options = due_task.options(
+            queue=task.queue_name,
+            priority=task.priority,
+            run_at=_aware(task.run_after),
+            key=getattr(task, "key", None),
+            limit_keys=getattr(task, "limit_keys", None),
+        )
+        connection = connection_in_transaction(self.database)
+        job = app.enqueue_many([options.request(*args, **kwargs)], connection=connection)[0]
+        result = result_of(job, self.alias, task)
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def get_result(self, result_id: str) -> TaskResult:
+        """The task's result as stored now (TaskResultDoesNotExist for an unknown id);
+        inside a transaction on `DATABASE`, as that transaction sees it."""
+        text = str(result_id)
+        if not (text.isascii() and text.isdecimal() and len(text) <= 18):
+            raise TaskResultDoesNotExist(f"no task result {result_id!r}: due's ids are numbers")
+        # Inside a transaction on DATABASE, as that transaction sees it: a job it
+        # enqueued is found before the commit (a view, a TestCase).
+        connection = connection_in_transaction(self.database)
+        try:
+            job = self.app.get(int(text), connection=connection)
+        except JobNotFoundError as error:
+            raise TaskResultDoesNotExist(str(error)) from error
+        task = task_of(job)
+        if task.backend != self.alias:  # refresh() must come back here
+            task = task.using(backend=self.alias)
+        return result_of(job, self.alias, task)
+
+    def check(self, **kwargs: Any) -> list[Any]:
+        return []
+
+
+when_made(configure)
+
+
+def _aware(moment: datetime | None) -> datetime | None:
+    """`run_after` as due takes it: aware (a naive one, with USE_TZ off, is in
+    Django's current time zone)."""
+    if moment is None or timezone.is_aware(moment):
+        return moment
+    aware: datetime = timezone.make_aware(moment)
+    return aware

@@ -1,0 +1,102 @@
+"""Which database the backend's jobs live in, read from Django's settings.
+
+`OPTIONS["DATABASE"]` names an alias of `DATABASES`: due's tables go into that
+database, and a job enqueued inside `transaction.atomic()` on that alias is
+written on Django's own connection, so it exists only if the transaction
+commits. `OPTIONS["URL"]` names any database instead (due's own connection:
+nothing is shared with Django's transactions).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connections
+
+SQLITE_ENGINE = "django.db.backends.sqlite3"
+POSTGRES_ENGINES = ("django.db.backends.postgresql", "django.contrib.gis.db.backends.postgis")
+
+
+_urls: dict[tuple[Any, ...], str] = {}
+
+
+def url_of_alias(alias: str) -> str:
+    """A due database URL for the Django database `alias` (as its settings say
+    now: Django's test runner changes NAME to its test database's)."""
+    from django.conf import settings
+
+    entry = settings.DATABASES.get(alias)
+    if entry is not None:
+        seen = (alias, *(str(entry.get(key)) for key in _SHAPE), repr(entry.get("OPTIONS")))
+        url = _urls.get(seen)
+        if url is None:
+            url = _urls[seen] = _url_of_entry(alias, entry)
+        return url
+    return _url_of_entry(alias, entry)
+
+
+_SHAPE = ("ENGINE", "NAME", "USER", "PASSWORD", "HOST", "PORT")
+
+
+def _url_of_entry(alias: str, entry: dict[str, Any] | None) -> str:
+    from django.conf import settings
+
+    if entry is None:
+        known = ", ".join(sorted(settings.DATABASES)) or "none"
+        raise ImproperlyConfigured(
+            f'due: OPTIONS["DATABASE"] is {alias!r}, which is not in DATABASES (it has {known})'
+        )
+    engine = entry.get("ENGINE", "")
+    if engine == SQLITE_ENGINE:
+        name = str(entry.get("NAME") or "")
+        if not name or name == ":memory:" or name.startswith("file:"):
+            raise ImproperlyConfigured(
+                f"due: database {alias!r} is not a SQLite file ({name!r}); due's workers "
+                "run in other processes and need a file path as NAME"
+            )
+        return f"sqlite:///{name}"
+    if engine in POSTGRES_ENGINES:
+        return _postgres_url(entry)
+    raise ImproperlyConfigured(
+        f"due: database {alias!r} uses {engine!r}; due stores jobs in SQLite or PostgreSQL. "
+        'Give OPTIONS["URL"] to keep the jobs in another database'
+    )
+
+
+def _postgres_url(entry: dict[str, Any]) -> str:
+    user = quote(str(entry.get("USER") or ""), safe="")
+    password = quote(str(entry.get("PASSWORD") or ""), safe="")
+    host = str(entry.get("HOST") or "")
+    port = str(entry.get("PORT") or "")
+    name = quote(str(entry.get("NAME") or ""), safe="")
+    credentials = f"{user}:{password}@" if password else (f"{user}@" if user else "")
+    query: dict[str, str] = {}
+    if host.startswith("/"):  # a socket directory: libpq takes it as a parameter
+        query["host"] = host
+        host = ""
+    netloc = f"{credentials}{host}{':' + port if port and host else ''}"
+    if port and not host:
+        query["port"] = port
+    for option in ("sslmode", "sslrootcert", "sslcert", "sslkey", "application_name"):
+        value = (entry.get("OPTIONS") or {}).get(option)
+        if value is not None:
+            query[option] = str(value)
+    url = f"postgresql://{netloc}/{name}"
+    return f"{url}?{urlencode(query)}" if query else url
+
+
+def connection_in_transaction(alias: str | None) -> Any:
+    """The driver connection of Django's `alias` when the calling thread is inside
+    `transaction.atomic()` on it, else None (outside a transaction, a job written
+    on due's own connection is committed just the same, and sooner)."""
+    if alias is None:
+        return None
+    connection = connections[alias]
+    if not connection.in_atomic_block:
+        return None
+    # As Django's own queries do: no write into a transaction already doomed.
+    connection.validate_no_broken_transaction()
+    connection.ensure_connection()
+    return connection.connection

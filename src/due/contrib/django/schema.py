@@ -1,0 +1,37 @@
+"""due's tables through `manage.py migrate`: created by this app's migration,
+upgraded after every `migrate` run (Django's `post_migrate`), so upgrading due
+needs no second command. `due migrate` stays for use without Django."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS
+
+from due.contrib.django.apps_registry import app_for, database_alias
+from due.contrib.django.configuration import BACKEND_PATH
+
+
+def migrate_for_connection(apps: Any, schema_editor: Any) -> None:
+    """The migration's RunPython: due's migrations on the database being migrated."""
+    migrate_database(schema_editor.connection.alias)
+
+
+def after_migrate(sender: Any, using: str = DEFAULT_DB_ALIAS, **kwargs: Any) -> None:
+    """post_migrate: apply due's migrations that are new since the last run."""
+    migrate_database(using)
+
+
+def migrate_database(alias: str) -> list[int]:
+    """Apply due's migrations for every due backend whose jobs live in the Django
+    database `alias` (a backend with a URL of its own goes with "default").
+    Returns the versions applied."""
+    applied: list[int] = []
+    for backend, params in (getattr(settings, "TASKS", {}) or {}).items():
+        if params.get("BACKEND") != BACKEND_PATH:
+            continue
+        own = database_alias(params)
+        if own == alias or (own is None and alias == DEFAULT_DB_ALIAS):
+            applied += app_for(backend, params).migrate()
+    return applied

@@ -1,0 +1,49 @@
+"""Tasks as a Django user writes them (`django.tasks.task`), with due's options.
+
+Django 6.1 hands @task's other keywords to the backend's task class (due's
+options); Django 6.0 does not, and there `due.contrib.django.task` takes them.
+"""
+
+import django
+from django.tasks import task
+
+import due
+from due.contrib.django import task as due_task
+from shop.models import Signup
+
+task_with_options = task if django.VERSION >= (6, 1) else due_task
+
+
+@task_with_options(queue_name="emails", limits=["mail-server"])
+def send_welcome_email(email):
+    return {"sent_to": email, "signups": Signup.objects.count()}
+
+
+@task_with_options(retry=due.Retry(max_attempts=2, backoff=0.05, jitter=0))
+def always_fails(reason):
+    raise ValueError(reason)
+
+
+@task(takes_context=True)
+def knows_its_context(context, word):
+    return {"word": word, "attempt": context.attempt, "id": context.task_result.id}
+
+
+@task(priority=10)
+async def add_async(a, b):
+    return a + b
+
+
+@task
+def tidy_up():
+    return "tidy"
+
+
+def not_a_task_yet(n):
+    """A plain function, for the tests that make tasks of it."""
+    return n
+
+
+def not_a_task_too(n):
+    """Another, for the tests whose task is refused."""
+    return n

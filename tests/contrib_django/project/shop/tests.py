@@ -1,0 +1,39 @@
+"""Django tests as a user writes them (run by `manage.py test shop`): the jobs
+go to the test databases Django's runner made."""
+
+from django.db import connections
+from django.tasks import TaskResultStatus
+from django.test import TestCase, TransactionTestCase
+
+from due.contrib.django import due_app
+from due.testing import drain
+from shop.tasks import send_welcome_email
+
+
+class EnqueueTests(TestCase):
+    """A TestCase runs in a transaction: its jobs are seen in it, never committed."""
+
+    databases = {"default", "pg"}
+
+    def test_a_job_is_seen_in_the_test_s_transaction(self):
+        for alias in ("default", "pg"):
+            result = send_welcome_email.using(backend=alias).enqueue(f"{alias}@example.com")
+            result.refresh()
+            self.assertEqual(result.status, TaskResultStatus.READY)
+
+
+class RunTests(TransactionTestCase):
+    """Running jobs needs them committed: a TransactionTestCase."""
+
+    databases = {"default", "pg"}
+
+    def test_the_jobs_run_in_the_test_databases(self):
+        for alias in ("default", "pg"):
+            test_name = str(connections[alias].settings_dict["NAME"])
+            app = due_app(alias)
+            self.assertIn(test_name.rsplit("/", 1)[-1], app.url)
+            result = send_welcome_email.using(backend=alias).enqueue(f"{alias}@example.com")
+            drain(app)
+            result.refresh()
+            self.assertEqual(result.status, TaskResultStatus.SUCCESSFUL)
+            self.assertEqual(result.return_value["sent_to"], f"{alias}@example.com")

@@ -1,0 +1,78 @@
+"""The dashboard mounted in the Django site: staff only, Django's CSRF,
+actions recorded as done by the signed-in user."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from shop.tasks import send_welcome_email
+
+import due
+
+
+@pytest.fixture
+def users() -> dict[str, User]:
+    made = {}
+    for name, staff in (("staff-ann", True), ("plain-bob", False)):
+        user, _ = User.objects.get_or_create(username=name, defaults={"is_staff": staff})
+        user.set_password("pw")
+        user.save()
+        made[name] = user
+    return made
+
+
+def test_an_anonymous_visitor_is_sent_to_the_login_page() -> None:
+    response = Client().get("/jobs/")
+    assert response.status_code == 302
+    assert response["Location"] == "/accounts/login/?next=/jobs/"
+    assert Client().get("/jobs/jobs").status_code == 302
+
+
+def test_a_signed_in_user_who_is_not_staff_is_refused(users: dict[str, User]) -> None:
+    client = Client()
+    client.force_login(users["plain-bob"])
+    assert client.get("/jobs/").status_code == 403
+    assert client.post("/jobs/jobs/1/cancel", {}).status_code == 403
+
+
+def test_staff_see_the_dashboard_under_the_site_s_url(users: dict[str, User]) -> None:
+    job = send_welcome_email.enqueue("dashboard@example.com")
+    client = Client()
+    client.force_login(users["staff-ann"])
+    overview = client.get("/jobs/")
+    assert overview.status_code == 200
+    assert 'href="/jobs/jobs' in overview.content.decode()  # links stay under the mount
+    page = client.get(f"/jobs/jobs/{job.id}")
+    assert page.status_code == 200
+    assert "dashboard@example.com" in page.content.decode()
+    assert client.get("/jobs/static/due.css").status_code == 200
+
+
+def test_an_action_needs_django_s_csrf_token_and_is_recorded_as_the_user_s(
+    users: dict[str, User],
+) -> None:
+    from due.contrib.django import due_app
+
+    app: due.App = due_app()
+    job = send_welcome_email.enqueue("cancel-me@example.com")
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(users["staff-ann"])
+    refused = client.post(f"/jobs/jobs/{job.id}/cancel", {"next": f"/jobs/jobs/{job.id}"})
+    assert refused.status_code == 403  # Django's CSRF check
+    assert app.get(int(job.id)).state == due.JobState.QUEUED
+    page = client.get(f"/jobs/jobs/{job.id}").content.decode()
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
+    assert token is not None, "the dashboard's forms carry Django's CSRF token"
+    done = client.post(
+        f"/jobs/jobs/{job.id}/cancel",
+        {"csrfmiddlewaretoken": token.group(1), "next": f"/jobs/jobs/{job.id}"},
+    )
+    assert done.status_code == 303
+    assert done["Location"] == f"/jobs/jobs/{job.id}"
+    assert app.get(int(job.id)).state == due.JobState.CANCELLED
+    (entry,) = app.history(job=int(job.id))
+    assert entry.action == "cancel"
+    assert entry.by.startswith("staff-ann (Django user)")

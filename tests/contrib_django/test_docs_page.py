@@ -1,0 +1,166 @@
+"""docs/howto/django.md, followed as written in a new folder: the project made
+by its commands, its files written from its blocks, its commands run and its
+`manage.py shell` session compared with the output it shows.
+
+The documentation harness (tests/docs) runs on the oldest Python, without
+Django, so the page marks its blocks as fragments there; they run here, on
+the newest Python, with Django.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.docs.normalise import matches
+from tests.docs.pages import OUTPUT_LANGUAGES, Block, console_commands, read_page
+from tests.helpers.waiting import wait_until
+from tests.helpers.workers import REPOSITORY
+
+PAGE = REPOSITORY / "docs" / "howto" / "django.md"
+INSTALLED_ALREADY = "pip install"
+"""The test's environment is the page's first command, done."""
+LONG_RUNNING = "manage.py due_worker"
+"""Runs until stopped: started in the background, stopped with SIGTERM at the end."""
+
+
+class Reader:
+    """Follows the page in `folder`, with the newest Python's `python` and `due` first on PATH."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.env = dict(os.environ)
+        self.env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{self.env['PATH']}"
+        for name in ("DJANGO_SETTINGS_MODULE", "PYTHONPATH", "PYTEST_XDIST_WORKER"):
+            self.env.pop(name, None)
+        self.background: list[subprocess.Popen[str]] = []
+        self.session: list[str] = []
+        self.session_output: list[str] = []
+        self.ran: list[str] = []
+
+    def follow(self, blocks: list[Block]) -> None:
+        previous: Block | None = None
+        for block in blocks:
+            if block.language in OUTPUT_LANGUAGES and previous and previous.language == "python":
+                if previous.file_header is None:
+                    self.session_output += block.lines
+                continue
+            if block.language != "python" or block.file_header is not None:
+                self.run_session()
+            if block.language == "console":
+                for command in console_commands(block):
+                    self.command(command.text, command.output, block)
+            elif block.language == "python" and block.file_header is not None:
+                self.write(block)
+            elif block.language == "python":
+                self.session += block.lines
+            previous = block
+        self.run_session()
+
+    def write(self, block: Block) -> None:
+        header = block.file_header
+        assert header is not None
+        path = self.folder / header["path"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        body = "\n".join(block.lines[1:]) + "\n"
+        if header["continued"]:
+            assert path.exists(), f"{block.where}: continues {path.name}, which no step made"
+            path.write_text(path.read_text() + "\n" + body)
+        else:
+            path.write_text(body)
+
+    def command(self, text: str, output: tuple[str, ...], block: Block) -> None:
+        if text.startswith(INSTALLED_ALREADY):
+            return
+        self.ran.append(text)
+        if LONG_RUNNING in text:
+            self.background.append(
+                subprocess.Popen(
+                    shlex.split(text),
+                    cwd=self.folder,
+                    env=self.env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                )
+            )
+            return
+        done = subprocess.run(
+            text, shell=True, cwd=self.folder, env=self.env, capture_output=True, text=True
+        )
+        shown = (done.stdout + done.stderr).splitlines()
+        assert done.returncode == 0, f"{block.where}: `{text}` exited {done.returncode}:\n" + (
+            "\n".join(shown)
+        )
+        if output:
+            assert matches(list(output), shown), f"{block.where}: `{text}` printed\n" + "\n".join(
+                shown
+            )
+
+    def run_session(self) -> None:
+        """The python blocks read so far, in one `python manage.py shell`."""
+        if not self.session:
+            return
+        script = "\n".join(self.session) + "\n"
+        done = subprocess.run(
+            [sys.executable, "manage.py", "shell", "--no-imports", "-c", script],
+            cwd=self.folder,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        printed = done.stdout.splitlines()
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert matches(self.session_output, printed), "\n".join(printed)
+        self.session, self.session_output = [], []
+
+    def stop(self) -> list[str]:
+        logs = []
+        for process in self.background:
+            process.send_signal(signal.SIGTERM)
+            out, _ = process.communicate(timeout=30)
+            logs.append(out)
+            assert process.returncode == 0, out
+        return logs
+
+
+def test_the_django_page_runs_as_written(tmp_path: Path) -> None:
+    page = read_page(PAGE, shown_as=PAGE.relative_to(REPOSITORY))
+    assert not page.problems, page.problems
+    reader = Reader(tmp_path)
+    try:
+        reader.follow(page.blocks)
+    finally:
+        logs = reader.stop()
+    assert any("due_worker" in command for command in reader.ran)
+    assert "manage.py due_check" in " ".join(reader.ran)
+    # The settings' schedule, added after the worker started, is synced by the
+    # next worker as it starts.
+    restarted = Reader(tmp_path)
+    restarted.command("python manage.py due_worker", (), page.blocks[0])
+    try:
+        wait_until(
+            lambda: "morning-digest" in schedules(tmp_path, restarted.env),
+            timeout=60,
+            what="the DUE setting's schedule in the database",
+        )
+    finally:
+        logs += restarted.stop()
+
+
+def schedules(folder: Path, env: dict[str, str]) -> str:
+    """`due --django mysite.settings schedules`, as the page says any due command runs."""
+    listed = subprocess.run(
+        [str(Path(sys.executable).with_name("due")), "--django", "mysite.settings", "schedules"],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert listed.returncode == 0, listed.stderr
+    return listed.stdout

@@ -1,0 +1,166 @@
+"""The project's own processes: `manage.py due_worker` (and its --processes
+children) running jobs a view enqueued, `manage.py migrate` making due's
+tables, `due_status`, `due_check` and the `due` command with --django."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.tasks import TaskResultStatus
+from django.test import Client
+from django.utils import timezone
+from shop.tasks import always_fails, send_welcome_email
+
+import due
+from due.testing import drain
+from tests.contrib_django.conftest import PROJECT, manage, project_env
+from tests.helpers.waiting import wait_until
+
+
+@contextlib.contextmanager
+def worker(database: str, *arguments: str) -> Iterator[subprocess.Popen[str]]:
+    """`manage.py due_worker` serving the database's backend, stopped with SIGTERM."""
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen(
+            [sys.executable, "manage.py", "due_worker", "--grace", "5s", *arguments],
+            cwd=PROJECT,
+            env=project_env(DUE_TEST_BACKEND=database),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            yield process
+        finally:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+            try:
+                code = process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                raise
+            log.seek(0)
+            output = log.read()
+        assert code == 0, f"the worker exited {code}:\n{output}"
+
+
+def finished(task: object, result_id: str) -> object:
+    found = task.get_result(result_id)  # type: ignore[attr-defined]
+    return found if found.is_finished else None
+
+
+@pytest.mark.parametrize(
+    ("database", "processes"), [("default", "2"), ("pg", "1")], ids=["sqlite", "postgres"]
+)
+def test_manage_py_due_worker_runs_what_a_view_committed(
+    database: str, processes: str, app: due.App
+) -> None:
+    email = f"worker-{database}@example.com"
+    response = Client().post(f"/signup/{database}/", {"email": email})
+    assert response.status_code == 200
+    result_id = response.json()["id"]
+    failing = always_fails.using(backend=database).enqueue("for good")
+    task = send_welcome_email.using(backend=database)
+    with worker(database, "--processes", processes):
+        done = wait_until(lambda: finished(task, result_id), timeout=60, what="the signup email")
+        failed = wait_until(
+            lambda: finished(always_fails.using(backend=database), failing.id),
+            timeout=60,
+            what="the failing task",
+        )
+        # The worker's scheduler synced the DUE setting's schedule.
+        wait_until(
+            lambda: "tidy-up" in {s.stored.name for s in app.schedules()},
+            timeout=30,
+            what="the schedule synced",
+        )
+    assert done.status == TaskResultStatus.SUCCESSFUL
+    assert done.return_value["sent_to"] == email
+    assert done.return_value["signups"] >= 1  # the worker read the committed row
+    assert len(done.worker_ids) == 1 and done.worker_ids[0] != "due.testing.drain"
+    assert failed.status == TaskResultStatus.FAILED
+    assert [e.exception_class_path for e in failed.errors] == ["builtins.ValueError"] * 2
+    assert len(failed.worker_ids) == 2
+
+
+def test_manage_py_due_worker_takes_due_worker_s_options() -> None:
+    shown = manage("due_worker", "--help")
+    assert shown.returncode == 0, shown.stderr
+    for option in ("--queue", "--concurrency", "--grace", "--processes", "--scheduler"):
+        assert option in shown.stdout
+    assert "manage.py due_worker" in shown.stdout
+
+
+def test_manage_py_due_status_and_due_check(database: str, app: due.App) -> None:
+    status = manage("due_status", DUE_TEST_BACKEND=database)
+    assert status.returncode == 0, status.stderr
+    assert "emails" in status.stdout
+    drain(app)  # what earlier tests left due: no worker serves this database now
+    healthy = manage("due_check", "--json", DUE_TEST_BACKEND=database)
+    assert healthy.returncode in (0, 1), healthy.stdout + healthy.stderr  # 1: earlier failures
+    past = timezone.now() - timedelta(hours=1)
+    late = send_welcome_email.using(backend=database, run_after=past).enqueue("late@example.com")
+    try:
+        critical = manage("due_check", "--oldest-due-critical", "10m", DUE_TEST_BACKEND=database)
+        assert critical.returncode == 2, critical.stdout + critical.stderr
+        assert "emails" in critical.stdout
+    finally:
+        app.cancel(int(late.id))
+
+
+@pytest.mark.parametrize("how", ["--django", "DJANGO_SETTINGS_MODULE"])
+def test_the_due_command_finds_the_django_project(how: str, database: str, app: due.App) -> None:
+    result = send_welcome_email.using(backend=database).enqueue(f"cli-{how}@example.com")
+    due_command = [str(Path(sys.executable).with_name("due"))]
+    env = project_env(DUE_TEST_BACKEND=database)
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    if how == "--django":
+        command = [*due_command, "--django", "mysite.settings", "show", result.id, "--json"]
+    else:
+        env["DJANGO_SETTINGS_MODULE"] = "mysite.settings"
+        command = [*due_command, "show", result.id, "--json"]
+    shown = subprocess.run(command, cwd=PROJECT, env=env, capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    assert f"cli-{how}@example.com" in shown.stdout
+    app.cancel(int(result.id))
+
+
+def test_manage_py_migrate_makes_and_upgrades_due_s_tables(tmp_path: Path) -> None:
+    """On a new database `migrate` makes due's tables; when they are behind (here:
+    gone), the next `migrate` brings them up to date though Django has no
+    migration of its own left to apply."""
+    env = {"DUE_TEST_SQLITE": str(tmp_path / "fresh.sqlite3")}
+    first = manage("migrate", **env)
+    assert first.returncode == 0, first.stderr
+    assert "Applying due.0001_due_schema... OK" in first.stdout
+    db = sqlite3.connect(tmp_path / "fresh.sqlite3")
+    tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+    assert "due_jobs" in tables and "shop_signup" in tables
+    for table in [t for t in tables if t.startswith("due_")]:
+        db.execute(f"DROP TABLE {table}")
+    db.commit()
+    again = manage("migrate", **env)
+    assert again.returncode == 0, again.stderr
+    assert "No migrations to apply" in again.stdout
+    tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+    assert "due_jobs" in tables
+    db.close()
+    listed = manage("showmigrations", "due", **env)
+    assert "[X] 0001_due_schema" in listed.stdout
+
+
+def test_django_s_test_runner_sends_the_jobs_to_its_test_databases() -> None:
+    """`manage.py test`: due's tables are made in the test databases, and the
+    backends follow them there (jobs never reach the development databases)."""
+    ran = manage("test", "shop", "--noinput", timeout=120)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "Ran 2 tests" in ran.stderr
