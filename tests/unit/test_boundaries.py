@@ -41,3 +41,17 @@ def test_core_importing_the_store_is_refused(tmp_path: pathlib.Path) -> None:
     (package / "core" / "records.py").write_text("import due.store.backend\n")
     result = check(package)
     assert result.returncode == 1 and "core imports due.store.backend" in result.stdout
+
+
+def test_the_core_importing_a_framework_integration_is_refused(tmp_path: pathlib.Path) -> None:
+    package = tmp_path / "due"
+    (package / "cli").mkdir(parents=True)
+    (package / "contrib" / "django").mkdir(parents=True)
+    (package / "cli" / "common.py").write_text("from due.contrib.django import due_app\n")
+    (package / "contrib" / "django" / "backend.py").write_text("from due.app import App\n")
+    (package / "app.py").write_text("import due.contrib.django.cli\n")
+    result = check(package)
+    assert result.returncode == 1
+    assert "due/cli/common.py:1: cli imports due.contrib.django" in result.stdout
+    assert "due/app.py:1: app imports due.contrib.django.cli" in result.stdout
+    assert "backend.py" not in result.stdout  # contrib may use the rest of due
