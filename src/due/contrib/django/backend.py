@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.tasks import Task, TaskResult
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
@@ -44,12 +45,25 @@ class DueBackend(BaseTaskBackend):  # type: ignore[misc]
         self.database = database_alias(params)
         """The Django database alias whose transactions enqueue joins (None with a URL)."""
         self._valid_shapes: set[tuple[Any, ...]] = set()
+        self._app: tuple[tuple[Any, ...], App] | None = None
         self.app  # noqa: B018  (made now: a bad OPTIONS fails at start, not at first use)
 
     @property
     def app(self) -> App:
         """The due App this backend enqueues with (shared by every thread)."""
-        return app_for(self.alias, self.params)
+        # Looked up again only when the database's settings may have changed
+        # (Django's test runner renames it; override_settings replaces it): a
+        # cost per enqueue otherwise.
+        seen = self._database_settings()
+        if self._app is None or self._app[0] != seen:
+            self._app = (seen, app_for(self.alias, self.params))
+        return self._app[1]
+
+    def _database_settings(self) -> tuple[Any, ...]:
+        if self.database is None:
+            return ()
+        entry = settings.DATABASES.get(self.database) or {}
+        return (id(entry), *(entry.get(key) for key in ("NAME", "HOST", "PORT", "USER")))
 
     def validate_task(self, task: Task) -> None:
         """Django's checks, then due's: the task is registered with the App (its
@@ -73,9 +87,10 @@ class DueBackend(BaseTaskBackend):  # type: ignore[misc]
         """Write the job (in the request's transaction on `DATABASE`, when in one)."""
         app = self.app
         due_task = self._checked(task, app)
+        config = due_task.config  # given only where they differ: each given one is checked again
         options = due_task.options(
-            queue=task.queue_name,
-            priority=task.priority,
+            queue=task.queue_name if task.queue_name != config.queue else None,
+            priority=task.priority if task.priority != config.priority else None,
             run_at=_aware(task.run_after),
             key=getattr(task, "key", None),
             limit_keys=getattr(task, "limit_keys", None),

@@ -34,7 +34,7 @@ def registered(app: App, task: Task, sender: type) -> DueAppTask[Any, Any]:
     with _lock:
         if name in app.tasks:
             seen = _seen.get(name)
-            if seen is not None and _options(seen[0]) != _options(task):
+            if seen is not None and seen[0] is not task and _options(seen[0]) != _options(task):
                 raise ConfigurationError(
                     f"task {name!r} was declared with due options {_options(seen[0])}, "
                     f"and now with {_options(task)}: a task has one set of options"
@@ -60,7 +60,9 @@ def _options(task: Task) -> dict[str, Any]:
 def _register(app: App, task: Task, sender: type) -> DueAppTask[Any, Any]:
     options = _options(task)
     handler = _async_handler(task, sender) if task_is_async(task) else _handler(task, sender)
-    return app.task(name=task.module_path, queue=task.queue_name, **options)(handler)
+    return app.task(
+        name=task.module_path, queue=task.queue_name, priority=task.priority, **options
+    )(handler)
 
 
 def task_is_async(task: Task) -> bool:
