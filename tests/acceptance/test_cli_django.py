@@ -14,7 +14,9 @@ DJANGO_MISSING = importlib.util.find_spec("django") is None
 
 
 def test_django_and_app_both_given_is_refused(tmp_path: Path) -> None:
-    shown = run_due_in(tmp_path, "--django", "mysite.settings", "--app", "a:app", "status", expect=1)
+    shown = run_due_in(
+        tmp_path, "--django", "mysite.settings", "--app", "a:app", "status", expect=1
+    )
     assert "--django mysite.settings and --app a:app both name the app; give one" in shown
 
 

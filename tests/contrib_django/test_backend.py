@@ -37,6 +37,12 @@ def run_until_finished(app: due.App, task: Any, result_id: str) -> Any:
     return wait_until(finished, timeout=30, what=f"task result {result_id} to finish")
 
 
+def args_of_jobs(database: str) -> set[tuple[Any, ...]]:
+    """The arguments of every welcome email job in the database."""
+    jobs = due_app(database).jobs(task="shop.tasks.send_welcome_email", limit=10_000)
+    return {job.args for job in jobs}
+
+
 class Received:
     """Django's task signals as they arrive."""
 
@@ -218,6 +224,38 @@ def test_a_failing_task_is_failed_after_its_retries_with_every_error(
     assert received.of(result.id)[-1][2] == TaskResultStatus.FAILED
 
 
+def test_a_result_json_cannot_hold_fails_the_task_without_running_it_again(
+    database: str, app: due.App
+) -> None:
+    from shop.tasks import returns_a_set
+
+    task = returns_a_set.using(backend=database)
+    result = task.enqueue()
+    done = run_until_finished(app, task, result.id)
+    assert done.status == TaskResultStatus.FAILED
+    assert done.attempts == 1  # its work is done: not retried
+    (error,) = done.errors
+    assert error.exception_class_path == "due.contrib.django.running.ResultNotJSON"
+    assert "returned set, which JSON cannot hold" in error.traceback
+
+
+def test_a_signal_receiver_that_raises_does_not_fail_a_done_task(
+    database: str, app: due.App, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(sender: type, task_result: Any, **kwargs: Any) -> None:
+        raise RuntimeError("a broken receiver")
+
+    task = send_welcome_email.using(backend=database)
+    task_finished.connect(broken, dispatch_uid="broken")
+    try:
+        result = task.enqueue("receiver@example.com")
+        done = run_until_finished(app, task, result.id)
+    finally:
+        task_finished.disconnect(dispatch_uid="broken")
+    assert done.status == TaskResultStatus.SUCCESSFUL and done.attempts == 1
+    assert "a receiver of a task signal raised" in caplog.text
+
+
 def test_a_cancelled_job_reads_as_failed(database: str, app: due.App) -> None:
     task = send_welcome_email.using(backend=database)
     result = task.enqueue("cancelled@example.com")
@@ -229,7 +267,12 @@ def test_a_task_that_takes_context_gets_django_s_task_context(database: str, app
     task = knows_its_context.using(backend=database)
     result = task.enqueue("hello")
     done = run_until_finished(app, task, result.id)
-    assert done.return_value == {"word": "hello", "attempt": 1, "id": result.id}
+    assert done.return_value == {
+        "word": "hello",
+        "attempt": 1,
+        "id": result.id,
+        "backend": database,  # the backend it was sent to, whatever the task's own
+    }
 
 
 def test_an_async_task_runs_and_aenqueue_and_aget_result_work(database: str, app: due.App) -> None:
@@ -263,19 +306,24 @@ def test_a_key_deduplicates(database: str) -> None:
 
 def test_a_job_enqueued_in_a_transaction_that_rolls_back_does_not_exist(database: str) -> None:
     task = send_welcome_email.using(backend=database)
-    with pytest.raises(RuntimeError), transaction.atomic(using=database):
-        lost = task.enqueue("lost@example.com")
-        raise RuntimeError("the view failed")
-    with pytest.raises(TaskResultDoesNotExist):
-        task.get_result(lost.id)
+    with Received() as received:
+        with pytest.raises(RuntimeError), transaction.atomic(using=database):
+            task.enqueue("lost@example.com")
+            raise RuntimeError("the view failed")
+        with transaction.atomic(using=database):
+            committed = task.enqueue("committed@example.com")
+            assert received.signals == []  # task_enqueued waits for the commit
+    assert received.signals == [("enqueued", committed.id, TaskResultStatus.READY)]
+    # (On SQLite the rolled-back job's id is free again: the committed one may have it.)
+    assert task.get_result(committed.id).args == ["committed@example.com"]
+    assert ("lost@example.com",) not in args_of_jobs(database)
     with transaction.atomic(using=database):
         kept = task.enqueue("kept@example.com")
         with pytest.raises(RuntimeError), transaction.atomic(using=database):  # a savepoint
-            inner = task.enqueue("inner@example.com")
+            task.enqueue("inner@example.com")
             raise RuntimeError
     assert task.get_result(kept.id).status == TaskResultStatus.READY
-    with pytest.raises(TaskResultDoesNotExist):
-        task.get_result(inner.id)
+    assert ("inner@example.com",) not in args_of_jobs(database)
 
 
 def test_a_job_in_a_transaction_is_written_on_django_s_connection(
@@ -306,6 +354,22 @@ def test_inside_the_transaction_get_result_sees_its_own_job(database: str, app: 
         assert [e.exception_class_path for e in old.errors] == ["builtins.ValueError"] * 2
         assert old.finished_at is not None and old.finished_at.tzinfo is not None
     assert task.get_result(done.id).errors == old.errors
+
+
+def test_with_autocommit_off_the_job_is_the_caller_s_transaction_s(
+    database: str, app: due.App
+) -> None:
+    task = send_welcome_email.using(backend=database)
+    transaction.set_autocommit(False, using=database)
+    try:
+        task.enqueue("manual-rollback@example.com")
+        transaction.rollback(using=database)
+        committed = task.enqueue("manual-commit@example.com")
+        transaction.commit(using=database)
+    finally:
+        transaction.set_autocommit(True, using=database)
+    assert ("manual-rollback@example.com",) not in args_of_jobs(database)
+    assert app.get(int(committed.id)).args == ("manual-commit@example.com",)
 
 
 @pytest.mark.parametrize("fail", [True, False], ids=["raises", "commits"])

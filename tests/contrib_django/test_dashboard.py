@@ -76,3 +76,33 @@ def test_an_action_needs_django_s_csrf_token_and_is_recorded_as_the_user_s(
     (entry,) = app.history(job=int(job.id))
     assert entry.action == "cancel"
     assert entry.by.startswith("staff-ann (Django user)")
+
+
+def test_behind_a_proxy_an_origin_django_trusts_may_act(users: dict[str, User]) -> None:
+    """Django decides on the origin (CSRF_TRUSTED_ORIGINS, forwarded hosts): the
+    dashboard does not refuse again a POST whose Origin names the proxy's host."""
+    from django.test import override_settings
+
+    from due.contrib.django import due_app
+
+    job = send_welcome_email.enqueue("proxied@example.com")
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(users["staff-ann"])
+    page = client.get(f"/jobs/jobs/{job.id}").content.decode()
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
+    assert token is not None
+    with override_settings(CSRF_TRUSTED_ORIGINS=["https://jobs.example.com"]):
+        done = client.post(
+            f"/jobs/jobs/{job.id}/cancel",
+            {"csrfmiddlewaretoken": token.group(1)},
+            HTTP_ORIGIN="https://jobs.example.com",
+        )
+    assert done.status_code == 303, done.content
+    assert due_app().get(int(job.id)).state == due.JobState.CANCELLED
+
+
+def test_a_query_string_beyond_ascii_reaches_the_dashboard(users: dict[str, User]) -> None:
+    client = Client()
+    client.force_login(users["staff-ann"])
+    response = client.get("/jobs/jobs", {"task": "shop.tasks.é"})
+    assert response.status_code == 200

@@ -16,12 +16,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import django
+
 from tests.docs.normalise import matches
 from tests.docs.pages import OUTPUT_LANGUAGES, Block, console_commands, read_page
 from tests.helpers.waiting import wait_until
 from tests.helpers.workers import REPOSITORY
 
 PAGE = REPOSITORY / "docs" / "howto" / "django.md"
+DJANGO_S_TASK = "from django.tasks import task"
+DUE_S_TASK = "from due.contrib.django import task"
+"""On Django 6.0, whose @task takes no other options, the page says to import
+due's decorator instead."""
 INSTALLED_ALREADY = "pip install"
 """The test's environment is the page's first command, done."""
 LONG_RUNNING = "manage.py due_worker"
@@ -67,6 +73,8 @@ class Reader:
         path = self.folder / header["path"]
         path.parent.mkdir(parents=True, exist_ok=True)
         body = "\n".join(block.lines[1:]) + "\n"
+        if django.VERSION < (6, 1):  # as the page says to do on Django 6.0
+            body = body.replace(DJANGO_S_TASK, DUE_S_TASK)
         if header["continued"]:
             assert path.exists(), f"{block.where}: continues {path.name}, which no step made"
             path.write_text(path.read_text() + "\n" + body)

@@ -25,5 +25,5 @@ class DueConfig(AppConfig):  # type: ignore[misc]
             from due.contrib.django.running import register_seen
 
             app = due_app(alias)
-            register_seen(app)  # tasks of other backends too: any may be sent here
+            register_seen(app, alias)  # tasks of other backends too: any may be sent here
             configuration.define_schedules(app)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.db import connections, transaction
 from django.tasks import Task, TaskResult
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
@@ -18,6 +20,7 @@ from due.contrib.django.configuration import configure
 from due.contrib.django.database import connection_in_transaction
 from due.contrib.django.results import result_of, task_of
 from due.contrib.django.running import registered
+from due.contrib.django.running import send_robustly as _send
 from due.contrib.django.task_class import DueTask
 from due.errors import ConfigurationError, JobNotFoundError
 from due.task import Task as DueAppTask
@@ -79,7 +82,7 @@ class DueBackend(BaseTaskBackend):  # type: ignore[misc]
             super().validate_task(task)
             self._valid_shapes.add(shape)
         try:
-            return registered(app, task, type(self))
+            return registered(app, self.alias, task, type(self))
         except ConfigurationError as error:  # a bad option of due's
             raise InvalidTask(str(error)) from error
 
@@ -98,7 +101,13 @@ class DueBackend(BaseTaskBackend):  # type: ignore[misc]
         connection = connection_in_transaction(self.database)
         job = app.enqueue_many([options.request(*args, **kwargs)], connection=connection)[0]
         result = result_of(job, self.alias, task)
-        task_enqueued.send(type(self), task_result=result)
+        sent = functools.partial(_send, task_enqueued, type(self), result)
+        if connection is not None and self.database and connections[self.database].in_atomic_block:
+            # Enqueued when the transaction commits: a receiver never hears of a
+            # job that a rollback takes back (and whose id another job may get).
+            transaction.on_commit(sent, using=self.database)
+        else:
+            sent()
         return result
 
     def get_result(self, result_id: str) -> TaskResult:

@@ -22,7 +22,7 @@ class DueCommand(BaseCommand):  # type: ignore[misc]
 
     def run_from_argv(self, argv: list[str]) -> NoReturn:
         prog = f"{os.path.basename(argv[0])} {argv[1]}"
-        run_due([*self.due_command, *self.arguments(argv[2:])], prog)
+        run_due([*self.due_command, *self.arguments(without_django_options(argv[2:]))], prog)
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("args", nargs=argparse.REMAINDER)
@@ -59,6 +59,22 @@ def run_due(arguments: list[str], prog: str) -> NoReturn:
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (project, paths) if p)
     main.main(args=sys.argv[1:], prog_name=prog)
     raise SystemExit(0)  # main exits itself; this is for type checkers
+
+
+DJANGO_OPTIONS = ("--settings", "--pythonpath")
+"""Options every manage.py command takes, which Django has already applied."""
+
+
+def without_django_options(given: list[str]) -> list[str]:
+    """The arguments without Django's own options (`--settings mysite.prod`)."""
+    kept: list[str] = []
+    arguments = iter(given)
+    for argument in arguments:
+        if argument in DJANGO_OPTIONS:
+            next(arguments, None)
+        elif not argument.startswith(tuple(f"{option}=" for option in DJANGO_OPTIONS)):
+            kept.append(argument)
+    return kept
 
 
 def with_backend_queues(given: list[str]) -> list[str]:

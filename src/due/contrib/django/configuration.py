@@ -58,7 +58,7 @@ def configure(alias: str, app: App) -> None:
     may be sent to any backend), the tasks seen so far, and its schedules
     (only the `DUE["BACKEND"]` one's: another database would run them twice)."""
     _declare(app, "LIMITS", lambda name, entry: app.limit(name, **entry))
-    register_seen(app)
+    register_seen(app, alias)
     if alias == backend_alias() and _loaded.is_set():
         define_schedules(app)
 

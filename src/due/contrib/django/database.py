@@ -65,6 +65,21 @@ def _url_of_entry(alias: str, entry: dict[str, Any] | None) -> str:
     )
 
 
+LIBPQ_OPTIONS = frozenset(
+    {
+        "application_name", "channel_binding", "connect_timeout", "gssencmode",
+        "keepalives", "keepalives_count", "keepalives_idle", "keepalives_interval",
+        "options", "passfile", "service", "sslcert", "sslcrl", "sslkey", "sslmode",
+        "sslpassword", "sslrootcert", "target_session_attrs",
+    }
+)  # fmt: skip
+"""OPTIONS of Django's PostgreSQL backend that are libpq's: due's connections get them too."""
+DJANGO_ONLY_OPTIONS = frozenset(
+    {"cursor_factory", "isolation_level", "pool", "server_side_binding", "client_encoding"}
+)
+"""OPTIONS that shape Django's own connections only (due's connections need none)."""
+
+
 def _postgres_url(entry: dict[str, Any]) -> str:
     user = quote(str(entry.get("USER") or ""), safe="")
     password = quote(str(entry.get("PASSWORD") or ""), safe="")
@@ -76,25 +91,35 @@ def _postgres_url(entry: dict[str, Any]) -> str:
     if host.startswith("/"):  # a socket directory: libpq takes it as a parameter
         query["host"] = host
         host = ""
+    elif ":" in host:  # an IPv6 address
+        host = f"[{host}]"
     netloc = f"{credentials}{host}{':' + port if port and host else ''}"
     if port and not host:
         query["port"] = port
-    for option in ("sslmode", "sslrootcert", "sslcert", "sslkey", "application_name"):
-        value = (entry.get("OPTIONS") or {}).get(option)
-        if value is not None:
-            query[option] = str(value)
+    options = dict(entry.get("OPTIONS") or {})
+    unknown = set(options) - LIBPQ_OPTIONS - DJANGO_ONLY_OPTIONS
+    if unknown:
+        raise ImproperlyConfigured(
+            f"due: the database's OPTIONS {', '.join(sorted(unknown))} would make due's own "
+            "connections differ from Django's (due cannot apply them); give the backend "
+            'OPTIONS["URL"] to say how due connects'
+        )
+    query.update({key: str(value) for key, value in options.items() if key in LIBPQ_OPTIONS})
     url = f"postgresql://{netloc}/{name}"
-    return f"{url}?{urlencode(query)}" if query else url
+    return f"{url}?{urlencode(query, quote_via=quote)}" if query else url
 
 
 def connection_in_transaction(alias: str | None) -> Any:
-    """The driver connection of Django's `alias` when the calling thread is inside
-    `transaction.atomic()` on it, else None (outside a transaction, a job written
-    on due's own connection is committed just the same, and sooner)."""
+    """The driver connection of Django's `alias` when the calling thread is in a
+    transaction on it (`transaction.atomic()`, or autocommit off), else None
+    (outside a transaction, a job written on due's own connection is committed
+    just the same, and sooner)."""
     if alias is None:
         return None
     connection = connections[alias]
-    if not connection.in_atomic_block:
+    # atomic(), or autocommit turned off (AUTOCOMMIT: False, set_autocommit(False)):
+    # either way the caller's commit decides.
+    if not connection.in_atomic_block and connection.get_autocommit():
         return None
     # As Django's own queries do: no write into a transaction already doomed.
     connection.validate_no_broken_transaction()

@@ -4,32 +4,49 @@ handled as a request handles them."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import dataclasses
 import functools
 import inspect
+import logging
 import threading
+import traceback
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.db import close_old_connections
+from django.dispatch import Signal
 from django.tasks import Task, TaskContext, TaskResultStatus
 from django.tasks.base import TaskError
+from django.tasks.exceptions import InvalidTask
 from django.tasks.signals import task_finished, task_started
 from django.utils import timezone
 from django.utils.json import normalize_json
 
 from due.app import App
 from due.contrib.django.results import running_result
+from due.core.jobs import Job
 from due.errors import ConfigurationError, class_path
 from due.long_work.context import Context
+from due.retry import Retry
 from due.task import Task as DueAppTask
 
 _lock = threading.Lock()
 _seen: dict[str, tuple[Task, type]] = {}
 """By name: every Django task seen so far, whatever its backend (any task may be
 sent to any backend with `.using(backend=...)`, so every App knows them all)."""
+log = logging.getLogger("due.contrib.django")
 
 
-def registered(app: App, task: Task, sender: type) -> DueAppTask[Any, Any]:
-    """The due task that runs `task` (registered on first sight of its function)."""
+class ResultNotJSON(TypeError):
+    """A task returned what JSON cannot hold: it failed (as Django says), and is
+    not run again (its work is done)."""
+
+
+def registered(app: App, alias: str, task: Task, sender: type) -> DueAppTask[Any, Any]:
+    """The due task that runs `task` on `app`, the App of the backend `alias`
+    (registered on first sight of its function)."""
     name = task.module_path
     with _lock:
         if name in app.tasks:
@@ -40,29 +57,36 @@ def registered(app: App, task: Task, sender: type) -> DueAppTask[Any, Any]:
                     f"and now with {_options(task)}: a task has one set of options"
                 )
             return app.tasks.get(name)
-        due_task = _register(app, task, sender)
+        due_task = _register(app, alias, task, sender)
         _seen.setdefault(name, (task, sender))
         return due_task
 
 
-def register_seen(app: App) -> None:
-    """Register on `app` every Django task seen so far that it does not know."""
+def register_seen(app: App, alias: str) -> None:
+    """Register on `app` (the App of `alias`) every Django task seen so far that it lacks."""
     with _lock:
         for name, (task, sender) in _seen.items():
             if name not in app.tasks:
-                _register(app, task, sender)
+                _register(app, alias, task, sender)
 
 
 def _options(task: Task) -> dict[str, Any]:
     return task.due_options() if hasattr(task, "due_options") else {}
 
 
-def _register(app: App, task: Task, sender: type) -> DueAppTask[Any, Any]:
+def _register(app: App, alias: str, task: Task, sender: type) -> DueAppTask[Any, Any]:
     options = _options(task)
-    handler = _async_handler(task, sender) if task_is_async(task) else _handler(task, sender)
+    # A return value JSON cannot hold fails the job at once: its work is done.
+    retry = options.pop("retry", None) or Retry()
+    retry = dataclasses.replace(retry, discard_on=(*retry.discard_on, ResultNotJSON))
+    make = _async_handler if task_is_async(task) else _handler
     return app.task(
-        name=task.module_path, queue=task.queue_name, priority=task.priority, **options
-    )(handler)
+        name=task.module_path,
+        queue=task.queue_name,
+        priority=task.priority,
+        retry=retry,
+        **options,
+    )(make(task, sender, alias))
 
 
 def task_is_async(task: Task) -> bool:
@@ -76,17 +100,17 @@ def _signature(task: Task) -> inspect.Signature:
     if task.takes_context:
         parameters = parameters[1:]
     # A name no function of the user's has: the context is found by its annotation.
-    first = inspect.Parameter(
-        "_due_context", inspect.Parameter.POSITIONAL_ONLY, annotation=Context
-    )
+    first = inspect.Parameter("_due_context", inspect.Parameter.POSITIONAL_ONLY, annotation=Context)
     return inspect.Signature([first, *parameters])
 
 
-def _handler(task: Task, sender: type) -> Any:
+def _handler(task: Task, sender: type, alias: str) -> Any:
     def run(ctx: Context, /, *args: Any, **kwargs: Any) -> Any:
         close_old_connections()  # as at the start of a request
         try:
-            result = _started(ctx, task, args, kwargs, sender)
+            earlier = _earlier(ctx)
+            result = _started(ctx, task, alias, args, kwargs, earlier)
+            send_robustly(task_started, sender, result)
             try:
                 # task.func, not task.call: known to be sync, and Task.call asks
                 # inspect again on every call.
@@ -94,14 +118,14 @@ def _handler(task: Task, sender: type) -> Any:
                     value = task.func(TaskContext(task_result=result), *args, **kwargs)
                 else:
                     value = task.func(*args, **kwargs)
-                value = normalize_json(value)
+                value = _json(value, task)
             except Exception as error:
                 if _final(ctx, error):
                     _failed(result, error)
-                    task_finished.send(sender, task_result=result)
+                    send_robustly(task_finished, sender, result, ctx)
                 raise
             _succeeded(result, value)
-            task_finished.send(sender, task_result=result)
+            send_robustly(task_finished, sender, result, ctx)
             return value
         finally:
             close_old_connections()
@@ -109,24 +133,30 @@ def _handler(task: Task, sender: type) -> Any:
     return _shaped(run, task)
 
 
-def _async_handler(task: Task, sender: type) -> Any:
+def _async_handler(task: Task, sender: type, alias: str) -> Any:
     async def run(ctx: Context, /, *args: Any, **kwargs: Any) -> Any:
-        result = _started(ctx, task, args, kwargs, sender, send=False)
-        await task_started.asend(sender, task_result=result)
+        # The ORM runs in sync_to_async's thread: its connections are checked there.
+        await sync_to_async(close_old_connections)()
         try:
-            if task.takes_context:
-                value = await task.acall(TaskContext(task_result=result), *args, **kwargs)
-            else:
-                value = await task.acall(*args, **kwargs)
-            value = normalize_json(value)
-        except Exception as error:
-            if _final(ctx, error):
-                _failed(result, error)
-                await task_finished.asend(sender, task_result=result)
-            raise
-        _succeeded(result, value)
-        await task_finished.asend(sender, task_result=result)
-        return value
+            earlier = await asyncio.to_thread(_earlier, ctx)  # a read: not on the loop
+            result = _started(ctx, task, alias, args, kwargs, earlier)
+            await _asend(task_started, sender, result)
+            try:
+                if task.takes_context:
+                    value = await task.acall(TaskContext(task_result=result), *args, **kwargs)
+                else:
+                    value = await task.acall(*args, **kwargs)
+                value = _json(value, task)
+            except Exception as error:
+                if _final(ctx, error):
+                    _failed(result, error)
+                    await _asend(task_finished, sender, result, ctx)
+                raise
+            _succeeded(result, value)
+            await _asend(task_finished, sender, result, ctx)
+            return value
+        finally:
+            await sync_to_async(close_old_connections)()
 
     return _shaped(run, task)
 
@@ -138,25 +168,59 @@ def _shaped(run: Any, task: Task) -> Any:
     return run
 
 
+def _json(value: Any, task: Task) -> Any:
+    try:
+        return normalize_json(value)
+    except (TypeError, ValueError) as error:
+        raise ResultNotJSON(
+            f"task {task.module_path} returned {type(value).__name__}, which JSON cannot "
+            f"hold ({error}); return JSON types (dict, list, str, int, float, bool, None)"
+        ) from error
+
+
+def _earlier(ctx: Context) -> Job | None:
+    """The job as stored, for a retry (its earlier errors); None for a first attempt."""
+    app = ctx._app
+    return app.get(ctx.job_id) if ctx.attempt > 1 and app is not None else None
+
+
 def _started(
-    ctx: Context, task: Task, args: Any, kwargs: Any, sender: type, *, send: bool = True
+    ctx: Context, task: Task, alias: str, args: Any, kwargs: Any, earlier: Job | None
 ) -> Any:
-    # A first attempt's result needs no read; a retry's shows the earlier errors.
-    earlier = ctx._app.get(ctx.job_id) if ctx.attempt > 1 and ctx._app is not None else None
-    result = running_result(
+    if task.backend != alias or task.queue_name != ctx.queue:
+        # As the job was sent: its backend (refresh() reads there) and queue.
+        with contextlib.suppress(InvalidTask):
+            task = dataclasses.replace(task, backend=alias, queue_name=ctx.queue)
+    return running_result(
         task,
         ctx.job_id,
         args,
         kwargs,
-        backend=task.backend,
+        backend=alias,
         enqueued_at=ctx.enqueued_at,
         started_at=timezone.now(),
         earlier=earlier,
         worker=ctx.worker,
     )
-    if send:
-        task_started.send(sender, task_result=result)
-    return result
+
+
+def send_robustly(signal: Signal, sender: type, result: Any, ctx: Context | None = None) -> None:
+    """A task signal, sent robustly: a receiver that raises is logged, and does not
+    make a done attempt fail (and run again). Not sent for an attempt already
+    over (it ran past its timeout: due recorded its end, and a retry may run)."""
+    if ctx is not None and ctx.lease_lost:
+        return
+    for receiver, outcome in signal.send_robust(sender, task_result=result):
+        if isinstance(outcome, Exception):
+            log.error("a receiver of a task signal raised: %r", receiver, exc_info=outcome)
+
+
+async def _asend(signal: Signal, sender: type, result: Any, ctx: Context | None = None) -> None:
+    if ctx is not None and ctx.lease_lost:
+        return
+    for receiver, outcome in await signal.asend_robust(sender, task_result=result):
+        if isinstance(outcome, Exception):
+            log.error("a receiver of a task signal raised: %r", receiver, exc_info=outcome)
 
 
 def _final(ctx: Context, error: Exception) -> bool:
@@ -169,8 +233,6 @@ def _final(ctx: Context, error: Exception) -> bool:
 
 
 def _failed(result: Any, error: Exception) -> None:
-    import traceback
-
     object.__setattr__(result, "status", TaskResultStatus.FAILED)
     object.__setattr__(result, "finished_at", timezone.now())
     result.errors.append(

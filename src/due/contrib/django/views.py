@@ -15,6 +15,7 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
+from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse
 from django.http.request import RawPostDataException
 from django.middleware.csrf import get_token
@@ -55,6 +56,13 @@ def _dashboard_of(app: App) -> Any:
         return made[1]
 
 
+def _query_bytes(request: HttpRequest) -> bytes:
+    """The query string as it came: WSGI hands it over decoded as latin-1 (PEP
+    3333), Django's ASGI handler as UTF-8."""
+    query = str(request.META.get("QUERY_STRING", ""))
+    return query.encode("utf-8" if isinstance(request, ASGIRequest) else "latin-1", "replace")
+
+
 def _body(request: HttpRequest) -> bytes:
     """The request's body; once Django's CSRF check has read the form from the
     stream, the form encoded again (the dashboard's forms are urlencoded)."""
@@ -83,10 +91,10 @@ async def _call(asgi: Any, request: HttpRequest, subpath: str) -> HttpResponse:
         "path": path,
         "raw_path": path.encode("utf-8"),
         "root_path": prefix,
-        "query_string": request.META.get("QUERY_STRING", "").encode("latin-1"),
+        "query_string": _query_bytes(request),
         "headers": headers,
         "client": (request.META.get("REMOTE_ADDR") or "", 0),
-        "server": (request.get_host(), int(request.get_port() or 0)),
+        "server": (request.META.get("SERVER_NAME", ""), int(request.META.get("SERVER_PORT") or 0)),
         "due.who": f"{request.user.get_username()} (Django user)",
         HOST_CSRF: (DJANGO_CSRF_FIELD, get_token(request)),
     }

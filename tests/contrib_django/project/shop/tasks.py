@@ -16,7 +16,10 @@ task_with_options = task if django.VERSION >= (6, 1) else due_task
 
 @task_with_options(queue_name="emails", limits=["mail-server"])
 def send_welcome_email(email):
-    return {"sent_to": email, "signups": Signup.objects.count()}
+    signed_up = any(
+        Signup.objects.using(db).filter(email=email).exists() for db in ("default", "pg")
+    )
+    return {"sent_to": email, "signed_up": signed_up}
 
 
 @task_with_options(retry=due.Retry(max_attempts=2, backoff=0.05, jitter=0))
@@ -26,7 +29,8 @@ def always_fails(reason):
 
 @task(takes_context=True)
 def knows_its_context(context, word):
-    return {"word": word, "attempt": context.attempt, "id": context.task_result.id}
+    result = context.task_result
+    return {"word": word, "attempt": context.attempt, "id": result.id, "backend": result.backend}
 
 
 @task(priority=10)
@@ -47,3 +51,8 @@ def not_a_task_yet(n):
 def not_a_task_too(n):
     """Another, for the tests whose task is refused."""
     return n
+
+
+@task
+def returns_a_set():
+    return {1, 2}  # JSON cannot hold it

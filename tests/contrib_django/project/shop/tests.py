@@ -5,6 +5,7 @@ from django.db import connections
 from django.tasks import TaskResultStatus
 from django.test import TestCase, TransactionTestCase
 
+from due import JobNotFoundError
 from due.contrib.django import due_app
 from due.testing import drain
 from shop.tasks import send_welcome_email
@@ -18,8 +19,10 @@ class EnqueueTests(TestCase):
     def test_a_job_is_seen_in_the_test_s_transaction(self):
         for alias in ("default", "pg"):
             result = send_welcome_email.using(backend=alias).enqueue(f"{alias}@example.com")
-            result.refresh()
+            result.refresh()  # on Django's connection, in the test's transaction
             self.assertEqual(result.status, TaskResultStatus.READY)
+            with self.assertRaises(JobNotFoundError):  # due's own: not committed
+                due_app(alias).get(int(result.id))
 
 
 class RunTests(TransactionTestCase):
