@@ -34,15 +34,16 @@ demo: $(STAMP) ## the example app, its worker and dashboard on SQLite (DEMO_ARGS
 test: $(STAMP) postgres ## run the whole test suite on SQLite and PostgreSQL (Django's on the newest Python)
 	$(PY) -m pytest -n 2 -m "not serial and not bench" --durations=10
 	$(PY) -m pytest -m serial
-	scripts/test-django
+	scripts/test-django -m "not bench"
 
 # The Django integration's tests again on the previous Django release series.
 DJANGO_PREVIOUS ?= 6.0.10
 test-django-previous: postgres ## the Django tests on the previous Django series, 6.0 (make test runs them on 6.1)
-	DJANGO=$(DJANGO_PREVIOUS) scripts/test-django
+	DJANGO=$(DJANGO_PREVIOUS) scripts/test-django -m "not bench"
 
 test-bench: $(STAMP) postgres ## the benchmark harnesses, run small (make bench, make soak): do they still work?
 	$(PY) -m pytest -n 2 -m bench
+	scripts/test-django -m bench
 
 test-newest-python: postgres ## the CLI and process tests on the newest CPython pyenv has
 	scripts/test-newest-python
@@ -80,6 +81,7 @@ bench: $(STAMP) postgres ## run the benchmark (due and its peers, side by side)
 	$(PY) bench/thread_enqueue.py
 	$(PY) bench/notify_cost.py
 	$(PY) bench/costs.py
+	$$(scripts/newest-venv)/bin/python bench/django_bench.py
 
 soak: $(STAMP) postgres ## a steady 1,000 jobs/s for SOAK_MINUTES (30) on SOAK_BACKEND (postgres): does anything decay?
 	$(PY) bench/soak.py --minutes $(SOAK_MINUTES) --backend $(SOAK_BACKEND)
