@@ -5,6 +5,7 @@ tables, `due_status`, `due_check` and the `due` command with --django."""
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sqlite3
 import subprocess
@@ -163,3 +164,15 @@ def test_django_s_test_runner_sends_the_jobs_to_its_test_databases() -> None:
     ran = manage("test", "shop", "--noinput", timeout=120)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "Ran 2 tests" in ran.stderr
+
+
+def test_call_command_runs_a_due_command_in_process(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`call_command("due_status")` (Django's way in code, not manage.py's argv)."""
+    from django.core.management import call_command
+
+    monkeypatch.setattr(sys, "argv", list(sys.argv))  # run_due sets it for its children
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    call_command("due_status", "--json")
+    assert '"queues"' in capsys.readouterr().out

@@ -25,7 +25,21 @@ class DueCommand(BaseCommand):  # type: ignore[misc]
         run_due([*self.due_command, *self.arguments(without_django_options(argv[2:]))], prog)
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("args", nargs=argparse.REMAINDER)
+        parser.add_argument("args", nargs="*")
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> Any:
+        """Django's parser, passing every argument through to due's command:
+        `call_command("due_status", "--json")` parses as `due status --json`."""
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        parse_django_s = parser.parse_args
+
+        def parse_args(args: Any = None, namespace: Any = None) -> argparse.Namespace:
+            parsed: argparse.Namespace = parse_django_s([], namespace)
+            parsed.args = [str(argument) for argument in args or ()]
+            return parsed
+
+        parser.parse_args = parse_args
+        return parser
 
     def handle(self, *args: Any, **options: Any) -> None:  # call_command(...)
         try:

@@ -19,30 +19,12 @@ SQLITE_ENGINE = "django.db.backends.sqlite3"
 POSTGRES_ENGINES = ("django.db.backends.postgresql", "django.contrib.gis.db.backends.postgis")
 
 
-_urls: dict[tuple[Any, ...], str] = {}
-
-
 def url_of_alias(alias: str) -> str:
     """A due database URL for the Django database `alias` (as its settings say
     now: Django's test runner changes NAME to its test database's)."""
     from django.conf import settings
 
     entry = settings.DATABASES.get(alias)
-    if entry is not None:
-        seen = (alias, *(str(entry.get(key)) for key in _SHAPE), repr(entry.get("OPTIONS")))
-        url = _urls.get(seen)
-        if url is None:
-            url = _urls[seen] = _url_of_entry(alias, entry)
-        return url
-    return _url_of_entry(alias, entry)
-
-
-_SHAPE = ("ENGINE", "NAME", "USER", "PASSWORD", "HOST", "PORT")
-
-
-def _url_of_entry(alias: str, entry: dict[str, Any] | None) -> str:
-    from django.conf import settings
-
     if entry is None:
         known = ", ".join(sorted(settings.DATABASES)) or "none"
         raise ImproperlyConfigured(

@@ -105,11 +105,13 @@ def _signature(task: Task) -> inspect.Signature:
 
 
 def _handler(task: Task, sender: type, alias: str) -> Any:
+    as_sent = _AsSent(task, alias)
+
     def run(ctx: Context, /, *args: Any, **kwargs: Any) -> Any:
         close_old_connections()  # as at the start of a request
         try:
             earlier = _earlier(ctx)
-            result = _started(ctx, task, alias, args, kwargs, earlier)
+            result = _started(ctx, as_sent(ctx.queue), args, kwargs, earlier)
             send_robustly(task_started, sender, result)
             try:
                 # task.func, not task.call: known to be sync, and Task.call asks
@@ -134,12 +136,14 @@ def _handler(task: Task, sender: type, alias: str) -> Any:
 
 
 def _async_handler(task: Task, sender: type, alias: str) -> Any:
+    as_sent = _AsSent(task, alias)
+
     async def run(ctx: Context, /, *args: Any, **kwargs: Any) -> Any:
         # The ORM runs in sync_to_async's thread: its connections are checked there.
         await sync_to_async(close_old_connections)()
         try:
             earlier = await asyncio.to_thread(_earlier, ctx)  # a read: not on the loop
-            result = _started(ctx, task, alias, args, kwargs, earlier)
+            result = _started(ctx, as_sent(ctx.queue), args, kwargs, earlier)
             await _asend(task_started, sender, result)
             try:
                 if task.takes_context:
@@ -184,19 +188,33 @@ def _earlier(ctx: Context) -> Job | None:
     return app.get(ctx.job_id) if ctx.attempt > 1 and app is not None else None
 
 
-def _started(
-    ctx: Context, task: Task, alias: str, args: Any, kwargs: Any, earlier: Job | None
-) -> Any:
-    if task.backend != alias or task.queue_name != ctx.queue:
-        # As the job was sent: its backend (refresh() reads there) and queue.
-        with contextlib.suppress(InvalidTask):
-            task = dataclasses.replace(task, backend=alias, queue_name=ctx.queue)
+class _AsSent:
+    """The task as its jobs were sent: the handler's backend (refresh() reads
+    there) and the job's queue. Made once per queue, not per job: a copy of a
+    Task is checked again by its backend."""
+
+    def __init__(self, task: Task, alias: str) -> None:
+        self.task, self.alias = task, alias
+        self.by_queue: dict[str, Task] = {}
+
+    def __call__(self, queue: str) -> Task:
+        found = self.by_queue.get(queue)
+        if found is None:
+            found = self.task
+            if found.backend != self.alias or found.queue_name != queue:
+                with contextlib.suppress(InvalidTask):
+                    found = dataclasses.replace(found, backend=self.alias, queue_name=queue)
+            self.by_queue[queue] = found
+        return found
+
+
+def _started(ctx: Context, task: Task, args: Any, kwargs: Any, earlier: Job | None) -> Any:
     return running_result(
         task,
         ctx.job_id,
         args,
         kwargs,
-        backend=alias,
+        backend=task.backend,
         enqueued_at=ctx.enqueued_at,
         started_at=timezone.now(),
         earlier=earlier,
