@@ -409,8 +409,9 @@ class App:
                 success, instead of the task's.
             limit_keys: The key of a limit of the task, by the limit's name,
                 instead of its key function's.
-            connection: Your own open psycopg or sqlite3 connection: the job is
-                written in your transaction.
+            connection: Your own open connection (psycopg's or sqlite3's, or
+                SQLAlchemy's Connection or Session): the job is written in your
+                transaction.
 
         Returns:
             The job as stored (or the active job with the same key).
@@ -440,9 +441,10 @@ class App:
         Args:
             requests: Jobs made by `task.request(...)` or
                 `task.options(...).request(...)`.
-            connection: Your own open psycopg or sqlite3 connection: the jobs
-                are written in your transaction (in a savepoint: one refused
-                leaves none of them, and your transaction goes on).
+            connection: Your own open connection (psycopg's or sqlite3's, or
+                SQLAlchemy's Connection or Session): the jobs are written in
+                your transaction (in a savepoint: one refused leaves none of
+                them, and your transaction goes on).
 
         Returns:
             The jobs as stored, in the order of the requests.
@@ -465,12 +467,13 @@ class App:
     async def aenqueue_many(
         self, requests: Iterable[JobRequest], *, connection: Any = None
     ) -> list[Job]:
-        """`enqueue_many` for async code; `connection` may be a psycopg AsyncConnection.
+        """`enqueue_many` for async code, on your AsyncConnection if given.
 
         Args:
             requests: Jobs made by `task.request(...)`.
-            connection: Your own open connection, to write the jobs in your
-                transaction.
+            connection: Your own open async connection (psycopg's
+                AsyncConnection, or SQLAlchemy's AsyncConnection or AsyncSession),
+                to write the jobs in your transaction.
 
         Returns:
             The jobs as stored, in the order of the requests.
@@ -551,7 +554,7 @@ class App:
 
         Args:
             job_id: The job's id.
-            connection: Your own open psycopg or sqlite3 connection: the job
+            connection: Your own open connection (as for `enqueue`): the job
                 as your transaction sees it (one you enqueued in it and have
                 not committed yet included).
 

@@ -206,9 +206,10 @@ class Task(Generic[P, R]):
                 success, instead of the task's.
             limit_keys: The key of a limit of the task, by the limit's name
                 (`{"account-sync": "acct-7"}`), instead of its key function's.
-            connection: Your own open psycopg (`AsyncConnection` with
-                `aenqueue`) or sqlite3 connection: the job is written in your
-                transaction.
+            connection: Your own open connection: psycopg's or sqlite3's, or
+                SQLAlchemy's Connection or Session (with `aenqueue`: psycopg's
+                AsyncConnection, or SQLAlchemy's AsyncConnection or
+                AsyncSession). The job is written in your transaction.
 
         Returns:
             The task with these options.
@@ -403,7 +404,7 @@ class TaskWithOptions(Generic[P, R]):
         return app.enqueue_many([self._request(args, kwargs)], connection=self.connection)[0]
 
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
-        """`enqueue` for async code; `connection` may be a psycopg AsyncConnection.
+        """`enqueue` for async code, on your async connection if given (as `options`).
 
         Args:
             *args: The function's positional arguments.

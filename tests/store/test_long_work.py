@@ -417,6 +417,38 @@ def test_the_jobs_transaction_is_undone_when_the_lease_is_lost(
     assert _ledger(app) is None  # the table itself was rolled back
 
 
+def test_a_success_recorded_in_the_callers_transaction_is_fenced(
+    app: due.App, tasks: dict[str, due.Task], clock: FakeClock
+) -> None:
+    pytest.importorskip("sqlalchemy")
+    from tests.helpers.sqlalchemy_engines import sync_engine
+
+    engine = sync_engine(app.url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE ledger (entry integer PRIMARY KEY)")
+    done, lost = tasks["piece"].enqueue(1), tasks["backfill"].enqueue()
+    (claimed,) = claim(app)
+    (stale,) = claim(app)
+    clock.advance(LEASE + 1)
+    app.store.job_rescue()  # both leases are lost: the first job is claimed again,
+    (claimed,) = claim(app)  # the second one's stale token stays stale
+    assert claimed.id == done.id
+    with engine.connect() as conn:
+        conn.exec_driver_sql("INSERT INTO ledger VALUES (1)")
+        app.store.job_complete_on(done.id, claimed.lease_token, None, conn)
+        assert app.get(done.id).state == JobState.RUNNING  # not before the caller commits
+        conn.commit()
+    with engine.connect() as conn:
+        conn.exec_driver_sql("INSERT INTO ledger VALUES (2)")
+        with pytest.raises(due.LeaseLost):
+            app.store.job_complete_on(lost.id, stale.lease_token, None, conn)
+        conn.commit()  # the caller's own row stays theirs to keep
+    engine.dispose()
+    assert app.get(done.id).state == JobState.SUCCEEDED
+    assert app.get(lost.id).state == JobState.QUEUED
+    assert _ledger(app) == [1, 2]
+
+
 def _ledger(app: due.App) -> list[int] | None:
     found = table_rows(app.url, "SELECT entry FROM ledger ORDER BY entry")
     return None if found is None else [row[0] for row in found]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +32,7 @@ from due.core.records import PieceSpawn
 from due.errors import ConfigurationError, JobCancelled, LeaseLost
 from due.long_work.pieces import check_policy
 from due.payload import encode_value, finite_number, storable_text
+from due.store.sqlalchemy_connections import is_async, is_sqlalchemy
 
 if TYPE_CHECKING:
     from due.app import App
@@ -399,24 +400,33 @@ class Context:
 
     # --- the job's own transaction ------------------------------------------------
 
-    @contextmanager
-    def transaction(self) -> Iterator[Any]:
-        """A connection in a transaction that also records the job's success.
+    def transaction(self, connection: Any = None) -> JobTransaction:
+        """A transaction that also records the job's success.
 
         The transaction is fenced by the job's lease: your writes and the job's
         success commit together or not at all, and a rescued or duplicate
         attempt cannot commit them twice. The job has succeeded once the block
-        exits. For sync handlers; keep it short (on SQLite it holds the one
-        write lock)::
+        exits. Keep it short (on SQLite it holds the one write lock)::
 
             with ctx.transaction() as conn:
                 conn.execute("INSERT INTO invoices ...", ...)
 
+        Without `connection`, the transaction is on due's own connection, given
+        to the block (sync handlers). With `connection` (your own open
+        connection to the job database: SQLAlchemy's Connection or Session,
+        or psycopg's or sqlite3's; in an async handler SQLAlchemy's
+        AsyncConnection or AsyncSession, with `async with`), the block works in
+        your transaction, and at its end the job's success is written in it
+        and it is committed; an error in the block rolls it back::
+
+            with ctx.transaction(session):
+                session.add(Invoice(...))
+
         Not for a job with pieces: it ends when they do (use `on_complete`).
 
         Yields:
-            A connection to the job database (sqlite3, or psycopg), in the open
-            transaction.
+            The connection the block works on: due's own (sqlite3, or psycopg),
+            in the open transaction, or the `connection` given.
 
         Raises:
             JobCancelled: The job was asked to stop before the commit: nothing
@@ -424,17 +434,58 @@ class Context:
             LeaseLost: The job's lease was lost: nothing is committed.
             ConfigurationError: The job has pieces.
         """
+        return JobTransaction(self, connection)
+
+    def _may_complete_in_transaction(self) -> None:
         self.raise_if_cancelled()
         if self.pieces_spawned or self.has_pieces:
             raise ConfigurationError(
                 f"job {self.job_id} has pieces: it ends when they do, not in its own "
                 "transaction; commit in the pieces, or in an on_complete task"
             )
+
+    @contextmanager
+    def _own_transaction(self) -> Iterator[Any]:
+        self._may_complete_in_transaction()
         with self._store().job_transaction(
             self.job_id, self.lease_token, self.progress_json()
         ) as connection:
             yield connection
         self.completed_in_transaction = True
+
+    @contextmanager
+    def _callers_transaction(self, connection: Any) -> Iterator[Any]:
+        self._may_complete_in_transaction()
+        try:
+            yield connection
+            self._store().job_complete_on(
+                self.job_id, self.lease_token, self.progress_json(), connection
+            )
+        except BaseException:
+            connection.rollback()
+            raise
+        connection.commit()
+        self.completed_in_transaction = True
+
+    async def _callers_transaction_async(self, connection: Any, failed: bool) -> None:
+        """The end of `async with ctx.transaction(conn)`.
+
+        The success written and committed, or (`failed`) everything rolled back.
+        """
+        if not failed:
+            try:
+                await connection.run_sync(
+                    lambda lent: self._store().job_complete_on(
+                        self.job_id, self.lease_token, self.progress_json(), lent
+                    )
+                )
+            except BaseException:
+                await connection.rollback()
+                raise
+            await connection.commit()
+            self.completed_in_transaction = True
+        else:
+            await connection.rollback()
 
     # --- plumbing ------------------------------------------------------------------
 
@@ -453,7 +504,53 @@ class Context:
         )
 
 
+class JobTransaction:
+    """What `ctx.transaction(...)` gives.
+
+    `with` it in a sync handler; `async with` it, on SQLAlchemy's
+    AsyncConnection or AsyncSession, in an async one.
+    """
+
+    def __init__(self, context: Context, connection: Any) -> None:
+        self._context = context
+        self._connection = connection
+        self._sync: AbstractContextManager[Any] | None = None
+
+    def __enter__(self) -> Any:
+        if is_async(self._connection):
+            raise ConfigurationError(
+                "ctx.transaction() got SQLAlchemy's async connection: use "
+                "`async with ctx.transaction(conn):` in an async handler"
+            )
+        context = self._context
+        if self._connection is None:
+            self._sync = context._own_transaction()
+        else:
+            self._sync = context._callers_transaction(self._connection)
+        return self._sync.__enter__()
+
+    def __exit__(self, *exc_info: Any) -> bool | None:
+        assert self._sync is not None
+        return self._sync.__exit__(*exc_info)
+
+    async def __aenter__(self) -> Any:
+        if not is_async(self._connection):
+            raise ConfigurationError(
+                "`async with ctx.transaction(conn)` takes SQLAlchemy's AsyncConnection or "
+                "AsyncSession; without one, use `with ctx.transaction() as conn:` in a sync "
+                "handler"
+            )
+        self._context._may_complete_in_transaction()
+        return self._connection
+
+    async def __aexit__(self, kind: type[BaseException] | None, *rest: Any) -> None:
+        await self._context._callers_transaction_async(self._connection, failed=kind is not None)
+
+
 def _is_async_connection(connection: Any) -> bool:
+    """Whether it is psycopg's AsyncConnection, or SQLAlchemy's async ones."""
+    if is_sqlalchemy(connection):
+        return is_async(connection)
     return hasattr(connection, "__aenter__") and hasattr(connection, "cursor")
 
 

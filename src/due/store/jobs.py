@@ -18,6 +18,7 @@ from due.store import pieces, steps
 from due.store.backend import Backend, DuplicateError, StatementRefused, Transaction
 from due.store.conflicts import retried_on_conflict
 from due.store.settling import lock_parents, settle
+from due.store.sqlalchemy_connections import is_sqlalchemy, run_sync
 from due.store.stats import count_endings
 
 
@@ -86,8 +87,11 @@ def _grouped(jobs: Sequence[NewJob], rows: Sequence[Any]) -> list[Job | Statemen
 
 
 async def enqueue_async(db: Backend, jobs: Sequence[NewJob], connection: Any) -> list[Job]:
-    """`enqueue` on a caller's async connection (psycopg AsyncConnection)."""
+    """`enqueue` on a caller's async connection (psycopg's AsyncConnection, or
+    SQLAlchemy's AsyncConnection or AsyncSession: through its bridge to sync)."""
     call = "aenqueue(connection=...)"
+    if is_sqlalchemy(connection):
+        return await run_sync(connection, call, lambda lent: enqueue(db, jobs, lent))
     async with db.on_async_connection(connection, call, atomic=len(jobs) > 1) as tx:
         return await steps.carry_out_async(tx, steps.enqueue_steps(jobs, tx.now))
 

@@ -5,6 +5,7 @@ a parent settles)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -14,6 +15,7 @@ from due.store import pieces
 from due.store.backend import Backend, Transaction
 from due.store.conflicts import retried_on_conflict
 from due.store.settling import lock_parents, settle
+from due.store.sqlalchemy_connections import is_sqlalchemy, run_sync
 from due.store.stats import count_endings
 
 
@@ -36,8 +38,12 @@ def save_checkpoint(
 async def save_checkpoint_async(
     db: Backend, job_id: int, token: int, value: str, connection: Any
 ) -> bool | None:
-    """`save_checkpoint` on a caller's async connection (psycopg AsyncConnection)."""
+    """`save_checkpoint` on a caller's async connection (psycopg's
+    AsyncConnection, or SQLAlchemy's AsyncConnection or AsyncSession)."""
     call = "await ctx.checkpoint(..., connection=conn)"
+    if is_sqlalchemy(connection):
+        work = functools.partial(save_checkpoint, db, job_id, token, value)
+        return await run_sync(connection, call, work)
     async with db.on_async_connection(connection, call) as tx:
         rows = await tx.run("save_checkpoint", {"id": job_id, "token": token, "value": value})
     return bool(rows[0]["cancel_requested"]) if rows else None
@@ -110,15 +116,30 @@ def job_transaction(db: Backend, job_id: int, token: int, progress: str | None) 
     back, the handler's writes too)."""
     with db.handler_transaction() as (connection, tx):
         yield connection
-        lock_parents(tx, [job_id])  # parents first
-        params = {"id": job_id, "token": token, "progress": progress, "now": tx.now}
-        rows = tx.run("complete_in_transaction", params)
-        if not rows:
-            raise LeaseLost(f"job {job_id} lost its lease: its transaction is undone")
-        if rows[0]["cancel_requested"]:  # a stop asked for is a stop: none of it is kept
-            raise JobCancelled(f"job {job_id} was asked to stop: its transaction is undone")
-        count_endings(tx, rows)
-        settle(tx, [{**rows[0], "state": "succeeded"}])
+        _complete(tx, job_id, token, progress)
+
+
+def _complete(tx: Transaction, job_id: int, token: int, progress: str | None) -> None:
+    lock_parents(tx, [job_id])  # parents first
+    params = {"id": job_id, "token": token, "progress": progress, "now": tx.now}
+    rows = tx.run("complete_in_transaction", params)
+    if not rows:
+        raise LeaseLost(f"job {job_id} lost its lease: its transaction is undone")
+    if rows[0]["cancel_requested"]:  # a stop asked for is a stop: none of it is kept
+        raise JobCancelled(f"job {job_id} was asked to stop: its transaction is undone")
+    count_endings(tx, rows)
+    settle(tx, [{**rows[0], "state": "succeeded"}])
+
+
+def complete_on_connection(
+    db: Backend, job_id: int, token: int, progress: str | None, connection: Any
+) -> None:
+    """Record a running job's success (fenced) in the caller's own open
+    transaction, to commit with the caller's writes (`ctx.transaction(conn)`).
+    LeaseLost and JobCancelled leave nothing of it in that transaction."""
+    call = "ctx.transaction(connection)"
+    with db.on_connection(connection, call, atomic=True) as tx:
+        _complete(tx, job_id, token, progress)
 
 
 @retried_on_conflict

@@ -241,6 +241,12 @@ class Store:
     ) -> AbstractContextManager[Any]:
         return long_work.job_transaction(self.backend, job_id, token, progress)
 
+    def job_complete_on(
+        self, job_id: int, token: int, progress: str | None, connection: Any
+    ) -> None:
+        """Record a running job's success (fenced) in the caller's open transaction."""
+        long_work.complete_on_connection(self.backend, job_id, token, progress, connection)
+
     def group_hold(self, parent: int, held: bool) -> None:
         long_work.hold_group(self.backend, parent, held)
 

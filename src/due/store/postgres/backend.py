@@ -57,6 +57,7 @@ from due.store.postgres.loop_connections import LoopConnections
 from due.store.postgres.own_connection import OwnConnection, live_connection
 from due.store.postgres.pooler import HINT, PollingFeed, PoolerSettings, is_pooler_breakage
 from due.store.sql import load_migrations, load_queries, require_current_schema
+from due.store.sqlalchemy_connections import check_database, is_sqlalchemy, sync_connection
 
 if TYPE_CHECKING:
     from due.store.postgres.loop_lane import LoopLane
@@ -218,6 +219,14 @@ class PostgresBackend:
     def on_connection(
         self, connection: Any, call: str, *, atomic: bool = False
     ) -> Iterator[Transaction]:
+        if is_sqlalchemy(connection):
+            from due.store.postgres.on_sqlalchemy import on_sqlalchemy  # (it imports this)
+
+            lent = sync_connection(connection, call)
+            check_database(lent, "postgresql", self._database_name(), call)
+            with on_sqlalchemy(lent, self.url, self._clock.now(), QUERIES, atomic) as lent_tx:
+                yield lent_tx
+            return
         if isinstance(connection, psycopg.AsyncConnection):
             raise ConfigurationError(
                 f"{call} got an async psycopg connection: use the async call "
@@ -251,6 +260,12 @@ class PostgresBackend:
             execute = _after_an_aborted_pipeline(cur.execute, connection)
             with kept_all_or_none(execute, SAVEPOINT, psycopg.Error):
                 yield tx
+
+    def _database_name(self) -> str:
+        """The App's database name ("" when its URL names none: the server's default)."""
+        with contextlib.suppress(psycopg.ProgrammingError):
+            return str(psycopg.conninfo.conninfo_to_dict(self.url).get("dbname") or "")
+        return ""
 
     @contextlib.asynccontextmanager
     async def on_async_connection(
@@ -961,26 +976,47 @@ def translate_errors(url: str, *, callers: bool = False) -> Iterator[None]:
     except psycopg.Error as error:
         if is_pooler_breakage(error):
             raise StoreUnavailableError(f"{redact(url)}: {HINT} ({str(error).strip()})") from error
-        state = error.sqlstate or ""
-        rolled_back = state.startswith("40") or state in ROLLED_BACK_STATES
-        if rolled_back and callers:
-            raise StoreConflictError(
-                f"{redact(url)}: a statement on your connection was ended ({error.sqlstate}: "
-                f"{str(error).strip()}); nothing of this call was kept: roll your transaction "
-                "back and run it again"
-            ) from error
-        if rolled_back:
-            raise StoreConflictError(
-                f"{redact(url)}: this transaction was rolled back ({error.sqlstate}: "
-                f"{str(error).strip()}); nothing was written, and trying again is safe"
-            ) from error
-        if isinstance(error, psycopg.OperationalError):
+        if isinstance(error, psycopg.OperationalError) and not _rolled_back(error.sqlstate):
             raise StoreUnavailableError(f"{redact(url)} is unreachable: {error}") from error
-        if state[:2] in VALUE_STATE_CLASSES:
-            raise ValueRefused(f"{redact(url)}: {error}") from error
-        if state:  # sent by the server (psycopg's own errors have no SQLSTATE)
-            raise StatementRefused(f"{redact(url)}: {error}") from error
-        # psycopg's own DataError (no SQLSTATE) stays a plain StoreError: it is met
-        # sending a value (nothing written) and reading a reply (after the commit:
-        # a time past year 9999), and only the first is a row's fault.
-        raise StoreError(f"{redact(url)}: {error}") from error
+        raise refusal(url, error.sqlstate, error, callers=callers) from error
+
+
+def _rolled_back(state: str | None) -> bool:
+    state = state or ""
+    return state.startswith("40") or state in ROLLED_BACK_STATES
+
+
+def refusal(url: str, state: str | None, error: Exception, *, callers: bool) -> StoreError:
+    """The due error for a statement the database refused with SQLSTATE `state`
+    (any driver's: psycopg's, or asyncpg's through SQLAlchemy). `callers`: on a
+    connection of the caller's, whose transaction is theirs to roll back."""
+    state = state or ""
+    if state == "23505":
+        return DuplicateError(f"{redact(url)}: {error}")
+    if state == "55P03":
+        return LockWaitTimeout(f"{redact(url)}: {error}")
+    if _rolled_back(state) and callers:
+        return StoreConflictError(
+            f"{redact(url)}: a statement on your connection was ended ({state}: "
+            f"{str(error).strip()}); nothing of this call was kept: roll your transaction "
+            "back and run it again"
+        )
+    if _rolled_back(state):
+        return StoreConflictError(
+            f"{redact(url)}: this transaction was rolled back ({state}: "
+            f"{str(error).strip()}); nothing was written, and trying again is safe"
+        )
+    if state == "42P01" and callers:
+        return StoreError(
+            f"{redact(url)}: your connection's database has no due_jobs table ({error}): "
+            "pass a connection to this App's database, migrated (due migrate), with "
+            "due's schema on its search_path"
+        )
+    if state[:2] in VALUE_STATE_CLASSES:
+        return ValueRefused(f"{redact(url)}: {error}")
+    if state:  # sent by the server (psycopg's own errors have no SQLSTATE)
+        return StatementRefused(f"{redact(url)}: {error}")
+    # psycopg's own DataError (no SQLSTATE) stays a plain StoreError: it is met
+    # sending a value (nothing written) and reading a reply (after the commit:
+    # a time past year 9999), and only the first is a row's fault.
+    return StoreError(f"{redact(url)}: {error}")

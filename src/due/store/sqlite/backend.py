@@ -50,6 +50,7 @@ from due.store.backend import (
     Values,
 )
 from due.store.sql import load_migrations, load_queries, require_current_schema
+from due.store.sqlalchemy_connections import check_database, is_sqlalchemy, sync_connection
 
 QUERIES = load_queries("due.store.sqlite")
 MIGRATIONS = load_migrations("due.store.sqlite")
@@ -284,6 +285,17 @@ class SQLiteBackend:
     def on_connection(
         self, connection: Any, call: str, *, atomic: bool = False
     ) -> Iterator[Transaction]:
+        if is_sqlalchemy(connection):
+            from due.store.sqlite import on_sqlalchemy  # (it imports this)
+
+            lent = sync_connection(connection, call)
+            check_database(lent, "sqlite", self.path, call)
+            with (
+                on_sqlalchemy.translated(self.path),
+                on_sqlalchemy.kept_on_sqlalchemy(lent, atomic) as through,
+            ):
+                yield SQLiteTransaction(through, self._now())  # type: ignore[arg-type]
+            return
         if not isinstance(connection, sqlite3.Connection):
             raise ConfigurationError(
                 f"{call} takes a sqlite3.Connection for a SQLite app, "

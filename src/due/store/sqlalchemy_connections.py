@@ -1,0 +1,138 @@
+"""A caller's SQLAlchemy connection or session, lent to due for one call.
+
+`enqueue(connection=...)`, `aenqueue`, `get`, `ctx.checkpoint(connection=...)`
+and `ctx.transaction(connection)` take SQLAlchemy's `Connection` and `Session`
+(sync) and `AsyncConnection` and `AsyncSession` (async) as well as a driver's
+own connection. due's statements then run through SQLAlchemy itself
+(`Connection.exec_driver_sql`), inside the caller's transaction:
+
+- SQLAlchemy begins the transaction as it would for the caller's own
+  statement (its "autobegin"), whatever the driver does about BEGIN (asyncpg
+  has no implicit transaction; psycopg and sqlite3 have), so the job is
+  written if and only if the caller commits;
+- the statements are SQLAlchemy's: its events and logging (`echo=True`) see
+  them, and no second connection or extra round trip is needed;
+- an async connection runs the same sync code through SQLAlchemy's own
+  bridge (`run_sync`), as SQLAlchemy runs its ORM on an async session.
+
+SQLAlchemy is imported only when the caller hands one of its objects: due
+does not depend on it.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from due.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+
+T = TypeVar("T")
+
+DRIVERS = {
+    "postgresql": ("psycopg", "asyncpg"),
+    "sqlite": ("pysqlite", "aiosqlite"),
+}
+"""The SQLAlchemy drivers due runs its statements on, by dialect: psycopg (3,
+sync or async) and asyncpg on PostgreSQL; the standard library's sqlite3 and
+aiosqlite on SQLite."""
+
+SYNC_TYPES = ("Connection", "Session", "scoped_session")
+ASYNC_TYPES = ("AsyncConnection", "AsyncSession", "async_scoped_session")
+
+_checked: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+"""Engines already found on the App's database, with that database (a check
+made once per engine, not per call)."""
+
+
+def is_sqlalchemy(connection: Any) -> bool:
+    """Whether `connection` is one of SQLAlchemy's objects (without importing it)."""
+    return type(connection).__module__.startswith("sqlalchemy.")
+
+
+def is_async(connection: Any) -> bool:
+    """Whether it is SQLAlchemy's AsyncConnection or AsyncSession."""
+    return is_sqlalchemy(connection) and type(connection).__name__ in ASYNC_TYPES
+
+
+def sync_connection(given: Any, call: str) -> Connection:
+    """The `Connection` under a sync `Connection` or `Session`, in a transaction.
+
+    A Session's connection is its transaction's (`Session.connection()`
+    begins it). A Connection not yet in a transaction begins one, as its next
+    statement would: the caller's `commit()` then commits the job with the
+    rest, and a connection closed without one rolls it back.
+    """
+    kind = type(given).__name__
+    if kind in ASYNC_TYPES:
+        raise ConfigurationError(
+            f"{call} got SQLAlchemy's {kind}: use the async call in async code "
+            "(await task.aenqueue(..., connection=...), await ctx.checkpoint(...))"
+        )
+    if kind not in SYNC_TYPES:
+        raise ConfigurationError(
+            f"{call} takes a SQLAlchemy Connection or Session (an open one, whose "
+            f"transaction the job joins), got {kind}"
+        )
+    connection: Connection = given.connection() if kind != "Connection" else given
+    if not connection.in_transaction():
+        connection.begin()
+    return connection
+
+
+async def run_sync(given: Any, call: str, work: Callable[[Any], T]) -> T:
+    """`work(sync_connection)` on an AsyncConnection or AsyncSession, through
+    SQLAlchemy's own bridge from async to sync (`run_sync`)."""
+    kind = type(given).__name__
+    if kind not in ASYNC_TYPES:
+        raise ConfigurationError(
+            f"{call} takes SQLAlchemy's AsyncConnection or AsyncSession in async code, got "
+            f"{kind}: call the sync form (task.enqueue(..., connection=...)) with it"
+        )
+    result: T = await given.run_sync(work)
+    return result
+
+
+def check_database(connection: Connection, dialect: str, database: str, call: str) -> None:
+    """Refuse a connection to another kind of database, through a driver due
+    does not run on, or to another database than the App's (`database`: the
+    App's PostgreSQL database name, or its SQLite file)."""
+    engine = connection.engine
+    if _checked.get(engine) == database:
+        return
+    url = engine.url
+    name, driver = connection.dialect.name, connection.dialect.driver
+    shown = url.render_as_string(hide_password=True)
+    if name != dialect:
+        raise ConfigurationError(
+            f"{call} got a SQLAlchemy connection to {name} ({shown}), but this App's "
+            f"database is {dialect}: pass a connection of the App's own database"
+        )
+    if driver not in DRIVERS[dialect]:
+        wanted = " or ".join(f"{dialect}+{each}://" for each in DRIVERS[dialect])
+        raise ConfigurationError(
+            f"{call} got a SQLAlchemy connection through the {driver} driver, which due "
+            f"does not run on: make the engine with {wanted}"
+        )
+    if not _same_database(dialect, url.database, database):
+        raise ConfigurationError(
+            f"{call} got a SQLAlchemy connection to {shown}, another database than this "
+            f"App's ({database}): the job would be written where no worker of this App "
+            "looks; pass a connection of the App's database"
+        )
+    _checked[engine] = database
+
+
+def _same_database(dialect: str, theirs: str | None, ours: str) -> bool:
+    if dialect == "postgresql":
+        return not theirs or not ours or theirs == ours  # unnamed: the server's default
+    if not theirs or theirs == ":memory:" or theirs.startswith("file::memory:"):
+        return False  # an in-memory database is never the App's file
+    try:
+        return os.path.samefile(theirs, ours)
+    except OSError:
+        return os.path.abspath(theirs) == os.path.abspath(ours)

@@ -1,0 +1,258 @@
+"""Enqueue on SQLAlchemy's connections and sessions: the job exists if and only if
+the caller's transaction commits, on every driver due runs on."""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+import sqlalchemy
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
+
+import due
+from due.store.postgres.backend import MANY_BATCH
+from tests.conftest import made_schema, postgres_schema_url
+from tests.helpers.sqlalchemy_engines import (
+    ASYNC_DRIVERS,
+    async_engine,
+    search_path,
+    sync_engine,
+)
+
+ASYNC_CASES = [
+    ("sqlite", "aiosqlite"),
+    ("postgres", "asyncpg"),
+    ("postgres", "psycopg_async"),
+]
+
+
+class Abort(Exception):
+    pass
+
+
+@pytest.fixture
+def ship(app: due.App) -> due.Task:
+    @app.task(name="ship")
+    def ship(order: int) -> None: ...
+
+    return ship
+
+
+@pytest.fixture
+def engine(app: due.App) -> Iterator[Any]:
+    engine = sync_engine(app.url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE orders (id integer PRIMARY KEY)")
+    yield engine
+    engine.dispose()
+
+
+def present(app: due.App, job: due.Job) -> bool:
+    """Whether this job (not a later one given its id back: SQLite reuses the id
+    of a rolled-back row) is stored."""
+    try:
+        return app.get(job.id).args == job.args
+    except due.JobNotFoundError:
+        return False
+
+
+def orders(engine: Any) -> list[int]:
+    with engine.connect() as conn:
+        return [row[0] for row in conn.exec_driver_sql("SELECT id FROM orders ORDER BY id")]
+
+
+def test_a_session_s_job_commits_and_rolls_back_with_its_rows(
+    app: due.App, ship: due.Task, engine: Any
+) -> None:
+    with Session(engine) as session:
+        session.execute(text("INSERT INTO orders VALUES (1)"))
+        kept = ship.options(connection=session).enqueue(1)
+        assert app.get(kept.id, connection=session).state == due.JobState.QUEUED  # (uncommitted)
+        session.commit()
+    with Session(engine) as session:
+        session.execute(text("INSERT INTO orders VALUES (2)"))
+        dropped = ship.options(connection=session).enqueue(2)
+        session.rollback()
+    assert orders(engine) == [1]
+    assert present(app, kept) and not present(app, dropped)
+
+
+def test_a_connection_not_yet_in_a_transaction_begins_one(
+    app: due.App, ship: due.Task, engine: Any
+) -> None:
+    with engine.connect() as conn:
+        first = ship.options(connection=conn).enqueue(1)  # due's statement comes first
+        assert conn.in_transaction()
+        conn.commit()
+    with engine.connect() as conn:
+        unsaved = ship.options(connection=conn).enqueue(2)
+    # (closed without a commit: rolled back, as SQLAlchemy does with its own)
+    assert present(app, first) and not present(app, unsaved)
+
+
+def test_a_bulk_on_a_connection_is_all_or_none_in_the_callers_transaction(
+    app: due.App, ship: due.Task, engine: Any
+) -> None:
+    refused = app.task(name="refused")(lambda n: None)
+    requests = [*(ship.request(n) for n in range(2 * MANY_BATCH + 1)), refused.request(0)]
+    triggers = (
+        [
+            "CREATE TRIGGER refuse BEFORE INSERT ON due_jobs WHEN NEW.task = 'refused'"
+            " BEGIN SELECT RAISE(ABORT, 'no_refused'); END"
+        ]
+        if app.url.startswith("sqlite")
+        else [
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF NEW.task"
+            " = 'refused' THEN RAISE EXCEPTION 'no_refused'; END IF; RETURN NEW; END $$",
+            "CREATE TRIGGER refuse BEFORE INSERT ON due_jobs FOR EACH ROW"
+            " EXECUTE FUNCTION refuse()",
+        ]
+    )
+    with engine.begin() as conn:
+        for statement in triggers:
+            conn.exec_driver_sql(statement)
+    with Session(engine) as session:
+        session.execute(text("INSERT INTO orders VALUES (1)"))
+        with pytest.raises(due.StoreError, match="no_refused"):
+            app.enqueue_many(requests, connection=session)
+        session.execute(text("INSERT INTO orders VALUES (2)"))  # the transaction goes on
+        made = app.enqueue_many(requests[:-1], connection=session)
+        session.commit()
+    assert orders(engine) == [1, 2]
+    assert len(made) == 2 * MANY_BATCH + 1
+    with engine.connect() as conn:  # the refused bulk left nothing
+        assert conn.exec_driver_sql("SELECT count(*) FROM due_jobs").scalar() == len(made)
+
+
+@pytest.mark.parametrize(("backend", "driver"), ASYNC_CASES)
+def test_an_async_session_s_job_commits_and_rolls_back_with_its_rows(
+    app: due.App, ship: due.Task, engine: Any, driver: str
+) -> None:
+    async def work() -> tuple[due.Job, due.Job, due.Job, list[due.Job]]:
+        aengine = async_engine(app.url, driver)
+        try:
+            async with AsyncSession(aengine) as session:
+                await session.execute(text("INSERT INTO orders VALUES (1)"))
+                kept = await ship.options(connection=session).aenqueue(1)
+                await session.commit()
+            async with AsyncSession(aengine) as session:
+                dropped = await ship.options(connection=session).aenqueue(2)
+                await session.rollback()
+            async with aengine.connect() as conn:  # due's statement first: asyncpg has
+                first = await ship.options(connection=conn).aenqueue(3)  # no implicit BEGIN
+                bulk = await app.aenqueue_many(
+                    [ship.request(n) for n in range(MANY_BATCH + 5)], connection=conn
+                )
+                await conn.commit()
+            async with aengine.connect() as conn:
+                unsaved = await ship.options(connection=conn).aenqueue(4)
+            return kept, dropped, first, [*bulk, unsaved]
+        finally:
+            await aengine.dispose()
+
+    kept, dropped, first, [*bulk, unsaved] = asyncio.run(work())
+    assert orders(engine) == [1]
+    assert present(app, kept) and present(app, first) and all(present(app, j) for j in bulk)
+    assert not present(app, dropped) and not present(app, unsaved)
+
+
+@pytest.mark.parametrize("backend", ["postgres"])
+@pytest.mark.parametrize("driver", ASYNC_DRIVERS["postgres"])
+def test_the_wake_up_is_sent_at_the_commit(app: due.App, ship: due.Task, driver: str) -> None:
+    listen = app.store.backend.listen_connection  # type: ignore[attr-defined]
+
+    async def enqueue(commit: bool) -> None:
+        aengine = async_engine(app.url, driver)
+        async with AsyncSession(aengine) as session:
+            await ship.options(connection=session, queue="mail").aenqueue(1)
+            await (session.commit() if commit else session.rollback())
+        await aengine.dispose()
+
+    with listen() as listener:
+        asyncio.run(enqueue(commit=False))
+        assert list(listener.notifies(timeout=0.2)) == []
+        asyncio.run(enqueue(commit=True))
+        (note,) = list(listener.notifies(timeout=2, stop_after=1))
+    assert note.payload.startswith("mail ")
+
+
+def test_a_connection_to_another_database_is_refused(
+    app: due.App, ship: due.Task, tmp_path: Any
+) -> None:
+    if app.url.startswith("sqlite"):
+        elsewhere = sqlalchemy.create_engine(f"sqlite:///{tmp_path / 'other.db'}")
+        unusable = sqlalchemy.create_engine("sqlite://")
+        wrong_kind = sqlalchemy.create_engine("postgresql+psycopg://127.0.0.1:5432/due_test")
+    else:
+        elsewhere = sqlalchemy.create_engine("postgresql+psycopg://127.0.0.1:5432/postgres")
+        unusable = sqlalchemy.create_engine(
+            f"postgresql+pg8000://{getpass.getuser()}@127.0.0.1:5432/due_test"
+        )
+        wrong_kind = sqlalchemy.create_engine(f"sqlite:///{tmp_path / 'other.db'}")
+    refusals = [
+        (elsewhere, "another database than this App's"),
+        (wrong_kind, "but this App's database is"),
+        # SQLite: an in-memory database; PostgreSQL: a driver due does not run on
+        (unusable, "another database" if app.url.startswith("sqlite") else "pg8000 driver"),
+    ]
+    for engine, refusal in refusals:
+        with engine.connect() as conn, pytest.raises(due.ConfigurationError, match=refusal):
+            ship.options(connection=conn).enqueue(1)
+    assert app.jobs(limit=5) == []
+
+
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_a_connection_whose_database_lacks_due_s_tables_says_so(
+    app: due.App, ship: due.Task
+) -> None:
+    with made_schema() as bare:  # the same database; due's tables not on its search_path
+        engine = sync_engine(postgres_schema_url(bare))
+        with engine.connect() as conn, pytest.raises(due.StoreError, match="no due_jobs table"):
+            ship.options(connection=conn).enqueue(1)
+        engine.dispose()
+    assert search_path(app.url) != bare
+
+
+def test_the_wrong_sqlalchemy_object_for_the_call_is_refused(
+    app: due.App, ship: due.Task, engine: Any
+) -> None:
+    with pytest.raises(due.ConfigurationError, match="Connection or Session"):
+        ship.options(connection=engine).enqueue(1)  # an Engine: no transaction to join
+    driver = ASYNC_DRIVERS["sqlite" if app.url.startswith("sqlite") else "postgres"][0]
+
+    async def mixed_up() -> None:
+        aengine = async_engine(app.url, driver)
+        async with AsyncSession(aengine) as asession:
+            with pytest.raises(due.ConfigurationError, match="use the async call"):
+                ship.options(connection=asession).enqueue(1)
+        with (
+            Session(engine) as session,
+            pytest.raises(due.ConfigurationError, match="call the sync form"),
+        ):
+            await ship.options(connection=session).aenqueue(1)
+        await aengine.dispose()
+
+    asyncio.run(mixed_up())
+    assert app.jobs(limit=5) == []
+
+
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_a_session_in_another_time_zone_reads_times_in_utc(
+    app: due.App, ship: due.Task, engine: Any
+) -> None:
+    with Session(engine) as session:
+        session.execute(text("SET TIME ZONE 'Asia/Kathmandu'"))
+        job = ship.options(connection=session, delay=60).enqueue(1)
+        seen = app.get(job.id, connection=session)
+        session.commit()
+    assert job.run_at.utcoffset() == seen.run_at.utcoffset() == app.get(job.id).run_at.utcoffset()
+    assert seen.run_at == app.get(job.id).run_at
+    with psycopg.connect(app.url) as conn:  # the row holds the same instant
+        (stored,) = conn.execute("SELECT run_at FROM due_jobs WHERE id = %s", [job.id]).fetchone()
+    assert stored == job.run_at
