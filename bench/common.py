@@ -363,6 +363,15 @@ def pg_scalar(db: str, sql: str) -> Any:
     return row[0] if row else None
 
 
+def pg_row(db: str, sql: str) -> tuple[Any, ...]:
+    import psycopg  # lazy: common.py must import without psycopg
+
+    with psycopg.connect(pg_url(db), autocommit=True) as conn:
+        row = conn.execute(sql).fetchone()
+    assert row is not None, sql
+    return tuple(row)
+
+
 def fresh_due_url(backend: str, name: str) -> str:
     """An empty database for a due-only benchmark: <WORK_DIR>/db/<name>.db, or
     the PostgreSQL database <DB_PREFIX>due_<name>, recreated."""

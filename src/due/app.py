@@ -484,9 +484,10 @@ class App:
         """
         # Every request checked and encoded now, on the loop: once this awaits,
         # other coroutines may change the arguments' objects.
-        if self.limits and not self._limits_written:  # (off the loop: a transaction)
+        limits = connection is None or self._may_write_beside(connection)
+        if limits and self.limits and not self._limits_written:  # (off the loop: a transaction)
             await asyncio.to_thread(self._limits_known)
-        jobs = self._prepare(requests)
+        jobs = self._prepare(requests, limits=limits)
         store = self.store
         if connection is not None:
             return await store.job_enqueue_async(jobs, connection)
@@ -506,6 +507,7 @@ class App:
         written by the workers, as they start, or by its next enqueue without a
         connection.
         """
+        # (SQLAlchemy's objects have an in_transaction() method: taken as true.)
         return not (
             self._open_store().single_writer and getattr(connection, "in_transaction", False)
         )

@@ -252,6 +252,21 @@ def test_the_workflows_benchmark_measures_each_step(backend: str, tmp_path: Path
     assert "| ... ratio of medians |" in done.stdout
 
 
+def test_the_sqlalchemy_benchmark_counts_every_job_and_row(tmp_path: Path) -> None:
+    """bench/sqlalchemy_bench.py --quick: each kind wrote what it says (jobs
+    through due's own connection or an AsyncSession on asyncpg, rows beside)."""
+    command = [sys.executable, "bench/sqlalchemy_bench.py", "--quick"]
+    try:
+        done = run_apart(command, tmp_path, timeout=300)
+    finally:
+        drop_scratch_databases(tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = (tmp_path / "results" / "results.jsonl").read_text().splitlines()
+    written = {r["kind"]: (r["jobs"], r["rows"]) for r in map(json.loads, lines)}
+    assert written == {"own": (50, 0), "session": (50, 0), "row": (0, 50), "row+job": (50, 50)}
+    assert "(row+job - row)/own" in done.stdout
+
+
 def test_the_cost_breakdown_measures_every_shape_on_both_sides(tmp_path: Path) -> None:
     """bench/costs.py: each shape at each batch size, and each enqueue, with CPU
     counted on the client and on the server (a meter reading nothing fails; the

@@ -256,3 +256,31 @@ def test_a_session_in_another_time_zone_reads_times_in_utc(
     with psycopg.connect(app.url) as conn:  # the row holds the same instant
         (stored,) = conn.execute("SELECT run_at FROM due_jobs WHERE id = %s", [job.id]).fetchone()
     assert stored == job.run_at
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_an_async_session_holding_sqlite_s_write_lock_does_not_wait_for_itself(
+    app: due.App, engine: Any
+) -> None:
+    """A limited task's first enqueue writes the app's limits on its own
+    connection, which would wait for the session's own write lock: it is left
+    to the workers and the app's next enqueue of its own (as with sqlite3's)."""
+    slow = due.App(app.url, store_options={"busy_timeout": 1.0})
+    slow.limit("mail", concurrency=2)
+
+    @slow.task(name="mail", limits=["mail"])
+    def mail(to: str) -> None: ...
+
+    async def sign_up() -> due.Job:
+        aengine = async_engine(app.url, "aiosqlite")
+        async with AsyncSession(aengine) as session:
+            await session.execute(text("INSERT INTO orders VALUES (1)"))  # the write lock
+            job = await mail.options(connection=session).aenqueue("a@example.com")
+            await session.commit()
+        await aengine.dispose()
+        return job
+
+    job = asyncio.run(sign_up())
+    assert present(slow, job) and orders(engine) == [1]
+    assert slow.limit_overview() == []  # not written yet: that would have waited for itself
+    slow.close()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import itertools
 import re
 import threading
@@ -223,7 +224,7 @@ class PostgresBackend:
             from due.store.postgres.on_sqlalchemy import on_sqlalchemy  # (it imports this)
 
             lent = sync_connection(connection, call)
-            check_database(lent, "postgresql", self._database_name(), call)
+            check_database(lent, "postgresql", self._database_name, call)
             with on_sqlalchemy(lent, self.url, self._clock.now(), QUERIES, atomic) as lent_tx:
                 yield lent_tx
             return
@@ -261,6 +262,7 @@ class PostgresBackend:
             with kept_all_or_none(execute, SAVEPOINT, psycopg.Error):
                 yield tx
 
+    @functools.cached_property
     def _database_name(self) -> str:
         """The App's database name ("" when its URL names none: the server's default)."""
         with contextlib.suppress(psycopg.ProgrammingError):
