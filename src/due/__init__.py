@@ -44,7 +44,7 @@ from due.errors import (
     StoreUnavailableError,
     UnknownTaskError,
 )
-from due.long_work.context import Context
+from due.long_work.context import Context, JobTransaction
 from due.request import JobRequest
 from due.retry import Retry
 from due.task import Task, TaskWithOptions
@@ -61,6 +61,7 @@ __all__ = [
     # jobs
     "AttemptError",
     "Context",
+    "JobTransaction",
     "Job",
     "JobRequest",
     "JobState",
