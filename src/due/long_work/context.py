@@ -424,9 +424,15 @@ class Context:
 
         Not for a job with pieces: it ends when they do (use `on_complete`).
 
-        Yields:
-            The connection the block works on: due's own (sqlite3, or psycopg),
-            in the open transaction, or the `connection` given.
+        Args:
+            connection: Your own open connection to the job database, whose
+                transaction the block works in and the job's success commits
+                with (default: a transaction on due's own connection).
+
+        Returns:
+            A context manager (`with`; `async with` for SQLAlchemy's async
+            objects) whose block works on a connection: due's own (sqlite3,
+            or psycopg) in the open transaction, or the `connection` given.
 
         Raises:
             JobCancelled: The job was asked to stop before the commit: nothing
