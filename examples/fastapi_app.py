@@ -36,7 +36,8 @@ DATABASE_URL = os.environ["DATABASE_URL"]  # postgresql://host:port/database
 # One database for the app's rows and its jobs: due's own connections (psycopg)
 # and the app's (SQLAlchemy on asyncpg) reach it by the same URL.
 jobs = due.App(DATABASE_URL)
-engine = create_async_engine(make_url(DATABASE_URL).set(drivername="postgresql+asyncpg"))
+# asyncpg takes no libpq parameters (sslmode=...): give them as its connect_args.
+engine = create_async_engine(make_url(DATABASE_URL).set(drivername="postgresql+asyncpg", query={}))
 sessions = async_sessionmaker(engine, expire_on_commit=False)
 
 

@@ -52,6 +52,7 @@ from due.retry import Retry
 from due.scheduler.catalog import ScheduleCatalog
 from due.scheduler.registration import ScheduleTiming, define_for_app
 from due.store import POSTGRES_PREFIXES, Store, open_store
+from due.store.sqlalchemy_connections import is_sqlalchemy
 from due.task import DEFAULT_QUEUE, Registry, Task, TaskConfig, did_you_mean
 from due.visibility import snapshot
 from due.visibility.alerts import Alert, AlertRules, QueueThresholds, evaluate
@@ -507,10 +508,11 @@ class App:
         written by the workers, as they start, or by its next enqueue without a
         connection.
         """
-        # (SQLAlchemy's objects have an in_transaction() method: taken as true.)
-        return not (
-            self._open_store().single_writer and getattr(connection, "in_transaction", False)
-        )
+        if not self._open_store().single_writer:
+            return True
+        # A SQLAlchemy connection or session may hold the write lock whatever
+        # its in_transaction() says (a savepoint, a session about to flush).
+        return not (is_sqlalchemy(connection) or getattr(connection, "in_transaction", False))
 
     def _prepare_as_sent(self, requests: Iterable[JobRequest]) -> Sequence[NewJob]:
         """Requests made ready for the store's own transaction.

@@ -3,9 +3,12 @@ success committed with its writes (`ctx.transaction(session)`)."""
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -13,6 +16,7 @@ from sqlalchemy.orm import Session
 
 import due
 from due import JobState
+from due.store.sqlite.backend import path_from_url
 from due.testing import drain
 from tests.helpers.sqlalchemy_engines import ASYNC_DRIVERS, async_engine, sync_engine
 
@@ -141,3 +145,44 @@ def test_the_wrong_form_of_transaction_is_refused(app: due.App, engine: Any) -> 
     mixed.enqueue()
     drain(app)
     assert refusals and "AsyncConnection or AsyncSession" in refusals[0]
+
+
+def test_a_connection_in_autocommit_is_refused_before_the_block_writes(
+    app: due.App, engine: Any
+) -> None:
+    """Each statement would commit on its own: the block's rows would stay
+    whatever became of the job, and a retry would write them again."""
+    refusals: list[str] = []
+    driver = async_driver(app)
+
+    def raw_autocommit() -> Any:
+        if app.url.startswith("sqlite"):
+            return sqlite3.connect(path_from_url(app.url), isolation_level=None)
+        return psycopg.connect(app.url, autocommit=True)
+
+    @app.task(name="post", retry=due.Retry(max_attempts=1))
+    def post(ctx: due.Context) -> None:
+        autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+        for connect in (autocommit.connect, raw_autocommit):
+            with contextlib.closing(connect()) as conn:
+                try:
+                    with ctx.transaction(conn):
+                        refusals.append("the block ran")
+                except due.ConfigurationError as error:
+                    refusals.append(str(error))
+
+    @app.task(name="apost", retry=due.Retry(max_attempts=1))
+    async def apost(ctx: due.Context) -> None:
+        aengine = async_engine(app.url, driver, isolation_level="AUTOCOMMIT")
+        async with aengine.connect() as conn:
+            try:
+                async with ctx.transaction(conn):
+                    refusals.append("the block ran")
+            except due.ConfigurationError as error:
+                refusals.append(str(error))
+        await aengine.dispose()
+
+    post.enqueue(), apost.enqueue()
+    drain(app)
+    assert len(refusals) == 3
+    assert all("in autocommit" in refusal for refusal in refusals), refusals

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 import due
 from due.store.postgres.backend import MANY_BATCH
+from due.store.sqlite.backend import path_from_url
 from tests.conftest import made_schema, postgres_schema_url
 from tests.helpers.sqlalchemy_engines import (
     ASYNC_DRIVERS,
@@ -67,6 +68,26 @@ def orders(engine: Any) -> list[int]:
         return [row[0] for row in conn.exec_driver_sql("SELECT id FROM orders ORDER BY id")]
 
 
+def refuse_in_the_database(app: due.App, engine: Any) -> None:
+    """A trigger refuses the jobs of the task named "refused" (mid-statement)."""
+    triggers = (
+        [
+            "CREATE TRIGGER refuse BEFORE INSERT ON due_jobs WHEN NEW.task = 'refused'"
+            " BEGIN SELECT RAISE(ABORT, 'no_refused'); END"
+        ]
+        if app.url.startswith("sqlite")
+        else [
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF NEW.task"
+            " = 'refused' THEN RAISE EXCEPTION 'no_refused'; END IF; RETURN NEW; END $$",
+            "CREATE TRIGGER refuse BEFORE INSERT ON due_jobs FOR EACH ROW"
+            " EXECUTE FUNCTION refuse()",
+        ]
+    )
+    with engine.begin() as conn:
+        for statement in triggers:
+            conn.exec_driver_sql(statement)
+
+
 def test_a_session_s_job_commits_and_rolls_back_with_its_rows(
     app: due.App, ship: due.Task, engine: Any
 ) -> None:
@@ -101,22 +122,7 @@ def test_a_bulk_on_a_connection_is_all_or_none_in_the_callers_transaction(
 ) -> None:
     refused = app.task(name="refused")(lambda n: None)
     requests = [*(ship.request(n) for n in range(2 * MANY_BATCH + 1)), refused.request(0)]
-    triggers = (
-        [
-            "CREATE TRIGGER refuse BEFORE INSERT ON due_jobs WHEN NEW.task = 'refused'"
-            " BEGIN SELECT RAISE(ABORT, 'no_refused'); END"
-        ]
-        if app.url.startswith("sqlite")
-        else [
-            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF NEW.task"
-            " = 'refused' THEN RAISE EXCEPTION 'no_refused'; END IF; RETURN NEW; END $$",
-            "CREATE TRIGGER refuse BEFORE INSERT ON due_jobs FOR EACH ROW"
-            " EXECUTE FUNCTION refuse()",
-        ]
-    )
-    with engine.begin() as conn:
-        for statement in triggers:
-            conn.exec_driver_sql(statement)
+    refuse_in_the_database(app, engine)
     with Session(engine) as session:
         session.execute(text("INSERT INTO orders VALUES (1)"))
         with pytest.raises(due.StoreError, match="no_refused"):
@@ -207,6 +213,51 @@ def test_a_connection_to_another_database_is_refused(
     assert app.jobs(limit=5) == []
 
 
+def test_the_app_s_database_however_its_url_spells_it_is_accepted(
+    app: due.App, ship: due.Task
+) -> None:
+    """The database is asked which it is: a URL that names it another way (the
+    database given apart from the URL, another host name; a SQLite URI) is
+    the App's, and one that leaves it to defaults is checked all the same."""
+    if app.url.startswith("sqlite"):
+        path = path_from_url(app.url)
+        same = sqlalchemy.create_engine(f"sqlite:///file:{path}?uri=true")
+        other = None
+    else:
+        schema = search_path(app.url)
+        options = {"options": f"-csearch_path={schema}"}
+        same = sqlalchemy.create_engine(
+            "postgresql+psycopg://localhost:5432/", connect_args={**options, "dbname": "due_test"}
+        )
+        other = sqlalchemy.create_engine(  # no database in the URL: given apart
+            "postgresql+psycopg://127.0.0.1:5432/", connect_args={"dbname": "postgres"}
+        )
+    with same.connect() as conn:
+        job = ship.options(connection=conn).enqueue(1)
+        conn.commit()
+    assert present(app, job)
+    if other is not None:
+        with other.connect() as conn, pytest.raises(due.ConfigurationError, match="another"):
+            ship.options(connection=conn).enqueue(2)
+
+
+def test_a_connection_in_autocommit_keeps_a_bulk_all_or_none(
+    app: due.App, ship: due.Task, engine: Any
+) -> None:
+    """No transaction to join: each enqueue commits on its own, and a bulk in a
+    transaction of its own (not a savepoint, which needs one)."""
+    refused = app.task(name="refused")(lambda n: None)
+    refuse_in_the_database(app, engine)
+    autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+    with autocommit.connect() as conn:
+        made = app.enqueue_many([ship.request(n) for n in range(3)], connection=conn)
+        with pytest.raises(due.StoreError, match="no_refused"):
+            app.enqueue_many([ship.request(9), refused.request(0)], connection=conn)
+        conn.rollback()  # nothing to roll back: they were committed
+    assert all(present(app, job) for job in made)
+    assert len(app.jobs(limit=10)) == 3
+
+
 @pytest.mark.parametrize("backend", ["postgres"])
 def test_a_connection_whose_database_lacks_due_s_tables_says_so(
     app: due.App, ship: due.Task
@@ -284,3 +335,35 @@ def test_an_async_session_holding_sqlite_s_write_lock_does_not_wait_for_itself(
     assert present(slow, job) and orders(engine) == [1]
     assert slow.limit_overview() == []  # not written yet: that would have waited for itself
     slow.close()
+
+
+@pytest.mark.parametrize("backend", ["postgres"])
+@pytest.mark.parametrize("driver", ["psycopg", *ASYNC_DRIVERS["postgres"]])
+def test_a_statement_timeout_is_the_same_error_on_every_driver(
+    app: due.App, ship: due.Task, engine: Any, driver: str
+) -> None:
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+            " PERFORM pg_sleep(2); RETURN NEW; END $$"
+        )
+        conn.exec_driver_sql(
+            "CREATE TRIGGER slow BEFORE INSERT ON due_jobs FOR EACH ROW EXECUTE FUNCTION slow()"
+        )
+    timeout = text("SET LOCAL statement_timeout = '50ms'")
+    cancelled = pytest.raises(due.StoreUnavailableError, match="the statement was cancelled")
+    if driver == "psycopg":
+        with Session(engine) as session, cancelled:
+            session.execute(timeout)
+            ship.options(connection=session).enqueue(1)
+        return
+
+    async def enqueue() -> None:
+        aengine = async_engine(app.url, driver)
+        async with AsyncSession(aengine) as session:
+            await session.execute(timeout)
+            with cancelled:
+                await ship.options(connection=session).aenqueue(1)
+        await aengine.dispose()
+
+    asyncio.run(enqueue())

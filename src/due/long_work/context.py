@@ -32,7 +32,7 @@ from due.core.records import PieceSpawn
 from due.errors import ConfigurationError, JobCancelled, LeaseLost
 from due.long_work.pieces import check_policy
 from due.payload import encode_value, finite_number, storable_text
-from due.store.sqlalchemy_connections import is_async, is_sqlalchemy
+from due.store.sqlalchemy_connections import in_autocommit, is_async, is_sqlalchemy
 
 if TYPE_CHECKING:
     from due.app import App
@@ -462,6 +462,7 @@ class Context:
     @contextmanager
     def _callers_transaction(self, connection: Any) -> Iterator[Any]:
         self._may_complete_in_transaction()
+        _refuse_autocommit(in_autocommit(connection, "ctx.transaction(connection)"))
         try:
             yield connection
             self._store().job_complete_on(
@@ -547,10 +548,22 @@ class JobTransaction:
                 "handler"
             )
         self._context._may_complete_in_transaction()
+        call = "ctx.transaction(connection)"
+        _refuse_autocommit(await self._connection.run_sync(lambda lent: in_autocommit(lent, call)))
         return self._connection
 
     async def __aexit__(self, kind: type[BaseException] | None, *rest: Any) -> None:
         await self._context._callers_transaction_async(self._connection, failed=kind is not None)
+
+
+def _refuse_autocommit(autocommits: bool) -> None:
+    if autocommits:
+        raise ConfigurationError(
+            "ctx.transaction(connection) got a connection in autocommit: each statement "
+            "commits on its own, so the job's success cannot commit with your writes; "
+            "pass one in a transaction (SQLAlchemy's default isolation level, psycopg's "
+            "autocommit=False, sqlite3's default isolation_level)"
+        )
 
 
 def _is_async_connection(connection: Any) -> bool:

@@ -97,19 +97,31 @@ async def run_sync(given: Any, call: str, work: Callable[[Any], T]) -> T:
     return result
 
 
-def check_database(connection: Connection, dialect: str, database: str, call: str) -> None:
+def check_database(
+    connection: Connection,
+    dialect: str,
+    call: str,
+    *,
+    theirs: Callable[[Connection], str],
+    ours: str,
+    shown: str,
+) -> None:
     """Refuse a connection to another kind of database, through a driver due
-    does not run on, or to another database than the App's (`database`: the
-    App's PostgreSQL database name, or its SQLite file)."""
+    does not run on, or to another database than the App's.
+
+    The database is the one the connection is on, as the database says
+    (`theirs(connection)`, one statement), against the App's (`ours`): not
+    the URLs, which may name it differently (a pooler's alias, defaults
+    from the environment). Asked once per engine and App database.
+    """
     engine = connection.engine
-    if _checked.get(engine) == database:
+    if _checked.get(engine) == ours:
         return
-    url = engine.url
     name, driver = connection.dialect.name, connection.dialect.driver
-    shown = url.render_as_string(hide_password=True)
+    url = engine.url.render_as_string(hide_password=True)
     if name != dialect:
         raise ConfigurationError(
-            f"{call} got a SQLAlchemy connection to {name} ({shown}), but this App's "
+            f"{call} got a SQLAlchemy connection to {name} ({url}), but this App's "
             f"database is {dialect}: pass a connection of the App's own database"
         )
     if driver not in DRIVERS[dialect]:
@@ -118,21 +130,31 @@ def check_database(connection: Connection, dialect: str, database: str, call: st
             f"{call} got a SQLAlchemy connection through the {driver} driver, which due "
             f"does not run on: make the engine with {wanted}"
         )
-    if not _same_database(dialect, url.database, database):
+    if theirs(connection) != ours:
         raise ConfigurationError(
-            f"{call} got a SQLAlchemy connection to {shown}, another database than this "
-            f"App's ({database}): the job would be written where no worker of this App "
+            f"{call} got a SQLAlchemy connection to {url}, another database than this "
+            f"App's ({shown}): the job would be written where no worker of this App "
             "looks; pass a connection of the App's database"
         )
-    _checked[engine] = database
+    _checked[engine] = ours
 
 
-def _same_database(dialect: str, theirs: str | None, ours: str) -> bool:
-    if dialect == "postgresql":
-        return not theirs or not ours or theirs == ours  # unnamed: the server's default
-    if not theirs or theirs == ":memory:" or theirs.startswith("file::memory:"):
-        return False  # an in-memory database is never the App's file
-    try:
-        return os.path.samefile(theirs, ours)
-    except OSError:
-        return os.path.abspath(theirs) == os.path.abspath(ours)
+def in_autocommit(given: Any, call: str) -> bool:
+    """Whether a caller's connection (SQLAlchemy's, or a driver's) commits each
+    statement on its own: it has no transaction for a job to join."""
+    driver = given
+    if is_sqlalchemy(given):
+        driver = sync_connection(given, call).connection.dbapi_connection
+    if getattr(driver, "autocommit", False) is True:  # psycopg, asyncpg's, sqlite3 (3.12)
+        return True
+    sqlite = "sqlite" in type(driver).__module__.lower()  # sqlite3, and aiosqlite's
+    return sqlite and getattr(driver, "isolation_level", "") is None
+
+
+def sqlite_file(connection: Connection) -> str:
+    """The file of the connection's main SQLite database, as the database says
+    it ("" for an in-memory one)."""
+    for _, name, file in connection.exec_driver_sql("PRAGMA database_list"):
+        if name == "main":
+            return os.path.realpath(file) if file else ""
+    return ""

@@ -224,8 +224,15 @@ class PostgresBackend:
             from due.store.postgres.on_sqlalchemy import on_sqlalchemy  # (it imports this)
 
             lent = sync_connection(connection, call)
-            check_database(lent, "postgresql", self._database_name, call)
             with on_sqlalchemy(lent, self.url, self._clock.now(), QUERIES, atomic) as lent_tx:
+                check_database(
+                    lent,
+                    "postgresql",
+                    call,
+                    theirs=lambda _: _server_identity(lent_tx.run("server_identity")),
+                    ours=self._server_identity,
+                    shown=redact(self.url),
+                )
                 yield lent_tx
             return
         if isinstance(connection, psycopg.AsyncConnection):
@@ -263,11 +270,10 @@ class PostgresBackend:
                 yield tx
 
     @functools.cached_property
-    def _database_name(self) -> str:
-        """The App's database name ("" when its URL names none: the server's default)."""
-        with contextlib.suppress(psycopg.ProgrammingError):
-            return str(psycopg.conninfo.conninfo_to_dict(self.url).get("dbname") or "")
-        return ""
+    def _server_identity(self) -> str:
+        """Which database of which server this App's is (check_database)."""
+        with self.transaction(read=True) as tx:
+            return _server_identity(tx.run("server_identity"))
 
     @contextlib.asynccontextmanager
     async def on_async_connection(
@@ -933,6 +939,11 @@ def returns_rows(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
     return result is not None and result.nfields > 0
 
 
+def _server_identity(rows: Rows) -> str:
+    (row,) = rows
+    return f"{row['database']} on the server started {row['started'].isoformat()}"
+
+
 def redact(url: str) -> str:
     """The database a message is about, as `dbname on host:port`: never its user
     or password (a whole URL is shown through due.redaction.redact_url)."""
@@ -949,6 +960,7 @@ VALUE_STATE_CLASSES = ("22", "23", "54")
 constraint the row broke, a limit such as jsonb's size): the rows' fault
 (ValueRefused). Any other refusal — a statement timeout (57014), a full disk
 (53100) — is the database's, and says nothing about the rows."""
+QUERY_CANCELED = "57014"
 ROLLED_BACK_STATES = ("25P03", "57P01")
 """Besides class 40 (deadlock, serialization failure): a session ended for idling
 in a transaction, or by an administrator."""
@@ -978,7 +990,10 @@ def translate_errors(url: str, *, callers: bool = False) -> Iterator[None]:
     except psycopg.Error as error:
         if is_pooler_breakage(error):
             raise StoreUnavailableError(f"{redact(url)}: {HINT} ({str(error).strip()})") from error
-        if isinstance(error, psycopg.OperationalError) and not _rolled_back(error.sqlstate):
+        cancelled = error.sqlstate == QUERY_CANCELED
+        if isinstance(error, psycopg.OperationalError) and not (
+            _rolled_back(error.sqlstate) or cancelled
+        ):
             raise StoreUnavailableError(f"{redact(url)} is unreachable: {error}") from error
         raise refusal(url, error.sqlstate, error, callers=callers) from error
 
@@ -1007,6 +1022,11 @@ def refusal(url: str, state: str | None, error: Exception, *, callers: bool) -> 
         return StoreConflictError(
             f"{redact(url)}: this transaction was rolled back ({state}: "
             f"{str(error).strip()}); nothing was written, and trying again is safe"
+        )
+    if state == QUERY_CANCELED:
+        return StoreUnavailableError(
+            f"{redact(url)}: the statement was cancelled (a statement timeout, or by an "
+            f"administrator): {str(error).strip()}"
         )
     if state == "42P01" and callers:
         return StoreError(

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from due.store.all_or_none import SAVEPOINT, kept_all_or_none
+from due.errors import StoreUnavailableError
+from due.store.all_or_none import SAVEPOINT, AllOrNone, kept_all_or_none
 from due.store.backend import Batch, Rows, ValueRefused, Values
 from due.store.postgres.backend import (
     _batch_params,
@@ -31,9 +32,12 @@ from due.store.postgres.backend import (
     refusal,
     translate_errors,
 )
+from due.store.sqlalchemy_connections import in_autocommit
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, CursorResult
+
+OWN_TRANSACTION = AllOrNone(("BEGIN",), "COMMIT", ("ROLLBACK",))
 
 _PLACEHOLDER = re.compile(r"%\((\w+)\)[sb]|%%")
 
@@ -109,8 +113,11 @@ def on_sqlalchemy(
         if not atomic:
             yield tx
             return
+        # In the caller's transaction, a savepoint; in autocommit (there is
+        # none), a transaction of their own.
+        statements = OWN_TRANSACTION if in_autocommit(connection, "") else SAVEPOINT
         execute = connection.exec_driver_sql
-        with kept_all_or_none(execute, SAVEPOINT, sqlalchemy.exc.DBAPIError):
+        with kept_all_or_none(execute, statements, sqlalchemy.exc.DBAPIError):
             yield tx
 
 
@@ -124,6 +131,11 @@ def translated(url: str) -> Iterator[None]:
         yield
     except sqlalchemy.exc.DBAPIError as error:
         original = error.orig
+        if error.connection_invalidated:  # the connection is gone, whatever the driver
+            raise StoreUnavailableError(
+                f"{redact(url)}: your connection was lost ({original}): nothing of this "
+                "call was kept"
+            ) from error
         if isinstance(original, psycopg.Error):
             with translate_errors(url, callers=True):
                 raise original from error

@@ -42,6 +42,11 @@ INSERT INTO due_schema_migrations (version, name) VALUES (%(version)s, %(name)s)
 -- name: current_time
 SELECT coalesce(%(now)s::timestamptz, now()) AS now
 
+-- name: server_identity
+-- Which database of which server a connection is on (a caller's connection is
+-- checked against the App's own: sqlalchemy_connections.check_database).
+SELECT current_database() AS database, pg_postmaster_start_time() AS started
+
 -- name: insert_job
 -- A job due later waits among the timers (`timer`), out of the claim index.
 INSERT INTO due_jobs (task, queue, priority, payload, run_at, timer, max_attempts,

@@ -50,7 +50,12 @@ from due.store.backend import (
     Values,
 )
 from due.store.sql import load_migrations, load_queries, require_current_schema
-from due.store.sqlalchemy_connections import check_database, is_sqlalchemy, sync_connection
+from due.store.sqlalchemy_connections import (
+    check_database,
+    is_sqlalchemy,
+    sqlite_file,
+    sync_connection,
+)
 
 QUERIES = load_queries("due.store.sqlite")
 MIGRATIONS = load_migrations("due.store.sqlite")
@@ -289,7 +294,9 @@ class SQLiteBackend:
             from due.store.sqlite import on_sqlalchemy  # (it imports this)
 
             lent = sync_connection(connection, call)
-            check_database(lent, "sqlite", self.path, call)
+            check_database(
+                lent, "sqlite", call, theirs=sqlite_file, ours=self._writer_key, shown=self.path
+            )
             with (
                 on_sqlalchemy.translated(self.path),
                 on_sqlalchemy.kept_on_sqlalchemy(lent, atomic) as through,
