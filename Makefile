@@ -17,7 +17,7 @@ help: ## list the commands
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[postgres-binary,redis,uvloop,web]' --group dev
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[postgres-binary,redis,uvloop,web,otel]' --group dev
 	@touch $(STAMP)
 
 postgres: ## start PostgreSQL (and Redis, for the optional Redis lease) if down; faketime, promtool, chromium, pgbouncer
