@@ -102,7 +102,9 @@ class Executor:
             context = context or Context.for_job(job, self._app, worker=self._worker)
             args, kwargs = task.call_arguments(args, kwargs, context)
         if instrumentation.attempt_hooks:  # empty unless tracing is on: one check
-            return await self._observed(job, task, context, args, kwargs, trusted)
+            observers = instrumentation.observers_for(_attempt_info(job))
+            if observers:
+                return await self._observed(job, task, context, args, kwargs, trusted, observers)
         started = time.perf_counter()
         if task.is_async:
             outcome = await _run_async(task, args, kwargs, trusted)
@@ -123,10 +125,10 @@ class Executor:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         trusted: Callable[[], bool] | None,
+        observers: list[AttemptObserver],
     ) -> Attempt:
         """`run` with the attempt hooks' observers (due.instrumentation) around
         the handler, where it runs, and told how it ended."""
-        observers = instrumentation.observers_for(_attempt_info(job))
         started = time.perf_counter()
         if task.is_async:
             with _running(observers):

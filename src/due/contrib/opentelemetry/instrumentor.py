@@ -25,7 +25,15 @@ from opentelemetry.context import Context
 from opentelemetry.instrumentation.instrumentor import (
     BaseInstrumentor,
 )
-from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace import (
+    Link,
+    Span,
+    SpanKind,
+    Status,
+    StatusCode,
+    Tracer,
+    TracerProvider,
+)
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from due import instrumentation
@@ -44,6 +52,7 @@ OUTCOMES = {
 }
 """`due.job.outcome` by what the attempt's end writes (None: nothing, its lease was lost)."""
 _FAILED = frozenset({JobState.QUEUED, JobState.FAILED, None})
+_API_ALONE = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 _W3C = TraceContextTextMapPropagator()
 _NO_PARENT = Context()
 
@@ -65,10 +74,10 @@ class DueInstrumentor(BaseInstrumentor):
         return ("due",)
 
     def _instrument(self, **kwargs: Any) -> None:
-        tracer = trace.get_tracer(
-            __name__, __version__, tracer_provider=kwargs.get("tracer_provider")
-        )
-        tracing = _Tracing(tracer, enqueue_spans=bool(kwargs.get("enqueue_spans", True)))
+        provider = kwargs.get("tracer_provider")
+        tracer = trace.get_tracer(__name__, __version__, tracer_provider=provider)
+        enqueue_spans = bool(kwargs.get("enqueue_spans", True))
+        tracing = _Tracing(tracer, provider, enqueue_spans=enqueue_spans)
         self._tracing = tracing
         instrumentation.add_enqueue_hook(tracing.sending)
         instrumentation.add_attempt_hook(tracing.attempt)
@@ -83,16 +92,26 @@ class DueInstrumentor(BaseInstrumentor):
 class _Tracing:
     """The hooks, bound to one tracer."""
 
-    def __init__(self, tracer: Tracer, *, enqueue_spans: bool) -> None:
+    def __init__(
+        self, tracer: Tracer, provider: TracerProvider | None, *, enqueue_spans: bool
+    ) -> None:
         self._tracer = tracer
+        self._provider = provider
         self._enqueue_spans = enqueue_spans
         # Bound once, so that the same objects are registered and removed.
         self.sending = self._sending
         self.attempt = self._attempt
 
+    def _silent(self) -> bool:
+        """Whether the tracer records nothing: no SDK is configured (OpenTelemetry's
+        API alone, whose tracer is a no-op until one is), asked of the provider,
+        which costs far less than a span that would record nothing."""
+        provider = trace.get_tracer_provider() if self._provider is None else self._provider
+        return isinstance(provider, _API_ALONE)
+
     def _sending(self, sending: Sending) -> dict[str, str] | None:
         """The trace context to store with a job being enqueued."""
-        if not self._enqueue_spans:
+        if not self._enqueue_spans or self._silent():  # no span of ours: carry the current one
             span = trace.get_current_span()
             return _carrier(span) if span.get_span_context().is_valid else None
         attributes = {
@@ -115,6 +134,8 @@ class _Tracing:
 
     def _attempt(self, info: AttemptInfo) -> _Attempt | None:
         """The span of an attempt about to start (None when there is none to record)."""
+        if not info.headers and not info.first_attempt and self._silent():
+            return None  # the common case without an SDK: nothing to record or carry
         parent, links = _NO_PARENT, []
         if info.headers:
             stored = _W3C.extract(info.headers)
