@@ -34,6 +34,7 @@ import logging
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Protocol
 
 from due.core.jobs import JobState
@@ -56,9 +57,9 @@ class Sending:
     """The schedule whose run it is (made by the scheduler), else None."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made for every attempt, and frozen is slow
 class AttemptInfo:
-    """An attempt about to start: what an attempt hook is given."""
+    """An attempt about to start: what an attempt hook is given (to read only)."""
 
     job_id: int
     task: str
@@ -145,10 +146,14 @@ def headers_for(sending: Sending) -> dict[str, str] | None:
     return headers or None
 
 
+NO_HEADERS: Mapping[str, str] = MappingProxyType({})
+"""The headers of a job that has none (one shared, read-only mapping)."""
+
+
 def observers_for(info: AttemptInfo) -> list[AttemptObserver]:
     """The observers the attempt hooks give an attempt (often one, or none)."""
     observers = []
-    for hook in tuple(attempt_hooks):
+    for hook in attempt_hooks:
         try:
             observer = hook(info)
         except Exception as error:

@@ -332,8 +332,8 @@ def _attempt_info(job: ClaimedJob) -> AttemptInfo:
         job.queue,
         job.attempt,
         job.schedule,
-        job.headers or {},
-        job.first_attempt or {},
+        job.headers or instrumentation.NO_HEADERS,
+        job.first_attempt or instrumentation.NO_HEADERS,
     )
 
 

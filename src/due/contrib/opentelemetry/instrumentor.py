@@ -75,6 +75,7 @@ class DueInstrumentor(BaseInstrumentor):
 
     def _instrument(self, **kwargs: Any) -> None:
         provider = kwargs.get("tracer_provider")
+        trace.get_tracer_provider()  # sets the global one OTEL_PYTHON_TRACER_PROVIDER names
         tracer = trace.get_tracer(__name__, __version__, tracer_provider=provider)
         enqueue_spans = bool(kwargs.get("enqueue_spans", True))
         tracing = _Tracing(tracer, provider, enqueue_spans=enqueue_spans)
@@ -97,6 +98,7 @@ class _Tracing:
     ) -> None:
         self._tracer = tracer
         self._provider = provider
+        self._silent_provider = isinstance(provider, _API_ALONE)
         self._enqueue_spans = enqueue_spans
         # Bound once, so that the same objects are registered and removed.
         self.sending = self._sending
@@ -104,10 +106,13 @@ class _Tracing:
 
     def _silent(self) -> bool:
         """Whether the tracer records nothing: no SDK is configured (OpenTelemetry's
-        API alone, whose tracer is a no-op until one is), asked of the provider,
-        which costs far less than a span that would record nothing."""
-        provider = trace.get_tracer_provider() if self._provider is None else self._provider
-        return isinstance(provider, _API_ALONE)
+        API alone, whose tracer is a no-op until one is). Asked for every job,
+        so asked cheaply: of the provider given, or whether a global one is set
+        yet (`get_tracer_provider()` also reads the environment at every call,
+        0.8 us, half of what an untraced attempt then costs)."""
+        if self._provider is not None:
+            return self._silent_provider
+        return getattr(trace, "_TRACER_PROVIDER", False) is None
 
     def _sending(self, sending: Sending) -> dict[str, str] | None:
         """The trace context to store with a job being enqueued."""
