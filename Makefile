@@ -81,6 +81,7 @@ bench: $(STAMP) postgres ## run the benchmark (due and its peers, side by side)
 	$(PY) bench/thread_enqueue.py
 	$(PY) bench/notify_cost.py
 	$(PY) bench/costs.py
+	$(PY) bench/tracing_bench.py
 	$$(scripts/newest-venv)/bin/python bench/django_bench.py
 
 soak: $(STAMP) postgres ## a steady 1,000 jobs/s for SOAK_MINUTES (30) on SOAK_BACKEND (postgres): does anything decay?

@@ -32,12 +32,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Protocol
 
 from due.core.jobs import JobState
+from due.core.records import ClaimedJob
 from due.logs import event
 
 HEADERS = "headers"
@@ -162,6 +163,30 @@ def observers_for(info: AttemptInfo) -> list[AttemptObserver]:
         if observer is not None:
             observers.append(observer)
     return observers
+
+
+def attempt_info(job: ClaimedJob) -> AttemptInfo:
+    """What the attempt hooks are told of a claimed job's attempt."""
+    return AttemptInfo(
+        job.id,
+        job.task,
+        job.queue,
+        job.attempt,
+        job.schedule,
+        job.headers or NO_HEADERS,
+        job.first_attempt or NO_HEADERS,
+    )
+
+
+def running(observers: list[AttemptObserver]) -> ExitStack:
+    """The observers' `running()` entered together (exited around the handler)."""
+    stack = ExitStack()
+    for observer in observers:
+        try:
+            stack.enter_context(observer.running())
+        except Exception as error:
+            event(log, "instrumentation.hook_failed", logging.WARNING, error=repr(error))
+    return stack
 
 
 def ended(observers: list[AttemptObserver], end: AttemptEnd) -> dict[str, str] | None:
