@@ -20,7 +20,8 @@ each), on a database emptied before each drain. Jobs per second from the
 first job's started_at to the last one's finished_at, as the database
 stamped them. One JSON line per run (bench/results/results.jsonl), then a
 table per backend: median [min-max] over the runs, each kind against off,
-and the cost of tracing per job in microseconds. `--quick`: small sizes, one
+and the cost of tracing per job in microseconds. Then the hooks' own cost
+per call, in process (no worker, no database). `--quick`: small sizes, one
 run each (a smoke run; its figures mean nothing).
 """
 
@@ -208,6 +209,53 @@ def report(backend: str, figures: dict[str, list[float]], cpu: dict[str, list[fl
         print(f"| {kind} | {rate} | {against} | {used} | {against_cpu} |")
 
 
+def hook_costs(calls: int) -> None:
+    """The hooks' own cost per call, in this process (no worker, no database):
+    what the drain's spread on a shared machine cannot resolve."""
+    from datetime import UTC, datetime
+
+    from due import instrumentation
+    from due.core.jobs import JobState
+    from due.core.records import ClaimedJob
+    from due.instrumentation import AttemptEnd, Sending, attempt_info
+
+    def enqueue() -> None:
+        if instrumentation.enqueue_hooks:  # as request.prepare asks
+            instrumentation.headers_for(sending)
+
+    def attempt(job: ClaimedJob) -> None:
+        if not instrumentation.attempt_hooks:  # as the executor asks
+            return
+        observers = instrumentation.observers_for(attempt_info(job))
+        if observers:
+            with instrumentation.running(observers):
+                pass
+            instrumentation.ended(observers, AttemptEnd(JobState.SUCCEEDED))
+
+    def per_call(fn: Any) -> float:
+        started = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        return (time.perf_counter() - started) / calls * 1e6
+
+    at = datetime(2030, 1, 1, tzinfo=UTC)
+    sending = Sending(TASK, QUEUE)
+    print(f"\n### The hooks in process, us per call ({calls:,} calls)\n")
+    print("| | off | noop (no SDK) | sdk (BatchSpanProcessor, dropped) |")
+    print("|---|---|---|---|")
+    rows: dict[str, list[float]] = {"enqueue (the send span)": [], "attempt, whole": []}
+    for kind in KINDS:
+        provider = trace_on(kind)
+        headers = instrumentation.headers_for(sending) if kind != "off" else None
+        job = ClaimedJob(1, TASK, QUEUE, 0, (), {}, 1, 3, 1, at, at, at, headers=headers)
+        rows["enqueue (the send span)"].append(per_call(enqueue))
+        rows["attempt, whole"].append(per_call(lambda job=job: attempt(job)))
+        if kind != "off":
+            trace_off(provider)
+    for name, (off, noop, sdk) in rows.items():
+        print(f"| {name} | {off:.2f} | {noop:.2f} | {sdk:.1f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="both")
@@ -222,6 +270,7 @@ def main() -> None:
         args.runs, args.drain = 1, 300
     for backend in ["sqlite", "postgres"] if args.backend == "both" else [args.backend]:
         one_backend(backend, args)
+    hook_costs(1_000 if args.quick else 100_000)
 
 
 if __name__ == "__main__":
