@@ -258,3 +258,29 @@ def test_the_core_imports_no_opentelemetry() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_pieces_are_known_by_their_arguments_not_their_trace_context(
+    app: due.App, traces: Traces
+) -> None:
+    """Spawned again, a piece is the same piece, though each spawn stores
+    another context; a piece's enqueue is a child of its parent's attempt."""
+
+    @app.task(name="piece")
+    def piece(n: int) -> None: ...
+
+    @app.task(name="parent")
+    def parent(ctx: due.Context) -> None:
+        ctx.spawn(piece, [(1,), (2,)])
+        ctx.spawn(piece, [(1,), (2,), (3,)])
+
+    job = parent.enqueue()
+    drain(app)
+    assert app.get(job.id).pieces == due.Pieces(3, 3, 0)
+    parent_span = next(
+        span
+        for span in traces.named("process default")
+        if (span.attributes or {})["due.task"] == "parent"
+    )
+    sends = [s for s in traces.named("send default") if (s.attributes or {})["due.task"] == "piece"]
+    assert len(sends) == 5 and {parent_id(s) for s in sends} == {span_id(parent_span)}
