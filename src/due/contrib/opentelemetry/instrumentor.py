@@ -11,7 +11,8 @@ handler runs. Its parent is the stored context; for a schedule's run it is
 the root of a trace of its own with a link to the stored context (the run
 was made by the scheduler, not caused by a request); and from the second
 attempt on, it also links to the first attempt's span, whose context the
-first attempt kept in its entry of the job's history.
+first attempt kept in its entry of the job's history (an attempt whose
+worker died keeps none: the link then goes to the earliest that did).
 """
 
 from __future__ import annotations
