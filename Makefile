@@ -17,7 +17,7 @@ help: ## list the commands
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[postgres-binary,redis,uvloop,web]' --group dev
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[postgres-binary,redis,uvloop,web,otel]' --group dev
 	@touch $(STAMP)
 
 postgres: ## start PostgreSQL (and Redis, for the optional Redis lease) if down; faketime, promtool, chromium, pgbouncer
@@ -82,6 +82,7 @@ bench: $(STAMP) postgres ## run the benchmark (due and its peers, side by side)
 	$(PY) bench/notify_cost.py
 	$(PY) bench/costs.py
 	$(PY) bench/sqlalchemy_bench.py
+	$(PY) bench/tracing_bench.py
 	$$(scripts/newest-venv)/bin/python bench/django_bench.py
 
 soak: $(STAMP) postgres ## a steady 1,000 jobs/s for SOAK_MINUTES (30) on SOAK_BACKEND (postgres): does anything decay?

@@ -149,6 +149,19 @@ def encode_arguments(
     return text
 
 
+def with_headers(payload: str, headers: Mapping[str, str] | None) -> str:
+    """A job's payload (JSON text of an object) with `headers` beside its
+    arguments, under "headers" (due.instrumentation); the same when there are
+    none, or when one cannot be stored (a NUL, a lone surrogate)."""
+    if not headers:
+        return payload
+    text = _json_text(dict(headers))
+    if _holds_nul(text) or unstorable(text) is not None:
+        return payload
+    body = payload.rstrip()[:-1].rstrip()  # the object without its closing brace
+    return f'{body}{"" if body.endswith("{") else ","}"headers":{text}}}'
+
+
 def encode_value(value: Any, what: str) -> str:
     """JSON text of a result, checkpoint or progress; raises PayloadError naming `what`."""
     try:

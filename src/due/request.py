@@ -8,11 +8,13 @@ from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, overload
 
+from due import instrumentation
 from due.core.records import NewJob
 from due.durations import DurationLike, to_seconds
 from due.errors import ArgumentsError, ConfigurationError, InvalidJobError
+from due.instrumentation import Sending
 from due.limits import job_limits
-from due.payload import encode_arguments, unstorable
+from due.payload import encode_arguments, unstorable, with_headers
 
 if TYPE_CHECKING:
     from due.task import Task
@@ -99,11 +101,15 @@ def prepare(request: JobRequest, task: Task[Any, Any], max_payload_bytes: int) -
             "give a key= with it"
         )
     options = task.config  # validated when the task was defined
+    queue = options.queue if request.queue is None else validate_queue(request.queue)
+    payload = encode_arguments(task.name, request.args, request.kwargs, max_payload_bytes)
+    if instrumentation.enqueue_hooks:  # empty unless tracing is on: one check
+        payload = with_headers(payload, instrumentation.headers_for(Sending(task.name, queue)))
     return NewJob(
         task.name,
-        options.queue if request.queue is None else validate_queue(request.queue),
+        queue,
         options.priority if request.priority is None else validate_priority(request.priority),
-        encode_arguments(task.name, request.args, request.kwargs, max_payload_bytes),
+        payload,
         request.args,
         request.kwargs,
         options.retry.max_attempts,

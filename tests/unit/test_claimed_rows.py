@@ -33,6 +33,8 @@ def row(job_id: int, payload: str, **values: Any) -> tuple[Any, ...]:
         "completes": None,
         "pieces_total": 0,
         "workflow_id": None,
+        "schedule": None,
+        "first_attempt": None,
         **values,
     }
     return tuple(fields[name] for name in CLAIM_COLUMNS)
@@ -88,3 +90,20 @@ def test_a_payload_is_read_as_json_loads_reads_it_whole() -> None:
     assert (first.id, first.args) == (1, (1,))
     assert third.id == 3 and third.checkpoint == [1, 2]
     assert [c.job_id for c in unreadable] == [2]
+
+
+def test_headers_beside_the_arguments_are_read_apart_from_them() -> None:
+    """A payload's "headers" (due.instrumentation) are not arguments; the
+    headers the first attempt kept come as JSON text of their own."""
+    rows = [
+        row(1, '{"args": [1], "kwargs": {"k": 2}, "headers": {"traceparent": "00-a-b-01"}}'),
+        row(2, '{"args": [], "kwargs": {}}', schedule="nightly", first_attempt='{"t": "x"}'),
+        row(3, '{"args": [], "kwargs": {}, "headers": ["not", "an", "object"]}'),
+    ]
+    claimed, unreadable = read_claimed(CLAIM_COLUMNS, rows)
+    assert unreadable == []
+    first, second, third = claimed
+    assert (first.args, first.kwargs) == ((1,), {"k": 2})
+    assert first.headers == {"traceparent": "00-a-b-01"} and first.first_attempt is None
+    assert (second.headers, second.schedule, second.first_attempt) == (None, "nightly", {"t": "x"})
+    assert third.headers is None

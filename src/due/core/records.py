@@ -93,6 +93,12 @@ class ClaimedJob:
     """An earlier attempt spawned pieces: this attempt ends by waiting for them."""
     workflow_id: int | None = None
     """The workflow it is a step of: its end releases the steps after it."""
+    schedule: str | None = None
+    """The schedule whose run it is."""
+    headers: dict[str, str] | None = None
+    """The headers stored with it as it was enqueued (due.instrumentation)."""
+    first_attempt: dict[str, str] | None = None
+    """The headers kept by its earliest attempt that kept any (due.instrumentation)."""
 
     @property
     def settles_a_parent(self) -> bool:
@@ -129,10 +135,12 @@ class Completion:
     """How long its handler ran (counted in the duration figures)."""
     warning: str | None = None
     """A success whose result failed the task's check=: why (counted as warned)."""
+    headers: Mapping[str, str] | None = None
+    """Headers kept with its error's entry in the history (due.instrumentation)."""
 
     def error_json(self) -> str | None:
         """Its error as the JSON entry a job's history keeps, or None."""
-        return None if self.error is None else attempt_error_json(self.error)
+        return None if self.error is None else attempt_error_json(self.error, self.headers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,8 +342,12 @@ class Action:
     """The queue it was done to, if any."""
 
 
-def attempt_error_json(error: AttemptError) -> str:
-    """An attempt's error as the JSON entry a job's history keeps."""
+def attempt_error_json(error: AttemptError, headers: Mapping[str, str] | None = None) -> str:
+    """An attempt's error as the JSON entry a job's history keeps.
+
+    With the headers its instrumentation kept, if any: the first attempt's are
+    read by the claims of the attempts after it (due.instrumentation).
+    """
     # Not ensure_ascii: a lone surrogate escaped as \udcxx passes the driver,
     # then SQLite's JSON functions store it as bytes that are not UTF-8 (the row
     # can no longer be read) and PostgreSQL refuses the whole batch. Raw, the
@@ -352,6 +364,8 @@ def attempt_error_json(error: AttemptError) -> str:
         record["exception"] = error.exception
     if error.worker is not None:
         record["worker"] = error.worker
+    if headers:
+        record["headers"] = dict(headers)
     return json.dumps(record, ensure_ascii=False)
 
 
@@ -498,6 +512,8 @@ CLAIM_COLUMNS = (
     "completes",
     "pieces_total",
     "workflow_id",
+    "schedule",
+    "first_attempt",
 )
 """What a claim returns, in this order (each backend's claim_jobs), with the
 payload and checkpoint as JSON text: decoded here, once, into what the job
@@ -551,8 +567,12 @@ def _claimed_job(
     completes: int | None,
     pieces_total: int,
     workflow_id: int | None = None,
+    schedule: str | None = None,
+    first_attempt: str | None = None,
 ) -> ClaimedJob:
-    args, kwargs = _arguments(payload)
+    decoded = _decoded(payload) if isinstance(payload, str) else payload
+    args, kwargs = _arguments(decoded)
+    headers = decoded.get("headers") if type(decoded) is dict else None
     return ClaimedJob(
         id,
         task,
@@ -572,7 +592,16 @@ def _claimed_job(
         completes,
         bool(pieces_total),
         workflow_id,
+        schedule,
+        headers if type(headers) is dict else None,
+        None if first_attempt is None else _headers(first_attempt),
     )
+
+
+def _headers(text: str) -> dict[str, str] | None:
+    """Headers kept in a job's history (JSON text of an object), or None."""
+    value = _decoded(text)
+    return value if type(value) is dict else None
 
 
 def _unreadable(row: Mapping[str, Any], error: Exception) -> Completion:

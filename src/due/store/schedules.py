@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from due import instrumentation
 from due.core.schedules import (
     Decide,
     Firing,
@@ -35,6 +36,8 @@ from due.core.schedules import (
     stored_schedule,
 )
 from due.errors import ConfigurationError, ScheduleNotFoundError
+from due.instrumentation import Sending
+from due.payload import with_headers
 from due.store.backend import Backend, DuplicateError, Transaction
 from due.store.settling import settle
 from due.store.stats import count_endings
@@ -287,13 +290,17 @@ def _start_run(
     now: datetime,
 ) -> int | None:
     schedule = stored.schedule
+    payload = schedule.payload
+    if instrumentation.enqueue_hooks:  # a trace context for the run (its own trace)
+        sending = Sending(schedule.task, schedule.queue, schedule.name)
+        payload = with_headers(payload, instrumentation.headers_for(sending))
     inserted = tx.run(
         "insert_scheduled_job",
         {
             "task": schedule.task,
             "queue": schedule.queue,
             "priority": schedule.priority,
-            "payload": schedule.payload,
+            "payload": payload,
             "run_at": run_at,
             "max_attempts": schedule.max_attempts,
             "name": schedule.name,

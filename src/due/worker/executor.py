@@ -11,6 +11,11 @@ is told to stop at its next safe point (and may write nothing more), and the
 caller keeps its slot and its lease until it returns, writing the timeout only
 then, so the retry cannot start while the old attempt still runs. Its late
 result is discarded.
+
+With attempt hooks registered (due.instrumentation: tracing), their observers
+are entered around the handler where it runs (its thread, or the loop) and
+told how the attempt ended; the headers they keep ride on the attempt's error
+entry. With none, an attempt costs one check of an empty list more.
 """
 
 from __future__ import annotations
@@ -27,10 +32,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from due import instrumentation
 from due.clock import Clock
 from due.core.jobs import AttemptError, JobState
 from due.core.records import ClaimedJob, Completion
 from due.errors import JobCancelled, LeaseLost, PayloadError, class_path
+from due.instrumentation import AttemptEnd, AttemptObserver
 from due.logs import event
 from due.long_work.context import Context
 from due.payload import encode_value, storable_text
@@ -98,6 +105,10 @@ class Executor:
         if task.context_parameter:
             context = context or Context.for_job(job, self._app, worker=self._worker)
             args, kwargs = task.call_arguments(args, kwargs, context)
+        if instrumentation.attempt_hooks:  # empty unless tracing is on: one check
+            observers = instrumentation.observers_for(instrumentation.attempt_info(job))
+            if observers:
+                return await self._observed(job, task, context, args, kwargs, trusted, observers)
         started = time.perf_counter()
         if task.is_async:
             outcome = await _run_async(task, args, kwargs, trusted)
@@ -109,6 +120,37 @@ class Executor:
         except Exception as error:
             # Nothing may leave a job without an outcome: not even a step of ours.
             return Attempt(self.crashed(job, error, context), seconds)
+
+    async def _observed(
+        self,
+        job: ClaimedJob,
+        task: Task[Any, Any],
+        context: Context | None,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        trusted: Callable[[], bool] | None,
+        observers: list[AttemptObserver],
+    ) -> Attempt:
+        """`run` with the attempt hooks' observers (due.instrumentation) around
+        the handler, where it runs, and told how it ended."""
+        started = time.perf_counter()
+        if task.is_async:
+            with instrumentation.running(observers):
+                outcome = await _run_async(task, args, kwargs, trusted)
+        else:
+            outcome = await self._run_sync(task, args, kwargs, trusted, observers)
+        seconds = time.perf_counter() - started
+        raised = _raised(outcome, task)
+        try:
+            attempt = self._attempt(task, job, context, outcome, seconds)
+        except Exception as error:
+            attempt, raised = Attempt(self.crashed(job, error, context), seconds), error
+        completion = attempt.completion
+        end = AttemptEnd(None if completion is None else completion.state, raised)
+        kept = instrumentation.ended(observers, end)
+        if completion is not None and completion.error is not None:
+            completion.headers = kept
+        return attempt
 
     def _attempt(
         self,
@@ -198,11 +240,11 @@ class Executor:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         trusted: Callable[[], bool] | None,
+        observers: list[AttemptObserver] | None = None,
     ) -> _Outcome:
         loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(
-            self._threads, functools.partial(self._in_thread, task.fn, args, kwargs, trusted)
-        )
+        call = functools.partial(self._in_thread, task.fn, args, kwargs, trusted, observers)
+        future = loop.run_in_executor(self._threads, call)
         # The thread cannot be stopped: on timeout we stop waiting and hand it back.
         done, _ = await asyncio.wait({future}, timeout=task.config.timeout)
         if not done:
@@ -222,11 +264,15 @@ class Executor:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         trusted: Callable[[], bool] | None,
+        observers: list[AttemptObserver] | None = None,
     ) -> Any:
         with self._busy_lock:
             self.threads_busy += 1
         try:
             _require_trust(trusted)
+            if observers:
+                with instrumentation.running(observers):
+                    return fn(*args, **kwargs)
             return fn(*args, **kwargs)
         finally:
             with self._busy_lock:
@@ -281,6 +327,17 @@ class Executor:
                 job.id, job.lease_token, JobState.QUEUED, error=record, retry_in=delay
             )
         return Completion(job.id, job.lease_token, JobState.FAILED, error=record)
+
+
+def _raised(outcome: _Outcome, task: Task[Any, Any]) -> BaseException | None:
+    """What an attempt's handler raised (a TimeoutError for its timeout)."""
+    if isinstance(outcome, _Raised):
+        return outcome.error
+    if isinstance(outcome, _TimedOut):
+        return TimeoutError(f"timed out after {task.config.timeout:g}s")
+    if isinstance(outcome, _Stopped):
+        return outcome.signal
+    return None
 
 
 MAX_WARNING_CHARACTERS = 2000

@@ -204,7 +204,13 @@ WHERE j.id = ANY(ARRAY(SELECT id FROM chosen))
 RETURNING j.id, j.task, j.queue, j.priority, j.payload::text AS payload, j.attempt,
           j.max_attempts, j.lease_token, j.lease_expires_at, j.run_at, j.created_at,
           j.scheduled_for, j.checkpoint::text AS checkpoint, j.parent_id, j.completes,
-          j.pieces_total, j.workflow_id
+          j.pieces_total, j.workflow_id, j.schedule,
+          -- the headers its earliest attempt kept (due/instrumentation.py): a retry's link
+          CASE WHEN j.attempt > 1 AND jsonb_typeof(j.errors) = 'array' THEN (
+              SELECT entry.value -> 'headers' FROM jsonb_array_elements(j.errors)
+                  WITH ORDINALITY AS entry (value, n)
+              WHERE jsonb_typeof(entry.value -> 'headers') = 'object' ORDER BY entry.n LIMIT 1)::text
+          END AS first_attempt
 
 -- name: heartbeat
 -- Fencing: a job's lease_token changes whenever an attempt starts (claim) or
@@ -1613,7 +1619,13 @@ WHERE j.id = ANY(%(ids)b::bigint[]) AND j.state = 'queued'
 RETURNING j.id, j.task, j.queue, j.priority, j.payload::text AS payload, j.attempt,
           j.max_attempts, j.lease_token, j.lease_expires_at, j.run_at, j.created_at,
           j.scheduled_for, j.checkpoint::text AS checkpoint, j.parent_id, j.completes,
-          j.pieces_total, j.workflow_id
+          j.pieces_total, j.workflow_id, j.schedule,
+          -- the headers its earliest attempt kept (due/instrumentation.py): a retry's link
+          CASE WHEN j.attempt > 1 AND jsonb_typeof(j.errors) = 'array' THEN (
+              SELECT entry.value -> 'headers' FROM jsonb_array_elements(j.errors)
+                  WITH ORDINALITY AS entry (value, n)
+              WHERE jsonb_typeof(entry.value -> 'headers') = 'object' ORDER BY entry.n LIMIT 1)::text
+          END AS first_attempt
 
 -- name: limited_next_due
 -- When the queue's next limited job that waits for no limit comes due (off

@@ -120,7 +120,12 @@ WHERE id IN (
 -- Columns in core.records.CLAIM_COLUMNS' order; JSON as text, decoded once there.
 RETURNING id, task, queue, priority, payload, attempt, max_attempts,
           lease_token, lease_expires_at, run_at, created_at, scheduled_for, checkpoint, parent_id,
-          completes, pieces_total, workflow_id
+          completes, pieces_total, workflow_id, schedule,
+          -- the headers its earliest attempt kept (due/instrumentation.py): a retry's link
+          CASE WHEN attempt > 1 THEN (
+              SELECT json_extract(value, '$.headers') FROM json_each(iif(json_valid(errors), errors, '[]'))
+              WHERE json_type(value, '$.headers') = 'object' ORDER BY key LIMIT 1)
+          END AS first_attempt
 
 -- name: heartbeat
 -- Progress rides along (NULL: unchanged), and the news that the handler began
@@ -1241,7 +1246,12 @@ SET state = 'running',
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'queued'
 RETURNING id, task, queue, priority, payload, attempt, max_attempts,
           lease_token, lease_expires_at, run_at, created_at, scheduled_for, checkpoint, parent_id,
-          completes, pieces_total, workflow_id
+          completes, pieces_total, workflow_id, schedule,
+          -- the headers its earliest attempt kept (due/instrumentation.py): a retry's link
+          CASE WHEN attempt > 1 THEN (
+              SELECT json_extract(value, '$.headers') FROM json_each(iif(json_valid(errors), errors, '[]'))
+              WHERE json_type(value, '$.headers') = 'object' ORDER BY key LIMIT 1)
+          END AS first_attempt
 
 -- name: limited_next_due
 -- When the queue's next limited job that waits for no limit comes due, and
