@@ -21,7 +21,6 @@ does not depend on it.
 
 from __future__ import annotations
 
-import os
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -149,12 +148,3 @@ def in_autocommit(given: Any, call: str) -> bool:
         return True
     sqlite = "sqlite" in type(driver).__module__.lower()  # sqlite3, and aiosqlite's
     return sqlite and getattr(driver, "isolation_level", "") is None
-
-
-def sqlite_file(connection: Connection) -> str:
-    """The file of the connection's main SQLite database, as the database says
-    it ("" for an in-memory one)."""
-    for _, name, file in connection.exec_driver_sql("PRAGMA database_list"):
-        if name == "main":
-            return os.path.realpath(file) if file else ""
-    return ""

@@ -53,7 +53,6 @@ from due.store.sql import load_migrations, load_queries, require_current_schema
 from due.store.sqlalchemy_connections import (
     check_database,
     is_sqlalchemy,
-    sqlite_file,
     sync_connection,
 )
 
@@ -295,7 +294,12 @@ class SQLiteBackend:
 
             lent = sync_connection(connection, call)
             check_database(
-                lent, "sqlite", call, theirs=sqlite_file, ours=self._writer_key, shown=self.path
+                lent,
+                "sqlite",
+                call,
+                theirs=on_sqlalchemy.sqlite_file,
+                ours=self._writer_key,
+                shown=self.path,
             )
             with (
                 on_sqlalchemy.translated(self.path),

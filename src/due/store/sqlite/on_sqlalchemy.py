@@ -11,6 +11,7 @@ the raw rows back.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +53,15 @@ class StatementsThrough:
     @property
     def rowcount(self) -> int:
         return -1 if self._result is None else self._result.rowcount
+
+
+def sqlite_file(connection: Connection) -> str:
+    """The file of the connection's main SQLite database, as the database says
+    it ("" for an in-memory one)."""
+    for _, name, file in connection.exec_driver_sql("PRAGMA database_list"):
+        if name == "main":
+            return os.path.realpath(file) if file else ""
+    return ""
 
 
 @contextlib.contextmanager
