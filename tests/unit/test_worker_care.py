@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pytest
 
 import due
-from due.worker.health import Probes
+from due.worker.health import HealthServer, Probes
 from due.worker.recycling import Recycler, parse_size
 from due.worker.settings import WorkerSettings
 
@@ -37,6 +37,22 @@ def test_probes_follow_the_heartbeats_and_the_phase(clock: due.FakeClock) -> Non
     assert probes.livez()[0] == 503
     probes.phase = "draining"
     assert probes.readyz() == (503, "not claiming: draining")
+
+
+def test_a_health_port_in_use_is_refused_with_what_to_do(clock: due.FakeClock) -> None:
+    async def serve_twice() -> None:
+        probes = Probes(beats=Beats(), clock=clock, lease=10.0, stale_after=30.0)
+        first = HealthServer(probes, 0, host="127.0.0.1")
+        await first.start()
+        try:
+            await HealthServer(probes, first.port, host="127.0.0.1").start()
+        finally:
+            await first.stop()
+
+    with pytest.raises(
+        due.ConfigurationError, match=r"--health-port \d+: cannot listen.*free port"
+    ):
+        asyncio.run(serve_twice())
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from due.clock import Clock
+from due.errors import ConfigurationError
 
 REQUEST_SECONDS = 5.0
 MAX_HEADER_LINES = 100
@@ -86,7 +87,13 @@ class HealthServer:
         self._server: asyncio.Server | None = None
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._answer, self._host, self.port)
+        try:
+            self._server = await asyncio.start_server(self._answer, self._host, self.port)
+        except OSError as error:
+            raise ConfigurationError(
+                f"--health-port {self.port}: cannot listen on {self._host}:{self.port} "
+                f"({error.strerror or error}); choose a free port"
+            ) from None
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:

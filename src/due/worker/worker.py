@@ -400,7 +400,7 @@ class Worker:
         if self.settings.health_port is None:
             return None
         server = HealthServer(self.probes, self.settings.health_port)
-        await server.start()  # a port in use: the worker does not start
+        await server.start()  # a port in use: the worker does not start, and says why
         event(log, "worker.health_serving", port=server.port, paths="/livez,/readyz")
         return server
 
