@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import signal
+import socket
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -37,6 +38,22 @@ def health_port(worker: WorkerProcess) -> int:
         what="the health server",
     )
     return int(found[1])
+
+
+def free_ports(count: int) -> int:
+    """The first of `count` ports in a row that are free now."""
+    for _ in range(100):
+        with socket.socket() as first:
+            first.bind(("127.0.0.1", 0))
+            port = first.getsockname()[1]
+        try:
+            for offset in range(count):
+                with socket.socket() as taken:
+                    taken.bind(("0.0.0.0", port + offset))
+        except OSError:
+            continue
+        return port
+    raise AssertionError("no free ports in a row")
 
 
 def starts(workers: Workers) -> Counter[int]:
@@ -118,9 +135,14 @@ def test_a_child_past_its_memory_is_replaced_and_no_job_is_lost_or_run_twice(
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 def test_a_child_past_its_job_count_is_replaced(app: due.App, workers: Workers) -> None:
+    """...and each child answers the probes on --health-port + its slot."""
     work = app.tasks.get("work")
     jobs = app.enqueue_many([work.request(seconds=0.02) for _ in range(20)])
-    supervisor = workers.start("--processes", "2", "-q", "default=1", "--max-jobs-per-process", "4")
+    port = free_ports(2)
+    supervisor = workers.start(
+        "--processes", "2", "-q", "default=1", "--max-jobs-per-process", "4",
+        "--health-port", str(port),
+    )  # fmt: skip
     wait_until(
         lambda: len(app.jobs(state="succeeded", limit=100)) == len(jobs),
         timeout=60,
@@ -133,5 +155,7 @@ def test_a_child_past_its_job_count_is_replaced(app: due.App, workers: Workers) 
     assert max(per_process.values()) <= 4
     assert re.search(r"supervisor\.child_recycled .*recycled=\d", supervisor.log())
     assert len({line.pid for line in workers.ledger_lines()}) > 2
+    for child in (port, port + 1):
+        wait_until(lambda c=child: probe(c, "/readyz")[0] == 200, what=f"the child on {child}")
     supervisor.process.send_signal(signal.SIGTERM)
     assert supervisor.wait_exit() == 0
