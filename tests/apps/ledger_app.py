@@ -211,3 +211,16 @@ def ticking(ctx: due.Context, seconds: float) -> int:
     finally:
         record("end", ctx)
     return os.getpid()
+
+
+LEAKED: list[bytes] = []
+
+
+@app.task(name="leaky")
+def leaky(ctx: due.Context, megabytes: int = 10, seconds: float = 0.2) -> int:
+    """Keeps what it allocates, as a leaking library would (the memory is touched,
+    so it is resident)."""
+    record("start", ctx)
+    LEAKED.append(b"\x01" * (megabytes * 1_000_000))
+    time.sleep(seconds)
+    return os.getpid()

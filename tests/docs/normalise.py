@@ -9,7 +9,9 @@ Both sides go through the same rules, line by line, then are compared:
 - job ids: `job=12`, `job 12`, `parent=12`, `"id": 12`, and a number alone in
   the first cell of a table's row -> `<id>`
 - ports of a local address (`127.0.0.1:8080`, `localhost:9464`) -> `<port>`
-- a PostgreSQL URL -> `<postgresql-url>` (the harness runs on a schema of its own)
+- a PostgreSQL URL -> `<postgresql-url>` (the harness runs on a schema of its own);
+  the database a worker logs at start, `database=...` -> `database=<database>`
+  (a page that runs on both backends shows one)
 - progress read at a moment: `32/100 (32%)`, and the `done/total` count on a
   row that draws a bar -> `<progress>`
 - the event loop a worker logs (`loop=uvloop` when it is installed, else
@@ -29,6 +31,7 @@ from collections.abc import Sequence
 ELLIPSIS = "..."
 BAR = "━"
 RULES: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"\bdatabase=\S+"), "database=<database>"),
     (re.compile(r"postgres(?:ql)?://[^\s'\"]+"), "<postgresql-url>"),
     (
         re.compile(

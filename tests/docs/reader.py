@@ -38,6 +38,7 @@ each step's output, as printed, is added to that file.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shlex
 import subprocess
@@ -100,7 +101,8 @@ class Reader:
             "TZ": "UTC",
             "PYTHONUNBUFFERED": "1",  # output in the order a terminal shows it
             "PYTHONDONTWRITEBYTECODE": "1",  # every import opens its .py (site/)
-            "PYTHONPATH": str(SITE),
+            # The repository's own src/ before the installed due (a worktree's code).
+            "PYTHONPATH": os.pathsep.join([str(SITE), str(SITE.parents[2] / "src")]),
             "DUE_DOCS_PAGE_FOLDER": str(self.folder),
         }
         if self.on_postgres:

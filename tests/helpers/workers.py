@@ -85,7 +85,8 @@ class Workers:
             **os.environ,
             "DUE_DATABASE_URL": self.url,
             "DUE_TEST_LEDGER": str(self.ledger),
-            "PYTHONPATH": str(REPOSITORY),
+            # (the caller's path after it: a worktree's own src/ before the installed due)
+            "PYTHONPATH": os.pathsep.join([str(REPOSITORY), os.environ.get("PYTHONPATH", "")]),
             **(env or {}),
         }
         with open(log_path, "wb") as log:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +19,7 @@ from due.lookups import list_limit
 from due.redaction import redact_url
 from due.worker.event_loop import DEFAULT_LOOP, LOOPS
 from due.worker.settings import DEFAULT_CONCURRENCY, WorkerSettings
+from due.worker.supervisor import SLOT_ENVIRONMENT_VARIABLE
 
 LOG_LEVELS = ["debug", "info", "warning", "error", "critical"]
 
@@ -147,6 +149,27 @@ def scheduler_options(command: Callable[..., Any]) -> Callable[..., Any]:
     help="Fail a job whose worker died this many times in a row while running it.",
 )
 @click.option(
+    "--max-jobs-per-process",
+    type=int,
+    default=None,
+    help="Recycle a worker process after this many jobs: it stops claiming, lets its jobs "
+    "finish within --grace, and exits (code 75); --processes starts another at once.",
+)
+@click.option(
+    "--max-memory-per-process",
+    default=None,
+    metavar="SIZE",
+    help="Recycle a worker process whose resident memory passes SIZE (500MB, 1GiB), "
+    "as --max-jobs-per-process does.",
+)
+@click.option(
+    "--health-port",
+    type=int,
+    default=None,
+    help="Serve GET /livez and /readyz on this port, all interfaces (with --processes, "
+    "child i on PORT+i).",
+)
+@click.option(
     "--scheduler/--no-scheduler",
     default=True,
     show_default=True,
@@ -163,6 +186,9 @@ def worker(
     processes: int,
     unknown_task_grace: str,
     max_lost_leases: int,
+    max_jobs_per_process: int | None,
+    max_memory_per_process: str | None,
+    health_port: int | None,
     scheduler: bool,
     lease: str,
     grace: str,
@@ -181,7 +207,13 @@ def worker(
 
     app = settings.require_app("due worker")
     configure_logging(log_format, log_level)
+    limits: dict[str, Any] = {
+        "max_jobs": max_jobs_per_process,
+        "max_memory": max_memory_per_process,
+        "health_port": _health_port(health_port),
+    }
     if processes > 1:
+        WorkerSettings.build({}, scheduler=True, **limits)  # refused here, not in each child
         sys.exit(Supervisor(_child_command(), processes).run())
     worker_settings = WorkerSettings.build(
         parse_queues(queues, concurrency, app.tasks.queues()),
@@ -194,6 +226,7 @@ def worker(
         leader_url=_leader_url(leader_url),
         leader_ttl=leader_ttl,
         event_loop=event_loop,
+        **limits,
     )
     sys.exit(run_worker(app, worker_settings))
 
@@ -241,6 +274,12 @@ def _leader_url(url: str | None) -> str | None:
             "redis://[:password@]host[:port][/db], rediss://... (TLS) or unix://path"
         )
     return url
+
+
+def _health_port(port: int | None) -> int | None:
+    """--health-port, plus this process's slot under a supervisor (0 stays 0: any)."""
+    slot = int(os.environ.get(SLOT_ENVIRONMENT_VARIABLE, "0"))
+    return port + slot if port else port
 
 
 def _child_command() -> list[str]:

@@ -23,6 +23,7 @@ from due.core.records import Completion
 from due.logs import event
 from due.worker.ledger import Outcome, RunningJobs
 from due.worker.running import RunningJob
+from due.worker.tally import Tally
 
 log = logging.getLogger("due.worker")
 MAX_BATCH = 1000
@@ -38,11 +39,17 @@ still current, or an earlier try of the same write whose reply was lost wrote it
 
 class Completer:
     def __init__(
-        self, *, ledgers: Sequence[RunningJobs], write: Write, flush_interval: float
+        self,
+        *,
+        ledgers: Sequence[RunningJobs],
+        write: Write,
+        flush_interval: float,
+        tally: Tally | None = None,
     ) -> None:
         self.ledgers = ledgers
         self.write = write
         self.flush_interval = flush_interval
+        self.tally = tally or Tally()
         self.wake = asyncio.Event()
 
     @property
@@ -93,11 +100,19 @@ class Completer:
             plain_success = completion.state is JobState.SUCCEEDED and completion.warning is None
             if not (quiet and written and plain_success):
                 _log_end(running, completion, written)
+            self.tally.ended(_state(running, completion), written)
 
     async def flush(self) -> None:
         """Write everything pending (at shutdown)."""
         while self.pending:
             await self.run_once()
+
+
+def _state(running: RunningJob, completion: Completion) -> JobState:
+    """The state the store gives the job: one asked to stop ends cancelled."""
+    if running.cancel_requested and completion.state != JobState.WAITING:
+        return JobState.CANCELLED
+    return completion.state
 
 
 def _log_end(running: RunningJob, completion: Completion, applied: bool) -> None:

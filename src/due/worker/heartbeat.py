@@ -79,6 +79,10 @@ class Heartbeater:
         self._next_beat = float("-inf")
         self._confirming: tuple[list[RunningJob], asyncio.Future[None]] | None = None
         """The jobs whose start this turn of the loop records (`confirm_start`)."""
+        self.round_ended_at: float | None = None
+        """When a round last ended, whatever its outcome (the liveness probe)."""
+        self.reached_at: float | None = None
+        """When the database last answered the registration touch (readiness)."""
 
     def interval(self) -> float:
         leases = [running.lease_seconds for running in self._held()]
@@ -100,7 +104,8 @@ class Heartbeater:
         # Apart from the renewal: a touch that fails must not throw its reply away.
         await self._touch_registration()
         untrusted = expire_untrusted(self._held(), self._clock, self._on_lost)
-        self._next_beat = self._clock.monotonic() + self.interval()
+        self.round_ended_at = self._clock.monotonic()
+        self._next_beat = self.round_ended_at + self.interval()
         return HeartbeatRound(renewed, lost, untrusted, failed)
 
     async def report_starts(self) -> int:
@@ -183,6 +188,7 @@ class Heartbeater:
     async def _touch_registration(self) -> None:
         try:
             await self._touch(self.interval())
+            self.reached_at = self._clock.monotonic()
         except StoreError as error:
             event(log, "worker.touch_failed", logging.WARNING, error=str(error))
 

@@ -13,6 +13,7 @@ import threading
 from due.app import App
 from due.logs import JsonFormatter, event
 from due.worker.event_loop import loop_factory
+from due.worker.recycling import RECYCLE_EXIT_CODE
 from due.worker.settings import WorkerSettings
 from due.worker.supervisor import SUPERVISOR_ENVIRONMENT_VARIABLE
 from due.worker.worker import Worker
@@ -44,7 +45,8 @@ per no-op job, under callgrind; with 7,000 and the start-up frozen, none)."""
 
 
 def run_worker(app: App, settings: WorkerSettings) -> int:
-    """Run until SIGTERM/SIGINT (twice: release at once); 0 after a clean shutdown."""
+    """Run until SIGTERM/SIGINT (twice: release at once); 0 after a clean shutdown,
+    RECYCLE_EXIT_CODE after one the worker asked for itself (recycling.py)."""
     worker = Worker(app, settings)
     worker.exit_within = _exit_within
     _tune_garbage_collection()
@@ -60,13 +62,14 @@ def run_worker(app: App, settings: WorkerSettings) -> int:
     with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
         runner.run(main())
     app.close()
+    code = RECYCLE_EXIT_CODE if worker.recycler.reason else 0
     if worker.executor.threads_busy:
         # Their jobs were released; a thread cannot be interrupted, so do not wait.
         busy = worker.executor.threads_busy
         event(log, "worker.exit_with_threads_running", logging.WARNING, threads=busy)
         logging.shutdown()
-        os._exit(0)
-    return 0
+        os._exit(code)
+    return code
 
 
 def _exit_within(seconds: float) -> None:

@@ -14,6 +14,7 @@ from due.request import validate_queue
 from due.task import MIN_LEASE_SECONDS
 from due.worker.clock_watch import DEFAULT_CLOCK_INTERVAL
 from due.worker.event_loop import DEFAULT_LOOP, loop_factory
+from due.worker.recycling import parse_size
 
 DEFAULT_CONCURRENCY = 10
 DEFAULT_LEASE_SECONDS = 10.0
@@ -54,6 +55,12 @@ class WorkerSettings:
     (schedule history: the longer of the two)."""
     event_loop: str = DEFAULT_LOOP
     """`auto` (uvloop when installed), `asyncio` or `uvloop` (event_loop.py)."""
+    max_jobs: int | None = None
+    """Recycle the process once it has run this many jobs (recycling.py)."""
+    max_memory: int | None = None
+    """Recycle the process once its resident memory passes this many bytes."""
+    health_port: int | None = None
+    """Serve /livez and /readyz on this port (health.py); 0: any free port."""
 
     @classmethod
     def build(
@@ -68,6 +75,9 @@ class WorkerSettings:
         retention_succeeded: DurationLike | None = None,
         retention_failed: DurationLike | None = None,
         leader_ttl: DurationLike = 10.0,
+        max_jobs: int | None = None,
+        max_memory: str | int | None = None,
+        health_port: int | None = None,
         **options: object,
     ) -> WorkerSettings:
         if not queues and not options.get("scheduler", True):
@@ -91,6 +101,10 @@ class WorkerSettings:
         if not isinstance(max_lost_leases, int) or max_lost_leases < 1:
             raise ConfigurationError("max_lost_leases must be a whole number >= 1")
         loop_factory(str(options.get("event_loop", DEFAULT_LOOP)))  # refused at construction
+        if max_jobs is not None and (not isinstance(max_jobs, int) or max_jobs < 1):
+            raise ConfigurationError(f"max jobs per process must be >= 1, got {max_jobs!r}")
+        if health_port is not None and not 0 <= health_port <= 65535:
+            raise ConfigurationError(f"health port must be 0-65535, got {health_port!r}")
         return cls(
             queues=dict(queues),
             lease=lease_seconds,
@@ -99,6 +113,11 @@ class WorkerSettings:
             max_lost_leases=max_lost_leases,
             retention=_retention(retention, retention_succeeded, retention_failed),
             leader_ttl=_leader_ttl(leader_ttl),
+            max_jobs=max_jobs,
+            max_memory=None
+            if max_memory is None
+            else parse_size(max_memory, "max memory per process"),
+            health_port=health_port,
             **options,  # type: ignore[arg-type]
         )
 

@@ -68,6 +68,7 @@ class Shutdown:
         hard_stop: asyncio.Event,
         clock: Clock,
         exit_within: Callable[[float], None] = lambda seconds: None,
+        on_released: Callable[[int], None] = lambda jobs: None,
     ) -> None:
         self._store = store
         self._call = call
@@ -80,6 +81,7 @@ class Shutdown:
         self._hard_stop = hard_stop
         self._clock = clock
         self._exit_within = exit_within
+        self._on_released = on_released
 
     async def drain_and_release(self) -> None:
         await self._set_state("stopping")
@@ -147,6 +149,7 @@ class Shutdown:
             await self._call(
                 self._store.job_release, leases, reason, later or set(), HANDBACK_SECONDS
             )
+            self._on_released(len(unfinished))
         except StoreError as error:
             event(
                 log,

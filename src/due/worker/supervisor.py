@@ -9,6 +9,11 @@ reaches only the supervisor, which forwards every SIGTERM/SIGINT to each child
 (the second one makes them release their jobs at once); it exits 0 once all
 of them have exited. A child whose supervisor disappears stops by itself
 (it watches its parent pid).
+
+A child that recycled itself (`--max-jobs-per-process`,
+`--max-memory-per-process`: it drained and exited with RECYCLE_EXIT_CODE,
+recycling.py) is replaced at once, however young, and counted
+(`supervisor.child_recycled`, with the total so far).
 """
 
 from __future__ import annotations
@@ -24,9 +29,12 @@ from types import FrameType
 
 from due.clock import SystemClock
 from due.logs import event
+from due.worker.recycling import RECYCLE_EXIT_CODE
 
 log = logging.getLogger("due.supervisor")
 SUPERVISOR_ENVIRONMENT_VARIABLE = "DUE_SUPERVISOR_PID"
+SLOT_ENVIRONMENT_VARIABLE = "DUE_WORKER_SLOT"
+"""The child's place, 0 to processes - 1: its health port is --health-port + slot."""
 YOUNG_SECONDS = 5.0
 MAX_RESTART_DELAY = 10.0
 POLL_SECONDS = 0.1
@@ -46,6 +54,7 @@ class Supervisor:
         self.processes = processes
         self.children: list[Child] = []
         self.clock = SystemClock()
+        self.recycled = 0
         self._stop = threading.Event()
 
     def run(self) -> int:
@@ -72,13 +81,28 @@ class Supervisor:
         return restarted
 
     def _spawn(self, slot: int, restart_delay: float) -> Child:
-        environment = {**os.environ, SUPERVISOR_ENVIRONMENT_VARIABLE: str(os.getpid())}
+        environment = {
+            **os.environ,
+            SUPERVISOR_ENVIRONMENT_VARIABLE: str(os.getpid()),
+            SLOT_ENVIRONMENT_VARIABLE: str(slot),
+        }
         process = subprocess.Popen(self.command, env=environment, process_group=0)
         event(log, "supervisor.child_started", slot=slot, pid=process.pid)
         return Child(slot, process, self.clock.monotonic(), restart_delay)
 
     def _restart(self, child: Child, code: int) -> Child:
         lived = self.clock.monotonic() - child.started
+        if code == RECYCLE_EXIT_CODE:
+            self.recycled += 1
+            event(
+                log,
+                "supervisor.child_recycled",
+                slot=child.slot,
+                pid=child.process.pid,
+                lived=round(lived, 1),
+                recycled=self.recycled,
+            )
+            return self._spawn(child.slot, 0.0)
         how = f"signal {-code}" if code < 0 else f"exit code {code}"
         delay = 0.0
         if lived < YOUNG_SECONDS:

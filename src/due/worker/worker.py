@@ -39,6 +39,7 @@ import os
 import socket
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from typing import Any
 
 from due.app import App
 from due.clock import Clock, DatabaseClock
@@ -57,6 +58,7 @@ from due.maintenance.pruner import Pruner
 from due.maintenance.rescuer import Rescuer
 from due.maintenance.unknown_tasks import UnknownTaskReaper
 from due.maintenance.vacuum import Vacuum
+from due.redaction import redact_url
 from due.scheduler.leader import DatabaseLeases, Leadership, RedisLeases
 from due.scheduler.service import Scheduler
 from due.service import Service, run_forever
@@ -66,13 +68,16 @@ from due.worker.clock_watch import ClockWatch
 from due.worker.completer import Completer
 from due.worker.event_loop import loop_name
 from due.worker.executor import Executor
+from due.worker.health import HealthServer, Probes
 from due.worker.heartbeat import Heartbeater, StartReports, TrustWatch
 from due.worker.ledger import RunningJobs
 from due.worker.producer import QueueProducer
+from due.worker.recycling import Recycler
 from due.worker.runner import Runner
 from due.worker.running import RunningJob
 from due.worker.settings import MAX_CLAIM_BATCH, WorkerSettings
 from due.worker.shutdown import Shutdown
+from due.worker.tally import Tally
 from due.worker.wakeups import Wakeups
 
 log = logging.getLogger("due.worker")
@@ -128,7 +133,7 @@ class Worker:
                 claim=self._claim,
                 next_due=self._next_due,
                 hold=self.runner.hold,
-                launch=self.runner.launch,
+                launch=self._launch,
                 clock=self.clock,
                 database_now=self.database_now,
                 poll_interval=settings.poll_interval,
@@ -137,8 +142,12 @@ class Worker:
             for queue, concurrency in settings.queues.items()
         }
         ledgers = [producer.jobs for producer in self.producers.values()]
+        self.tally = Tally()
         self.completer = Completer(
-            ledgers=ledgers, write=self._write_outcomes, flush_interval=settings.flush_interval
+            ledgers=ledgers,
+            write=self._write_outcomes,
+            flush_interval=settings.flush_interval,
+            tally=self.tally,
         )
         self.heartbeater = Heartbeater(
             held=self.held,
@@ -150,6 +159,15 @@ class Worker:
             on_cancel=self.runner.request_cancel,
         )
         self.start_reports = StartReports(self.heartbeater)
+        self.probes = Probes(
+            beats=self.heartbeater,
+            clock=self.clock,
+            lease=settings.lease,
+            stale_after=settings.gone_after,
+        )
+        self.recycler = Recycler(
+            max_jobs=settings.max_jobs, max_memory=settings.max_memory, recycle=self._recycle
+        )
         self.trust_watch = TrustWatch(
             held=self.held, clock=self.clock, on_lost=self.runner.lease_lost
         )
@@ -336,6 +354,17 @@ class Worker:
 
     # --- life cycle ----------------------------------------------------------------
 
+    def _launch(self, running: RunningJob, jobs: RunningJobs) -> None:
+        self.runner.launch(running, jobs)
+        self.recycler.job_started()
+
+    def _recycle(self, reason: str) -> None:
+        """Past a limit (recycling.py): no claim and no start from now on, then
+        the shutdown, as for SIGTERM."""
+        for producer in self.producers.values():
+            producer.stop()
+        self.request_stop()
+
     def request_stop(self) -> None:
         """First call: stop claiming and drain within the grace. Second: release now."""
         if self._stop_requested is None or self._hard_stop is None:
@@ -343,12 +372,14 @@ class Worker:
         if self._stop_requested.is_set():
             self._hard_stop.set()
         self._stop_requested.set()
+        self.probes.phase = "draining"
 
     async def run(self) -> None:
         """Run until `request_stop()`; returns after a clean shutdown."""
         self._stop_requested = asyncio.Event()
         self._hard_stop = asyncio.Event()
         lane = self.store.loop_lane(len(self.producers) + 1)  # the claimers, the completer
+        health = await self._serve_health()
         try:
             if lane is not None:
                 await lane.open()
@@ -358,7 +389,20 @@ class Worker:
             self._lane = None  # a straggling call takes a thread
             if lane is not None:
                 await lane.close()
-        event(log, "worker.stopped", worker=self.settings.worker_id)
+            if health is not None:
+                await health.stop()
+        summary: dict[str, Any] = {"worker": self.settings.worker_id, **self.tally.summary()}
+        if self.recycler.reason:
+            summary["recycled"] = self.recycler.reason
+        event(log, "worker.stopped", **summary)
+
+    async def _serve_health(self) -> HealthServer | None:
+        if self.settings.health_port is None:
+            return None
+        server = HealthServer(self.probes, self.settings.health_port)
+        await server.start()  # a port in use: the worker does not start, and says why
+        event(log, "worker.health_serving", port=server.port, paths="/livez,/readyz")
+        return server
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -388,9 +432,13 @@ class Worker:
             "worker.started",
             worker=self.settings.worker_id,
             queues=",".join(f"{q}={n}" for q, n in self.settings.queues.items()),
+            concurrency=sum(self.settings.queues.values()),
+            database=redact_url(self.app.url),
             lease=self.settings.lease,
             loop=loop_name(loop),
         )
+        if not self._stop_requested.is_set():
+            self.probes.phase = "running"
         try:
             await self._stop_requested.wait()
             claims_stop.set()
@@ -425,6 +473,7 @@ class Worker:
             hard_stop=self._hard_stop,
             clock=self.clock,
             exit_within=self.exit_within,
+            on_released=self._count_released,
         )
 
     def services(self) -> list[tuple[str, Service, asyncio.Event | None]]:
@@ -441,6 +490,7 @@ class Worker:
             ("pruner", self.pruner, None),
             ("vacuum", self.vacuum, None),
             ("clock", self.clock_watch, None),
+            *((("recycling", self.recycler, None),) if self.settings.max_memory else ()),
         ]
 
     async def _register(self) -> None:
@@ -481,6 +531,9 @@ class Worker:
                 "(newer code may define it) until `due schedule prune`; if this code should "
                 "define it, import the module that declares it from the app module",
             )
+
+    def _count_released(self, jobs: int) -> None:
+        self.tally.released += jobs
 
     def _unfinished(self) -> list[RunningJob]:
         return [r for producer in self.producers.values() for r in producer.jobs.unfinished()]
