@@ -238,6 +238,9 @@ class Job:
     """The workflow it is a step of (`app.workflow_status`), or None."""
     step_name: str | None = None
     """Its name in that workflow."""
+    redact: tuple[str | int, ...] = ()
+    """What its arguments are shown without, stored at enqueue beyond the
+    defaults: names (lower-case) and positions (due.shown_arguments)."""
 
     @property
     def is_final(self) -> bool:
