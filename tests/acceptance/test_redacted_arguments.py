@@ -15,6 +15,7 @@ import pytest
 from starlette.testclient import TestClient
 
 import due
+from due.shown_arguments import shown_arguments
 from due.worker.settings import WorkerSettings
 from due.worker.worker import Worker
 from tests.helpers.cli import run_due_in
@@ -105,3 +106,17 @@ def test_a_refused_enqueue_does_not_repeat_a_redacted_value(app: due.App) -> Non
     with pytest.raises(due.ArgumentsError) as refused:
         app.enqueue("connect", args={"password": PASSWORD})  # type: ignore[arg-type]
     assert PASSWORD not in str(refused.value) and "•••" in str(refused.value)
+
+
+def test_a_schedules_runs_store_what_they_hide(app: due.App) -> None:
+    @app.task(name="rotate", redact=["key_id"])
+    def rotate(key_id: str, password: str) -> None: ...
+
+    app.schedule("rotation", every="1h", task=rotate, args=["k-1", PASSWORD])
+    app.sync_schedules()
+    run = app.trigger_schedule("rotation")
+    assert run.args == ("k-1", PASSWORD)
+    elsewhere = due.App(app.url)  # a process without the task's code
+    assert shown_arguments(elsewhere.get(run.id), elsewhere)[0] == ["•••", "•••"]
+    elsewhere.close()
+
