@@ -119,4 +119,3 @@ def test_a_schedules_runs_store_what_they_hide(app: due.App) -> None:
     elsewhere = due.App(app.url)  # a process without the task's code
     assert shown_arguments(elsewhere.get(run.id), elsewhere)[0] == ["•••", "•••"]
     elsewhere.close()
-
