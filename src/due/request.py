@@ -104,11 +104,13 @@ def prepare(request: JobRequest, task: Task[Any, Any], max_payload_bytes: int) -
     options = task.config  # validated when the task was defined
     queue = options.queue if request.queue is None else validate_queue(request.queue)
     payload = encode_arguments(task.name, request.args, request.kwargs, max_payload_bytes)
+    redact = None
     if task.stores_redaction:  # most tasks need nothing stored: one check
-        payload = with_redaction(payload, task.stored_redaction(len(request.args)))
+        redact = task.stored_redaction(len(request.args))
+        payload = with_redaction(payload, redact)
     if instrumentation.enqueue_hooks:  # empty unless tracing is on: one check
         payload = with_headers(payload, instrumentation.headers_for(Sending(task.name, queue)))
-    return NewJob(
+    job = NewJob(
         task.name,
         queue,
         options.priority if request.priority is None else validate_priority(request.priority),
@@ -129,6 +131,9 @@ def prepare(request: JobRequest, task: Task[Any, Any], max_payload_bytes: int) -
         if options.limits or request.limit_keys
         else None,
     )
+    if redact:
+        job.redact = tuple(redact)
+    return job
 
 
 def arguments_of(

@@ -56,6 +56,7 @@ def test_redacted_values_appear_in_no_output(
     assert ended.args[1] == PASSWORD  # kept, for the handler (and a retry)
     assert "refused ada with •••" in (ended.last_error or "")
     shown = [ended.last_error or "", ended.errors[-1].traceback or "", caplog.text]
+    shown += [repr(job), repr(ended)]
     for command in (["show", str(job.id)], ["jobs"], ["status"]):
         shown += [due_command(backend_url, *command), due_command(backend_url, *command, "--json")]
     with TestClient(app.dashboard(), base_url="http://127.0.0.1") as client:
@@ -68,7 +69,7 @@ def test_redacted_values_appear_in_no_output(
         for secret in SECRETS:
             assert secret not in text
     # Still shown: what is not secret, and that something is hidden.
-    assert "visible-value" in shown[3] and '"ada"' in shown[3] and "•••" in shown[3]
+    assert "visible-value" in shown[5] and '"ada"' in shown[5] and "•••" in shown[5]
     assert "visible-value" in shown[-4] and "•••" in shown[-4]  # the dashboard's job page
 
 

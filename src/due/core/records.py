@@ -50,6 +50,8 @@ class NewJob:
     """For a piece: its arguments however spelled (Task.canonical_arguments)."""
     limits: str | None = None
     """The limits it counts against: JSON [[name, key], ...] (core/limits.py)."""
+    redact: tuple[str | int, ...] = ()
+    """What its payload stores of its redaction (due.shown_arguments), for its handle."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -438,7 +440,9 @@ def _readable_arguments(
 ) -> tuple[tuple[Any, ...], dict[str, Any], tuple[str | int, ...]]:
     """A stored payload's arguments, and what they are shown without."""
     try:
-        if isinstance(payload, str | bytes):
+        if isinstance(payload, str):
+            payload = _decoded(payload)
+        elif isinstance(payload, bytes):
             payload = json.loads(payload)
         args, kwargs = _arguments(payload)
     except (ValueError, TypeError, RecursionError):
