@@ -122,10 +122,23 @@ def shown_arguments(job: Job, app: App | None = None) -> tuple[list[Any], dict[s
         names |= task.redact
         positions.update(task.redacted_positions)
     args = [
-        HIDDEN if position in positions else hidden(value, names)
+        HIDDEN if position in positions else _shown(value, names)
         for position, value in enumerate(job.args)
     ]
-    return args, hidden(job.kwargs, names)
+    kwargs = {
+        key: HIDDEN if key.lower() in names else _shown(value, names)
+        for key, value in job.kwargs.items()
+    }
+    return args, kwargs
+
+
+def _shown(value: Any, names: Collection[str]) -> Any:
+    """`hidden(value, names)`, or `HIDDEN` for a value nested too deeply to walk
+    (a store keeps JSON deeper than Python's recursion limit lets this copy)."""
+    try:
+        return hidden(value, names)
+    except RecursionError:
+        return HIDDEN
 
 
 def hidden(value: Any, names: Collection[str]) -> Any:
@@ -165,34 +178,25 @@ def secret_texts(
     positions: Collection[int],
 ) -> set[str]:
     """The text of every value `shown_arguments` hides of these arguments (given
-    the names and positions it hides), to be scrubbed from error text."""
+    the names and positions it hides), to be scrubbed from error text.
+
+    A walk with a stack of its own, not a recursion: arguments nested as
+    deep as a store keeps must not fail the attempt's record."""
     found: set[str] = set()
-    for position, value in enumerate(args):
-        (_texts if position in positions else _hidden_texts)(value, names, found)
-    for key, value in kwargs.items():
-        (_texts if key.lower() in names else _hidden_texts)(value, names, found)
+    # (value, whether it is hidden whole)
+    stack: list[tuple[Any, bool]] = [(v, n in positions) for n, v in enumerate(args)]
+    stack += [(v, k.lower() in names) for k, v in kwargs.items()]
+    while stack:
+        value, whole = stack.pop()
+        if isinstance(value, Mapping):
+            stack += [
+                (item, whole or (isinstance(key, str) and key.lower() in names))
+                for key, item in value.items()
+            ]
+        elif isinstance(value, list | tuple):
+            stack += [(item, whole) for item in value]
+        elif whole and value is not None and not isinstance(value, bool):
+            text = str(value)
+            if len(text) >= MIN_SCRUBBED_LENGTH:
+                found.add(text)
     return found
-
-
-def _hidden_texts(value: Any, names: Collection[str], found: set[str]) -> None:
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            hides = isinstance(key, str) and key.lower() in names
-            (_texts if hides else _hidden_texts)(item, names, found)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            _hidden_texts(item, names, found)
-
-
-def _texts(value: Any, names: Collection[str], found: set[str]) -> None:
-    """The text of a hidden value (each leaf of a hidden dict or list)."""
-    if isinstance(value, Mapping):
-        for item in value.values():
-            _texts(item, names, found)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            _texts(item, names, found)
-    elif value is not None and not isinstance(value, bool):
-        text = str(value)
-        if len(text) >= MIN_SCRUBBED_LENGTH:
-            found.add(text)

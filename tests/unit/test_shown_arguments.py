@@ -69,3 +69,12 @@ def test_error_text_loses_the_hidden_values_only() -> None:
     assert secrets == {"hunter22", "tok-1234"}  # short or unhidden values are not looked for
     text = "ada: hunter22 refused (tok-1234)"
     assert scrubbed(text, secrets) == f"ada: {HIDDEN} refused ({HIDDEN})"
+
+
+def test_arguments_nested_deeper_than_the_recursion_limit_are_hidden_not_fatal() -> None:
+    deep: Any = {"token": "s3cret-deep"}
+    for _ in range(5000):
+        deep = {"x": [deep]}
+    shown = job("t", deep, "visible", note=deep)
+    assert shown_arguments(shown) == ([HIDDEN, "visible"], {"note": HIDDEN})
+    assert secret_texts((deep,), {}, {"token"}, ()) == {"s3cret-deep"}
