@@ -47,6 +47,7 @@ from due.errors import (
 from due.long_work.context import Context, JobTransaction
 from due.request import JobRequest
 from due.retry import Retry
+from due.shown_arguments import DEFAULT_REDACT
 from due.task import Task, TaskWithOptions
 from due.visibility.alerts import Alert, Severity
 from due.workflows import Step, StepStatus, Workflow, WorkflowHandle, WorkflowStatus
@@ -55,6 +56,7 @@ __all__ = [
     "__version__",
     # configure and register
     "App",
+    "DEFAULT_REDACT",
     "Retry",
     "Task",
     "TaskWithOptions",

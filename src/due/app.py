@@ -51,6 +51,7 @@ from due.request import (
 from due.retry import Retry
 from due.scheduler.catalog import ScheduleCatalog
 from due.scheduler.registration import ScheduleTiming, define_for_app
+from due.shown_arguments import DEFAULT_REDACT, redact_names
 from due.store import POSTGRES_PREFIXES, Store, open_store
 from due.store.sqlalchemy_connections import is_sqlalchemy
 from due.task import DEFAULT_QUEUE, Registry, Task, TaskConfig, did_you_mean
@@ -130,6 +131,12 @@ class App:
         store_options: For PostgreSQL, `{"pool_size": 10, "connect_timeout": 5}`.
         pooler: `"transaction"` behind a transaction-mode pooler (PostgreSQL only).
         listen_url: A direct URL for `LISTEN` past that pooler (PostgreSQL only).
+        redact: Names of arguments (and of keys in dict arguments) whose
+            values due shows as "•••" for every task, beside each task's own
+            `redact=` and the defaults (`due.DEFAULT_REDACT`).
+        redact_defaults: False to show the values of the default names
+            (`password`, `secret`, `token`, `api_key`, `authorization`) in
+            what this app shows, and in the jobs it enqueues.
 
     Raises:
         ConfigurationError: The URL cannot be used (an unknown scheme, a bad
@@ -146,6 +153,8 @@ class App:
         store_options: dict[str, Any] | None = None,
         pooler: str | None = None,
         listen_url: str | None = None,
+        redact: Iterable[str] | None = None,
+        redact_defaults: bool = True,
     ) -> None:
         self.url = resolve_url(url)
         """The database URL, with its password (`repr(app)` hides it)."""
@@ -157,6 +166,15 @@ class App:
             )
         self.max_payload_bytes = max_payload_bytes
         """The largest JSON text of a job's arguments, in bytes."""
+        if not isinstance(redact_defaults, bool):
+            raise ConfigurationError(
+                f"redact_defaults= takes True or False, got {redact_defaults!r}"
+            )
+        self.redact: frozenset[str] = redact_names(redact, "App") | (
+            DEFAULT_REDACT if redact_defaults else frozenset()
+        )
+        """The names every task's arguments are shown without (`due.DEFAULT_REDACT`
+        too, unless `redact_defaults=False`), lower-case."""
         self.tasks = Registry()
         """The registered tasks, by name."""
         self._schedules = ScheduleCatalog(store=lambda: self.store)
@@ -290,6 +308,7 @@ class App:
         stuck_after: DurationLike | None = None,
         check: Callable[[Any], str | None] | None = None,
         limits: LimitsOption | None = None,
+        redact: Iterable[str] | None = None,
     ) -> TaskDecorator: ...
 
     def task(
@@ -307,6 +326,7 @@ class App:
         stuck_after: DurationLike | None = None,
         check: Callable[[Any], str | None] | None = None,
         limits: LimitsOption | None = None,
+        redact: Iterable[str] | None = None,
     ) -> Task[Any, Any] | TaskDecorator:
         """Register a sync or async function as a task (`@app.task` or `@app.task(...)`).
 
@@ -343,6 +363,11 @@ class App:
                 mapping of name to a key function of the task's arguments,
                 called as the task would be (`{"account-sync": lambda
                 account_id: str(account_id)}`: the limit applies per key).
+            redact: Names of its parameters, and of keys in its dict arguments
+                at any depth, whose values due shows as "•••" (`due show`,
+                `--json`, the dashboard, error messages); matched exactly,
+                ignoring case. The app's `redact=` and the defaults
+                (`due.DEFAULT_REDACT`) apply too. The handler gets the values.
 
         Returns:
             The task (or, with options, a decorator that returns it).
@@ -366,6 +391,7 @@ class App:
                 unique_for=unique_for,
                 stuck_after=stuck_after,
                 check=check,
+                redact=redact,
             )
             if limits is not None:
                 config = dataclasses.replace(config, limits=self.limits.uses(task_name, limits))
@@ -423,7 +449,7 @@ class App:
             PayloadError: The arguments cannot be stored as JSON, or are too large.
             InvalidJobError: An option is invalid.
         """
-        positional, keywords = arguments_of(task, args, kwargs)
+        positional, keywords = arguments_of(task, args, kwargs, self.redact)
         options = EnqueueOptions(
             delay=delay,
             run_at=run_at,

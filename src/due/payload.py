@@ -19,6 +19,7 @@ from decimal import Decimal
 from typing import Any
 
 from due.errors import PayloadError
+from due.shown_arguments import STORED_KEY
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 MAX_ERROR_CHARACTERS = 10_000
@@ -158,8 +159,20 @@ def with_headers(payload: str, headers: Mapping[str, str] | None) -> str:
     text = _json_text(dict(headers))
     if _holds_nul(text) or unstorable(text) is not None:
         return payload
+    return _with_entry(payload, "headers", text)
+
+
+def with_redaction(payload: str, redact: list[str | int] | None) -> str:
+    """A job's payload with what its arguments are shown without beside them,
+    under "redact" (due.shown_arguments); the same when there is nothing."""
+    if not redact:
+        return payload
+    return _with_entry(payload, STORED_KEY, _json_text(redact))
+
+
+def _with_entry(payload: str, key: str, text: str) -> str:
     body = payload.rstrip()[:-1].rstrip()  # the object without its closing brace
-    return f'{body}{"" if body.endswith("{") else ","}"headers":{text}}}'
+    return f'{body}{"" if body.endswith("{") else ","}"{key}":{text}}}'
 
 
 def encode_value(value: Any, what: str) -> str:

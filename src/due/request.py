@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, overload
@@ -14,7 +14,8 @@ from due.durations import DurationLike, to_seconds
 from due.errors import ArgumentsError, ConfigurationError, InvalidJobError
 from due.instrumentation import Sending
 from due.limits import job_limits
-from due.payload import encode_arguments, unstorable, with_headers
+from due.payload import encode_arguments, unstorable, with_headers, with_redaction
+from due.shown_arguments import DEFAULT_REDACT, hidden
 
 if TYPE_CHECKING:
     from due.task import Task
@@ -91,7 +92,7 @@ class JobRequest(EnqueueOptions):
 def prepare(request: JobRequest, task: Task[Any, Any], max_payload_bytes: int) -> NewJob:
     """Validate a request against its task; returns the row to insert."""
     if type(request.args) is not tuple or type(request.kwargs) is not dict:  # made by hand
-        arguments_of(task.name, request.args, request.kwargs)
+        arguments_of(task.name, request.args, request.kwargs, task.redact)
     task.check_arguments(request.args, request.kwargs)
     if request.delay is not None and request.run_at is not None:
         raise InvalidJobError(f"enqueue of {task.name!r}: give either delay= or run_at=, not both")
@@ -103,9 +104,13 @@ def prepare(request: JobRequest, task: Task[Any, Any], max_payload_bytes: int) -
     options = task.config  # validated when the task was defined
     queue = options.queue if request.queue is None else validate_queue(request.queue)
     payload = encode_arguments(task.name, request.args, request.kwargs, max_payload_bytes)
+    redact = None
+    if task.stores_redaction:  # most tasks need nothing stored: one check
+        redact = task.stored_redaction(len(request.args))
+        payload = with_redaction(payload, redact)
     if instrumentation.enqueue_hooks:  # empty unless tracing is on: one check
         payload = with_headers(payload, instrumentation.headers_for(Sending(task.name, queue)))
-    return NewJob(
+    job = NewJob(
         task.name,
         queue,
         options.priority if request.priority is None else validate_priority(request.priority),
@@ -126,24 +131,29 @@ def prepare(request: JobRequest, task: Task[Any, Any], max_payload_bytes: int) -
         if options.limits or request.limit_keys
         else None,
     )
+    if redact:
+        job.redact = tuple(redact)
+    return job
 
 
-def arguments_of(task: str, args: Any, kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def arguments_of(
+    task: str, args: Any, kwargs: Any, redact: Collection[str] = DEFAULT_REDACT
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """`args=` and `kwargs=` of `app.enqueue` (or of a JobRequest made by hand).
 
     Returned as a request holds them; ArgumentsError when they have the wrong
-    shape.
+    shape (its message shows them with the values of `redact` hidden).
     """
     if isinstance(args, str | bytes | bytearray | Mapping) or not isinstance(args, Iterable):
         hint = " (keyword arguments go in kwargs=)" if isinstance(args, Mapping) else ""
         raise ArgumentsError(
             f"enqueue of {task!r}: args= takes a list or tuple of the positional arguments "
-            f"(args=[42] for one), got {type(args).__name__} {args!r:.40}{hint}"
+            f"(args=[42] for one), got {type(args).__name__} {hidden(args, redact)!r:.40}{hint}"
         )
     if kwargs is not None and not isinstance(kwargs, Mapping):
         raise ArgumentsError(
             f"enqueue of {task!r}: kwargs= takes a dict of the keyword arguments by name, "
-            f"got {type(kwargs).__name__} {kwargs!r:.40}"
+            f"got {type(kwargs).__name__} {hidden(kwargs, redact)!r:.40}"
         )
     return tuple(args), dict(kwargs or {})
 

@@ -7,7 +7,7 @@ import functools
 import inspect
 import json
 import typing
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
@@ -26,6 +26,12 @@ from due.request import (
     validate_queue,
 )
 from due.retry import Retry
+from due.shown_arguments import (
+    DEFAULT_REDACT,
+    redact_names,
+    redacted_positions,
+    stored_redaction,
+)
 
 if TYPE_CHECKING:
     from due.app import App
@@ -63,6 +69,8 @@ class TaskConfig:
     """
     limits: tuple[LimitUse, ...] = ()
     """The limits its jobs count against (checked by the App that declares them)."""
+    redact: frozenset[str] = frozenset()
+    """Names of arguments (and keys in dict arguments) shown as "•••", lower-case."""
 
     @classmethod
     def build(
@@ -77,6 +85,7 @@ class TaskConfig:
         unique_for: DurationLike | None,
         stuck_after: DurationLike | None = None,
         check: Callable[[Any], str | None] | None = None,
+        redact: Iterable[str] | None = None,
     ) -> TaskConfig:
         """The settings of `@app.task(...)`, checked.
 
@@ -106,6 +115,7 @@ class TaskConfig:
             unique_for=_positive(unique_for, f"task {task!r}: unique_for"),
             stuck_after=_positive(stuck_after, f"task {task!r}: stuck_after"),
             check=_check(check, task),
+            redact=redact_names(redact, f"task {task!r}"),
         )
 
 
@@ -166,7 +176,24 @@ class Task(Generic[P, R]):
         _require_context_first(fn, name, self.context_parameter)
         self._signature = _signature_without(fn, self.context_parameter)
         self._positional_range = _plain_positional_range(self._signature)
+        self.redact = config.redact | app.redact
+        """The names its arguments are shown without (its own, the app's, the defaults)."""
+        self.redacted_positions = redacted_positions(self._signature, self.redact)
+        """The positions of its parameters named in `redact`."""
+        self.stores_redaction = bool(self.redacted_positions or self.redact - DEFAULT_REDACT)
+        """Whether its jobs store what they are shown without (`stored_redaction`)."""
         functools.update_wrapper(self, fn)
+
+    def stored_redaction(self, given: int) -> list[str | int] | None:
+        """What a job given `given` positional arguments stores of `redact`, or None.
+
+        Args:
+            given: How many positional arguments the job is given.
+
+        Returns:
+            Names beyond the defaults and positions (due.shown_arguments), or None.
+        """
+        return stored_redaction(self.redact, self.redacted_positions, given)
 
     def __call__(self, *args: Any, **kwargs: Any) -> R:
         """Run the function here and now, as if it were not a task (nothing is enqueued)."""

@@ -19,7 +19,7 @@ import due.testing
 
 PLUMBING = {
     "App": {"piece_jobs", "completion_spec", "alert_rules"},
-    "Task": {"call_arguments", "canonical_arguments", "check_arguments"},
+    "Task": {"call_arguments", "canonical_arguments", "check_arguments", "stored_redaction"},
     "Context": {"for_job", "stop_writing", "progress_json"},
 }
 """As docs/reference/api.md's :exclude-members: (properties are not callables)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from due.cli.output import iso
 from due.core.jobs import AttemptError, Job
@@ -17,11 +17,17 @@ from due.core.limits import Limit, LimitOverview
 from due.core.records import QueueOverview, WorkerInfo
 from due.core.schedules import ScheduleOverview, ScheduleRun
 from due.core.stats import TaskFigures
+from due.shown_arguments import shown_arguments
 from due.visibility.schedule_health import ExpectedRun
 from due.workflows import WorkflowStatus, WorkflowSummary
 
+if TYPE_CHECKING:
+    from due.app import App
 
-def job_document(job: Job) -> dict[str, Any]:
+
+def job_document(job: Job, app: App | None) -> dict[str, Any]:
+    """`job` as JSON, its arguments as shown (`app`'s redaction: due.shown_arguments)."""
+    args, kwargs = shown_arguments(job, app)
     return {
         "id": job.id,
         "task": job.task,
@@ -30,8 +36,8 @@ def job_document(job: Job) -> dict[str, Any]:
         "priority": job.priority,
         "attempt": job.attempt,
         "max_attempts": job.max_attempts,
-        "args": list(job.args),
-        "kwargs": job.kwargs,
+        "args": args,
+        "kwargs": kwargs,
         "key": job.key,
         "run_at": iso(job.run_at),
         "created_at": iso(job.created_at),

@@ -21,6 +21,7 @@ from due.cli.output import (
 )
 from due.cli.progress import progress_of
 from due.core.jobs import Job, JobState
+from due.shown_arguments import shown_arguments
 from due.visibility.limits import limit_wait
 
 JSON_HELP = "Print one JSON document instead of a table (its keys: docs/reference/json.md)."
@@ -77,7 +78,7 @@ def jobs(
         queue=queue, state=state, task=task, parent=parent, stuck=stuck, limit=limit
     )
     if as_json:
-        print_json({"jobs": [job_document(job) for job in listed]})
+        print_json({"jobs": [job_document(job, settings.app) for job in listed]})
         return
     rows = [
         [
@@ -104,9 +105,9 @@ def show(settings: Settings, job_id: int, as_json: bool) -> None:
     """Show one job: its state, times, arguments, result, and every attempt's error."""
     job = settings.app.get(job_id)
     if as_json:
-        print_json({"job": job_document(job)})
+        print_json({"job": job_document(job, settings.app)})
     else:
-        _print_job(job, limit_wait(settings.app, job))
+        _print_job(job, shown_arguments(job, settings.app), limit_wait(settings.app, job))
 
 
 @main.command()
@@ -162,7 +163,9 @@ def limits_text(job: Job) -> str | None:
     return ", ".join(name + (f" (key {key})" if key else "") for name, key in job.limits)
 
 
-def _print_job(job: Job, waits_for: str | None = None) -> None:
+def _print_job(
+    job: Job, arguments: tuple[list[Any], dict[str, Any]], waits_for: str | None = None
+) -> None:
     table = Table(show_header=False, box=None)
     table.add_column(overflow="fold")
     table.add_column(overflow="fold")
@@ -173,8 +176,8 @@ def _print_job(job: Job, waits_for: str | None = None) -> None:
         ("state", job.state.value),
         ("priority", job.priority),
         ("attempt", f"{job.attempt}/{job.max_attempts}"),
-        ("args", json_text(list(job.args))),
-        ("kwargs", json_text(job.kwargs)),
+        ("args", json_text(arguments[0])),
+        ("kwargs", json_text(arguments[1])),
         ("key", job.key),
         ("run at", time_text(job.run_at)),
         ("created", time_text(job.created_at)),

@@ -94,7 +94,7 @@ def status(settings: Settings, running_limit: int, as_json: bool) -> None:
                     queue_document(queue, now, workers.get(queue.name, 0)) for queue in queues
                 ],
                 "tasks": [task_document(figures) for figures in tasks],
-                "active_jobs": [job_document(job) for job in active],
+                "active_jobs": [job_document(job, settings.app) for job in active],
                 "limits": [limit_document(overview) for overview in limits],
             }
         )

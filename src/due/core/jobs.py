@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from due.shown_arguments import shown_arguments
+
 
 class JobState(enum.StrEnum):
     """Where a job stands: one of six states (a `str`, so `state == "failed"` holds).
@@ -238,6 +240,19 @@ class Job:
     """The workflow it is a step of (`app.workflow_status`), or None."""
     step_name: str | None = None
     """Its name in that workflow."""
+    redact: tuple[str | int, ...] = ()
+    """What its arguments are shown without, stored at enqueue beyond the
+    defaults: names (lower-case) and positions (due.shown_arguments)."""
+
+    def __repr__(self) -> str:
+        # Its arguments as due shows them (the defaults and what it stored
+        # hidden): a job logged with %r shows no secret (invariant 16).
+        args, kwargs = shown_arguments(self)
+        shown = {"args": tuple(args), "kwargs": kwargs}
+        text = ", ".join(
+            f"{name}={shown.get(name, getattr(self, name))!r}" for name in self.__dataclass_fields__
+        )
+        return f"{type(self).__qualname__}({text})"
 
     @property
     def is_final(self) -> bool:

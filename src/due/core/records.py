@@ -13,6 +13,7 @@ from typing import Any
 from due.core.jobs import AttemptError, Job, JobState, Pieces
 from due.core.limits import decode_job_limits
 from due.errors import InvalidStateError
+from due.shown_arguments import STORED_KEY, read_stored
 
 DEFAULT_MAX_LOST_LEASES = 3
 """A job that lost its lease this many times in a row is failed, not retried:
@@ -49,6 +50,8 @@ class NewJob:
     """For a piece: its arguments however spelled (Task.canonical_arguments)."""
     limits: str | None = None
     """The limits it counts against: JSON [[name, key], ...] (core/limits.py)."""
+    redact: tuple[str | int, ...] = ()
+    """What its payload stores of its redaction (due.shown_arguments), for its handle."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,7 +380,7 @@ def job_from_row(row: Mapping[str, Any], *, deduplicated: bool = False) -> Job:
     that cannot be read (a row changed outside due) is shown as it is, never
     a reason to refuse to show the job.
     """
-    args, kwargs = _readable_arguments(row["payload"])
+    args, kwargs, redact = _readable_arguments(row["payload"])
     return Job(
         id=row["id"],
         task=row["task"],
@@ -416,6 +419,7 @@ def job_from_row(row: Mapping[str, Any], *, deduplicated: bool = False) -> Job:
         limit_wait_key=row.get("limit_wait_key") or None,
         workflow_id=row.get("workflow_id"),
         step_name=row.get("step_name"),
+        redact=redact,
     )
 
 
@@ -431,11 +435,19 @@ def _readable_limits(stored: Any) -> tuple[tuple[str, str | None], ...]:
 UNREADABLE = "(unreadable)"
 
 
-def _readable_arguments(payload: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def _readable_arguments(
+    payload: Any,
+) -> tuple[tuple[Any, ...], dict[str, Any], tuple[str | int, ...]]:
+    """A stored payload's arguments, and what they are shown without."""
     try:
-        return _arguments(payload)
-    except (ValueError, TypeError):
-        return (), {UNREADABLE: str(payload)[:500]}
+        if isinstance(payload, str):
+            payload = _decoded(payload)
+        elif isinstance(payload, bytes):
+            payload = json.loads(payload)
+        args, kwargs = _arguments(payload)
+    except (ValueError, TypeError, RecursionError):
+        return (), {UNREADABLE: str(payload)[:500]}, ()
+    return args, kwargs, read_stored(payload.get(STORED_KEY))
 
 
 _ABSENT: Any = object()

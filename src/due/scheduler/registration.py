@@ -12,6 +12,7 @@ from due.core.schedules import DEFAULT_ALERT_AFTER_SECONDS, Misfire, Overlap, Sc
 from due.durations import DurationLike
 from due.errors import ConfigurationError, InvalidJobError
 from due.limits import job_limits
+from due.payload import with_redaction
 from due.request import validate_priority, validate_queue
 from due.scheduler.definition import define_schedule
 from due.task import Registry, Task
@@ -80,4 +81,7 @@ def define_for_app(
         max_payload_bytes=max_payload_bytes,
         now=now,
     )
+    if resolved.stores_redaction:  # its runs are shown as its task's jobs are
+        hide = resolved.stored_redaction(len(args))
+        schedule = dataclasses.replace(schedule, payload=with_redaction(schedule.payload, hide))
     return dataclasses.replace(schedule, limits=limits) if limits is not None else schedule

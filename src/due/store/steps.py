@@ -237,7 +237,7 @@ def new_job(job: NewJob, job_id: int, run_at: datetime, created_at: datetime) ->
     # The required fields by position, in Job's order (about half the time of
     # keywords, once per job of a bulk enqueue); the conformance test of the
     # handle holds each in place.
-    return Job(
+    handle = Job(
         job_id,
         job.task,
         job.queue,
@@ -251,6 +251,9 @@ def new_job(job: NewJob, job_id: int, run_at: datetime, created_at: datetime) ->
         created_at,
         key=job.key,
     )
+    if job.redact:  # (rare: not a keyword paid by every job of a bulk)
+        handle.redact = job.redact
+    return handle
 
 
 def retry_steps(job_id: int, run_now: bool, now: Any) -> Generator[Step, Rows, Job | None]:

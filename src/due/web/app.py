@@ -28,6 +28,7 @@ from starlette.staticfiles import StaticFiles
 from due.core.jobs import JobState
 from due.core.schedules import schedule_problem
 from due.errors import DueError, JobNotFoundError, ScheduleNotFoundError
+from due.shown_arguments import shown_arguments
 from due.visibility.alerts import evaluate
 from due.visibility.limits import limit_wait
 from due.visibility.metrics import registry_for
@@ -195,6 +196,7 @@ class Pages:
             request,
             "job.html",
             job=job,
+            arguments=dict(zip(("args", "kwargs"), shown_arguments(job, self.app), strict=True)),
             pieces=pieces,
             limit_wait=limit_wait(self.app, job),
             history=self.app.history(job=job.id),

@@ -41,6 +41,7 @@ from due.instrumentation import AttemptEnd, AttemptObserver
 from due.logs import event
 from due.long_work.context import Context
 from due.payload import encode_value, storable_text
+from due.shown_arguments import scrubbed, secret_texts
 from due.task import Registry, Task
 
 if TYPE_CHECKING:
@@ -188,10 +189,13 @@ class Executor:
         """The end of an attempt that due itself could not carry through (a bug, a
         value it could not handle): failed with the reason, retried per the policy."""
         task = self._tasks.get(job.task)
+        secrets = _secrets(task, job)
         record = AttemptError(
             attempt=job.attempt,
-            error=storable_text(f"due could not record this attempt's outcome: {_text(error)}"),
-            traceback=storable_text("".join(traceback.format_exception(error))),
+            error=storable_text(
+                f"due could not record this attempt's outcome: {scrubbed(_text(error), secrets)}"
+            ),
+            traceback=storable_text(scrubbed("".join(traceback.format_exception(error)), secrets)),
             at=self._clock.now() or self._clock.wall(),
             kind="error",
             exception=class_path(error),
@@ -294,11 +298,13 @@ class Executor:
         return completion
 
     def _failed(self, task: Task[Any, Any], job: ClaimedJob, error: Exception) -> Completion:
+        secrets = _secrets(task, job)
         record = AttemptError(
             attempt=job.attempt,
-            error=storable_text(_text(error)),
+            error=storable_text(scrubbed(_text(error), secrets)),
             traceback=storable_text(
-                "".join(traceback.format_exception(error)), MAX_TRACEBACK_CHARACTERS
+                scrubbed("".join(traceback.format_exception(error)), secrets),
+                MAX_TRACEBACK_CHARACTERS,
             ),
             at=self._clock.now() or self._clock.wall(),
             exception=class_path(error),
@@ -327,6 +333,12 @@ class Executor:
                 job.id, job.lease_token, JobState.QUEUED, error=record, retry_in=delay
             )
         return Completion(job.id, job.lease_token, JobState.FAILED, error=record)
+
+
+def _secrets(task: Task[Any, Any], job: ClaimedJob) -> set[str]:
+    """The values of the job's arguments that due shows hidden: an error's text
+    (a handler's message that repeats an argument) is stored without them."""
+    return secret_texts(job.args, job.kwargs, task.redact, task.redacted_positions)
 
 
 def _raised(outcome: _Outcome, task: Task[Any, Any]) -> BaseException | None:
