@@ -482,6 +482,11 @@ FROM (SELECT *,
         AND (%(task)s::text IS NULL OR task = %(task)s)
         AND (%(parent)s::bigint IS NULL OR parent_id = %(parent)s)
         AND (%(key)s::text IS NULL OR key = %(key)s)
+        AND (%(since)s::timestamptz IS NULL OR coalesce(finished_at, created_at) >= %(since)s)
+        AND (%(until)s::timestamptz IS NULL OR coalesce(finished_at, created_at) < %(until)s)
+        AND (%(error_contains)s::text IS NULL OR strpos(last_error, %(error_contains)s) > 0)
+        AND (%(key_prefix)s::text IS NULL OR starts_with(key, %(key_prefix)s))
+        AND (%(workflow)s::bigint IS NULL OR workflow_id = %(workflow)s)
         AND id < coalesce(%(before)s::bigint, 9223372036854775807)) AS j
 WHERE NOT %(stuck_only)s OR stuck
 ORDER BY id DESC
@@ -503,6 +508,11 @@ FROM (SELECT *,
         AND (%(task)s::text IS NULL OR task = %(task)s)
         AND (%(parent)s::bigint IS NULL OR parent_id = %(parent)s)
         AND (%(key)s::text IS NULL OR key = %(key)s)
+        AND (%(since)s::timestamptz IS NULL OR coalesce(finished_at, created_at) >= %(since)s)
+        AND (%(until)s::timestamptz IS NULL OR coalesce(finished_at, created_at) < %(until)s)
+        AND (%(error_contains)s::text IS NULL OR strpos(last_error, %(error_contains)s) > 0)
+        AND (%(key_prefix)s::text IS NULL OR starts_with(key, %(key_prefix)s))
+        AND (%(workflow)s::bigint IS NULL OR workflow_id = %(workflow)s)
         AND id < coalesce(%(before)s::bigint, 9223372036854775807)) AS j
 WHERE NOT %(stuck_only)s OR stuck
 ORDER BY id DESC
@@ -524,6 +534,11 @@ LIMIT %(limit)s
      AND (%(task)s::text IS NULL OR task = %(task)s)
      AND (%(parent)s::bigint IS NULL OR parent_id = %(parent)s)
      AND (%(key)s::text IS NULL OR key = %(key)s)
+     AND (%(since)s::timestamptz IS NULL OR coalesce(finished_at, created_at) >= %(since)s)
+     AND (%(until)s::timestamptz IS NULL OR coalesce(finished_at, created_at) < %(until)s)
+     AND (%(error_contains)s::text IS NULL OR strpos(last_error, %(error_contains)s) > 0)
+     AND (%(key_prefix)s::text IS NULL OR starts_with(key, %(key_prefix)s))
+     AND (%(workflow)s::bigint IS NULL OR workflow_id = %(workflow)s)
      AND id < coalesce(%(before)s::bigint, 9223372036854775807)
      AND NOT %(stuck_only)s
    ORDER BY id DESC
@@ -536,6 +551,11 @@ UNION ALL
      AND (%(task)s::text IS NULL OR task = %(task)s)
      AND (%(parent)s::bigint IS NULL OR parent_id = %(parent)s)
      AND (%(key)s::text IS NULL OR key = %(key)s)
+     AND (%(since)s::timestamptz IS NULL OR coalesce(finished_at, created_at) >= %(since)s)
+     AND (%(until)s::timestamptz IS NULL OR coalesce(finished_at, created_at) < %(until)s)
+     AND (%(error_contains)s::text IS NULL OR strpos(last_error, %(error_contains)s) > 0)
+     AND (%(key_prefix)s::text IS NULL OR starts_with(key, %(key_prefix)s))
+     AND (%(workflow)s::bigint IS NULL OR workflow_id = %(workflow)s)
      AND id < coalesce(%(before)s::bigint, 9223372036854775807)
      AND NOT %(stuck_only)s
    ORDER BY id DESC

@@ -243,6 +243,11 @@ FROM (SELECT *,
         AND (:task IS NULL OR task = :task)
         AND (:parent IS NULL OR parent_id = :parent)
         AND (:key IS NULL OR key = :key)
+        AND (:since IS NULL OR coalesce(finished_at, created_at) >= :since)
+        AND (:until IS NULL OR coalesce(finished_at, created_at) < :until)
+        AND (:error_contains IS NULL OR instr(last_error, :error_contains) > 0)
+        AND (:key_prefix IS NULL OR substr(key, 1, length(:key_prefix)) = :key_prefix)
+        AND (:workflow IS NULL OR workflow_id = :workflow)
         AND id < coalesce(:before, 9223372036854775807))
 WHERE NOT :stuck_only OR stuck
 ORDER BY id DESC
@@ -262,6 +267,11 @@ FROM (SELECT *,
         AND (:task IS NULL OR task = :task)
         AND (:parent IS NULL OR parent_id = :parent)
         AND (:key IS NULL OR key = :key)
+        AND (:since IS NULL OR coalesce(finished_at, created_at) >= :since)
+        AND (:until IS NULL OR coalesce(finished_at, created_at) < :until)
+        AND (:error_contains IS NULL OR instr(last_error, :error_contains) > 0)
+        AND (:key_prefix IS NULL OR substr(key, 1, length(:key_prefix)) = :key_prefix)
+        AND (:workflow IS NULL OR workflow_id = :workflow)
         AND id < coalesce(:before, 9223372036854775807))
 WHERE NOT :stuck_only OR stuck
 ORDER BY id DESC
@@ -278,6 +288,11 @@ WHERE state = :state AND state IN ('waiting', 'failed')
   AND (:task IS NULL OR task = :task)
   AND (:parent IS NULL OR parent_id = :parent)
   AND (:key IS NULL OR key = :key)
+  AND (:since IS NULL OR coalesce(finished_at, created_at) >= :since)
+  AND (:until IS NULL OR coalesce(finished_at, created_at) < :until)
+  AND (:error_contains IS NULL OR instr(last_error, :error_contains) > 0)
+  AND (:key_prefix IS NULL OR substr(key, 1, length(:key_prefix)) = :key_prefix)
+  AND (:workflow IS NULL OR workflow_id = :workflow)
   AND id < coalesce(:before, 9223372036854775807)
   AND NOT :stuck_only
 ORDER BY id DESC
