@@ -4,6 +4,7 @@ the single `retry` or `cancel` would act on it."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -136,6 +137,38 @@ def test_a_cancel_cut_off_half_way_is_finished_and_asks_each_running_job_once(
     asked = app.jobs(state="running", limit=ALL)
     assert ids(asked) == running and all(job.cancel_requested for job in asked)
     assert len(app.jobs(state="cancelled", limit=ALL)) == MANY - len(running)
+
+
+def test_a_cancel_while_workers_claim_and_finish_jobs_acts_on_each_once(
+    app: due.App, tasks: dict[str, due.Task]
+) -> None:
+    """Jobs claimed and finished meanwhile: each ends succeeded (finished
+    before the cancel reached it) or cancelled (cancelled queued, or asked
+    while running and ended cancelled whatever its attempt then did)."""
+    app.enqueue_many([tasks["charge"].request(n) for n in range(MANY)])
+    stop = threading.Event()
+
+    def worker() -> None:
+        while not stop.is_set():
+            claimed = app.store.job_claim(ClaimRequest("billing", 50, "w", 30))
+            done = [Completion(j.id, j.lease_token, JobState.SUCCEEDED, "null") for j in claimed]
+            app.store.job_complete(done)
+            if not claimed:
+                return
+
+    workers = [threading.Thread(target=worker) for _ in range(2)]
+    for thread in workers:
+        thread.start()
+    try:
+        acted = app.cancel_many(task="charge", batch_size=250)
+    finally:
+        stop.set()
+        for thread in workers:
+            thread.join(30)
+    cancelled = len(app.jobs(state="cancelled", limit=ALL))
+    succeeded = len(app.jobs(state="succeeded", limit=ALL))
+    assert acted == cancelled and cancelled + succeeded == MANY
+    assert app.cancel_many(task="charge") == 0
 
 
 def test_a_dry_run_counts_and_changes_nothing(app: due.App, tasks: dict[str, due.Task]) -> None:
