@@ -86,7 +86,8 @@ def act_on_filter(
     if matching == 0:
         console.print(f"no job to {action} matches")
         return
-    console.print(f"{counted(matching, 'job')} to {action} match")
+    verb = "matches" if matching == 1 else "match"
+    console.print(f"{counted(matching, 'job')} to {action} {verb}")
     _print_sample(app, filters, states, matching)
     if dry_run:
         return
@@ -97,8 +98,11 @@ def act_on_filter(
             )
         click.confirm(f"{action.capitalize()} {counted(matching, 'job')}?", abort=True)
     by = actor()
+    doing = {"retry": "retrying", "cancel": "cancelling"}[action]
     done = _with_progress(
-        matching, lambda on_batch: act(**filters, state=state, by=by, on_batch=on_batch, **extra)
+        doing,
+        matching,
+        lambda on_batch: act(**filters, state=state, by=by, on_batch=on_batch, **extra),
     )
     said = {"retry": "retried (queued again)", "cancel": "cancelled or asked to stop"}[action]
     console.print(f"{counted(done, 'job')} {said}")
@@ -126,11 +130,11 @@ def _print_sample(
         console.print(f"and {matching - len(jobs)} more")
 
 
-def _with_progress(total: int, run: Callable[[Callable[[int], None]], int]) -> int:
+def _with_progress(doing: str, total: int, run: Callable[[Callable[[int], None]], int]) -> int:
     """`run(on_batch)`, with a progress bar on a terminal (on standard error)."""
     if not errors.is_terminal:
         return run(lambda _: None)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, console=errors, transient=True) as progress:
-        bar = progress.add_task("acting", total=total)
+        bar = progress.add_task(doing, total=total)
         return run(lambda done: progress.update(bar, completed=done))
