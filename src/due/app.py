@@ -10,7 +10,7 @@ import asyncio
 import dataclasses
 import os
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, overload
 
@@ -589,6 +589,7 @@ class App:
         error_contains: str | None = None,
         key_prefix: str | None = None,
         workflow: int | None = None,
+        args_contains: Mapping[str, Any] | str | None = None,
     ) -> list[Job]:
         """Jobs, newest first; delayed jobs are `queued` with a future `run_at`.
 
@@ -610,6 +611,13 @@ class App:
             error_contains: Only jobs whose last error contains this text.
             key_prefix: Only jobs whose key starts with this text.
             workflow: Only the steps of this workflow.
+            args_contains: Only jobs whose arguments hold this JSON object (a
+                dict, or its JSON text): their keyword arguments, or one
+                positional argument that is an object. On PostgreSQL, JSON
+                containment (`@>`: nested objects may hold more); on SQLite,
+                each key with an equal value (nested values equal as a whole).
+                Read without an index: on PostgreSQL, also filter by task,
+                queue or state on a big table.
 
         Returns:
             The jobs, newest first.
@@ -633,6 +641,7 @@ class App:
             error_contains=error_contains,
             key_prefix=key_prefix,
             workflow=workflow,
+            args_contains=args_contains,
         )
         if not job_filters.can_match(where):
             return []
@@ -738,6 +747,7 @@ class App:
         key_prefix: str | None = None,
         parent: int | None = None,
         workflow: int | None = None,
+        args_contains: Mapping[str, Any] | str | None = None,
         now: bool = False,
         by: str | None = None,
         dry_run: bool = False,
@@ -761,6 +771,9 @@ class App:
             key_prefix: Only jobs whose key starts with this text.
             parent: Only the pieces of this parent job.
             workflow: Only the steps of this workflow.
+            args_contains: Only jobs whose arguments hold this JSON object (a
+                dict, or its JSON text): their keyword arguments, or one
+                positional argument that is an object (see `jobs`).
             now: Due at once even if delayed to a time still to come (see `retry`).
             by: Who did it, recorded in the history of actions.
             dry_run: Only count the jobs it would retry.
@@ -786,6 +799,7 @@ class App:
             key_prefix=key_prefix,
             parent=parent,
             workflow=workflow,
+            args_contains=args_contains,
             batch_size=batch_size,
         )
         return self._bulk(
@@ -811,6 +825,7 @@ class App:
         key_prefix: str | None = None,
         parent: int | None = None,
         workflow: int | None = None,
+        args_contains: Mapping[str, Any] | str | None = None,
         by: str | None = None,
         dry_run: bool = False,
         batch_size: int = DEFAULT_BATCH_SIZE,
@@ -835,6 +850,9 @@ class App:
             key_prefix: Only jobs whose key starts with this text.
             parent: Only the pieces of this parent job.
             workflow: Only the steps of this workflow.
+            args_contains: Only jobs whose arguments hold this JSON object (a
+                dict, or its JSON text): their keyword arguments, or one
+                positional argument that is an object (see `jobs`).
             by: Who did it, recorded in the history of actions.
             dry_run: Only count the jobs it would cancel.
             batch_size: Jobs per transaction.
@@ -859,6 +877,7 @@ class App:
             key_prefix=key_prefix,
             parent=parent,
             workflow=workflow,
+            args_contains=args_contains,
             batch_size=batch_size,
         )
         return self._bulk(

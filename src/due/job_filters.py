@@ -13,7 +13,8 @@ half hour).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -41,6 +42,7 @@ def build(
     until: Moment | None = None,
     error_contains: str | None = None,
     workflow: Any = None,
+    args_contains: Any = None,
     stuck: bool = False,
     before: Any = None,
     limit: Any = 100,
@@ -61,13 +63,44 @@ def build(
         error_contains=error_contains,
         key_prefix=key_prefix,
         workflow=lookups.id_filter(workflow, "workflow"),
+        args_contains=json_object(args_contains),
     )
 
 
 def can_match(where: JobFilter) -> bool:
     """Whether any stored job could match (no stored text holds a NUL)."""
-    texts = (where.queue, where.task, where.key, where.key_prefix, where.error_contains)
+    texts = (
+        where.queue,
+        where.task,
+        where.key,
+        where.key_prefix,
+        where.error_contains,
+        where.args_contains,
+    )
     return lookups.can_match(*texts)
+
+
+def json_object(value: Any) -> str | None:
+    """`args_contains` as compact JSON text: a mapping, or JSON text of an object."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as error:
+            raise ConfigurationError(
+                f"args_contains: {value!r:.60} is not JSON ({error}); give an object, "
+                "like '{\"customer_id\": 42}'"
+            ) from None
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(
+            f"args_contains must be a JSON object, like '{{\"customer_id\": 42}}'; "
+            f"got {type(value).__name__}"
+        )
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise ConfigurationError(f"args_contains cannot be written as JSON: {error}") from None
 
 
 def moment(value: Moment | None, now: Callable[[], datetime], what: str) -> datetime | None:
@@ -111,6 +144,7 @@ def describe(where: JobFilter) -> str:
         "key_prefix": where.key_prefix,
         "parent": where.parent,
         "workflow": where.workflow,
+        "args_contains": where.args_contains,
     }
     given = [f"{name}={_text(value)}" for name, value in terms.items() if value is not None]
     return " ".join(given) or "every job"

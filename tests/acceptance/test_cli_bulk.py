@@ -144,3 +144,13 @@ def test_several_ids_still_act_one_by_one(app: due.App, backend_url: str) -> Non
     said = run_due(backend_url, "cancel", str(first), str(second))
     assert f"job {first} is cancelled" in said and f"job {second} is cancelled" in said
     assert app.get(first).state == app.get(second).state == JobState.CANCELLED
+
+
+def test_jobs_are_found_and_cancelled_by_their_arguments(app: due.App, backend_url: str) -> None:
+    job = app.enqueue_many([app.tasks.get("charge").request(n=4242)])[0]
+    listed = run_due(backend_url, "jobs", "--args-contains", '{"n": 4242}')
+    assert f"│ {job.id} │" in listed and listed.count("charge") == 1
+    said = run_due(backend_url, "cancel", "--args-contains", '{"n": 4242}', "--yes")
+    assert "1 job to cancel matches" in said and app.get(job.id).state == JobState.CANCELLED
+    refused = run_due(backend_url, "jobs", "--args-contains", "[4242]", expect=1)
+    assert "error: args_contains must be a JSON object" in refused

@@ -219,7 +219,9 @@ def test_the_default_limit_holds_through_the_app(
     assert overview.due == COUNT_LIMIT and overview.shown("due") == f"{COUNT_LIMIT}+"
 
 
-NO_NEWER_FILTERS = dict.fromkeys(["since", "until", "error_contains", "key_prefix", "workflow"])
+NO_NEWER_FILTERS = dict.fromkeys(
+    ["since", "until", "error_contains", "key_prefix", "workflow", "args_contains"]
+)
 RUNNING_ROW_SCANS = ["select_expired", "any_expired", "queue_stuck", "running_per_worker"]
 
 

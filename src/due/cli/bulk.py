@@ -18,16 +18,6 @@ from due.cli.output import Column, console, counted, errors, fitted_table, time_
 from due.core.jobs import Job, JobState
 from due.errors import ConfigurationError
 
-FILTER_NAMES = (
-    "task",
-    "queue",
-    "since",
-    "until",
-    "error_contains",
-    "key_prefix",
-    "parent",
-    "workflow",
-)
 SAMPLE = 5
 SAMPLE_COLUMNS = [
     Column("id", justify="right"),
@@ -55,6 +45,12 @@ def filter_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--key-prefix", help="Only jobs whose key starts with this text."),
         click.option("-p", "--parent", type=int, help="Only the pieces of this parent job."),
         click.option("--workflow", type=int, help="Only the steps of this workflow."),
+        click.option(
+            "--args-contains",
+            metavar="JSON",
+            help="Only jobs whose arguments hold this JSON object, e.g. '{\"customer_id\": 42}' "
+            "(keyword arguments, or one positional argument that is an object).",
+        ),
     ]
     for option in reversed(options):
         command = option(command)

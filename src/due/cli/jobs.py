@@ -207,7 +207,8 @@ def _filtered(
     if not job_ids and not given:
         raise click.UsageError(
             f"give the ids of the jobs to {action}, or a filter (--task, --queue, --state, "
-            "--since, --until, --error-contains, --key-prefix, --parent, --workflow)"
+            "--since, --until, --error-contains, --key-prefix, --parent, --workflow, "
+            "--args-contains)"
         )
     return given
 

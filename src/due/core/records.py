@@ -329,6 +329,9 @@ class JobFilter:
     """Only jobs enqueued with a key that starts with this text."""
     workflow: int | None = None
     """Only the steps of this workflow."""
+    args_contains: str | None = None
+    """Only jobs whose arguments hold this JSON object (as compact JSON text):
+    their keyword arguments, or one positional argument that is an object."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -146,6 +146,7 @@ def list_jobs(db: Backend, where: JobFilter) -> list[Job]:
                 "error_contains": where.error_contains,
                 "key_prefix": where.key_prefix,
                 "workflow": where.workflow,
+                "args_contains": where.args_contains,
                 "now": tx.now,
             },
         )

@@ -487,6 +487,9 @@ FROM (SELECT *,
         AND (%(error_contains)s::text IS NULL OR strpos(last_error, %(error_contains)s) > 0)
         AND (%(key_prefix)s::text IS NULL OR starts_with(key, %(key_prefix)s))
         AND (%(workflow)s::bigint IS NULL OR workflow_id = %(workflow)s)
+        AND (%(args_contains)s::jsonb IS NULL
+             OR payload -> 'kwargs' @> %(args_contains)s::jsonb
+             OR payload -> 'args' @> jsonb_build_array(%(args_contains)s::jsonb))
         AND id < coalesce(%(before)s::bigint, 9223372036854775807)) AS j
 WHERE NOT %(stuck_only)s OR stuck
 ORDER BY id DESC
@@ -513,6 +516,9 @@ FROM (SELECT *,
         AND (%(error_contains)s::text IS NULL OR strpos(last_error, %(error_contains)s) > 0)
         AND (%(key_prefix)s::text IS NULL OR starts_with(key, %(key_prefix)s))
         AND (%(workflow)s::bigint IS NULL OR workflow_id = %(workflow)s)
+        AND (%(args_contains)s::jsonb IS NULL
+             OR payload -> 'kwargs' @> %(args_contains)s::jsonb
+             OR payload -> 'args' @> jsonb_build_array(%(args_contains)s::jsonb))
         AND id < coalesce(%(before)s::bigint, 9223372036854775807)) AS j
 WHERE NOT %(stuck_only)s OR stuck
 ORDER BY id DESC
@@ -539,6 +545,9 @@ LIMIT %(limit)s
      AND (%(error_contains)s::text IS NULL OR strpos(last_error, %(error_contains)s) > 0)
      AND (%(key_prefix)s::text IS NULL OR starts_with(key, %(key_prefix)s))
      AND (%(workflow)s::bigint IS NULL OR workflow_id = %(workflow)s)
+     AND (%(args_contains)s::jsonb IS NULL
+          OR payload -> 'kwargs' @> %(args_contains)s::jsonb
+          OR payload -> 'args' @> jsonb_build_array(%(args_contains)s::jsonb))
      AND id < coalesce(%(before)s::bigint, 9223372036854775807)
      AND NOT %(stuck_only)s
    ORDER BY id DESC
@@ -556,6 +565,9 @@ UNION ALL
      AND (%(error_contains)s::text IS NULL OR strpos(last_error, %(error_contains)s) > 0)
      AND (%(key_prefix)s::text IS NULL OR starts_with(key, %(key_prefix)s))
      AND (%(workflow)s::bigint IS NULL OR workflow_id = %(workflow)s)
+     AND (%(args_contains)s::jsonb IS NULL
+          OR payload -> 'kwargs' @> %(args_contains)s::jsonb
+          OR payload -> 'args' @> jsonb_build_array(%(args_contains)s::jsonb))
      AND id < coalesce(%(before)s::bigint, 9223372036854775807)
      AND NOT %(stuck_only)s
    ORDER BY id DESC
