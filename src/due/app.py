@@ -616,8 +616,8 @@ class App:
                 positional argument that is an object. On PostgreSQL, JSON
                 containment (`@>`: nested objects may hold more); on SQLite,
                 each key with an equal value (nested values equal as a whole).
-                Read without an index: on PostgreSQL, also filter by task,
-                queue or state on a big table.
+                No index serves it: on a big table, give a `state` too
+                (failed, running and waiting jobs have an index of their own).
 
         Returns:
             The jobs, newest first.
