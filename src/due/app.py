@@ -756,7 +756,9 @@ class App:
     ) -> int:
         """Retry every job the filter matches (as `jobs` lists them), in batches.
 
-        Each job is retried as `retry` would (a job it refuses is passed over).
+        Each job is retried as `retry` would (a job it refuses is passed over);
+        a step of a workflow is retried with its workflow, as `retry_workflow`
+        does (its failed and cancelled steps run again, counted too).
         A retried job no longer matches, so a run cut off half way is finished
         by running it again, which retries none twice. Recorded as one action
         (`history`), with the filter and the count, when `by` is given.

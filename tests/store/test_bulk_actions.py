@@ -224,11 +224,16 @@ def test_a_retry_acts_on_exactly_the_failed_jobs_the_same_filter_lists(
 ) -> None:
     made = world(app, tasks, clock)
     where = {name: made[value] if name in made else value for name, value in given.items()}
-    listed = ids(app.jobs(state="failed", limit=ALL, **where))
-    failed_before = ids(app.jobs(state="failed", limit=ALL))
-    assert app.retry_many(**where, batch_size=3) == len(listed)
-    assert ids(app.jobs(state="failed", limit=ALL)) == failed_before - listed
-    assert all(app.get(job_id).state == JobState.QUEUED for job_id in listed)
+    listed = {job.id: job for job in app.jobs(state="failed", limit=ALL, **where)}
+    before = {job.id: job.state for job in app.jobs(limit=ALL)}
+    acted = app.retry_many(**where, batch_size=3)
+    after = {job.id: job.state for job in app.jobs(limit=ALL)}
+    again = {i for i in after if after[i] != before[i]}
+    assert acted == len(again) and set(listed) <= again
+    assert all(after[i] == JobState.QUEUED for i in listed)
+    # Beyond the filter, only the steps of its steps' workflows (retried with them).
+    flows = {job.workflow_id for job in listed.values() if job.workflow_id is not None}
+    assert all(app.get(i).workflow_id in flows for i in again - set(listed))
 
 
 @pytest.mark.parametrize("given", FILTERS, ids=lambda f: ",".join(f) or "all")
@@ -275,6 +280,20 @@ def test_retried_pieces_count_again_on_their_waiting_parent(
     assert app.retry_many(parent=parent.id) == 3
     waiting = app.get(parent.id)
     assert waiting.state == JobState.WAITING and waiting.pieces.failed == 0  # type: ignore[union-attr]
+
+
+def test_a_failed_step_is_retried_with_its_workflow(
+    app: due.App, tasks: dict[str, due.Task]
+) -> None:
+    flow = app.chain(tasks["mail"].request(1), tasks["mail"].request(2), name="month-end")
+    fail(app, "default", lambda _: "KeyError: month")  # the first: the second is cancelled
+    assert app.workflow_status(flow.id).state == "failed"
+    assert app.retry_many(error_contains="KeyError") == 2  # the step, and the one after it
+    status = app.workflow_status(flow.id)
+    states = [step.state for step in status.steps.values()]
+    assert status.state == "running" and status.steps_ended == 0
+    assert states == [JobState.QUEUED, JobState.WAITING]  # the second waits for the first
+    assert app.retry_many(workflow=flow.id) == 0
 
 
 def test_what_the_single_retry_refuses_is_passed_over(

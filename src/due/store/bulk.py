@@ -23,6 +23,10 @@ twice. So:
   the run goes on is not retried twice by it.
 - A job the single operation refuses (a piece whose parent has settled, a
   job whose key another live job holds) is passed over and left as it was.
+- A step of a workflow is retried with its workflow, as `retry_workflow`
+  retries it (`_retry_workflows`), once per run, its workflow's own
+  transaction: its workflow's failed and cancelled steps run again, those
+  after it waiting for it. The count includes them.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from collections.abc import Callable, Iterator, Sequence
 from due.core.jobs import Job, JobState
 from due.core.records import JobFilter
 from due.errors import InvalidStateError
-from due.store import jobs, steps
+from due.store import jobs, steps, workflows
 from due.store.backend import Backend, DuplicateError, Transaction
 from due.store.conflicts import retried_on_conflict
 from due.store.settling import lock_parents
@@ -75,13 +79,29 @@ def retry_many(
     tried)."""
     acted = 0
     states = RETRYABLE if where.state is None else (where.state,)
+    retried_workflows: set[int] = set()
     for state in states:
         for page in pages(db, dataclasses.replace(where, state=state), batch_size):
-            ids = [job.id for job in page]
-            acted += len(ids) if dry_run else _retry_batch(db, ids, run_now)
+            if dry_run:
+                acted += len(page)
+            else:
+                acted += _retry_batch(
+                    db, [job.id for job in page if job.workflow_id is None], run_now
+                )
+                steps = {job.workflow_id for job in page if job.workflow_id is not None}
+                acted += _retry_workflows(db, steps - retried_workflows)
+                retried_workflows |= steps
             if on_batch is not None:
                 on_batch(acted)
     return acted
+
+
+def _retry_workflows(db: Backend, workflow_ids: set[int]) -> int:
+    """A failed step is retried with its workflow (as `retry_workflow`): the
+    workflow's failed and cancelled steps run again, each after the steps it
+    comes after, and the workflow's counts are read again. Retried alone, a
+    step would leave the steps after it cancelled and its workflow ended."""
+    return sum(len(workflows.retry(db, workflow) or []) for workflow in sorted(workflow_ids))
 
 
 def cancel_many(
