@@ -296,6 +296,23 @@ def test_a_failed_step_is_retried_with_its_workflow(
     assert app.retry_many(workflow=flow.id) == 0
 
 
+def test_a_cancelled_waiting_step_is_counted_on_its_workflow(
+    app: due.App, tasks: dict[str, due.Task]
+) -> None:
+    """It ended, uncounted: its workflow stayed running for ever (and `cancel`
+    of one waiting step did the same)."""
+    mail = tasks["mail"]
+    flows = [app.chain(*(mail.request(n) for n in range(3)), name="c") for _ in range(2)]
+    second = list(app.workflow_status(flows[0].id).steps.values())[1]
+    app.cancel(second.job_id)
+    status = app.workflow_status(flows[0].id)
+    assert status.steps_ended == 2  # it, and the step after it (its policy cancels it)
+    assert app.cancel_many(state="waiting") == 1  # the other workflow's second step
+    assert app.workflow_status(flows[1].id).steps_ended == 2
+    assert app.cancel_many() == 2  # the first steps, queued
+    assert {app.workflow_status(flow.id).state for flow in flows} == {"cancelled"}
+
+
 def test_what_the_single_retry_refuses_is_passed_over(
     app: due.App, tasks: dict[str, due.Task]
 ) -> None:

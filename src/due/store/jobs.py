@@ -14,7 +14,7 @@ from typing import Any
 from due.core.jobs import Job, JobState
 from due.core.records import RETRY_RULE, JobFilter, NewJob, Retention, job_from_row, refusal
 from due.errors import JobNotFoundError
-from due.store import pieces, steps
+from due.store import pieces, steps, workflows
 from due.store.backend import Backend, DuplicateError, StatementRefused, Transaction
 from due.store.conflicts import retried_on_conflict
 from due.store.settling import lock_parents, settle
@@ -180,13 +180,22 @@ def cancel_in(tx: Transaction, job_id: int) -> bool:
 
 
 def _cancel_waiting_parent(tx: Transaction, job_id: int) -> bool:
+    """A waiting job ends, with its unfinished pieces; a waiting step of a
+    workflow is counted on its workflow and on the steps after it."""
     rows = tx.run("parent_counts", {"parent": job_id})
-    if rows and rows[0]["state"] == "waiting":
-        error = "cancelled on request"
-        counted = functools.partial(count_endings, tx)
-        pieces.finish(tx.run, job_id, "cancelled", "null", error, tx.instant(), counted)
-        return True
-    return False
+    if not rows or rows[0]["state"] != "waiting":
+        return False
+    ended: list[dict[str, Any]] = []
+
+    def counted(rows: list[dict[str, Any]]) -> None:
+        count_endings(tx, rows)
+        ended.extend(rows)
+
+    error = "cancelled on request"
+    pieces.finish(tx.run, job_id, "cancelled", "null", error, tx.instant(), counted)
+    if workflows.ended_steps(ended):
+        workflows.release(tx, ended, functools.partial(count_endings, tx))
+    return True
 
 
 @retried_on_conflict
