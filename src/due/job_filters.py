@@ -109,7 +109,7 @@ def moment(value: Moment | None, now: Callable[[], datetime], what: str) -> date
         if value is not None and value.utcoffset() is None:
             raise ConfigurationError(
                 f"{what}={value.isoformat()} has no time zone; give an aware datetime "
-                "(e.g. datetime.now(UTC)) or a duration before now ('30m')"
+                "(with its tzinfo), ISO 8601 text with its offset, or a duration before now ('30m')"
             )
         return value
     if isinstance(value, str):
