@@ -10,11 +10,11 @@ import asyncio
 import dataclasses
 import os
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, overload
 
-from due import lookups
+from due import job_filters, lookups
 from due.clock import Clock, SystemClock
 from due.core.jobs import Job, JobState
 from due.core.limits import Limit, LimitOverview
@@ -35,6 +35,7 @@ from due.core.schedules import (
 )
 from due.durations import DurationLike, to_seconds
 from due.errors import ConfigurationError, JobNotFoundError, ScheduleNotFoundError
+from due.job_filters import Moment
 from due.limits import LimitCatalog, LimitsOption
 from due.long_work.context import Context
 from due.long_work.pieces import Item, check_policy, completion_spec, piece_jobs
@@ -52,7 +53,8 @@ from due.retry import Retry
 from due.scheduler.catalog import ScheduleCatalog
 from due.scheduler.registration import ScheduleTiming, define_for_app
 from due.shown_arguments import DEFAULT_REDACT, redact_names
-from due.store import POSTGRES_PREFIXES, Store, open_store
+from due.store import POSTGRES_PREFIXES, Store, bulk, open_store
+from due.store.bulk import DEFAULT_BATCH_SIZE
 from due.store.sqlalchemy_connections import is_sqlalchemy
 from due.task import DEFAULT_QUEUE, Registry, Task, TaskConfig, did_you_mean
 from due.visibility import snapshot
@@ -608,6 +610,12 @@ class App:
         key: str | None = None,
         before: int | None = None,
         limit: int = 100,
+        since: Moment | None = None,
+        until: Moment | None = None,
+        error_contains: str | None = None,
+        key_prefix: str | None = None,
+        workflow: int | None = None,
+        args_contains: Mapping[str, Any] | str | None = None,
     ) -> list[Job]:
         """Jobs, newest first; delayed jobs are `queued` with a future `run_at`.
 
@@ -622,27 +630,51 @@ class App:
             before: Only jobs with a smaller id (the next page after the last id
                 seen).
             limit: At most this many (0 or more).
+            since: Only jobs whose time is this or later: the time a job ended
+                if it has, else the time it was created. An aware datetime,
+                ISO 8601 text with its offset, or a duration before now ("30m").
+            until: Only jobs whose time (as for `since`) is before this.
+            error_contains: Only jobs whose last error contains this text.
+            key_prefix: Only jobs whose key starts with this text.
+            workflow: Only the steps of this workflow.
+            args_contains: Only jobs whose arguments hold this JSON object (a
+                dict, or its JSON text): their keyword arguments, or one
+                positional argument that is an object. On PostgreSQL, JSON
+                containment (`@>`: nested objects may hold more); on SQLite,
+                each key with an equal value (nested values equal as a whole).
+                No index serves it: on a big table, give a `state` too
+                (failed, running and waiting jobs have an index of their own).
 
         Returns:
             The jobs, newest first.
 
         Raises:
-            ConfigurationError: An unknown state, or a limit or id that is not a
-                whole number.
+            ConfigurationError: An unknown state, a limit or id that is not a
+                whole number, or a `since`/`until` that is neither a time nor
+                a duration.
         """
-        where = JobFilter(
+        where = self._job_filter(
             queue=queue,
             state=_state(state),
             task=task,
-            limit=lookups.list_limit(limit),
-            parent=lookups.id_filter(parent, "parent"),
-            stuck_only=stuck,
+            parent=parent,
+            stuck=stuck,
             key=key,
-            before=lookups.id_filter(before, "before"),
+            before=before,
+            limit=limit,
+            since=since,
+            until=until,
+            error_contains=error_contains,
+            key_prefix=key_prefix,
+            workflow=workflow,
+            args_contains=args_contains,
         )
-        if not lookups.can_match(queue, task, key):
+        if not job_filters.can_match(where):
             return []
         return self.store.job_list(where)
+
+    def _job_filter(self, **options: Any) -> JobFilter:
+        return job_filters.build(self.store.now, **options)
 
     def wait(self, job_id: int, *, timeout: DurationLike | None = None) -> Job:
         """Block until the job has ended (succeeded, failed or cancelled).
@@ -728,6 +760,211 @@ class App:
         job = self.store.job_retry(lookups.job_id(job_id), run_now=bool(now))
         self._note("retry", by, job_id=job.id)
         return job
+
+    def retry_many(
+        self,
+        *,
+        task: str | None = None,
+        queue: str | None = None,
+        state: JobState | str | None = JobState.FAILED,
+        since: Moment | None = None,
+        until: Moment | None = None,
+        error_contains: str | None = None,
+        key_prefix: str | None = None,
+        parent: int | None = None,
+        workflow: int | None = None,
+        args_contains: Mapping[str, Any] | str | None = None,
+        now: bool = False,
+        by: str | None = None,
+        dry_run: bool = False,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> int:
+        """Retry every job the filter matches (as `jobs` lists them), in batches.
+
+        Each job is retried as `retry` would (a job it refuses is passed over);
+        a step of a workflow is retried with its workflow, as `retry_workflow`
+        does (its failed and cancelled steps run again, counted too).
+        A retried job no longer matches, so a run cut off half way is finished
+        by running it again, which retries none twice. Recorded as one action
+        (`history`), with the filter and the count, when `by` is given.
+
+        Args:
+            task: Only this task's.
+            queue: Only this queue's.
+            state: `failed` (the default) or `cancelled`; None for both.
+            since: Only jobs that ended at this time or later (see `jobs`).
+            until: Only jobs that ended before this time.
+            error_contains: Only jobs whose last error contains this text.
+            key_prefix: Only jobs whose key starts with this text.
+            parent: Only the pieces of this parent job.
+            workflow: Only the steps of this workflow.
+            args_contains: Only jobs whose arguments hold this JSON object (a
+                dict, or its JSON text): their keyword arguments, or one
+                positional argument that is an object (see `jobs`).
+            now: Due at once even if delayed to a time still to come (see `retry`).
+            by: Who did it, recorded in the history of actions.
+            dry_run: Only count the jobs it would retry.
+            batch_size: Jobs per transaction.
+            on_batch: Called after each batch with the count retried so far.
+
+        Returns:
+            How many jobs were retried (with `dry_run`: would be).
+
+        Raises:
+            ConfigurationError: A state other than failed or cancelled, or a
+                filter that cannot be read (as for `jobs`).
+        """
+        where = self._bulk_filter(
+            "retry",
+            bulk.RETRYABLE,
+            task=task,
+            queue=queue,
+            state=state,
+            since=since,
+            until=until,
+            error_contains=error_contains,
+            key_prefix=key_prefix,
+            parent=parent,
+            workflow=workflow,
+            args_contains=args_contains,
+            batch_size=batch_size,
+        )
+        return self._bulk(
+            "retry",
+            where,
+            by,
+            dry_run,
+            lambda count: self.store.job_retry_many(
+                where, bool(now), batch_size=batch_size, dry_run=dry_run, on_batch=count
+            ),
+            on_batch,
+        )
+
+    def cancel_many(
+        self,
+        *,
+        task: str | None = None,
+        queue: str | None = None,
+        state: JobState | str | None = None,
+        since: Moment | None = None,
+        until: Moment | None = None,
+        error_contains: str | None = None,
+        key_prefix: str | None = None,
+        parent: int | None = None,
+        workflow: int | None = None,
+        args_contains: Mapping[str, Any] | str | None = None,
+        by: str | None = None,
+        dry_run: bool = False,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> int:
+        """Cancel every job the filter matches (as `jobs` lists them), in batches.
+
+        Each job is cancelled as `cancel` would: queued and waiting ones end
+        now, running ones are asked to stop (and passed over by a later
+        `cancel_many`: they are asked already). A cancelled job no longer
+        matches, so a run cut off half way is finished by running it again.
+        Recorded as one action (`history`), with the filter and the count,
+        when `by` is given.
+
+        Args:
+            task: Only this task's.
+            queue: Only this queue's.
+            state: `queued`, `running` or `waiting`; None (the default) for all three.
+            since: Only jobs created at this time or later (see `jobs`).
+            until: Only jobs created before this time.
+            error_contains: Only jobs whose last error contains this text.
+            key_prefix: Only jobs whose key starts with this text.
+            parent: Only the pieces of this parent job.
+            workflow: Only the steps of this workflow.
+            args_contains: Only jobs whose arguments hold this JSON object (a
+                dict, or its JSON text): their keyword arguments, or one
+                positional argument that is an object (see `jobs`).
+            by: Who did it, recorded in the history of actions.
+            dry_run: Only count the jobs it would cancel.
+            batch_size: Jobs per transaction.
+            on_batch: Called after each batch with the count cancelled so far.
+
+        Returns:
+            How many jobs were cancelled or asked to stop (with `dry_run`: would be).
+
+        Raises:
+            ConfigurationError: A state that has ended, or a filter that cannot
+                be read (as for `jobs`).
+        """
+        where = self._bulk_filter(
+            "cancel",
+            bulk.CANCELLABLE,
+            task=task,
+            queue=queue,
+            state=state,
+            since=since,
+            until=until,
+            error_contains=error_contains,
+            key_prefix=key_prefix,
+            parent=parent,
+            workflow=workflow,
+            args_contains=args_contains,
+            batch_size=batch_size,
+        )
+        return self._bulk(
+            "cancel",
+            where,
+            by,
+            dry_run,
+            lambda count: self.store.job_cancel_many(
+                where, batch_size=batch_size, dry_run=dry_run, on_batch=count
+            ),
+            on_batch,
+        )
+
+    def _bulk_filter(
+        self,
+        action: str,
+        allowed: Sequence[JobState],
+        *,
+        state: JobState | str | None,
+        batch_size: int,
+        **options: Any,
+    ) -> JobFilter:
+        chosen = _state(state)
+        if chosen is not None and chosen not in allowed:
+            names = " or ".join(s.value for s in allowed)
+            raise ConfigurationError(
+                f"cannot {action} {chosen.value} jobs: give state={names} (or None for all)"
+            )
+        if lookups.list_limit(batch_size, "batch_size") < 1:
+            raise ConfigurationError("batch_size must be 1 or more")
+        return self._job_filter(state=chosen, **options)
+
+    def _bulk(
+        self,
+        action: str,
+        where: JobFilter,
+        by: str | None,
+        dry_run: bool,
+        run: Callable[[Callable[[int], None]], int],
+        on_batch: Callable[[int], None] | None,
+    ) -> int:
+        if not job_filters.can_match(where):
+            return 0
+        done = [0]
+
+        def count(acted: int) -> None:
+            done[0] = acted
+            if on_batch is not None:
+                on_batch(acted)
+
+        if dry_run:
+            return run(count)
+        try:
+            done[0] = run(count)
+        finally:
+            # Also when cut off: the batches committed are recorded.
+            description = f"{action} {done[0]} jobs where {job_filters.describe(where)}"
+            self._note(description, by, queue=where.queue)
+        return done[0]
 
     def history(
         self,

@@ -135,6 +135,7 @@ def test_the_shortest_soak_runs_and_judges(backend: str, tmp_path: Path) -> None
     [
         ("shards_bench.py", ["--jobs", "1000", "--runs", "1"]),
         ("backlog_bench.py", ["--jobs", "5000", "--repeat", "1"]),
+        ("args_search_bench.py", ["--jobs", "2000", "--repeat", "1"]),
         (
             "visibility_bench.py",
             ["--finished", "5000", "--queued", "500", "--future", "500", "--repeat", "1"],

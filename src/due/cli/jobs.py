@@ -7,6 +7,7 @@ from typing import Any
 import click
 from rich.table import Table
 
+from due.cli.bulk import act_on_filter, filter_options
 from due.cli.common import Settings, reports_errors
 from due.cli.documents import job_document
 from due.cli.main import main
@@ -22,6 +23,7 @@ from due.cli.output import (
 from due.cli.progress import progress_of
 from due.core.jobs import Job, JobState
 from due.shown_arguments import shown_arguments
+from due.store.bulk import CANCELLABLE, RETRYABLE
 from due.visibility.limits import limit_wait
 
 JSON_HELP = "Print one JSON document instead of a table (its keys: docs/reference/json.md)."
@@ -52,12 +54,10 @@ JOB_COLUMNS = [
 
 
 @main.command()
-@click.option("-q", "--queue", help="Only this queue.")
+@filter_options
 @click.option(
     "-s", "--state", type=click.Choice([s.value for s in JobState]), help="Only this state."
 )
-@click.option("-t", "--task", help="Only this task.")
-@click.option("-p", "--parent", type=int, help="Only the pieces of this parent job.")
 @click.option("--stuck", is_flag=True, help="Only running jobs whose progress stopped moving.")
 @click.option("-n", "--limit", default=50, show_default=True, help="At most this many.")
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
@@ -65,18 +65,15 @@ JOB_COLUMNS = [
 @reports_errors
 def jobs(
     settings: Settings,
-    queue: str | None,
+    /,
     state: str | None,
-    task: str | None,
-    parent: int | None,
     stuck: bool,
     limit: int,
     as_json: bool,
+    **filters: Any,
 ) -> None:
     """List jobs, newest first (delayed jobs are queued with a future run at)."""
-    listed = settings.app.jobs(
-        queue=queue, state=state, task=task, parent=parent, stuck=stuck, limit=limit
-    )
+    listed = settings.app.jobs(state=state, stuck=stuck, limit=limit, **filters)
     if as_json:
         print_json({"jobs": [job_document(job, settings.app) for job in listed]})
         return
@@ -110,34 +107,111 @@ def show(settings: Settings, job_id: int, as_json: bool) -> None:
         _print_job(job, shown_arguments(job, settings.app), limit_wait(settings.app, job))
 
 
+YES_HELP = "Act without asking (a filter's action asks first on a terminal)."
+DRY_RUN_HELP = "Only count and show the jobs the filter matches."
+
+
 @main.command()
-@click.argument("job_id", type=int)
+@click.argument("job_ids", metavar="[JOB_ID]...", nargs=-1, type=int)
+@filter_options
+@click.option(
+    "-s",
+    "--state",
+    type=click.Choice([s.value for s in CANCELLABLE]),
+    help="Only this state (default: queued, running and waiting jobs).",
+)
+@click.option("-y", "--yes", is_flag=True, help=YES_HELP)
+@click.option("--dry-run", is_flag=True, help=DRY_RUN_HELP)
 @click.pass_obj
 @reports_errors
-def cancel(settings: Settings, job_id: int) -> None:
-    """Cancel a job: a queued one at once, a running one at its next safe point,
-    a waiting parent with its unfinished pieces."""
-    job = settings.app.cancel(job_id)
-    if job.state == JobState.RUNNING:
-        console.print(f"job {job.id} is asked to stop; it ends at its next safe point")
-    else:
-        console.print(f"job {job.id} is {job.state.value}")
+def cancel(
+    settings: Settings,
+    /,
+    job_ids: tuple[int, ...],
+    state: str | None,
+    yes: bool,
+    dry_run: bool,
+    **filters: Any,
+) -> None:
+    """Cancel jobs: a queued one at once, a running one at its next safe point,
+    a waiting parent with its unfinished pieces.
+
+    Give job ids, or a filter: then it says how many jobs match and shows a
+    few, and cancels them once confirmed (--yes, or yes at the prompt), a
+    batch at a time. Run again, it finishes what an interrupted run left.
+    """
+    if _filtered("cancel", job_ids, {**filters, "state": state}, yes, dry_run):
+        states = [JobState(state)] if state else list(CANCELLABLE)
+        act_on_filter(settings.app, "cancel", filters, states, yes=yes, dry_run=dry_run)
+        return
+    for job_id in job_ids:
+        job = settings.app.cancel(job_id)
+        if job.state == JobState.RUNNING:
+            console.print(f"job {job.id} is asked to stop; it ends at its next safe point")
+        else:
+            console.print(f"job {job.id} is {job.state.value}")
 
 
 @main.command()
-@click.argument("job_id", type=int)
+@click.argument("job_ids", metavar="[JOB_ID]...", nargs=-1, type=int)
+@filter_options
+@click.option(
+    "-s",
+    "--state",
+    type=click.Choice([s.value for s in RETRYABLE]),
+    help="Only this state (default: failed).",
+)
 @click.option(
     "--now",
     "run_now",
     is_flag=True,
     help="Due at once, even if it was delayed to a later time (default: keep that time).",
 )
+@click.option("-y", "--yes", is_flag=True, help=YES_HELP)
+@click.option("--dry-run", is_flag=True, help=DRY_RUN_HELP)
 @click.pass_obj
 @reports_errors
-def retry(settings: Settings, job_id: int, run_now: bool) -> None:
-    """Put a failed or cancelled job back in its queue, with fresh attempts."""
-    job = settings.app.retry(job_id, now=run_now)
-    console.print(f"job {job.id} is {job.state.value} again, due {time_text(job.run_at)}")
+def retry(
+    settings: Settings,
+    /,
+    job_ids: tuple[int, ...],
+    state: str | None,
+    run_now: bool,
+    yes: bool,
+    dry_run: bool,
+    **filters: Any,
+) -> None:
+    """Put failed or cancelled jobs back in their queue, with fresh attempts.
+
+    Give job ids, or a filter: then it says how many jobs match and shows a
+    few, and retries them once confirmed (--yes, or yes at the prompt), a
+    batch at a time. Run again, it finishes what an interrupted run left.
+    """
+    if _filtered("retry", job_ids, {**filters, "state": state}, yes, dry_run):
+        states = [JobState(state or JobState.FAILED)]
+        act_on_filter(settings.app, "retry", filters, states, yes=yes, dry_run=dry_run, now=run_now)
+        return
+    for job_id in job_ids:
+        job = settings.app.retry(job_id, now=run_now)
+        console.print(f"job {job.id} is {job.state.value} again, due {time_text(job.run_at)}")
+
+
+def _filtered(
+    action: str, job_ids: tuple[int, ...], filters: dict[str, Any], yes: bool, dry_run: bool
+) -> bool:
+    """Whether the command acts on a filter (else on ids); refuses both, or neither."""
+    given = any(value is not None for value in filters.values())
+    if job_ids and given:
+        raise click.UsageError(f"give job ids or a filter to {action}, not both")
+    if job_ids and (yes or dry_run):
+        raise click.UsageError("--yes and --dry-run go with a filter, not with job ids")
+    if not job_ids and not given:
+        raise click.UsageError(
+            f"give the ids of the jobs to {action}, or a filter (--task, --queue, --state, "
+            "--since, --until, --error-contains, --key-prefix, --parent, --workflow, "
+            "--args-contains)"
+        )
+    return given
 
 
 def progress_text(job: Job) -> str:

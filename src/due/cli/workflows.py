@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import getpass
-
 import click
 from rich.text import Text
 
+from due.cli.bulk import actor
 from due.cli.common import Settings, reports_errors
 from due.cli.documents import workflow_document, workflow_summary_document
 from due.cli.jobs import JSON_HELP
@@ -39,14 +38,6 @@ STEP_COLUMNS = [
     Column("after", drop_rank=1),
     Column("duration", justify="right", drop_rank=0),
 ]
-
-
-def _by() -> str:
-    """Who acts, as the history records it: `cli:<user>`."""
-    try:
-        return f"cli:{getpass.getuser()}"
-    except (KeyError, OSError):
-        return "cli:unknown"
 
 
 def _state(state: str) -> Text:
@@ -108,7 +99,7 @@ def show_workflow(settings: Settings, workflow_id: int, as_json: bool) -> None:
 def cancel_workflow(settings: Settings, workflow_id: int) -> None:
     """Cancel every unfinished step: queued and waiting ones at once, running
     ones at their next safe point."""
-    status = settings.app.cancel_workflow(workflow_id, by=_by())
+    status = settings.app.cancel_workflow(workflow_id, by=actor())
     running = sum(1 for step in status.steps.values() if step.state == "running")
     said = f"workflow {status.id} is {status.state}"
     if running:
@@ -125,7 +116,7 @@ def retry_workflow(settings: Settings, workflow_id: int) -> None:
     succeeded runs again)."""
     before = settings.app.workflow_status(workflow_id)
     again = [name for name, step in before.steps.items() if step.state in ("failed", "cancelled")]
-    status = settings.app.retry_workflow(workflow_id, by=_by())
+    status = settings.app.retry_workflow(workflow_id, by=actor())
     if not again:
         console.print(f"workflow {status.id} is {status.state}: no failed or cancelled step")
         return

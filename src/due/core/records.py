@@ -321,6 +321,20 @@ class JobFilter:
     key: str | None = None
     before: int | None = None
     """Only jobs with a smaller id (the next page, newest first)."""
+    since: datetime | None = None
+    """Only jobs whose time is this one or later: the time a job ended if it
+    has (succeeded, failed or cancelled), else the time it was created."""
+    until: datetime | None = None
+    """Only jobs whose time (as for `since`) is before this one."""
+    error_contains: str | None = None
+    """Only jobs whose last error contains this text (case counts)."""
+    key_prefix: str | None = None
+    """Only jobs enqueued with a key that starts with this text."""
+    workflow: int | None = None
+    """Only the steps of this workflow."""
+    args_contains: str | None = None
+    """Only jobs whose arguments hold this JSON object (as compact JSON text):
+    their keyword arguments, or one positional argument that is an object."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from typing import Any
 from due.core.jobs import Job, JobState
 from due.core.records import RETRY_RULE, JobFilter, NewJob, Retention, job_from_row, refusal
 from due.errors import JobNotFoundError
-from due.store import pieces, steps
+from due.store import pieces, steps, workflows
 from due.store.backend import Backend, DuplicateError, StatementRefused, Transaction
 from due.store.conflicts import retried_on_conflict
 from due.store.settling import lock_parents, settle
@@ -141,6 +141,12 @@ def list_jobs(db: Backend, where: JobFilter) -> list[Job]:
                 "key": where.key,
                 "before": where.before,
                 "stuck_only": where.stuck_only,
+                "since": where.since,
+                "until": where.until,
+                "error_contains": where.error_contains,
+                "key_prefix": where.key_prefix,
+                "workflow": where.workflow,
+                "args_contains": where.args_contains,
                 "now": tx.now,
             },
         )
@@ -153,24 +159,43 @@ def cancel(db: Backend, job_id: int) -> Job:
     point); a waiting parent ends with its unfinished pieces."""
     with db.transaction() as tx:
         lock_parents(tx, [job_id])
-        cancelled = tx.run("cancel_job", {"id": job_id, "now": tx.now})
-        if cancelled:
-            count_endings(tx, cancelled)
-            settle(tx, cancelled)
-        elif not tx.run("request_cancel", {"id": job_id}):
-            _cancel_waiting_parent(tx, job_id)
+        cancel_in(tx, job_id)
     job = get(db, job_id)
     if job.state in (JobState.CANCELLED, JobState.RUNNING) or job.cancel_requested:
         return job
     raise refusal(job, "cancel", "a job that has ended cannot be cancelled")
 
 
-def _cancel_waiting_parent(tx: Transaction, job_id: int) -> None:
+def cancel_in(tx: Transaction, job_id: int) -> bool:
+    """`cancel`'s work in `tx`, its parents locked: whether the job was
+    cancelled or asked to stop (False: it had ended, or cannot be cancelled)."""
+    cancelled = tx.run("cancel_job", {"id": job_id, "now": tx.now})
+    if cancelled:
+        count_endings(tx, cancelled)
+        settle(tx, cancelled)
+        return True
+    if tx.run("request_cancel", {"id": job_id}):
+        return True
+    return _cancel_waiting_parent(tx, job_id)
+
+
+def _cancel_waiting_parent(tx: Transaction, job_id: int) -> bool:
+    """A waiting job ends, with its unfinished pieces; a waiting step of a
+    workflow is counted on its workflow and on the steps after it."""
     rows = tx.run("parent_counts", {"parent": job_id})
-    if rows and rows[0]["state"] == "waiting":
-        error = "cancelled on request"
-        counted = functools.partial(count_endings, tx)
-        pieces.finish(tx.run, job_id, "cancelled", "null", error, tx.instant(), counted)
+    if not rows or rows[0]["state"] != "waiting":
+        return False
+    ended: list[dict[str, Any]] = []
+
+    def counted(rows: list[dict[str, Any]]) -> None:
+        count_endings(tx, rows)
+        ended.extend(rows)
+
+    error = "cancelled on request"
+    pieces.finish(tx.run, job_id, "cancelled", "null", error, tx.instant(), counted)
+    if workflows.ended_steps(ended):
+        workflows.release(tx, ended, functools.partial(count_endings, tx))
+    return True
 
 
 @retried_on_conflict

@@ -54,6 +54,7 @@ from due.core.schedules import (
 from due.core.stats import TaskFigures
 from due.store import (
     actions,
+    bulk,
     jobs,
     limits,
     long_work,
@@ -161,6 +162,33 @@ class Store:
 
     def job_retry(self, job_id: int, run_now: bool = False) -> Job:
         return jobs.retry(self.backend, job_id, run_now)
+
+    def job_retry_many(
+        self,
+        where: JobFilter,
+        run_now: bool = False,
+        *,
+        batch_size: int = bulk.DEFAULT_BATCH_SIZE,
+        dry_run: bool = False,
+        on_batch: bulk.OnBatch | None = None,
+    ) -> int:
+        """Retry what `where` matches, a batch per transaction (bulk.py); the count."""
+        return bulk.retry_many(
+            self.backend, where, run_now, batch_size=batch_size, dry_run=dry_run, on_batch=on_batch
+        )
+
+    def job_cancel_many(
+        self,
+        where: JobFilter,
+        *,
+        batch_size: int = bulk.DEFAULT_BATCH_SIZE,
+        dry_run: bool = False,
+        on_batch: bulk.OnBatch | None = None,
+    ) -> int:
+        """Cancel what `where` matches, a batch per transaction (bulk.py); the count."""
+        return bulk.cancel_many(
+            self.backend, where, batch_size=batch_size, dry_run=dry_run, on_batch=on_batch
+        )
 
     def job_prune(self, retention: Retention, limit: int = 10_000) -> tuple[int, int]:
         return jobs.prune(self.backend, retention, limit)

@@ -482,6 +482,14 @@ FROM (SELECT *,
         AND (%(task)s::text IS NULL OR task = %(task)s)
         AND (%(parent)s::bigint IS NULL OR parent_id = %(parent)s)
         AND (%(key)s::text IS NULL OR key = %(key)s)
+        AND (%(since)s::timestamptz IS NULL OR coalesce(finished_at, created_at) >= %(since)s)
+        AND (%(until)s::timestamptz IS NULL OR coalesce(finished_at, created_at) < %(until)s)
+        AND (%(error_contains)s::text IS NULL OR strpos(last_error, %(error_contains)s) > 0)
+        AND (%(key_prefix)s::text IS NULL OR starts_with(key, %(key_prefix)s))
+        AND (%(workflow)s::bigint IS NULL OR workflow_id = %(workflow)s)
+        AND (%(args_contains)s::jsonb IS NULL
+             OR payload -> 'kwargs' @> %(args_contains)s::jsonb
+             OR payload -> 'args' @> jsonb_build_array(%(args_contains)s::jsonb))
         AND id < coalesce(%(before)s::bigint, 9223372036854775807)) AS j
 WHERE NOT %(stuck_only)s OR stuck
 ORDER BY id DESC
@@ -503,6 +511,14 @@ FROM (SELECT *,
         AND (%(task)s::text IS NULL OR task = %(task)s)
         AND (%(parent)s::bigint IS NULL OR parent_id = %(parent)s)
         AND (%(key)s::text IS NULL OR key = %(key)s)
+        AND (%(since)s::timestamptz IS NULL OR coalesce(finished_at, created_at) >= %(since)s)
+        AND (%(until)s::timestamptz IS NULL OR coalesce(finished_at, created_at) < %(until)s)
+        AND (%(error_contains)s::text IS NULL OR strpos(last_error, %(error_contains)s) > 0)
+        AND (%(key_prefix)s::text IS NULL OR starts_with(key, %(key_prefix)s))
+        AND (%(workflow)s::bigint IS NULL OR workflow_id = %(workflow)s)
+        AND (%(args_contains)s::jsonb IS NULL
+             OR payload -> 'kwargs' @> %(args_contains)s::jsonb
+             OR payload -> 'args' @> jsonb_build_array(%(args_contains)s::jsonb))
         AND id < coalesce(%(before)s::bigint, 9223372036854775807)) AS j
 WHERE NOT %(stuck_only)s OR stuck
 ORDER BY id DESC
@@ -524,6 +540,14 @@ LIMIT %(limit)s
      AND (%(task)s::text IS NULL OR task = %(task)s)
      AND (%(parent)s::bigint IS NULL OR parent_id = %(parent)s)
      AND (%(key)s::text IS NULL OR key = %(key)s)
+     AND (%(since)s::timestamptz IS NULL OR coalesce(finished_at, created_at) >= %(since)s)
+     AND (%(until)s::timestamptz IS NULL OR coalesce(finished_at, created_at) < %(until)s)
+     AND (%(error_contains)s::text IS NULL OR strpos(last_error, %(error_contains)s) > 0)
+     AND (%(key_prefix)s::text IS NULL OR starts_with(key, %(key_prefix)s))
+     AND (%(workflow)s::bigint IS NULL OR workflow_id = %(workflow)s)
+     AND (%(args_contains)s::jsonb IS NULL
+          OR payload -> 'kwargs' @> %(args_contains)s::jsonb
+          OR payload -> 'args' @> jsonb_build_array(%(args_contains)s::jsonb))
      AND id < coalesce(%(before)s::bigint, 9223372036854775807)
      AND NOT %(stuck_only)s
    ORDER BY id DESC
@@ -536,6 +560,14 @@ UNION ALL
      AND (%(task)s::text IS NULL OR task = %(task)s)
      AND (%(parent)s::bigint IS NULL OR parent_id = %(parent)s)
      AND (%(key)s::text IS NULL OR key = %(key)s)
+     AND (%(since)s::timestamptz IS NULL OR coalesce(finished_at, created_at) >= %(since)s)
+     AND (%(until)s::timestamptz IS NULL OR coalesce(finished_at, created_at) < %(until)s)
+     AND (%(error_contains)s::text IS NULL OR strpos(last_error, %(error_contains)s) > 0)
+     AND (%(key_prefix)s::text IS NULL OR starts_with(key, %(key_prefix)s))
+     AND (%(workflow)s::bigint IS NULL OR workflow_id = %(workflow)s)
+     AND (%(args_contains)s::jsonb IS NULL
+          OR payload -> 'kwargs' @> %(args_contains)s::jsonb
+          OR payload -> 'args' @> jsonb_build_array(%(args_contains)s::jsonb))
      AND id < coalesce(%(before)s::bigint, 9223372036854775807)
      AND NOT %(stuck_only)s
    ORDER BY id DESC

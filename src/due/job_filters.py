@@ -1,0 +1,155 @@
+"""The filter that selects jobs, as `app.jobs`, `app.retry_many` and
+`app.cancel_many` take it (and `due jobs`, `due retry`, `due cancel`): checked
+once and put in one `JobFilter`, so that a bulk action acts on exactly the
+jobs the same filter lists.
+
+`since` and `until` bound a job's time: when it ended (succeeded, failed or
+cancelled), or when it was created if it has not ended. So "failed since
+10:02" means failed at 10:02 or later, and "queued for longer than an hour"
+is `state="queued", until="1h"`. Either is a moment (an aware datetime, or
+ISO 8601 text with its offset) or a duration before now ("30m": the last
+half hour).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from due import lookups
+from due.core.jobs import JobState
+from due.core.records import JobFilter
+from due.durations import DurationLike, to_seconds
+from due.errors import ConfigurationError
+
+Moment = datetime | DurationLike
+"""A time a filter starts or ends at: a datetime with its time zone, ISO 8601
+text with its offset, or a duration before now ("30m", seconds, a timedelta)."""
+
+
+def build(
+    now: Callable[[], datetime],
+    *,
+    queue: str | None = None,
+    state: JobState | None = None,
+    task: str | None = None,
+    parent: Any = None,
+    key: str | None = None,
+    key_prefix: str | None = None,
+    since: Moment | None = None,
+    until: Moment | None = None,
+    error_contains: str | None = None,
+    workflow: Any = None,
+    args_contains: Any = None,
+    stuck: bool = False,
+    before: Any = None,
+    limit: Any = 100,
+) -> JobFilter:
+    """The JobFilter these options make; ConfigurationError naming the option
+    that cannot be read. `now` is asked only for a duration."""
+    return JobFilter(
+        queue=queue,
+        state=state,
+        task=task,
+        limit=lookups.list_limit(limit),
+        parent=lookups.id_filter(parent, "parent"),
+        stuck_only=bool(stuck),
+        key=key,
+        before=lookups.id_filter(before, "before"),
+        since=moment(since, now, "since"),
+        until=moment(until, now, "until"),
+        error_contains=error_contains,
+        key_prefix=key_prefix,
+        workflow=lookups.id_filter(workflow, "workflow"),
+        args_contains=json_object(args_contains),
+    )
+
+
+def can_match(where: JobFilter) -> bool:
+    """Whether any stored job could match (no stored text holds a NUL)."""
+    texts = (
+        where.queue,
+        where.task,
+        where.key,
+        where.key_prefix,
+        where.error_contains,
+        where.args_contains,
+    )
+    return lookups.can_match(*texts)
+
+
+def json_object(value: Any) -> str | None:
+    """`args_contains` as compact JSON text: a mapping, or JSON text of an object."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as error:
+            raise ConfigurationError(
+                f"args_contains: {value!r:.60} is not JSON ({error}); give an object, "
+                "like '{\"customer_id\": 42}'"
+            ) from None
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(
+            f"args_contains must be a JSON object, like '{{\"customer_id\": 42}}'; "
+            f"got {type(value).__name__}"
+        )
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise ConfigurationError(f"args_contains cannot be written as JSON: {error}") from None
+
+
+def moment(value: Moment | None, now: Callable[[], datetime], what: str) -> datetime | None:
+    """The instant `value` names: itself, or that long before now."""
+    if value is None or isinstance(value, datetime):
+        if value is not None and value.utcoffset() is None:
+            raise ConfigurationError(
+                f"{what}={value.isoformat()} has no time zone; give an aware datetime "
+                "(with its tzinfo), ISO 8601 text with its offset, or a duration before now ('30m')"
+            )
+        return value
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.strip())
+        except ValueError:
+            parsed = None
+        if parsed is not None:
+            return moment(parsed, now, what)
+    if not isinstance(value, str):
+        return now() - timedelta(seconds=to_seconds(value, what=what))
+    try:
+        seconds = to_seconds(value, what=what)
+    except ConfigurationError:
+        raise ConfigurationError(
+            f"{what}: {value!r:.40} is neither a duration before now ('30m', '2h', '1d') "
+            "nor a time with its offset ('2026-12-05T10:02:00+00:00')"
+        ) from None
+    return now() - timedelta(seconds=seconds)
+
+
+def describe(where: JobFilter) -> str:
+    """The filter as the history shows it: `task=charge_card state=failed ...`."""
+    terms = {
+        "task": where.task,
+        "queue": where.queue,
+        "state": where.state.value if where.state else None,
+        "since": where.since.isoformat() if where.since else None,
+        "until": where.until.isoformat() if where.until else None,
+        "error_contains": where.error_contains,
+        "key": where.key,
+        "key_prefix": where.key_prefix,
+        "parent": where.parent,
+        "workflow": where.workflow,
+        "args_contains": where.args_contains,
+    }
+    given = [f"{name}={_text(value)}" for name, value in terms.items() if value is not None]
+    return " ".join(given) or "every job"
+
+
+def _text(value: object) -> str:
+    text = str(value)
+    return text if text and not any(c.isspace() or c in "'\"=" for c in text) else repr(text)

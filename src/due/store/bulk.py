@@ -1,0 +1,164 @@
+"""Retry or cancel every job a filter matches, one batch per transaction.
+
+A million matching jobs must never hold a long lock or a long transaction,
+and an interrupted run must be finished by running it again, touching no job
+twice. So:
+
+- The jobs are read with the statements `app.jobs` lists them with (jobs.py,
+  `list_jobs` and its siblings: the same filter, so the action matches
+  exactly what `due jobs` shows), a page of `batch_size` at a time, newest
+  first, each page starting below the smallest id of the one before (keyset
+  by id: no page reads back through the jobs before it).
+- Each page is acted on in one transaction, and each job in it by the steps
+  of the single operation (`jobs.cancel_in`, `steps.retry_steps`), its
+  parents locked first and the jobs taken in id order (the lock order every
+  batch of writes keeps), so a bulk action follows the rules of `app.cancel`
+  and `app.retry` for pieces, parents, workflow steps and running jobs.
+- A job acted on no longer matches: a retried job is queued (no longer failed
+  or cancelled), a cancelled one has ended, and a running one asked to stop
+  is passed over by every later `cancel_many` (it is asked already). A run
+  cut off commits its whole batches and nothing of the one in flight; running
+  it again acts on the rest and on none twice. Within one run the keyset
+  moves past every job it read, so a job retried, run and failed again while
+  the run goes on is not retried twice by it.
+- A job the single operation refuses (a piece whose parent has settled, a
+  job whose key another live job holds) is passed over and left as it was.
+- A step of a workflow is retried with its workflow, as `retry_workflow`
+  retries it (`_retry_workflows`), once per run, its workflow's own
+  transaction: its workflow's failed and cancelled steps run again, those
+  after it waiting for it. The count includes them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator, Sequence
+
+from due.core.jobs import Job, JobState
+from due.core.records import JobFilter
+from due.errors import InvalidStateError
+from due.store import jobs, steps, workflows
+from due.store.backend import Backend, DuplicateError, Transaction
+from due.store.conflicts import retried_on_conflict
+from due.store.settling import lock_parents
+
+DEFAULT_BATCH_SIZE = 2000
+"""Jobs per transaction: a few milliseconds of locks each on PostgreSQL."""
+RETRYABLE = (JobState.FAILED, JobState.CANCELLED)
+CANCELLABLE = (JobState.WAITING, JobState.QUEUED, JobState.RUNNING)
+"""In this order: a waiting parent is cancelled with its pieces, as `cancel`
+cancels it, before its pieces one by one could settle it."""
+
+OnBatch = Callable[[int], None]
+"""Called after each batch commits, with the count acted on so far."""
+
+
+def pages(db: Backend, where: JobFilter, batch_size: int) -> Iterator[list[Job]]:
+    """The jobs `where` matches, newest first, a page at a time (keyset by id)."""
+    before = where.before
+    while True:
+        page = jobs.list_jobs(db, dataclasses.replace(where, before=before, limit=batch_size))
+        if page:
+            yield page
+        if len(page) < batch_size:
+            return
+        before = page[-1].id
+
+
+def retry_many(
+    db: Backend,
+    where: JobFilter,
+    run_now: bool,
+    *,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    dry_run: bool = False,
+    on_batch: OnBatch | None = None,
+) -> int:
+    """Retry the failed or cancelled jobs `where` matches (its state: one of
+    those, or None for both); how many were retried (or, `dry_run`, would be
+    tried)."""
+    acted = 0
+    states = RETRYABLE if where.state is None else (where.state,)
+    retried_workflows: set[int] = set()
+    for state in states:
+        for page in pages(db, dataclasses.replace(where, state=state), batch_size):
+            if dry_run:
+                acted += len(page)
+            else:
+                acted += _retry_batch(
+                    db, [job.id for job in page if job.workflow_id is None], run_now
+                )
+                steps = {job.workflow_id for job in page if job.workflow_id is not None}
+                acted += _retry_workflows(db, steps - retried_workflows)
+                retried_workflows |= steps
+            if on_batch is not None:
+                on_batch(acted)
+    return acted
+
+
+def _retry_workflows(db: Backend, workflow_ids: set[int]) -> int:
+    """A failed step is retried with its workflow (as `retry_workflow`): the
+    workflow's failed and cancelled steps run again, each after the steps it
+    comes after, and the workflow's counts are read again. Retried alone, a
+    step would leave the steps after it cancelled and its workflow ended."""
+    return sum(len(workflows.retry(db, workflow) or []) for workflow in sorted(workflow_ids))
+
+
+def cancel_many(
+    db: Backend,
+    where: JobFilter,
+    *,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    dry_run: bool = False,
+    on_batch: OnBatch | None = None,
+) -> int:
+    """Cancel the queued, running and waiting jobs `where` matches (its state:
+    one of those, or None for all three), running ones by asking them to stop;
+    how many were cancelled or asked (or, `dry_run`, would be tried)."""
+    acted = 0
+    states = CANCELLABLE if where.state is None else (where.state,)
+    for state in states:
+        for page in pages(db, dataclasses.replace(where, state=state), batch_size):
+            ids = [job.id for job in page if not job.cancel_requested]
+            acted += len(ids) if dry_run else _cancel_batch(db, ids)
+            if on_batch is not None:
+                on_batch(acted)
+    return acted
+
+
+@retried_on_conflict
+def _cancel_batch(db: Backend, ids: Sequence[int]) -> int:
+    if not ids:
+        return 0
+    with db.transaction() as tx:
+        lock_parents(tx, ids)
+        return sum(jobs.cancel_in(tx, job_id) for job_id in sorted(ids))
+
+
+@retried_on_conflict
+def _retry_batch(db: Backend, ids: Sequence[int], run_now: bool) -> int:
+    if not ids:
+        return 0
+    try:
+        with db.transaction() as tx:
+            lock_parents(tx, ids)
+            return sum(_retried(tx, job_id, run_now) for job_id in sorted(ids))
+    except DuplicateError:
+        # A key taken in a race (as retry's): this batch again, one job at a
+        # time, each refused or retried as `app.retry` would.
+        return sum(_retried_alone(db, job_id, run_now) for job_id in sorted(ids))
+
+
+def _retried(tx: Transaction, job_id: int, run_now: bool) -> bool:
+    try:
+        return steps.carry_out(tx, steps.retry_steps(job_id, run_now, tx.now)) is not None
+    except InvalidStateError:
+        return False  # its key is held by another live job: refused before any write
+
+
+def _retried_alone(db: Backend, job_id: int, run_now: bool) -> bool:
+    try:
+        jobs.retry(db, job_id, run_now)
+    except InvalidStateError:
+        return False
+    return True
