@@ -962,8 +962,8 @@ class App:
             done[0] = run(count)
         finally:
             # Also when cut off: the batches committed are recorded.
-            description = f"{action} {done[0]} jobs where {job_filters.describe(where)}"
-            self._note(description, by, queue=where.queue)
+            shown = job_filters.describe(where, hide=self._redacted_names(where.task))
+            self._note(f"{action} {done[0]} jobs where {shown}", by, queue=where.queue)
         return done[0]
 
     def history(
@@ -995,6 +995,15 @@ class App:
             queue=queue,
             limit=lookups.list_limit(limit),
         )
+
+    def _redacted_names(self, task: str | None) -> frozenset[str]:
+        """The names a filter's `args_contains` hides in the history.
+
+        The task's, or, for any task, every name any task of this app hides.
+        """
+        if task is not None and task in self.tasks.names():
+            return self.tasks.get(task).redact
+        return self.redact.union(*(each.redact for each in self.tasks))
 
     def _note(self, action: str, by: str | None, **subject: Any) -> None:
         if by is not None:

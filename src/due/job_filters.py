@@ -14,7 +14,7 @@ half hour).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,6 +23,7 @@ from due.core.jobs import JobState
 from due.core.records import JobFilter
 from due.durations import DurationLike, to_seconds
 from due.errors import ConfigurationError
+from due.shown_arguments import hidden
 
 Moment = datetime | DurationLike
 """A time a filter starts or ends at: a datetime with its time zone, ISO 8601
@@ -131,8 +132,9 @@ def moment(value: Moment | None, now: Callable[[], datetime], what: str) -> date
     return now() - timedelta(seconds=seconds)
 
 
-def describe(where: JobFilter) -> str:
-    """The filter as the history shows it: `task=charge_card state=failed ...`."""
+def describe(where: JobFilter, hide: Collection[str] = ()) -> str:
+    """The filter as the history shows it: `task=charge_card state=failed ...`,
+    the values of `hide`'s keys in `args_contains` shown as `•••`."""
     terms = {
         "task": where.task,
         "queue": where.queue,
@@ -144,10 +146,17 @@ def describe(where: JobFilter) -> str:
         "key_prefix": where.key_prefix,
         "parent": where.parent,
         "workflow": where.workflow,
-        "args_contains": where.args_contains,
+        "args_contains": _without_secrets(where.args_contains, hide),
     }
     given = [f"{name}={_text(value)}" for name, value in terms.items() if value is not None]
     return " ".join(given) or "every job"
+
+
+def _without_secrets(args_contains: str | None, hide: Collection[str]) -> str | None:
+    if args_contains is None or not hide:
+        return args_contains
+    shown = hidden(json.loads(args_contains), hide)
+    return json.dumps(shown, ensure_ascii=False, separators=(",", ":"))  # as json_object
 
 
 def _text(value: object) -> str:

@@ -384,3 +384,22 @@ def test_a_filter_no_stored_text_can_match_matches_nothing(
     tasks["charge"].enqueue(1)
     assert app.cancel_many(task="charge\x00") == 0
     assert app.jobs(error_contains="\x00") == []
+
+
+def test_a_filter_on_a_hidden_argument_keeps_its_value_out_of_the_history(app: due.App) -> None:
+    """The history shows the filter, and everyone with the dashboard sees the
+    history: a value the task hides is hidden there too (issue 41's redaction)."""
+
+    @app.task(name="reset", redact=["code"])
+    def reset(user: dict[str, str]) -> None: ...
+
+    job = reset.enqueue({"email": "ada@example.com", "code": "7391-secret"})
+    searched = {"code": "7391-secret"}  # (a positional argument that holds it)
+    assert app.cancel_many(task="reset", args_contains=searched, by="ann") == 1
+    assert app.get(job.id).state == JobState.CANCELLED
+    (action,) = app.history()
+    assert "7391-secret" not in action.action
+    assert action.action == """cancel 1 jobs where task=reset args_contains='{"code":"•••"}'"""
+    # Without a task, every name any task hides.
+    app.cancel_many(args_contains={"password": "hunter22"}, by="ann")
+    assert "hunter22" not in app.history()[0].action
