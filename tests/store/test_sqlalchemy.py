@@ -367,3 +367,24 @@ def test_a_statement_timeout_is_the_same_error_on_every_driver(
         await aengine.dispose()
 
     asyncio.run(enqueue())
+
+
+def test_due_s_statements_go_through_sqlalchemy_and_the_database_is_asked_once(
+    app: due.App, ship: due.Task, engine: Any
+) -> None:
+    """What the page promises: SQLAlchemy's events (and so its echo) see due's
+    statements, and which database the engine is on is asked once, not per job."""
+    seen: list[str] = []
+
+    @sqlalchemy.event.listens_for(engine, "before_cursor_execute")
+    def record(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        seen.append(statement)
+
+    for order in range(3):
+        with Session(engine) as session:
+            ship.options(connection=session).enqueue(order)
+            session.commit()
+    inserts = [s for s in seen if "INSERT INTO due_jobs" in s]
+    asked = [s for s in seen if "current_database()" in s or "database_list" in s]
+    assert len(inserts) == 3
+    assert len(asked) == 1
