@@ -749,8 +749,11 @@ class App:
             now: Due at once even if it was delayed to a time still to come.
             by: Who did it (see `cancel`).
 
+        A step of a workflow is retried with its workflow (`retry_workflow`):
+        its failed and cancelled steps run again, each after those it comes after.
+
         Returns:
-            The job, queued again.
+            The job, queued again (or waiting, for a step after a retried step).
 
         Raises:
             JobNotFoundError: No job has that id.

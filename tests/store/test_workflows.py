@@ -219,6 +219,38 @@ def test_a_retried_workflow_runs_no_step_that_succeeded(
         app.cancel_workflow(987654)
 
 
+def test_a_step_retried_alone_runs_again_with_the_steps_after_it(
+    app: due.App, tasks: dict[str, due.Task]
+) -> None:
+    """`app.retry` of a failed step retries it with its workflow: the step after
+    it, cancelled by its failure, waits for it again and the counts add up."""
+    flow = app.workflow("one-step")
+    good = flow.add(tasks["fetch"].request(1), name="good")
+    bad = flow.add(tasks["fetch"].request(2), name="bad", after=[good])
+    after = flow.add(tasks["build"].request(3), name="after", after=[bad])
+    handle = flow.enqueue()
+    for state in (JobState.SUCCEEDED, JobState.FAILED):
+        ((job, token),) = claim(app).items()
+        end(app, job, token, state)
+    assert app.workflow_status(handle.id).state == "failed"
+    with pytest.raises(due.InvalidStateError):
+        app.retry(good.job_id)  # it succeeded: nothing else is retried either
+    assert app.get(after.job_id).state == JobState.CANCELLED
+
+    retried = app.retry(bad.job_id, by="ops")
+    assert (retried.id, retried.state) == (bad.job_id, JobState.QUEUED)
+    assert app.get(after.job_id).state == JobState.WAITING
+    running = app.workflow_status(handle.id)
+    assert (running.state, running.steps_ended) == ("running", 1)
+    for expected in (bad.job_id, after.job_id):
+        ((job, token),) = claim(app).items()
+        assert job == expected
+        end(app, job, token, JobState.SUCCEEDED)
+    done = app.workflow_status(handle.id)
+    assert (done.state, done.steps_ended) == ("succeeded", 3)
+    assert app.workflows()[0].steps_failed == 0  # read again, not left at 1
+
+
 def test_the_store_writes_a_workflow_and_cancels_and_retries_it(
     app: due.App, tasks: dict[str, due.Task]
 ) -> None:

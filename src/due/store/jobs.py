@@ -201,7 +201,19 @@ def _cancel_waiting_parent(tx: Transaction, job_id: int) -> bool:
 @retried_on_conflict
 def retry(db: Backend, job_id: int, run_now: bool = False) -> Job:
     """Queue a failed or cancelled job again, with a fresh set of attempts: due
-    now, or at its own run_at while that is still to come (unless run_now)."""
+    now, or at its own run_at while that is still to come (unless run_now).
+
+    A workflow's step is retried with its workflow (`workflows.retry`, as bulk
+    retries do): the steps after it, cancelled when it failed, run again after
+    it, and the workflow's counts are read again. Retried alone, it would run
+    while the steps after it stayed cancelled and its workflow stayed ended."""
+    job = get(db, job_id)
+    if job.workflow_id is not None and job.state in (JobState.FAILED, JobState.CANCELLED):
+        workflows.retry(db, job.workflow_id)
+        job = get(db, job_id)
+        if job.state in (JobState.QUEUED, JobState.WAITING):
+            return job
+        raise refusal(job, "retry", RETRY_RULE)
     try:
         with db.transaction() as tx:
             # Its parent first (one lock order), and so the parent cannot settle or

@@ -227,6 +227,10 @@ def retry(db: Backend, workflow_id: int) -> list[int] | None:
     with db.transaction() as tx:
         if not tx.run("lock_workflow", {"id": workflow_id}):
             return None
+        # Its unfinished steps first: one that ends meanwhile is seen ended by the
+        # next statement (which counts what each retried step waits for), or it
+        # ends after this commit and counts itself on the steps made to wait.
+        tx.run("lock_workflow_steps", {"id": workflow_id})
         retried = tx.run("retry_workflow_steps", {"id": workflow_id, "now": tx.now})
         tx.run("recount_workflow", {"id": workflow_id})
         return sorted(row["id"] for row in retried)
