@@ -45,7 +45,11 @@ def _skip_space(text: str, at: int) -> int:
 def test_one_trace_from_the_web_process_to_the_worker_process(
     sqlite_url: str, tmp_path: Path
 ) -> None:
-    env = {**os.environ, "DUE_DATABASE_URL": sqlite_url, "PYTHONPATH": str(REPOSITORY)}
+    env = {
+        **os.environ,
+        "DUE_DATABASE_URL": sqlite_url,
+        "PYTHONPATH": f"{REPOSITORY}{os.pathsep}{REPOSITORY / 'src'}",
+    }
     due.App(sqlite_url).migrate()
     web_file, worker_file = tmp_path / "web-spans.json", tmp_path / "worker-spans.json"
     subprocess.run(

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 from tests.helpers.workers import REPOSITORY
 
-PLAIN_ENVIRONMENT = {"COLUMNS": "200", "PATH": "/usr/bin:/bin"}
+# PYTHONPATH: this checkout's code, not whichever one the environment installed
+# (a worktree's tests would otherwise run the main checkout's `due`).
+PLAIN_ENVIRONMENT = {
+    "COLUMNS": "200",
+    "PATH": "/usr/bin:/bin",
+    "PYTHONPATH": str(REPOSITORY / "src"),
+}
 
 
 def run_due(url: str, *args: str, expect: int = 0) -> str:
@@ -36,5 +43,13 @@ def run_command(
         text=True,
         timeout=60,
         cwd=folder or REPOSITORY,
-        env={**PLAIN_ENVIRONMENT, **(env or {})},
+        env=plain_environment(env),
     )
+
+
+def plain_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """PLAIN_ENVIRONMENT with `extra`; a PYTHONPATH in `extra` comes first."""
+    env = {**PLAIN_ENVIRONMENT, **(extra or {})}
+    if extra and "PYTHONPATH" in extra:
+        env["PYTHONPATH"] = os.pathsep.join([extra["PYTHONPATH"], PLAIN_ENVIRONMENT["PYTHONPATH"]])
+    return env

@@ -86,7 +86,9 @@ class Workers:
             "DUE_DATABASE_URL": self.url,
             "DUE_TEST_LEDGER": str(self.ledger),
             # (the caller's path after it: a worktree's own src/ before the installed due)
-            "PYTHONPATH": os.pathsep.join([str(REPOSITORY), os.environ.get("PYTHONPATH", "")]),
+            "PYTHONPATH": os.pathsep.join(
+                [str(REPOSITORY), str(REPOSITORY / "src"), os.environ.get("PYTHONPATH", "")]
+            ),
             **(env or {}),
         }
         with open(log_path, "wb") as log:

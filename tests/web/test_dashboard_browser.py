@@ -65,7 +65,11 @@ def worker(workers: Workers) -> WorkerProcess:
 def dashboard(backend_url: str, tmp_path: Path) -> Iterator[str]:
     port = free_port()
     log = tmp_path / "dashboard.log"
-    environment = {**os.environ, "DUE_DATABASE_URL": backend_url, "PYTHONPATH": str(REPOSITORY)}
+    environment = {
+        **os.environ,
+        "DUE_DATABASE_URL": backend_url,
+        "PYTHONPATH": f"{REPOSITORY}{os.pathsep}{REPOSITORY / 'src'}",
+    }
     with open(log, "wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "due", "--app", APP, "dashboard", "--port", str(port)],
