@@ -65,7 +65,9 @@ def worker(workers: Workers) -> WorkerProcess:
 def dashboard(backend_url: str, tmp_path: Path) -> Iterator[str]:
     port = free_port()
     log = tmp_path / "dashboard.log"
-    environment = {**os.environ, "DUE_DATABASE_URL": backend_url, "PYTHONPATH": str(REPOSITORY)}
+    # The caller's path after the repository's (a worktree's own src/ before the installed due).
+    path = os.pathsep.join([str(REPOSITORY), os.environ.get("PYTHONPATH", "")])
+    environment = {**os.environ, "DUE_DATABASE_URL": backend_url, "PYTHONPATH": path}
     with open(log, "wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "due", "--app", APP, "dashboard", "--port", str(port)],
@@ -200,3 +202,4 @@ def test_trigger_a_schedule_now(
     wait_until(lambda: app.get(runs[0].id).state == due.JobState.SUCCEEDED, what="the run")
     page.goto(dashboard + "/schedules")
     assert "trigger by" in section.inner_text()
+
