@@ -203,3 +203,31 @@ def test_trigger_a_schedule_now(
     page.goto(dashboard + "/schedules")
     assert "trigger by" in section.inner_text()
 
+
+def test_retry_all_the_failed_jobs_a_filter_matches(
+    app: due.App, worker: WorkerProcess, dashboard: str, page: Page, tmp_path: Path
+) -> None:
+    exports = [
+        app.enqueue("fails_until_retried", args=[str(tmp_path / f"export-{n}")], key=f"export:{n}")
+        for n in range(3)
+    ]
+    other = app.enqueue("fails_until_retried", args=[str(tmp_path / "other")], key="other:1")
+    for job in [*exports, other]:
+        assert app.wait(job.id, timeout=30).state == due.JobState.FAILED
+    page.goto(dashboard + "/jobs")
+    assert page.locator("[data-bulk]").count() == 0  # no filter: no bulk action
+    page.get_by_label("state").select_option("failed")
+    page.get_by_label("key prefix").fill("export:")
+    submit(page, page.get_by_role("button", name="Show"))
+    assert page.locator("tr[data-job]").count() == 3
+    submit(page, page.get_by_role("button", name="Retry all 3"))
+    assert page.locator("#bulk-count").inner_text() == "3"
+    assert "state=failed key_prefix=export:" in page.locator("#bulk-filter").inner_text()
+    submit(page, page.get_by_role("button", name="Retry 3 jobs"))
+    assert page.locator("#bulk-done").inner_text() == "3"
+    for job in exports:
+        wait_until(lambda job=job: app.get(job.id).state == due.JobState.SUCCEEDED, what="retry")
+    assert app.get(other.id).state == due.JobState.FAILED
+    (action,) = [a for a in app.history() if a.action.startswith("retry")]
+    assert action.action == "retry 3 jobs where state=failed key_prefix=export:"
+    assert "via the dashboard" in action.by
