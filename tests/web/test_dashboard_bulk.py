@@ -185,14 +185,26 @@ def test_a_time_is_fixed_at_the_confirmation(
     assert states(app, [old, recent]) == [due.JobState.FAILED, due.JobState.QUEUED]
 
 
-def test_past_its_cap_the_page_stops_counting_and_the_confirmation_counts_all(
+def test_past_its_caps_the_page_stops_counting_and_the_confirmation_offers_the_cli(
     app: due.App, charge: due.Task, client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(bulk, "COUNT_CAP", 3)
-    app.enqueue_many([charge.request(customer_id=n) for n in range(7)])
+    monkeypatch.setattr(bulk, "CONFIRM_CAP", 6)
+    app.enqueue_many([charge.request(customer_id=n) for n in range(6)])
     assert buttons(client.get("/jobs?task=charge").text) == {"cancel": "Cancel all 3+"}
     confirm = client.get("/jobs/all/cancel?task=charge").text
-    assert re.search(r'id="bulk-count">7<', confirm)
+    assert re.search(r'id="bulk-count">6<', confirm) and "<h1>Cancel" in confirm
+    charge.enqueue(customer_id=6)
+    too_many = client.get("/jobs/all/cancel", params={"task": "charge", "key_prefix": "a b"})
+    assert "no job to cancel" in too_many.text.lower()  # none has that key
+    too_many = client.get("/jobs/all/cancel", params={"task": "charge", "until": "2099-01-01T00:00Z"})
+    assert re.search(r'<h1>More than <span id="bulk-count">6<', too_many.text)
+    assert 'method="post"' not in too_many.text  # no button: the command line instead
+    command = re.search(r'id="bulk-command">([^<]+)<', too_many.text)
+    assert command, too_many.text
+    assert command.group(1) == (
+        "due cancel --app APP --task charge --until 2099-01-01T00:00:00+00:00 --yes"
+    )
 
 
 def test_arguments_search_finds_by_containment_and_says_what_is_wrong(

@@ -6,15 +6,18 @@ user, as the command line records its own.
 
 N is what the action's dry run counts (the same filter, the same states), on
 the jobs page up to `COUNT_CAP` (a page must not read a million jobs to draw
-a button: past it the button says "10,000+", and the confirmation counts
-them all). Jobs go on changing between the confirmation and the POST: the
-POST acts on the filter as confirmed (its times fixed, so "the last 30
-minutes" does not move on), and the page it answers with says how many it
-touched, and how that differs from the N confirmed.
+a button: past it the button says "10,000+"), on the confirmation up to
+`CONFIRM_CAP`; past that it offers the command line instead.
+
+Jobs go on changing between the confirmation and the POST: the POST acts on
+the filter as confirmed (its times fixed, so "the last 30 minutes" does not
+move on), and the page it answers with says how many it touched, and how
+that differs from the N confirmed.
 """
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -34,6 +37,11 @@ if TYPE_CHECKING:
 
 COUNT_CAP = 10_000
 """The most jobs the jobs page counts for a button."""
+CONFIRM_CAP = 50_000
+"""The most jobs the confirmation counts, and offers to act on: one request
+acting on more would run for minutes (about 2,000 jobs a second on
+PostgreSQL), past any proxy's patience; the command line shows its progress
+and finishes what a cut-off run left."""
 SAMPLE = 10
 """The jobs the confirmation lists."""
 
@@ -80,7 +88,9 @@ def confirmation(pages: Pages, request: Request) -> Response:
         request,
         "bulk_confirm.html",
         action=action,
-        count=counted(pages.app, action, fixed),
+        count=counted(pages.app, action, fixed, CONFIRM_CAP),
+        cap=CONFIRM_CAP,
+        command=command_line(action, fixed),
         sample=_sample(pages.app, action, fixed),
         states=[state.value for state in fixed.bulk_states(action)],
         described=fixed.described(pages.app),
@@ -127,6 +137,14 @@ def counted(app: App, action: str, shown: PageFilter, cap: int | None = None) ->
         return _run(app, action, shown, dry_run=True, batch_size=cap + 1, on_batch=stop)
     except _Counted:
         return None
+
+
+def command_line(action: str, shown: PageFilter) -> str:
+    """The `due retry`/`due cancel` command acting on the same filter."""
+    flags = [
+        f"--{name.replace('_', '-')} {shlex.quote(value)}" for name, value in shown.terms.items()
+    ]
+    return " ".join(["due", action, "--app APP", *flags, "--yes"])
 
 
 class _Counted(Exception):
