@@ -88,7 +88,7 @@ def json_object(value: Any) -> str | None:
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except ValueError as error:
+        except (ValueError, RecursionError) as error:  # RecursionError: nested too deeply
             raise ConfigurationError(
                 f"args_contains: {value!r:.60} is not JSON ({error}); give an object, "
                 "like '{\"customer_id\": 42}'"
@@ -100,7 +100,7 @@ def json_object(value: Any) -> str | None:
         )
     try:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as error:
+    except (TypeError, ValueError, RecursionError) as error:
         raise ConfigurationError(f"args_contains cannot be written as JSON: {error}") from None
 
 

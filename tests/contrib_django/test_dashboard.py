@@ -106,3 +106,32 @@ def test_a_query_string_beyond_ascii_reaches_the_dashboard(users: dict[str, User
     client.force_login(users["staff-ann"])
     response = client.get("/jobs/jobs", {"task": "shop.tasks.é"})
     assert response.status_code == 200
+
+
+def test_cancel_all_by_a_filter_needs_django_s_csrf_token_and_is_the_user_s(
+    users: dict[str, User],
+) -> None:
+    from due.contrib.django import due_app
+
+    app: due.App = due_app()
+    jobs = [
+        app.enqueue(
+            "shop.tasks.send_welcome_email", [f"bulk{n}@example.com"], key=f"bulk-django:{n}"
+        )
+        for n in range(2)
+    ]
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(users["staff-ann"])
+    page = client.get("/jobs/jobs/all/cancel", {"key_prefix": "bulk-django:"}).content.decode()
+    assert 'id="bulk-count">2<' in page
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
+    assert token is not None, "the confirmation carries Django's CSRF token"
+    form = {"key_prefix": "bulk-django:", "expected": "2"}
+    assert client.post("/jobs/jobs/all/cancel", form).status_code == 403  # Django's CSRF check
+    assert {app.get(int(job.id)).state for job in jobs} == {due.JobState.QUEUED}
+    done = client.post("/jobs/jobs/all/cancel", {**form, "csrfmiddlewaretoken": token.group(1)})
+    assert done.status_code == 200 and 'id="bulk-done">2<' in done.content.decode()
+    assert {app.get(int(job.id)).state for job in jobs} == {due.JobState.CANCELLED}
+    (entry,) = [a for a in app.history() if "bulk-django" in a.action]
+    assert entry.action == "cancel 2 jobs where key_prefix=bulk-django:"
+    assert entry.by.startswith("staff-ann (Django user)")

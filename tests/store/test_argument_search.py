@@ -82,6 +82,7 @@ def test_bulk_actions_take_it_and_act_on_what_it_lists(app: due.App, jobs: dict[
         ("[42]", "args_contains must be a JSON object"),
         ("{customer_id: 42}", "args_contains: '{customer_id: 42}' is not JSON"),
         ({"when": object()}, "args_contains cannot be written as JSON"),
+        ("[" * 5000, "is not JSON"),  # nested deeper than JSON is read: no RecursionError
     ],
 )
 def test_what_is_not_a_json_object_is_refused(

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -34,7 +33,9 @@ from due.visibility.limits import limit_wait
 from due.visibility.metrics import registry_for
 from due.visibility.schedule_health import expected_runs
 from due.visibility.snapshot import WORKERS_SHOWN, take
-from due.web import views
+from due.web import bulk, views
+from due.web.forms import local_path, read_form, typed_job_id, who
+from due.web.job_search import PageFilter
 from due.web.security import (
     CSRF_FIELD,
     TOKEN_COOKIE,
@@ -52,7 +53,6 @@ HERE = Path(__file__).parent
 PAGE_SIZE = 50
 STRIP_LENGTH = 30
 MAX_STRIP_WINDOW = timedelta(days=31)
-MAX_FORM_BYTES = 64 * 1024
 THROUGHPUT_MINUTES = 60
 
 
@@ -78,6 +78,8 @@ def create_dashboard(
         Route("/metrics", pages.metrics, name="metrics"),
         Route("/login", pages.login, methods=["GET", "POST"], name="login"),
         Route("/jobs/{job_id:int}/{action}", pages.job_action, methods=["POST"]),
+        Route("/jobs/all/{action}", pages.bulk_confirm, methods=["GET"]),
+        Route("/jobs/all/{action}", pages.bulk_action, methods=["POST"]),
         # Queue and schedule names travel in the form, not the path: a name may hold
         # any character ("/", "..", "?"), and a path would be read differently.
         Route("/workflows/{workflow_id:int}/{action}", pages.workflow_action, methods=["POST"]),
@@ -146,43 +148,48 @@ class Pages:
 
     def jobs(self, request: Request) -> Response:
         params = request.query_params
-        search = params.get("q", "").strip()
-        if _job_id(search) is not None:
+        shown = PageFilter.read(params)
+        if typed_job_id(shown.search) is not None:
             try:
-                job = self.app.get(int(search))
+                job = self.app.get(int(shown.search))
             except JobNotFoundError:
                 pass
             else:
                 return RedirectResponse(f"{request.scope.get('root_path', '')}/jobs/{job.id}", 303)
-        before = params.get("before")
-        filters = {name: params.get(name) or None for name in ("queue", "state", "task")}
-        state = filters["state"]
-        if state is not None and state not in {s.value for s in JobState}:
-            return self.render(request, "error.html", 400, message=f"unknown state {state!r}")
+        problem = shown.problem(self.app)
+        if problem is not None:
+            return self.jobs_page(request, shown, [], problem=problem, status=400)
         listed = self.app.jobs(
-            **filters,  # type: ignore[arg-type]
-            key=search or None,
-            before=_job_id(before),
+            **shown.options(),
+            key=shown.search or None,
+            before=typed_job_id(params.get("before")),
             limit=PAGE_SIZE + 1,
         )
-        more = len(listed) > PAGE_SIZE
-        listed = listed[:PAGE_SIZE]
-        older = None
-        if more:
-            kept = {name: value for name, value in filters.items() if value}
-            if search:
-                kept["q"] = search
-            older = urlencode({**kept, "before": listed[-1].id})
+        older = shown.query(before=listed[PAGE_SIZE - 1].id) if len(listed) > PAGE_SIZE else None
+        return self.jobs_page(
+            request, shown, listed[:PAGE_SIZE], older=older, offers=bulk.offers(self.app, shown)
+        )
+
+    def jobs_page(
+        self,
+        request: Request,
+        shown: PageFilter,
+        listed: list[Any],
+        status: int = 200,
+        **extra: Any,
+    ) -> Response:
         return self.render(
             request,
             "jobs.html",
+            status,
             jobs=listed,
-            filters=filters,
-            search=search,
-            older=older,
+            filters=shown.terms,
+            search=shown.search,
+            query=shown.query(),
             states=[s.value for s in JobState],
             queues=[queue.name for queue in self.app.queues()],
             now=self.app.store.now(),
+            **extra,
         )
 
     def job(self, request: Request) -> Response:
@@ -261,10 +268,10 @@ class Pages:
         return Response(generate_latest(registry_for(self.app)), media_type=CONTENT_TYPE_LATEST)
 
     async def login(self, request: Request) -> Response:
-        target = _local_path(request.query_params.get("next"), request)
+        target = local_path(request.query_params.get("next"), request)
         if request.method == "GET":
             return self.render(request, "login.html", target=target)
-        form = await _form(request)
+        form = await read_form(request)
         token = form.get("token", "")
         if self.credential is None or not self.credential.token_matches(token):
             return self.render(request, "login.html", 401, target=target, refused=True)
@@ -274,11 +281,17 @@ class Pages:
         response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="lax")
         return response
 
+    def bulk_confirm(self, request: Request) -> Response:
+        return bulk.confirmation(self, request)
+
     # --- actions --------------------------------------------------------------------
+
+    async def bulk_action(self, request: Request) -> Response:
+        return await bulk.carry_out(self, request)
 
     async def job_action(self, request: Request) -> Response:
         job_id = request.path_params["job_id"]
-        by = _who(request)
+        by = who(request)
         actions: dict[str, Callable[[], object]] = {
             "cancel": lambda: self.app.cancel(job_id, by=by),
             "retry": lambda: self.app.retry(job_id, by=by),
@@ -289,7 +302,7 @@ class Pages:
 
     async def workflow_action(self, request: Request) -> Response:
         workflow_id = request.path_params["workflow_id"]
-        by = _who(request)
+        by = who(request)
         actions: dict[str, Callable[[], object]] = {
             "cancel": lambda: self.app.cancel_workflow(workflow_id, by=by),
             "retry": lambda: self.app.retry_workflow(workflow_id, by=by),
@@ -297,8 +310,8 @@ class Pages:
         return await self.act(request, actions, f"/workflows/{workflow_id}")
 
     async def queue_action(self, request: Request) -> Response:
-        form = await _form(request)
-        name, by = form.get("name", ""), _who(request)
+        form = await read_form(request)
+        name, by = form.get("name", ""), who(request)
         actions: dict[str, Callable[[], object]] = {
             "pause": lambda: self.app.pause_queue(name, force=True, by=by),
             "resume": lambda: self.app.resume_queue(name, force=True, by=by),
@@ -306,14 +319,26 @@ class Pages:
         return await self.act(request, actions, "/", form)
 
     async def schedule_action(self, request: Request) -> Response:
-        form = await _form(request)
-        name, by = form.get("name", ""), _who(request)
+        form = await read_form(request)
+        name, by = form.get("name", ""), who(request)
         actions: dict[str, Callable[[], object]] = {
             "trigger": lambda: self.app.trigger_schedule(name, by=by),
             "pause": lambda: self.app.pause_schedule(name, by=by),
             "resume": lambda: self.app.resume_schedule(name, by=by),
         }
         return await self.act(request, actions, "/schedules", form)
+
+    def refused(self, request: Request, form: dict[str, str]) -> Response | None:
+        """The refusal of a form without this browser's CSRF token, or None."""
+        if host_csrf(request) or csrf_ok(request, form.get(CSRF_FIELD)):
+            return None
+        return self.render(
+            request,
+            "error.html",
+            403,
+            message="this form has expired or did not come from this dashboard "
+            "(no valid CSRF token); reload the page and try again",
+        )
 
     async def act(
         self,
@@ -322,15 +347,10 @@ class Pages:
         back: str,
         form: dict[str, str] | None = None,
     ) -> Response:
-        form = await _form(request) if form is None else form
-        if not host_csrf(request) and not csrf_ok(request, form.get(CSRF_FIELD)):
-            return self.render(
-                request,
-                "error.html",
-                403,
-                message="this form has expired or did not come from this dashboard "
-                "(no valid CSRF token); reload the page and try again",
-            )
+        form = await read_form(request) if form is None else form
+        refused = self.refused(request, form)
+        if refused is not None:
+            return refused
         action = actions.get(request.path_params["action"])
         if action is None:
             return self.render(request, "error.html", 404, message="no such action")
@@ -340,7 +360,7 @@ class Pages:
             return self.render(request, "error.html", 404, message=str(error))
         except DueError as error:
             return self.render(request, "error.html", 409, message=str(error))
-        target = _local_path(form.get("next"), request, default=back)
+        target = local_path(form.get("next"), request, default=back)
         return RedirectResponse(target, status_code=303)
 
 
@@ -352,36 +372,3 @@ def _strip_window(schedule: Any, now: datetime) -> timedelta:
         first, second = itertools.islice(schedule.timing.firings_after(now), 2)
         every = (second - first).total_seconds()
     return min(timedelta(seconds=every * (STRIP_LENGTH + 1)), MAX_STRIP_WINDOW)
-
-
-def _job_id(text: str | None) -> int | None:
-    """A job id typed or linked (digits, in range), else None."""
-    if text and text.isascii() and text.isdecimal() and len(text) <= 18:
-        return int(text)
-    return None
-
-
-def _who(request: Request) -> str:
-    person = request.scope.get("due.who") or "anyone on this host"
-    client = request.client.host if request.client else "unknown address"
-    return f"{person} via the dashboard from {client}"
-
-
-def _local_path(target: str | None, request: Request, default: str = "/") -> str:
-    """A redirect target inside the dashboard (never another site)."""
-    base = str(request.scope.get("root_path", ""))
-    if target and target.startswith("/") and not target.startswith("//"):
-        return target if target.startswith(base) else base + target
-    return base + default
-
-
-async def _form(request: Request) -> dict[str, str]:
-    """The urlencoded form (the dashboard's forms have no files, and are small:
-    a bigger body is not read past MAX_FORM_BYTES)."""
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_FORM_BYTES:
-            return {}
-    text = body.decode("utf-8", errors="replace")
-    return {name: values[-1] for name, values in parse_qs(text).items()}
