@@ -63,9 +63,9 @@ LATEST_VERSION = MIGRATIONS[-1].version
 DEFAULT_BUSY_TIMEOUT = 30.0
 MAX_CLOCK_SKEW_SECONDS = 2.0
 DEFAULT_COMMIT_POLL = 0.005
-MAX_COMMIT_POLL = 60.0
 """How often a worker's feed reads `PRAGMA data_version`: the wake-up for
 commits that ring no doorbell (doorbell.py)."""
+MAX_COMMIT_POLL = 60.0
 RINGING = frozenset(
     {
         "complete_jobs",
