@@ -146,6 +146,8 @@ def test_the_shortest_soak_runs_and_judges(backend: str, tmp_path: Path) -> None
             ["--jobs", "200", "--runs", "1", "--threads", "1,4", "--processes", "2"],
         ),
         ("notify_cost.py", ["--jobs", "200", "--runs", "1", "--processes", "1,2"]),
+        ("pickup_probe.py", ["--backend", "sqlite", "--n", "10"]),
+        ("pickup_probe.py", ["--backend", "postgres", "--n", "10"]),
         (
             "timers_bench.py",
             ["--timers", "2000", "--finished", "1000", "--drain", "2000", "--runs", "1"],
@@ -168,6 +170,11 @@ def test_the_due_only_benchmarks_run(script: str, options: list[str], tmp_path: 
                 rf"^\| {processes} \| [\d,]+ .* \| [\d,]+ .* \| [\d.]+ \|$", done.stdout, re.M
             )
         assert re.search(r"^notifications heard: ([\d,]+) of \1 sent$", done.stdout, re.M)
+    elif script == "pickup_probe.py":  # every job timed, each hop shown
+        for hop in ("enqueue", "total"):
+            assert re.search(rf"^  {hop} +n=  10 ", done.stdout, re.M), done.stdout
+        for hop in ("to_heard", "heard_to_on_due", "on_due_to_claim", "claim", "claim_to_start"):
+            assert re.search(rf"^  {hop} +n= +\d+ p50 ", done.stdout, re.M), done.stdout
     elif script == "thread_enqueue.py":
         for backend in ("sqlite", "postgres"):
             for threads, processes in ((1, 1), (4, 1), (1, 2)):

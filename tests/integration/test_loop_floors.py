@@ -156,3 +156,28 @@ def test_run_forever_waits_at_least_its_floor_whatever_the_interval_says(interva
 
     asyncio.run(scenario())
     assert 1 <= rounds <= 0.05 / MIN_INTERVAL_SECONDS + 5
+
+
+def test_a_due_time_nearer_than_the_claims_floor_is_waited_for_to_the_time(
+    app: due.App, clock: FakeClock
+) -> None:
+    """An event loop's timer can end a wait a millisecond early (uvloop rounds it
+    to whole milliseconds): the turn then finds the job not yet due, and a wait
+    floored at 5 ms would start it 5 ms late. The last few milliseconds before a
+    due time are waited for as they are; a time further off keeps the floor."""
+
+    @app.task(name="soon")
+    async def soon() -> None: ...
+
+    soon.options(delay=timedelta(milliseconds=3)).enqueue()
+    worker = Worker(app, WorkerSettings.build({"default": 4}, poll_interval=0.0))
+    queue = worker.producers["default"]
+    try:
+        assert asyncio.run(queue.run_once()) == 0  # not due yet: its time is read
+        assert queue.interval() == pytest.approx(0.003)
+        clock.advance(0.0025)  # woken half a millisecond early
+        assert queue.interval() == pytest.approx(0.0005)
+        clock.advance(0.001)  # past it: a claim that found nothing keeps the floor
+        assert queue.interval() >= producer.RECHECK_SECONDS
+    finally:
+        worker.call.close()

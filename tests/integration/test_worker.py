@@ -680,3 +680,33 @@ def test_a_last_attempt_begins_only_once_its_start_is_recorded(
         assert app.get(job.id).state == JobState.SUCCEEDED
 
     run(scenario)
+
+
+def test_a_claimed_job_begins_before_the_next_due_time_is_asked(app: due.App) -> None:
+    """After a claim that leaves slots free the producer asks the store for the
+    next due time, on a thread that wakes and takes the GIL: the jobs just
+    claimed take their first step before it, so their start does not wait on it."""
+    began: list[str] = []
+    asked_when: list[list[str]] = []
+
+    @app.task(name="quick")
+    async def quick() -> None:
+        began.append("quick")
+
+    async def scenario() -> None:
+        quick.enqueue()
+        worker = make_worker(app)
+        producer = worker.producers["default"]
+        next_due = producer._next_due_of
+
+        async def noting(queue: str) -> Any:
+            asked_when.append(list(began))  # what had begun when it was asked
+            return await next_due(queue)
+
+        producer._next_due_of = noting
+        assert await producer.run_once() == 1
+        await settle()
+        await worker.completer.run_once()
+
+    run(scenario)
+    assert asked_when == [["quick"]]

@@ -92,6 +92,18 @@ def test_both_backends_name_the_same_queries() -> None:
     assert set(SQLITE_QUERIES) == expected
 
 
+def test_sqlite_rings_after_the_statements_that_notify_on_postgres() -> None:
+    """A job made claimable wakes the workers on either store: on PostgreSQL its
+    statement sends a NOTIFY on the jobs channel, on SQLite its commit rings the
+    doorbell (a cancel's NOTIFY has no SQLite counterpart: the heartbeat says it)."""
+    jobs_channel = re.compile(r"pg_notify\(\{channel:due_jobs\},(?!\s*'!cancel)")
+    notifying = {
+        name for name, text in postgres_backend._RAW_QUERIES.items() if jobs_channel.search(text)
+    }
+    assert notifying & set(SQLITE_QUERIES) == sqlite_backend.RINGING
+    assert notifying - set(SQLITE_QUERIES) == {"insert_grouped_jobs"}  # PostgreSQL's own
+
+
 def test_sqlite_claim_uses_the_partial_claim_index(sqlite_url: str) -> None:
     app = due.App(sqlite_url)
     app.migrate()

@@ -4,9 +4,13 @@ The store's job feed (`Store.watch_jobs`) says it. PostgreSQL: a dedicated
 connection LISTENs on `due_jobs` (its schema's: the name carries the schema
 unless it is public); every statement that makes a job claimable
 notifies with '<queue> <run_at epoch>' in its own transaction, so the
-notification arrives exactly when the job is visible. SQLite: `PRAGMA
-data_version` changes whenever another connection commits (an empty message:
-every queue looks); polling it every few milliseconds costs microseconds.
+notification arrives exactly when the job is visible. SQLite: a commit that
+makes a job claimable rings the workers' doorbells (a Unix datagram socket
+each, in a folder beside the database file: store/sqlite/doorbell.py) once it
+has returned, and `PRAGMA data_version`, which changes whenever another
+connection commits, is read then, and every few milliseconds for the commits
+that ring nothing (a job in the caller's own transaction); either way an
+empty message: every queue looks.
 On PostgreSQL the same channel carries '!cancel <job id>' when a running job
 is asked to stop, so it hears at once rather than at its next heartbeat
 (which carries the request too, on either store). Either way a worker also

@@ -55,12 +55,38 @@ from due.store.sqlalchemy_connections import (
     is_sqlalchemy,
     sync_connection,
 )
+from due.store.sqlite.doorbell import Bell, Doorbell
 
 QUERIES = load_queries("due.store.sqlite")
 MIGRATIONS = load_migrations("due.store.sqlite")
 LATEST_VERSION = MIGRATIONS[-1].version
 DEFAULT_BUSY_TIMEOUT = 30.0
 MAX_CLOCK_SKEW_SECONDS = 2.0
+DEFAULT_COMMIT_POLL = 0.005
+"""How often a worker's feed reads `PRAGMA data_version`: the wake-up for
+commits that ring no doorbell (doorbell.py)."""
+MAX_COMMIT_POLL = 60.0
+RINGING = frozenset(
+    {
+        "complete_jobs",
+        "hold_group",
+        "insert_completion_job",
+        "insert_job",
+        "insert_pieces",
+        "insert_scheduled_job",
+        "notify_queues",
+        "release_jobs",
+        "release_steps",
+        "rescue_jobs",
+        "retry_job",
+        "retry_workflow_steps",
+        "set_queue_paused",
+        "unblock_jobs",
+    }
+)
+"""The statements after whose commit the workers' doorbells are rung: those that
+make a job claimable, the same that send a NOTIFY on PostgreSQL
+(tests/store/test_schema.py holds the two lists together)."""
 _REAL_CLOCK = SystemClock()
 TIME_COLUMNS = frozenset(
     {
@@ -184,12 +210,28 @@ class SQLiteBackend:
     locks_rows = False
 
     def __init__(
-        self, url: str, clock: Clock, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT
+        self,
+        url: str,
+        clock: Clock,
+        *,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        commit_poll: float = DEFAULT_COMMIT_POLL,
     ) -> None:
         self.url = url
         self.path = path_from_url(url)
         self._clock = clock
         self._busy_timeout = busy_timeout
+        if (
+            isinstance(commit_poll, bool)
+            or not isinstance(commit_poll, int | float)
+            or not 0 < commit_poll <= MAX_COMMIT_POLL
+        ):
+            raise ConfigurationError(
+                f"store_options commit_poll= takes seconds between 0 and {MAX_COMMIT_POLL:g} "
+                f"(how often a worker looks for another process's commit), got {commit_poll!r}"
+            )
+        self.commit_poll = float(commit_poll)
+        self._bell = Bell(self.path)
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._busy: dict[sqlite3.Connection, int] = {}
@@ -228,7 +270,8 @@ class SQLiteBackend:
                 waited = self._clock.monotonic() - asked
                 self._begin_immediate(conn, self._busy_timeout - waited)
                 try:
-                    yield SQLiteTransaction(conn, self._now())
+                    tx = SQLiteTransaction(conn, self._now())
+                    yield tx
                     # Inside the try: a COMMIT SQLite refuses (a full disk, an I/O
                     # error, a deferred constraint) leaves the transaction open, and
                     # with it the file's write lock, for every later write to wait on.
@@ -238,6 +281,8 @@ class SQLiteBackend:
                     raise
             finally:
                 writer.release()
+            if tx.rings:  # committed: the workers find the job when they wake
+                self._bell.ring()
 
     def _roll_back(self, conn: sqlite3.Connection) -> None:
         """End a failed write transaction, keeping the caller's error. If SQLite
@@ -316,9 +361,13 @@ class SQLiteBackend:
             tx = SQLiteTransaction(connection, self._now())
             if not atomic:
                 yield tx
-                return
-            with kept_all_or_none(connection.execute, _all_or_none(connection), sqlite3.Error):
-                yield tx
+            else:
+                with kept_all_or_none(connection.execute, _all_or_none(connection), sqlite3.Error):
+                    yield tx
+        # Committed already (a connection in autocommit): ring. Still in the caller's
+        # transaction: its COMMIT is out of sight, and the workers' poll finds it.
+        if tx.rings and not connection.in_transaction:
+            self._bell.ring()
 
     def on_async_connection(self, connection: Any, call: str, *, atomic: bool = False) -> Any:
         raise ConfigurationError(
@@ -398,6 +447,7 @@ class SQLiteBackend:
                     conn.close()
             self._connections.clear()
         self._local = threading.local()
+        self._bell.close()
 
     @contextlib.contextmanager
     def _in_use(self) -> Iterator[sqlite3.Connection]:
@@ -468,7 +518,7 @@ class SQLiteBackend:
         return CommitFeed(self)
 
     def watch_jobs(self) -> ChangeFeed:
-        return CommitFeed(self)
+        return CommitFeed(self, doorbell=True)
 
 
 class SQLiteTransaction:
@@ -477,6 +527,8 @@ class SQLiteTransaction:
     def __init__(self, connection: sqlite3.Connection, now: float) -> None:
         self.connection = connection
         self._now = now
+        self.rings = False
+        """Whether it ran a statement that makes a job claimable (RINGING)."""
         self._cursor = connection.cursor()
         self._cursor.row_factory = None  # tuples, whatever the caller's connection has
 
@@ -516,6 +568,8 @@ class SQLiteTransaction:
         self, query: str, params: Mapping[str, Any] | None
     ) -> tuple[tuple[Any, ...], ...] | None:
         """Run the statement; its result's description (None: it returns no rows)."""
+        if query in RINGING:
+            self.rings = True
         self._cursor.execute(QUERIES[query], _encoded(params) if params else {})
         return self._cursor.description
 
@@ -544,39 +598,64 @@ class SQLiteTransaction:
         def sent(row: tuple[Any, ...]) -> tuple[Any, ...]:
             return (*(_encoded_row(row, positions) if positions else row), *shared)
 
+        if query in RINGING:
+            self.rings = True
         self._cursor.executemany(QUERIES[query], map(sent, itertools.chain([first], rows)))
         return self._cursor.rowcount
 
 
 class CommitFeed:
-    """Waits for a commit by another connection (`PRAGMA data_version`, read every
-    few milliseconds on this thread's connection: microseconds each)."""
+    """Waits for a commit by another connection: `PRAGMA data_version`, read every
+    `commit_poll` seconds on this thread's connection (microseconds each), and,
+    for the job feed, at once when the doorbell rings (doorbell.py)."""
 
-    POLL_SECONDS = 0.005
-
-    def __init__(self, backend: SQLiteBackend) -> None:
+    def __init__(self, backend: SQLiteBackend, *, doorbell: bool = False) -> None:
         self._backend = backend
         self._version: int | None = None
+        self._next_look = float("-inf")
+        """When the poll reads `data_version` again (kept from one wait to the next:
+        a caller's short waits do not make the poll faster)."""
+        self._wants_doorbell = doorbell
+        self.doorbell: Doorbell | None = None
 
     def messages(self, timeout: float) -> list[str]:
         return [""] if self.wait(timeout) else []
 
     def wait(self, timeout: float) -> bool:
         if self._version is None:
-            self._version = self._backend.data_version()
+            if self._wants_doorbell:  # bound before the first look: no ring is missed
+                self.doorbell = Doorbell.open(self._backend.path)
+            self._look()
             return True
         deadline = _REAL_CLOCK.monotonic() + timeout  # real time, whatever the store's clock
+        rang = False
         while True:
-            version = self._backend.data_version()
-            if version != self._version:
-                self._version = version
+            now = _REAL_CLOCK.monotonic()
+            # After a ring too: one for a commit the poll already saw wakes nothing.
+            if (rang or now >= self._next_look) and self._look():
                 return True
-            if _REAL_CLOCK.monotonic() >= deadline:
+            left = deadline - now
+            if left <= 0:
                 return False
-            time.sleep(self.POLL_SECONDS)
+            pause = max(min(self._next_look - now, left), 0.0)
+            if self.doorbell is not None:
+                rang = self.doorbell.wait(pause)
+            else:
+                time.sleep(pause)
+
+    def _look(self) -> bool:
+        """Whether another connection committed since the last look."""
+        version = self._backend.data_version()
+        self._next_look = _REAL_CLOCK.monotonic() + self._backend.commit_poll
+        changed, self._version = version != self._version, version
+        return changed
 
     def close(self) -> None:
         self._version = None
+        self._next_look = float("-inf")
+        if self.doorbell is not None:
+            self.doorbell.close()
+            self.doorbell = None
 
 
 def check_host_clock(directory: str) -> None:
