@@ -817,6 +817,14 @@ SET state = %(state)s,
     stopped_at = CASE WHEN %(state)s = 'stopped' THEN coalesce(%(now)s::timestamptz, now()) END
 WHERE id = %(id)s
 
+-- name: count_worker_recycle
+-- A worker process that recycled itself, counted as it records its stop.
+INSERT INTO due_worker_recycles (reason, total) VALUES (%(reason)s, 1)
+ON CONFLICT (reason) DO UPDATE SET total = due_worker_recycles.total + 1
+
+-- name: worker_recycles
+SELECT reason, total FROM due_worker_recycles ORDER BY reason
+
 -- name: mark_gone_workers
 UPDATE due_workers
 SET state = 'gone'

@@ -584,6 +584,14 @@ SET state = :state,
     stopped_at = CASE WHEN :state = 'stopped' THEN :now END
 WHERE id = :id
 
+-- name: count_worker_recycle
+-- A worker process that recycled itself, counted as it records its stop.
+INSERT INTO due_worker_recycles (reason, total) VALUES (:reason, 1)
+ON CONFLICT (reason) DO UPDATE SET total = due_worker_recycles.total + 1
+
+-- name: worker_recycles
+SELECT reason, total FROM due_worker_recycles ORDER BY reason
+
 -- name: mark_gone_workers
 UPDATE due_workers
 SET state = 'gone'
