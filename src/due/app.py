@@ -644,14 +644,17 @@ class App:
                 each key with an equal value (nested values equal as a whole).
                 No index serves it: on a big table, give a `state` too
                 (failed, running and waiting jobs have an index of their own).
+                It may not name a redacted key (`redact=`, the defaults): the
+                task's, or without `task`, any task's.
 
         Returns:
             The jobs, newest first.
 
         Raises:
             ConfigurationError: An unknown state, a limit or id that is not a
-                whole number, or a `since`/`until` that is neither a time nor
-                a duration.
+                whole number, a `since`/`until` that is neither a time nor
+                a duration, or an `args_contains` that names a redacted key
+                (a search by it would confirm a guessed secret).
         """
         where = self._job_filter(
             queue=queue,
@@ -674,7 +677,15 @@ class App:
         return self.store.job_list(where)
 
     def _job_filter(self, **options: Any) -> JobFilter:
-        return job_filters.build(self.store.now, **options)
+        where = job_filters.build(self.store.now, **options)
+        key = job_filters.hidden_key(where, self._redacted_names(where.task))
+        if key is not None:
+            raise ConfigurationError(
+                f"args_contains cannot search by {key!r}: {self._who_hides(key)} redacts it, "
+                "and a search by its value would confirm a guessed secret to whoever "
+                "may search; search by another argument"
+            )
+        return where
 
     def wait(self, job_id: int, *, timeout: DurationLike | None = None) -> Job:
         """Block until the job has ended (succeeded, failed or cancelled).
@@ -1000,13 +1011,22 @@ class App:
         )
 
     def _redacted_names(self, task: str | None) -> frozenset[str]:
-        """The names a filter's `args_contains` hides in the history.
+        """The names a filter's `args_contains` may not search by.
 
-        The task's, or, for any task, every name any task of this app hides.
+        The task's, or, for any task (or one not registered here), every name
+        any task of this app hides.
         """
         if task is not None and task in self.tasks.names():
             return self.tasks.get(task).redact
         return self.redact.union(*(each.redact for each in self.tasks))
+
+    def _who_hides(self, name: str) -> str:
+        """Whose `redact` a (redacted) name is in, for a message."""
+        lowered = name.lower()
+        if lowered in self.redact:
+            return "due.DEFAULT_REDACT" if lowered in DEFAULT_REDACT else "App(redact=...)"
+        tasks = sorted(each.name for each in self.tasks if lowered in each.redact)
+        return f"@app.task(redact=...) of {', '.join(map(repr, tasks))}"
 
     def _note(self, action: str, by: str | None, **subject: Any) -> None:
         if by is not None:

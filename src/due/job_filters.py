@@ -104,6 +104,29 @@ def json_object(value: Any) -> str | None:
         raise ConfigurationError(f"args_contains cannot be written as JSON: {error}") from None
 
 
+def hidden_key(where: JobFilter, hidden_names: Collection[str]) -> str | None:
+    """The first key of `where.args_contains`, at any depth, that is one of
+    `hidden_names` (lower-case), or None.
+
+    A search may not name one: due shows such a value as `•••`, and a search
+    by it would tell whoever may search (the command line, the dashboard)
+    whether a guessed secret is the stored one.
+    """
+    if where.args_contains is None or not hidden_names:
+        return None
+    stack: list[Any] = [json.loads(where.args_contains)]
+    while stack:  # (a stack of its own: JSON may nest deeper than recursion goes)
+        value = stack.pop()
+        if isinstance(value, list):
+            stack += value
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if key.lower() in hidden_names:
+                    return str(key)
+                stack.append(item)
+    return None
+
+
 def moment(value: Moment | None, now: Callable[[], datetime], what: str) -> datetime | None:
     """The instant `value` names: itself, or that long before now."""
     if value is None or isinstance(value, datetime):

@@ -154,3 +154,14 @@ def test_jobs_are_found_and_cancelled_by_their_arguments(app: due.App, backend_u
     assert "1 job to cancel matches" in said and app.get(job.id).state == JobState.CANCELLED
     refused = run_due(backend_url, "jobs", "--args-contains", "[4242]", expect=1)
     assert "error: args_contains must be a JSON object" in refused
+
+
+@pytest.mark.parametrize("command", [["jobs"], ["retry", "--yes"], ["cancel", "--dry-run"]])
+def test_a_search_by_a_redacted_name_is_refused(
+    app: due.App, backend_url: str, command: list[str]
+) -> None:
+    """Its value is shown as •••: a search by it would confirm a guessed secret."""
+    searched = '{"user": {"Token": "abc123"}}'
+    said = run_due(backend_url, *command, "--args-contains", searched, expect=1)
+    assert "error: args_contains cannot search by 'Token': due.DEFAULT_REDACT redacts it" in said
+    assert app.history() == []

@@ -224,3 +224,11 @@ def leaky(ctx: due.Context, megabytes: int = 10, seconds: float = 0.2) -> int:
     LEAKED.append(b"\x01" * (megabytes * 1_000_000))
     time.sleep(seconds)
     return os.getpid()
+
+
+@app.task(name="charge", retry=due.Retry(max_attempts=1))
+def charge(ctx: due.Context, n: int) -> None:
+    """Fails each time it runs (the bank is still down): a job a bulk retry puts
+    back fails again, and the ledger says how many times it ran."""
+    record("start", ctx)
+    raise TimeoutError("the bank did not answer")

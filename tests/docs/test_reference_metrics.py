@@ -19,7 +19,7 @@ import due
 import due.visibility.alerts
 from due.core.stats import DURATION_BUCKETS, Outcome
 from due.testing import FakeClock, drain
-from due.visibility.metrics import QUEUE_STATES, registry_for
+from due.visibility.metrics import QUEUE_STATES, RECYCLE_REASONS, registry_for
 from tests.docs.reference_pages import REFERENCE, names, section, table
 
 PAGE = REFERENCE / "metrics.md"
@@ -76,6 +76,7 @@ def test_the_listed_label_values_are_the_codes() -> None:
     assert values_of(rows["due_jobs_total"][1], "outcome") == [o.value for o in Outcome]
     assert values_of(rows["due_queue_jobs"][1], "state") == list(QUEUE_STATES)
     assert values_of(rows["due_alerts"][1], "severity") == ["warning", "critical"]
+    assert values_of(rows["due_worker_recycles_total"][1], "reason") == list(RECYCLE_REASONS)
 
 
 def test_the_duration_buckets_are_the_codes() -> None:

@@ -12,9 +12,11 @@ import urllib.request
 from collections import Counter
 
 import pytest
+from prometheus_client import generate_latest
 
 import due
 from due import JobState
+from due.visibility.metrics import registry_for
 from due.worker.recycling import RECYCLE_EXIT_CODE
 from tests.conftest import backend_fixture
 from tests.helpers.waiting import wait_until
@@ -115,6 +117,7 @@ def test_a_lone_worker_past_its_job_count_drains_and_exits_75(
     log = worker.log()
     assert "worker.recycling reason=jobs jobs=3" in log
     assert re.search(r"worker\.stopped .*ran=3 succeeded=3 .*recycled=jobs", log), log
+    assert app.store.worker_recycles() == {"jobs": 1}  # counted with its stop
 
 
 def test_a_child_past_its_memory_is_replaced_and_no_job_is_lost_or_run_twice(
@@ -142,6 +145,11 @@ def test_a_child_past_its_memory_is_replaced_and_no_job_is_lost_or_run_twice(
     assert len(pids) > 2, "the children should have been replaced"
     supervisor.process.send_signal(signal.SIGTERM)
     assert supervisor.wait_exit() == 0
+    # Counted in the database, whichever process recycled: Prometheus reads it.
+    recycled = supervisor.log().count("worker.recycling reason=memory")
+    scraped = generate_latest(registry_for(app)).decode()
+    assert f'due_worker_recycles_total{{reason="memory"}} {recycled}.0' in scraped
+    assert 'due_worker_recycles_total{reason="jobs"} 0.0' in scraped
 
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)

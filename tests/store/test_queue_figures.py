@@ -189,10 +189,11 @@ def test_sqlite_upgrading_to_counting_queued_jobs_in_their_own_indexes_keeps_the
             ALTER TABLE due_jobs DROP COLUMN upstream_pending;
             ALTER TABLE due_jobs DROP COLUMN upstream_failed;
             ALTER TABLE due_jobs DROP COLUMN on_upstream_failure;
+            DROP TABLE due_worker_recycles;
             DELETE FROM due_schema_migrations WHERE version >= 11;
             """
         )
-    assert app.migrate() == [11, 12, 13, 14, 15]
+    assert app.migrate() == [11, 12, 13, 14, 15, 16]
     assert shown(app) == expected
 
 

@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
 
 import due
 from due import JobState
@@ -24,6 +25,7 @@ from due.maintenance.unknown_tasks import UnknownTaskReaper
 from due.store.postgres.backend import LANE_SETTINGS
 from due.store.postgres.backend import QUERIES as POSTGRES_QUERIES
 from due.store.work import _fail_unknown
+from due.visibility.metrics import registry_for
 from tests.conftest import START
 from tests.helpers.reads import generic_plan, reads
 
@@ -300,6 +302,26 @@ def test_workers_unseen_for_longer_than_the_retention_are_pruned(
     app.store.job_prune(Retention(7 * 86400, 30 * 86400))
     assert [w.id for w in app.store.worker_list()] == ["live:3:cc"]  # not marked gone
     assert not app.store.worker_touch("paused:4:dd")  # it wakes up: not registered any more
+
+
+def test_a_recycling_is_counted_with_its_stop_and_outlives_the_pruned_rows(
+    app: due.App, clock: FakeClock
+) -> None:
+    """The counter Prometheus reads (due_worker_recycles_total): kept apart from
+    the registry, whose rows are pruned, so it never goes down."""
+    for n, reason in enumerate(["memory", "jobs", "memory", None]):
+        worker = f"host:{n}:aa"
+        app.store.worker_register(WorkerRegistration(worker, "host", n, {"emails": 4}))
+        app.store.worker_set_state(worker, "stopping")
+        app.store.worker_set_state(worker, "stopped", recycled=reason)
+    assert app.store.worker_recycles() == {"jobs": 1, "memory": 2}
+    clock.advance("31d")
+    app.store.job_prune(Retention(7 * 86400, 30 * 86400))
+    assert app.store.worker_list() == []
+    assert app.store.worker_recycles() == {"jobs": 1, "memory": 2}
+    metrics = generate_latest(registry_for(app)).decode()
+    assert 'due_worker_recycles_total{reason="memory"} 2.0' in metrics
+    assert 'due_worker_recycles_total{reason="jobs"} 1.0' in metrics
 
 
 def claimed_lease(claimed):  # type: ignore[no-untyped-def]

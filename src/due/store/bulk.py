@@ -9,11 +9,14 @@ twice. So:
   exactly what `due jobs` shows), a page of `batch_size` at a time, newest
   first, each page starting below the smallest id of the one before (keyset
   by id: no page reads back through the jobs before it).
-- Each page is acted on in one transaction, and each job in it by the steps
-  of the single operation (`jobs.cancel_in`, `steps.retry_steps`), its
-  parents locked first and the jobs taken in id order (the lock order every
-  batch of writes keeps), so a bulk action follows the rules of `app.cancel`
-  and `app.retry` for pieces, parents, workflow steps and running jobs.
+- Each page is acted on in one transaction, its parents locked first and
+  the jobs taken in id order (the lock order every batch of writes keeps).
+  The plain cases in one statement for the page (`cancel_queued_jobs`: the
+  queued jobs; `retry_plain_jobs`: the jobs without key, parent or
+  workflow), a round trip a batch rather than a job on PostgreSQL; every
+  other job by the steps of the single operation (`jobs.cancel_in`,
+  `steps.retry_steps`), so a bulk action follows the rules of `app.cancel`
+  and `app.retry` for keys, pieces, parents, workflow steps and running jobs.
 - A job acted on no longer matches: a retried job is queued (no longer failed
   or cancelled), a cancelled one has ended, and a running one asked to stop
   is passed over by every later `cancel_many` (it is asked already). A run
@@ -40,7 +43,8 @@ from due.errors import InvalidStateError
 from due.store import jobs, steps, workflows
 from due.store.backend import Backend, DuplicateError, Transaction
 from due.store.conflicts import retried_on_conflict
-from due.store.settling import lock_parents
+from due.store.settling import lock_parents, settle
+from due.store.stats import count_endings
 
 DEFAULT_BATCH_SIZE = 2000
 """Jobs per transaction: a few milliseconds of locks each on PostgreSQL."""
@@ -132,7 +136,15 @@ def _cancel_batch(db: Backend, ids: Sequence[int]) -> int:
         return 0
     with db.transaction() as tx:
         lock_parents(tx, ids)
-        return sum(jobs.cancel_in(tx, job_id) for job_id in sorted(ids))
+        # The queued ones in one statement (most of a big cancel: a round trip
+        # a batch, not a job), then the others as `cancel` would, one by one.
+        ended = tx.run_each("cancel_queued_jobs", _each(ids), {"now": tx.now})
+        if ended:
+            count_endings(tx, ended)
+            settle(tx, ended)
+        done = {row["id"] for row in ended}
+        rest = (job_id for job_id in sorted(ids) if job_id not in done)
+        return len(done) + sum(jobs.cancel_in(tx, job_id) for job_id in rest)
 
 
 @retried_on_conflict
@@ -142,11 +154,21 @@ def _retry_batch(db: Backend, ids: Sequence[int], run_now: bool) -> int:
     try:
         with db.transaction() as tx:
             lock_parents(tx, ids)
-            return sum(_retried(tx, job_id, run_now) for job_id in sorted(ids))
+            # The jobs with no key, parent or workflow in one statement (most of
+            # a big retry), then the others as `retry` would, one by one.
+            params = {"run_now": run_now, "now": tx.now}
+            done = {row["id"] for row in tx.run_each("retry_plain_jobs", _each(ids), params)}
+            rest = (job_id for job_id in sorted(ids) if job_id not in done)
+            return len(done) + sum(_retried(tx, job_id, run_now) for job_id in rest)
     except DuplicateError:
         # A key taken in a race (as retry's): this batch again, one job at a
         # time, each refused or retried as `app.retry` would.
         return sum(_retried_alone(db, job_id, run_now) for job_id in sorted(ids))
+
+
+def _each(ids: Sequence[int]) -> list[dict[str, int]]:
+    """A batch's ids as `run_each` takes them, in id order (the lock order)."""
+    return [{"id": job_id} for job_id in sorted(ids)]
 
 
 def _retried(tx: Transaction, job_id: int, run_now: bool) -> bool:

@@ -58,10 +58,19 @@ def touch_worker(db: Backend, worker: str) -> bool:
         return bool(tx.run("touch_worker", {"id": worker, "now": tx.now}))
 
 
-def set_worker_state(db: Backend, worker: str, state: str) -> None:
-    """Record `stopping` or `stopped`."""
-    with db.transaction(single=True) as tx:
+def set_worker_state(db: Backend, worker: str, state: str, recycled: str | None = None) -> None:
+    """Record `stopping` or `stopped`; a stop that ends a recycling (`recycled`:
+    its reason) is counted with it, once (due_worker_recycles)."""
+    with db.transaction(single=recycled is None) as tx:
         tx.run("set_worker_state", {"id": worker, "state": state, "now": tx.now})
+        if recycled is not None:
+            tx.run("count_worker_recycle", {"reason": recycled})
+
+
+def worker_recycles(db: Backend) -> dict[str, int]:
+    """How many worker processes ever recycled themselves, by reason."""
+    with db.transaction(read=True) as tx:
+        return {row["reason"]: int(row["total"]) for row in tx.run("worker_recycles", {})}
 
 
 def mark_gone_workers(db: Backend, after_seconds: float) -> list[str]:

@@ -449,8 +449,13 @@ class Store:
         """False when the worker is not registered (pruned while silent)."""
         return registry.touch_worker(self.backend, worker)
 
-    def worker_set_state(self, worker: str, state: str) -> None:
-        registry.set_worker_state(self.backend, worker, state)
+    def worker_set_state(self, worker: str, state: str, recycled: str | None = None) -> None:
+        """Record `stopping` or `stopped`, and count a recycling (its reason)."""
+        registry.set_worker_state(self.backend, worker, state, recycled)
+
+    def worker_recycles(self) -> dict[str, int]:
+        """Worker processes that recycled themselves, ever, by reason."""
+        return registry.worker_recycles(self.backend)
 
     def worker_mark_gone(self, after_seconds: float) -> list[str]:
         return registry.mark_gone_workers(self.backend, after_seconds)

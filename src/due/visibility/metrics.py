@@ -13,6 +13,7 @@ number of `due metrics` processes (or dashboards) on any host serve the same.
 | `due_schedule_next_run_timestamp_seconds` | gauge | schedule |
 | `due_schedule_missed_total` | counter | schedule |
 | `due_workers_alive` | gauge | queue |
+| `due_worker_recycles_total` | counter | reason (RECYCLE_REASONS below) |
 | `due_limit_running` | gauge | limit |
 | `due_limit_starts_total` | counter | limit |
 | `due_limit_waiting_jobs` | gauge | limit |
@@ -43,6 +44,8 @@ from due.visibility.snapshot import Snapshot, take
 if TYPE_CHECKING:
     from due.app import App
 
+RECYCLE_REASONS = ("jobs", "memory")
+"""Why a worker process recycled itself (worker/recycling.py), each always shown."""
 QUEUE_STATES = ("queued", "due", "scheduled", "running", "waiting", "retrying", "failed", "stuck")
 
 
@@ -89,6 +92,14 @@ def families(snapshot: Snapshot, rules: AlertRules) -> Iterator[Metric]:
     yield from _queue_families(snapshot)
     yield from _schedule_families(snapshot)
     yield from _limit_families(snapshot)
+    recycles = CounterMetricFamily(
+        "due_worker_recycles",
+        "Worker processes that recycled themselves past a limit, by reason",
+        labels=["reason"],
+    )
+    for reason in RECYCLE_REASONS:
+        recycles.add_metric([reason], snapshot.recycled_workers.get(reason, 0))
+    yield recycles
     alerts = GaugeMetricFamily(
         "due_alerts", "Active alerts (what `due check` reports)", labels=["severity"]
     )

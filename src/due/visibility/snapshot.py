@@ -39,6 +39,8 @@ class Snapshot:
     """Every stored limit with its figures."""
     stuck_workflows: list[StuckWorkflow] = field(default_factory=list)
     """Running workflows that cannot advance (never, unless a graph is broken)."""
+    recycled_workers: dict[str, int] = field(default_factory=dict)
+    """Worker processes that ever recycled themselves, by reason (jobs, memory)."""
 
     def oldest_due_age(self, queue: QueueOverview) -> float | None:
         """Seconds the queue's oldest due job has waited (None: nothing due)."""
@@ -64,4 +66,5 @@ def take(app: App, failures_window: float = DEFAULT_FAILURES_WINDOW) -> Snapshot
         failures_window=failures_window,
         limits=app.limit_overview(),
         stuck_workflows=app.stuck_workflows(),
+        recycled_workers=store.worker_recycles(),
     )

@@ -454,7 +454,8 @@ class Worker:
             if self.scheduler is not None:
                 await self.call(self.scheduler.stop)
             wakeups.stop()
-            await self._set_state("stopped")
+            # A recycling is counted with the stop (the metrics read it).
+            await self._set_state("stopped", recycled=self.recycler.reason)
             self.call.close()
             self._heartbeat_call.close()
             self._handler_threads.shutdown(wait=False, cancel_futures=True)
@@ -538,8 +539,15 @@ class Worker:
     def _unfinished(self) -> list[RunningJob]:
         return [r for producer in self.producers.values() for r in producer.jobs.unfinished()]
 
-    async def _set_state(self, state: str) -> None:
+    async def _set_state(self, state: str, recycled: str | None = None) -> None:
         try:
-            await self.call(self.store.worker_set_state, self.settings.worker_id, state)
+            await self.call(self.store.worker_set_state, self.settings.worker_id, state, recycled)
         except StoreError as error:
-            event(log, "worker.state_not_recorded", logging.WARNING, state=state, error=str(error))
+            event(
+                log,
+                "worker.state_not_recorded",
+                logging.WARNING,
+                state=state,
+                recycled=recycled,
+                error=str(error),
+            )

@@ -121,6 +121,8 @@ due_schedules | limits | text | YES | None
 due_schema_migrations | version | integer | NO | None
 due_schema_migrations | name | text | NO | None
 due_schema_migrations | applied_at | timestamp with time zone | NO | now()
+due_worker_recycles | reason | text | NO | None
+due_worker_recycles | total | bigint | NO | None
 due_workers | id | text | NO | None
 due_workers | host | text | NO | None
 due_workers | pid | integer | NO | None
@@ -169,6 +171,7 @@ due_schedules | due_schedules_overlap_check | CHECK ((overlap = ANY (ARRAY['allo
 due_schedules | due_schedules_pkey | PRIMARY KEY (name)
 due_schedules | due_schedules_source_check | CHECK ((source = ANY (ARRAY['code'::text, 'runtime'::text])))
 due_schema_migrations | due_schema_migrations_pkey | PRIMARY KEY (version)
+due_worker_recycles | due_worker_recycles_pkey | PRIMARY KEY (reason)
 due_workers | due_workers_pkey | PRIMARY KEY (id)
 due_workers | due_workers_state_check | CHECK ((state = ANY (ARRAY['running'::text, 'stopping'::text, 'stopped'::text, 'gone'::text])))
 due_workflow_edges | due_workflow_edges_pkey | PRIMARY KEY (upstream_id, step_id)
@@ -211,6 +214,7 @@ due_schedule_runs | due_schedule_runs_pkey | CREATE UNIQUE INDEX due_schedule_ru
 due_schedules | due_schedules_next | CREATE INDEX due_schedules_next ON due_schedules USING btree (next_fire_at) WHERE enabled
 due_schedules | due_schedules_pkey | CREATE UNIQUE INDEX due_schedules_pkey ON due_schedules USING btree (name)
 due_schema_migrations | due_schema_migrations_pkey | CREATE UNIQUE INDEX due_schema_migrations_pkey ON due_schema_migrations USING btree (version)
+due_worker_recycles | due_worker_recycles_pkey | CREATE UNIQUE INDEX due_worker_recycles_pkey ON due_worker_recycles USING btree (reason)
 due_workers | due_workers_pkey | CREATE UNIQUE INDEX due_workers_pkey ON due_workers USING btree (id)
 due_workflow_edges | due_workflow_edges_pkey | CREATE UNIQUE INDEX due_workflow_edges_pkey ON due_workflow_edges USING btree (upstream_id, step_id)
 due_workflow_edges | due_workflow_edges_step | CREATE INDEX due_workflow_edges_step ON due_workflow_edges USING btree (step_id)

@@ -239,6 +239,12 @@ name       TEXT NOT NULL,
 applied_at REAL NOT NULL
 );
 
+-- table due_worker_recycles
+CREATE TABLE due_worker_recycles (
+    reason TEXT PRIMARY KEY,
+    total  INTEGER NOT NULL
+);
+
 -- table due_workers
 CREATE TABLE due_workers (
     id           TEXT PRIMARY KEY,

@@ -585,6 +585,54 @@ SET state = 'cancelled',
 WHERE id = %(id)s AND state = 'queued'
 RETURNING *, pg_notify({channel:due_ended}, '')::text AS ended
 
+-- name: cancel_queued_jobs
+-- cancel_job for a batch of jobs (bulk.cancel_many, run_each): the queued ones
+-- end, their rows locked in id order (the lock order of every batch of writes);
+-- the rest are left to cancel_job's siblings, one by one.
+WITH chosen AS MATERIALIZED (
+    SELECT id FROM due_jobs
+    WHERE id = ANY(%(id)b::bigint[]) AND state = 'queued'
+    ORDER BY id FOR NO KEY UPDATE
+)
+UPDATE due_jobs AS j
+SET state = 'cancelled',
+    limit_wait = NULL,
+    limit_wait_key = NULL,
+    finished_at = coalesce(%(now)s::timestamptz, now()),
+    dedupe_key = NULL
+FROM chosen
+WHERE j.id = chosen.id AND j.state = 'queued'
+RETURNING j.*, pg_notify({channel:due_ended}, '')::text AS ended
+
+-- name: retry_plain_jobs
+-- retry_job for a batch of jobs (bulk.retry_many, run_each), for those with no
+-- key, parent or workflow to look after (the others go one by one, through
+-- steps.retry_steps): their rows locked in id order.
+WITH chosen AS MATERIALIZED (
+    SELECT id FROM due_jobs
+    WHERE id = ANY(%(id)b::bigint[]) AND state IN ('failed', 'cancelled') AND pieces_total = 0
+      AND key IS NULL AND parent_id IS NULL AND completes IS NULL AND workflow_id IS NULL
+    ORDER BY id FOR NO KEY UPDATE
+)
+UPDATE due_jobs AS j
+SET state = 'queued',
+    limit_wait = NULL,
+    limit_wait_key = NULL,
+    dedupe_key = j.key,
+    run_at = CASE WHEN %(run_now)s OR j.run_at < coalesce(%(now)s::timestamptz, now())
+                  THEN coalesce(%(now)s::timestamptz, now()) ELSE j.run_at END,
+    timer = NOT %(run_now)s AND j.run_at > coalesce(%(now)s::timestamptz, now()),
+    attempt = 0,
+    lost_leases = 0,
+    cancel_requested = false,
+    finished_at = NULL,
+    lease_expires_at = NULL
+FROM chosen
+WHERE j.id = chosen.id AND j.state IN ('failed', 'cancelled')
+RETURNING j.id,
+    pg_notify({channel:due_jobs}, j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text
+    AS notified
+
 -- name: lock_parents
 -- The parents of these jobs, locked before the jobs themselves by every
 -- transaction that settles: one lock order (parent, then pieces), so a
@@ -816,6 +864,14 @@ SET state = %(state)s,
     last_seen_at = coalesce(%(now)s::timestamptz, now()),
     stopped_at = CASE WHEN %(state)s = 'stopped' THEN coalesce(%(now)s::timestamptz, now()) END
 WHERE id = %(id)s
+
+-- name: count_worker_recycle
+-- A worker process that recycled itself, counted as it records its stop.
+INSERT INTO due_worker_recycles (reason, total) VALUES (%(reason)s, 1)
+ON CONFLICT (reason) DO UPDATE SET total = due_worker_recycles.total + 1
+
+-- name: worker_recycles
+SELECT reason, total FROM due_worker_recycles ORDER BY reason
 
 -- name: mark_gone_workers
 UPDATE due_workers

@@ -348,6 +348,34 @@ SET state = 'cancelled', finished_at = :now, dedupe_key = NULL,
 WHERE id = :id AND state = 'queued'
 RETURNING *
 
+-- name: cancel_queued_jobs
+-- cancel_job for a batch of jobs (bulk.cancel_many, run_each: one job a row).
+UPDATE due_jobs
+SET state = 'cancelled', finished_at = :now, dedupe_key = NULL,
+    limit_wait = NULL, limit_wait_key = NULL
+WHERE id = :id AND state = 'queued'
+RETURNING *
+
+-- name: retry_plain_jobs
+-- retry_job for a batch of jobs (bulk.retry_many, run_each: one job a row), for
+-- those with no key, parent or workflow to look after (the others go one by
+-- one, through steps.retry_steps).
+UPDATE due_jobs
+SET state = 'queued',
+    limit_wait = NULL,
+    limit_wait_key = NULL,
+    dedupe_key = key,
+    run_at = CASE WHEN :run_now OR run_at < :now THEN :now ELSE run_at END,
+    timer = NOT :run_now AND run_at > :now,
+    attempt = 0,
+    lost_leases = 0,
+    cancel_requested = 0,
+    finished_at = NULL,
+    lease_expires_at = NULL
+WHERE id = :id AND state IN ('failed', 'cancelled') AND pieces_total = 0
+  AND key IS NULL AND parent_id IS NULL AND completes IS NULL AND workflow_id IS NULL
+RETURNING id
+
 -- name: uncount_piece
 -- A piece retried by hand no longer counts as ended on its parent.
 UPDATE due_jobs
@@ -583,6 +611,14 @@ SET state = :state,
     last_seen_at = :now,
     stopped_at = CASE WHEN :state = 'stopped' THEN :now END
 WHERE id = :id
+
+-- name: count_worker_recycle
+-- A worker process that recycled itself, counted as it records its stop.
+INSERT INTO due_worker_recycles (reason, total) VALUES (:reason, 1)
+ON CONFLICT (reason) DO UPDATE SET total = due_worker_recycles.total + 1
+
+-- name: worker_recycles
+SELECT reason, total FROM due_worker_recycles ORDER BY reason
 
 -- name: mark_gone_workers
 UPDATE due_workers
