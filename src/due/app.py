@@ -678,7 +678,7 @@ class App:
 
     def _job_filter(self, **options: Any) -> JobFilter:
         where = job_filters.build(self.store.now, **options)
-        key = job_filters.hidden_key(where, self._redacted_names(where.task))
+        key = job_filters.hidden_key(where, self.redacted_names(where.task))
         if key is not None:
             raise ConfigurationError(
                 f"args_contains cannot search by {key!r}: {self._who_hides(key)} redacts it, "
@@ -976,7 +976,7 @@ class App:
             done[0] = run(count)
         finally:
             # Also when cut off: the batches committed are recorded.
-            shown = job_filters.describe(where, hide=self._redacted_names(where.task))
+            shown = job_filters.describe(where, hide=self.redacted_names(where.task))
             self._note(f"{action} {done[0]} jobs where {shown}", by, queue=where.queue)
         return done[0]
 
@@ -1010,11 +1010,12 @@ class App:
             limit=lookups.list_limit(limit),
         )
 
-    def _redacted_names(self, task: str | None) -> frozenset[str]:
-        """The names a filter's `args_contains` may not search by.
+    def redacted_names(self, task: str | None = None) -> frozenset[str]:
+        """The argument names (lower-case) due shows as `•••` for `task`'s jobs.
 
-        The task's, or, for any task (or one not registered here), every name
-        any task of this app hides.
+        A filter's `args_contains` may not search by them. The task's (the
+        app's included), or, for any task (or one not registered here), every
+        name any task of this app hides.
         """
         if task is not None and task in self.tasks.names():
             return self.tasks.get(task).redact

@@ -16,7 +16,6 @@ search at a time). The command line, with the database at hand, may.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,7 +26,7 @@ from due import job_filters
 from due.core.jobs import JobState
 from due.core.records import JobFilter
 from due.errors import ConfigurationError
-from due.shown_arguments import HIDDEN, hidden
+from due.shown_arguments import HIDDEN
 
 if TYPE_CHECKING:
     from due.app import App
@@ -93,7 +92,7 @@ class PageFilter:
             where = self._where(app)
         except ConfigurationError as error:
             return str(error)
-        return _redacted_search(where.args_contains, redacted_names(app, where.task))
+        return _redacted_search(where, redacted_names(app, where.task))
 
     def bulk_states(self, action: str) -> tuple[JobState, ...]:
         """The states `action` acts on for this filter (a readable one): none
@@ -131,40 +130,16 @@ class PageFilter:
 
 def redacted_names(app: App, task: str | None) -> frozenset[str]:
     """The argument names whose values the dashboard hides for `task`'s jobs
-    (its task's names, the app's included), or for any task's."""
-    if task is not None and task in app.tasks.names():
-        return app.tasks.get(task).redact
-    return app.redact.union(*(each.redact for each in app.tasks))
+    (its task's names, the app's included), or for any task's: the names
+    `app.jobs` refuses to search by."""
+    return app.redacted_names(task)
 
 
-def _redacted_search(args_contains: str | None, names: frozenset[str]) -> str | None:
-    if args_contains is None:
-        return None
-    searched = json.loads(args_contains)
-    try:
-        shown = hidden(searched, names)
-        found = _hidden_keys(searched, shown)
-    except RecursionError:  # as deep as JSON is read, deeper than this walk goes
-        return "arguments: nested too deeply to search; give a flatter object"
-    if not found:
+def _redacted_search(where: JobFilter, names: frozenset[str]) -> str | None:
+    key = job_filters.hidden_key(where, names)
+    if key is None:
         return None
     return (
-        f"arguments: {', '.join(found)} {'is' if len(found) == 1 else 'are'} redacted "
-        f"(shown as {HIDDEN}), so the dashboard does not search by "
-        f"{'it' if len(found) == 1 else 'them'}; search by another argument"
+        f"arguments: {key!r} is redacted (shown as {HIDDEN}), so the dashboard does "
+        "not search by it; search by another argument"
     )
-
-
-def _hidden_keys(searched: Any, shown: Any) -> list[str]:
-    """The keys (at any depth) whose values `hidden` replaced."""
-    found: list[str] = []
-    if isinstance(searched, dict):
-        for key, value in searched.items():
-            if shown[key] == HIDDEN and value != HIDDEN:
-                found.append(repr(key))
-            else:
-                found += _hidden_keys(value, shown[key])
-    elif isinstance(searched, list):
-        for value, seen in zip(searched, shown, strict=True):
-            found += _hidden_keys(value, seen)
-    return found
