@@ -35,6 +35,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -166,10 +168,14 @@ def measure_drain(url: str, app: due.App, noop: due.Task[Any, Any], count: int) 
     resumed = datetime.now(UTC)
     app.resume_queue("default")
     deadline = time.monotonic() + 300
-    while (ended := ended_between(url, ids[0], ids[-1]))[0] < count:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{count - ended[0]} of {count} jobs did not end in 300 s")
-        time.sleep(0.05)
+    with open_between(url, ids[0], ids[-1]) as open_jobs:
+        while open_jobs():
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    ended = ended_between(url, ids[0], ids[-1])
+    if ended[0] < count:
+        raise TimeoutError(f"{count - ended[0]} of {count} jobs did not end in 300 s")
     seconds = ended[1] - resumed.timestamp()
     return {"jobs_per_s": count / seconds, "seconds": seconds}
 
@@ -186,6 +192,35 @@ def measure_drain_and_cpu(
     for name, start, end in zip(("worker_cpu_us", "server_cpu_us"), before, after, strict=False):
         drained[name] = (end - start) / count * 1e6
     return drained
+
+
+@contextmanager
+def open_between(url: str, first: int, last: int) -> Iterator[Callable[[], bool]]:
+    """A test of whether any of the jobs first..last is still queued or running,
+    cheap enough to ask every 50 ms while they drain. On PostgreSQL it reads the
+    claim and running indexes over one connection: counting the succeeded rows
+    of the range instead read every row version of it (10,000 buffers, 80 ms of
+    the server's CPU a look on 2026-12-05), most of a core beside the drain."""
+    if url.startswith("sqlite"):
+        yield lambda: ended_between(url, first, last)[0] < last - first + 1
+        return
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+
+        def still_open() -> bool:
+            row = conn.execute(OPEN_BETWEEN, (first, last, first, last)).fetchone()
+            return bool(row and row[0])
+
+        yield still_open
+
+
+OPEN_BETWEEN = """
+SELECT EXISTS (SELECT 1 FROM due_jobs
+               WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NULL
+                 AND queue = 'default' AND id BETWEEN %s AND %s)
+    OR EXISTS (SELECT 1 FROM due_jobs WHERE state = 'running' AND id BETWEEN %s AND %s)
+"""
 
 
 def ended_between(url: str, first: int, last: int) -> tuple[int, float]:
