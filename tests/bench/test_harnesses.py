@@ -179,6 +179,11 @@ def test_the_due_only_benchmarks_run(script: str, options: list[str], tmp_path: 
             assert "### sqlite: empty table vs 2,000 timers" in done.stdout
             server_row = r"^\| drain, server CPU us/job \| [\d,.]+ \| [\d,.]+ \|"
             assert re.search(server_row, done.stdout, re.M)
+            # PostgreSQL's drains say whether an autovacuum of due_jobs met them
+            autovacuum_row = (
+                r"^\| drains that met an autovacuum of due_jobs \| [01] of 1 \| [01] of 1 \|"
+            )
+            assert re.search(autovacuum_row, done.stdout, re.M)
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
