@@ -186,6 +186,11 @@ def test_the_due_only_benchmarks_run(script: str, options: list[str], tmp_path: 
             assert "### sqlite: empty table vs 2,000 timers" in done.stdout
             server_row = r"^\| drain, server CPU us/job \| [\d,.]+ \| [\d,.]+ \|"
             assert re.search(server_row, done.stdout, re.M)
+            # PostgreSQL's drains say whether an autovacuum of due_jobs met them
+            autovacuum_row = (
+                r"^\| drains that met an autovacuum of due_jobs \| [01] of 1 \| [01] of 1 \|"
+            )
+            assert re.search(autovacuum_row, done.stdout, re.M)
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
@@ -401,3 +406,15 @@ def test_each_librarys_best_drain_is_its_fastest_setting_of_one_process() -> Non
     assert f"| batch_size=1000 | 6,500 [6,000{run.DASH}7,000] |" in body["pgqueuer"]
     assert body["pgqueuer"].endswith("| 2.00 |")  # 13,000 / 6,500
     assert body["due"].endswith("| 1.00 |")
+
+
+def test_drain_jobs_sets_the_size_of_the_no_op_drain_only() -> None:
+    """`--drain-jobs 100000`: issue 42 compares due and pgqueuer on 100,000 jobs;
+    the 10 ms jobs keep their own size."""
+
+    def sizes(*argv: str) -> dict[str, str]:
+        plan = run.make_plan(run.parse_args(["--only", "drain", "--backend", "sqlite", *argv]))
+        return {case.variant: case.args[case.args.index("--n") + 1] for case in plan.cases}
+
+    assert sizes() == {"noop": "20000", "sleep10": "20000"}
+    assert sizes("--drain-jobs", "100000") == {"noop": "100000", "sleep10": "20000"}
