@@ -56,6 +56,9 @@ class Supervisor:
         self.clock = SystemClock()
         self.recycled = 0
         self._stop = threading.Event()
+        self._first_signal: int | None = None
+        self._told: set[int] = set()
+        """The pids the first stop signal was forwarded to."""
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_signal)
@@ -65,6 +68,7 @@ class Supervisor:
         while not self._stop.is_set():
             self.run_once()
             self._stop.wait(POLL_SECONDS)
+        self._tell_the_late()
         for child in self.children:
             child.process.wait()
         event(log, "supervisor.stopped")
@@ -123,7 +127,23 @@ class Supervisor:
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._stop.set()
+        if self._first_signal is None:
+            self._first_signal = signum
         for child in self.children:
-            if child.process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    child.process.send_signal(signum)
+            self._forward(child, signum)
+
+    def _tell_the_late(self) -> None:
+        """Forward the stop to a child started as it came: the signal handler
+        runs between two statements of the loop, and a child whose restart was
+        under way then (started, not yet in `children`) heard nothing, and would
+        keep the supervisor waiting on it."""
+        assert self._first_signal is not None
+        for child in self.children:
+            if child.process.pid not in self._told:
+                self._forward(child, self._first_signal)
+
+    def _forward(self, child: Child, signum: int) -> None:
+        if child.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                child.process.send_signal(signum)
+        self._told.add(child.process.pid)
