@@ -59,11 +59,13 @@ def insert_woken_apart(
             cursor.execute(queries["insert_job_unwoken"], params)
             committed = connection.execute("COMMIT")
             connection.execute(queries["wake_inserted_job"])
-    except psycopg.Error as error:
+    except BaseException as error:
         if connection.info.transaction_status in TRANSACTION_LEFT_OPEN:
-            with contextlib.suppress(psycopg.Error):  # the insert failed: its transaction ends
+            # The insert failed or was cancelled inside its BEGIN: end it here, not
+            # on the session's next use (an autocommitted session is never in one).
+            with contextlib.suppress(psycopg.Error):
                 connection.execute("ROLLBACK")
-        if committed is None or committed.statusmessage != "COMMIT":
+        if not isinstance(error, psycopg.Error) or not _committed(committed):
             raise
         event(log, "store.wakeup_failed", logging.WARNING, error=str(error))
 
@@ -81,10 +83,15 @@ async def insert_woken_apart_async(
             await cursor.execute(queries["insert_job_unwoken"], params)
             committed = await connection.execute("COMMIT")
             await connection.execute(queries["wake_inserted_job"])
-    except psycopg.Error as error:
+    except BaseException as error:
         if connection.info.transaction_status in TRANSACTION_LEFT_OPEN:
-            with contextlib.suppress(psycopg.Error):
+            with contextlib.suppress(psycopg.Error):  # (a cancelled caller's too)
                 await connection.execute("ROLLBACK")
-        if committed is None or committed.statusmessage != "COMMIT":
+        if not isinstance(error, psycopg.Error) or not _committed(committed):
             raise
         event(log, "store.wakeup_failed", logging.WARNING, error=str(error))
+
+
+def _committed(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any] | None) -> bool:
+    """Whether the job's COMMIT went through (its result came back)."""
+    return cursor is not None and cursor.statusmessage == "COMMIT"
