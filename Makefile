@@ -79,6 +79,7 @@ bench: $(STAMP) postgres ## run the benchmark (due and its peers, side by side)
 	$(PY) bench/timers_bench.py
 	$(PY) bench/backlog_bench.py
 	$(PY) bench/thread_enqueue.py
+	$(PY) bench/web_enqueue.py
 	$(PY) bench/notify_cost.py
 	$(PY) bench/costs.py
 	$(PY) bench/sqlalchemy_bench.py

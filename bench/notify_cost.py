@@ -10,12 +10,15 @@ one flush. This measures what that costs: `processes` processes (each its own
 connection, one job at a time, autocommitted, as several web server processes
 enqueue) run due's `insert_job` as the store sends it, and the same statement
 with its `pg_notify(channel, payload)` turned into `concat_ws(channel, payload)`
-(the same arguments computed, no notification): jobs/s of each, interleaved run
-by run and each first in every other run, while one connection LISTENs and
-reads every notification, as an idle worker does. The statements only, without
-due's Python: what the database does.
+(the same arguments computed, no notification), and a single enqueue as the
+store now sends it on its own session (store/postgres/woken_apart.py: the row
+committed alone, then its wake-up in a transaction that does not wait for a
+flush, one pipelined round trip): jobs/s of each, interleaved run by run, the
+order reversed every other run, while one connection LISTENs and reads every
+notification, as an idle worker does. The statements only, without due's
+Python: what the database does.
 
-A table of medians [min-max] and the ratio. PostgreSQL only (SQLite's workers
+A table of medians [min-max] and the ratios to the first shape. PostgreSQL only (SQLite's workers
 watch its commits, with no notification).
 """
 
@@ -51,13 +54,17 @@ PARAMS = {
     "limits": None,
     "now": None,
 }
-SHAPES = ("with its wake-up", "without")
+SHAPES = ("with its wake-up", "without", "wake-up apart")
+NOTIFYING = (SHAPES[0], SHAPES[2])
 
 
-def statements(url: str) -> tuple[dict[str, str], psycopg.Connection[Any]]:
+def statements(url: str) -> tuple[dict[str, str | tuple[str, str]], psycopg.Connection[Any]]:
     """insert_job as the store sends it (its channel named by a literal, once the
-    schema is checked) and the same without the notification; and a connection
-    LISTENing as a worker's does (the store's own, which outlives the app)."""
+    schema is checked), the same without the notification, and a single
+    enqueue's as the store sends it on its own session: the row, then its
+    wake-up in a transaction of its own (store/postgres/woken_apart.py); and a
+    connection LISTENing as a worker's does (the store's own, which outlives
+    the app)."""
     app = due.App(url)
     try:
         app.migrate()
@@ -65,24 +72,41 @@ def statements(url: str) -> tuple[dict[str, str], psycopg.Connection[Any]]:
         backend: Any = app.store.backend
         listening = backend.listen_connection()  # names the channel, then the queries
         sent = backend._queries["insert_job"]
+        apart = (backend._queries["insert_job_unwoken"], backend._queries["wake_inserted_job"])
     finally:
         app.close()
     if sent.count("pg_notify(") != 1:
         listening.close()
         raise SystemExit("insert_job no longer sends one pg_notify: update notify_cost.py")
-    return {SHAPES[0]: sent, SHAPES[1]: sent.replace("pg_notify(", "concat_ws(")}, listening
+    quiet = sent.replace("pg_notify(", "concat_ws(")
+    return {SHAPES[0]: sent, SHAPES[1]: quiet, SHAPES[2]: apart}, listening
 
 
-def _insert(url: str, statement: str, count: int, start: Barrier, results: Any) -> None:
+def _insert(
+    url: str, statement: str | tuple[str, str], count: int, start: Barrier, results: Any
+) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(statement, PARAMS).fetchall()  # connected, before the start
+
+        def one() -> None:
+            if isinstance(statement, str):
+                conn.execute(statement, PARAMS).fetchall()
+                return
+            insert, wake = statement  # as woken_apart.py sends them: one round trip
+            with conn.pipeline():
+                conn.execute("BEGIN")
+                inserted = conn.execute(insert, PARAMS)
+                conn.execute("COMMIT")
+                conn.execute(wake)
+            inserted.fetchall()
+
+        one()  # connected, before the start
         start.wait()
         for _ in range(count):
-            conn.execute(statement, PARAMS).fetchall()
+            one()
         results.put(count)
 
 
-def one_run(url: str, statement: str, processes: int, jobs: int) -> float:
+def one_run(url: str, statement: str | tuple[str, str], processes: int, jobs: int) -> float:
     arguments = [(url, statement, jobs // processes)] * processes
     seconds, made = common.side_by_side_processes(_insert, arguments)
     return sum(made) / seconds
@@ -134,21 +158,26 @@ def main() -> int:
     try:
         for run in range(args.runs):
             for n in counts:
-                for shape in SHAPES if run % 2 == 0 else SHAPES[::-1]:  # neither always first
+                for shape in SHAPES if run % 2 == 0 else SHAPES[::-1]:  # none always first
                     rates.setdefault((n, shape), []).append(one_run(url, sent[shape], n, args.jobs))
-        expected = args.runs * sum(n * (args.jobs // n) + n for n in counts)  # + each one's first
+        # + each one's first, for each shape that notifies
+        expected = len(NOTIFYING) * args.runs * sum(n * (args.jobs // n) + n for n in counts)
         heard = listener.settled()
     finally:
         listener.close()
-    print(f"| processes | {SHAPES[0]}, jobs/s | {SHAPES[1]}, jobs/s | without ÷ with |")
-    print("|---|---|---|---|")
+    print(
+        f"| processes | {SHAPES[0]}, jobs/s | {SHAPES[1]}, jobs/s | {SHAPES[2]}, jobs/s "
+        "| without ÷ with | apart ÷ with |"
+    )
+    print("|---|---|---|---|---|---|")
     for n in counts:
         cells = []
         for shape in SHAPES:
             found = rates[n, shape]
             cells.append(f"{statistics.median(found):,.0f} [{min(found):,.0f}-{max(found):,.0f}]")
-        ratio = statistics.median(rates[n, SHAPES[1]]) / statistics.median(rates[n, SHAPES[0]])
-        print(f"| {n} | {cells[0]} | {cells[1]} | {ratio:.2f} |")
+        base = statistics.median(rates[n, SHAPES[0]])
+        without, apart = (statistics.median(rates[n, shape]) / base for shape in SHAPES[1:])
+        print(f"| {n} | {cells[0]} | {cells[1]} | {cells[2]} | {without:.2f} | {apart:.2f} |")
     print(f"\nnotifications heard: {heard:,} of {expected:,} sent")
     return 0 if heard == expected else 1
 

@@ -148,6 +148,7 @@ def test_the_shortest_soak_runs_and_judges(backend: str, tmp_path: Path) -> None
         ("notify_cost.py", ["--jobs", "200", "--runs", "1", "--processes", "1,2"]),
         ("pickup_probe.py", ["--backend", "sqlite", "--n", "10"]),
         ("pickup_probe.py", ["--backend", "postgres", "--n", "10"]),
+        ("web_enqueue.py", ["--jobs", "80", "--runs", "1", "--shapes", "1x1,2x2"]),
         (
             "timers_bench.py",
             ["--timers", "2000", "--finished", "1000", "--drain", "2000", "--runs", "1"],
@@ -175,6 +176,18 @@ def test_the_due_only_benchmarks_run(script: str, options: list[str], tmp_path: 
             assert re.search(rf"^  {hop} +n=  10 ", done.stdout, re.M), done.stdout
         for hop in ("to_heard", "heard_to_on_due", "on_due_to_claim", "claim", "claim_to_start"):
             assert re.search(rf"^  {hop} +n= +\d+ p50 ", done.stdout, re.M), done.stdout
+    elif script == "web_enqueue.py":  # each shape, with and without a worker, both stores
+        for backend in ("sqlite", "postgres"):
+            for worker in ("none", "running"):
+                assert re.search(
+                    rf"^\| {backend} \| {worker} \| 1x1 \| [\d,]+ .* \| 1.00 \|$", done.stdout, re.M
+                )
+                assert re.search(
+                    rf"^\| {backend} \| {worker} \| 2x2 \| [\d,]+ .* \| [\d.]+ \|$",
+                    done.stdout,
+                    re.M,
+                )
+        assert re.search(r"^command: python\S* bench/web_enqueue.py --jobs 80", done.stdout, re.M)
     elif script == "thread_enqueue.py":
         for backend in ("sqlite", "postgres"):
             for threads, processes in ((1, 1), (4, 1), (1, 2)):

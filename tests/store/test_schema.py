@@ -85,6 +85,8 @@ def test_both_backends_name_the_same_queries() -> None:
         "channel_names",  # SQLite has no channels: its feeds watch PRAGMA data_version
         "insert_grouped_jobs",  # enqueues side by side on an event loop's connection
         "server_identity",  # which database a caller's connection is on (SQLite: its file)
+        "insert_job_unwoken",  # a single enqueue's wake-up apart from its commit
+        "wake_inserted_job",  # (postgres/woken_apart.py)
     }
     # PostgreSQL moves and deletes in one statement; its claim promotes timers itself
     single_writer_only = {"drop_stats", "promote_timers"}

@@ -57,6 +57,7 @@ from due.store.postgres.callers import callers_async_cursor, callers_cursor
 from due.store.postgres.loop_connections import LoopConnections
 from due.store.postgres.own_connection import OwnConnection, live_connection
 from due.store.postgres.pooler import HINT, PollingFeed, PoolerSettings, is_pooler_breakage
+from due.store.postgres.woken_apart import insert_woken_apart, insert_woken_apart_async
 from due.store.sql import load_migrations, load_queries, require_current_schema
 from due.store.sqlalchemy_connections import check_database, is_sqlalchemy, sync_connection
 
@@ -205,7 +206,9 @@ class PostgresBackend:
                         with contextlib.suppress(psycopg.Error):
                             cur.execute(f"SET statement_timeout = '{STATEMENT_TIMEOUT}'")
                     return
-                yield PostgresTransaction(cur, self._clock.now(), self._queries)
+                yield PostgresTransaction(
+                    cur, self._clock.now(), self._queries, wake_apart=not read
+                )
                 return
             with conn.transaction():
                 if self.settings.transaction_pooler and not unbounded:
@@ -320,7 +323,7 @@ class PostgresBackend:
                     return
                 async with conn.cursor(row_factory=dict_row) as cur:
                     now, queries = self._clock.now(), self._queries
-                    yield AsyncPostgresTransaction(cur, now, queries, to_utc=False)
+                    yield AsyncPostgresTransaction(cur, now, queries, to_utc=False, wake_apart=True)
 
     @contextlib.contextmanager
     def handler_transaction(self) -> Iterator[tuple[Any, Transaction]]:
@@ -526,6 +529,8 @@ class PostgresTransaction:
         now: datetime | None,
         queries: Mapping[str, str],
         to_utc: bool = False,
+        *,
+        wake_apart: bool = False,
     ) -> None:
         self.cursor = cursor
         self._now = now
@@ -534,6 +539,9 @@ class PostgresTransaction:
         self._to_utc = to_utc
         """Put times in UTC: on a caller's connection, whose session may be in any
         time zone (due's own sessions are in UTC: psycopg gives UTC times)."""
+        self._wake_apart = wake_apart and psycopg.Pipeline.is_supported()
+        """Autocommitted statements on due's own session: a single enqueue's
+        wake-up is sent in a transaction of its own (woken_apart.py)."""
 
     @property
     def now(self) -> datetime | None:
@@ -545,7 +553,10 @@ class PostgresTransaction:
         return self._instant
 
     def run(self, query: str, params: Mapping[str, Any] | None = None) -> Rows:
-        self.cursor.execute(self._queries[query], _encoded(params or {}))
+        if query == "insert_job" and self._wake_apart:
+            insert_woken_apart(self.cursor, self._queries, _encoded(params or {}))
+        else:
+            self.cursor.execute(self._queries[query], _encoded(params or {}))
         rows = _rows(self.cursor)
         return [_utc(row) for row in rows] if self._to_utc else rows
 
@@ -584,8 +595,12 @@ class AsyncPostgresTransaction:
         queries: Mapping[str, str],
         to_utc: bool = True,
         values_cursor: psycopg.AsyncCursor[tuple[Any, ...]] | None = None,
+        *,
+        wake_apart: bool = False,
     ) -> None:
         self.cursor = cursor
+        self._wake_apart = wake_apart and psycopg.AsyncPipeline.is_supported()
+        """As PostgresTransaction's: due's own session of the loop, autocommitted."""
         self._now = now
         self._queries = queries
         self._to_utc = to_utc
@@ -599,7 +614,10 @@ class AsyncPostgresTransaction:
         return self._now
 
     async def run(self, query: str, params: Mapping[str, Any] | None = None) -> Rows:
-        await self.cursor.execute(self._queries[query], _encoded(params or {}))
+        if query == "insert_job" and self._wake_apart:
+            await insert_woken_apart_async(self.cursor, self._queries, _encoded(params or {}))
+        else:
+            await self.cursor.execute(self._queries[query], _encoded(params or {}))
         rows = await _async_rows(self.cursor)
         return [_utc(row) for row in rows] if self._to_utc else rows
 

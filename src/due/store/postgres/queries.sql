@@ -63,6 +63,38 @@ ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING id, run_at, created_at,
           pg_notify({channel:due_jobs}, queue || ' ' || extract(epoch FROM run_at)::text)::text AS notified
 
+-- name: insert_job_unwoken
+-- insert_job for a single enqueue in a transaction of its own (PostgresTransaction,
+-- `wake_apart`): the same row, no notification; wake_inserted_job follows in a
+-- transaction of its own, so that this commit takes no lock on notifications.
+INSERT INTO due_jobs (task, queue, priority, payload, run_at, timer, max_attempts,
+                      key, dedupe_key, unique_for, stuck_after, created_at, limits)
+VALUES (%(task)s, %(queue)s, %(priority)s, %(payload)s::jsonb,
+        coalesce(%(run_at)s::timestamptz,
+                 coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(delay)s)),
+        coalesce(%(run_at)s::timestamptz,
+                 coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(delay)s))
+            > coalesce(%(now)s::timestamptz, now()),
+        %(max_attempts)s, %(key)s, %(key)s, %(unique_for)s, %(stuck_after)s,
+        coalesce(%(now)s::timestamptz, now()), %(limits)s::jsonb)
+ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
+RETURNING id, run_at, created_at
+
+-- name: wake_inserted_job
+-- The wake-up of the job insert_job_unwoken just committed on this session (the
+-- sequence's last value here; no row, no wake-up), sent in a transaction that
+-- does not wait for its commit to be flushed: PostgreSQL holds one lock for
+-- all of the server's notifications from a notifying transaction's commit until
+-- its flush, so notifying in the job's own transaction made enqueues of
+-- several processes commit one at a time, never several in one flush. The job
+-- is durable before this runs; a crash that loses the wake-up loses nothing
+-- (every listener's connection is lost with it, and workers poll).
+SELECT set_config('synchronous_commit', 'off', true),
+       pg_notify({channel:due_jobs}, queue || ' ' || extract(epoch FROM run_at)::text)::text
+           AS notified
+FROM due_jobs
+WHERE id = (SELECT currval('due_jobs_id_seq'))  -- once, so the primary key is used
+
 -- name: insert_grouped_jobs
 -- One-job enqueues made side by side on one event loop, as one statement (one
 -- commit for all: enqueue_groups.py). Each row as insert_job would make it,

@@ -56,6 +56,7 @@ from due.store.sqlalchemy_connections import (
     sync_connection,
 )
 from due.store.sqlite.doorbell import Bell, Doorbell
+from due.store.sqlite.writer_turns import WriterTurns
 
 QUERIES = load_queries("due.store.sqlite")
 MIGRATIONS = load_migrations("due.store.sqlite")
@@ -164,15 +165,22 @@ def _locked(error: sqlite3.OperationalError) -> bool:
 
 
 class _WriterLocks:
-    """The process's writer locks, one per database file."""
+    """The process's writer locks, one per database file, and its turns at each
+    file's write lock among processes (writer_turns.py)."""
 
     def __init__(self) -> None:
+        self.by_file: dict[str, threading.RLock] = {}
+        self.turns: dict[str, WriterTurns] = {}
         self.renew()
 
     def renew(self) -> None:
-        """New locks, none held (also in a forked child)."""
+        """New locks, none held (also in a forked child, where the parent's
+        turns' files are closed)."""
+        for turns in self.turns.values():
+            turns.close()
         self.guard = threading.Lock()
-        self.by_file: dict[str, threading.RLock] = {}
+        self.by_file = {}
+        self.turns = {}
 
     def get(self, key: str) -> threading.RLock:
         lock = self.by_file.get(key)
@@ -180,6 +188,13 @@ class _WriterLocks:
             with self.guard:
                 lock = self.by_file.setdefault(key, threading.RLock())
         return lock
+
+    def turns_of(self, key: str) -> WriterTurns:
+        turns = self.turns.get(key)
+        if turns is None:
+            with self.guard:
+                turns = self.turns.setdefault(key, WriterTurns(key))
+        return turns
 
 
 _WRITER_LOCKS = _WriterLocks()
@@ -266,7 +281,10 @@ class SQLiteBackend:
                     f"SQLite database {self.path} stayed locked by another writer of this "
                     f"process for {self._busy_timeout:g}s"
                 )
+            turns = _WRITER_LOCKS.turns_of(self._writer_key)
+            turn = False
             try:
+                turn = turns.take(self._busy_timeout - (self._clock.monotonic() - asked))
                 waited = self._clock.monotonic() - asked
                 self._begin_immediate(conn, self._busy_timeout - waited)
                 try:
@@ -280,6 +298,8 @@ class SQLiteBackend:
                     self._roll_back(conn)
                     raise
             finally:
+                if turn:
+                    turns.give_back()
                 writer.release()
             if tx.rings:  # committed: the workers find the job when they wake
                 self._bell.ring()

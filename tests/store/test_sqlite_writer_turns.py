@@ -1,0 +1,132 @@
+"""SQLite: due's writers of several processes wait their turn on a lock the
+kernel hands on (writer_turns.py), so a waiting process writes the moment the
+one before it lets go, a process that dies frees its turn, and a turn held too
+long delays a write by its busy timeout at most, never fails it."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import due
+from due.store.sqlite.writer_turns import SUFFIX
+from tests.store.test_sqlite_writers import BackgroundEnqueue, make_app
+
+HOLD_THE_TURN = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+deadline = time.monotonic() + 20
+while True:  # until it is this process's
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        break
+    except OSError:
+        if time.monotonic() > deadline:
+            print("never", flush=True)
+            sys.exit(1)
+        time.sleep(0.01)
+print("held", flush=True)
+sys.stdin.readline()  # held until told, or killed
+"""
+
+
+class TurnHolder:
+    """Another process holding the file's turn, as a due writer of it does."""
+
+    def __init__(self, database: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", HOLD_THE_TURN, database + SUFFIX],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        assert self.process.stdout.readline() == "held\n"
+
+    def let_go(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write("\n")
+        self.process.stdin.flush()
+        self.process.wait(30)
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(30)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.kill()
+
+
+def database(app: due.App) -> str:
+    return str(Path(app.store.backend.path).resolve())  # type: ignore[attr-defined]
+
+
+def test_a_write_waits_for_another_processs_turn_and_goes_the_moment_it_ends(
+    sqlite_url: str,
+) -> None:
+    app, t = make_app(sqlite_url)
+    t.enqueue(0)  # the turns' file made beside the database
+    assert Path(database(app) + SUFFIX).exists()
+    holder = TurnHolder(database(app))
+    try:
+        writer = BackgroundEnqueue(t, 1)
+        assert not writer.finished(0.3), "the enqueue did not wait for the other's turn"
+        asked = time.monotonic()
+        holder.let_go()
+        assert writer.finished(10)
+        assert time.monotonic() - asked < 1.0  # handed on, not found by a slow retry
+        assert sorted(job.args for job in app.jobs()) == [(0,), (1,)]
+    finally:
+        holder.stop()
+        app.close()
+
+
+def test_a_process_killed_during_its_turn_frees_it(sqlite_url: str) -> None:
+    app, t = make_app(sqlite_url)
+    holder = TurnHolder(database(app))
+    try:
+        writer = BackgroundEnqueue(t, 1)
+        assert not writer.finished(0.3)
+        holder.kill()
+        assert writer.finished(10)
+        assert [job.args for job in app.jobs()] == [(1,)]
+    finally:
+        app.close()
+
+
+def test_a_turn_held_too_long_delays_a_write_by_the_busy_timeout_then_it_goes(
+    sqlite_url: str,
+) -> None:
+    """The turn is an optimisation: SQLite's own lock decides. Past its busy
+    timeout the write goes without its turn (the file's lock is free here);
+    the turn that comes later is handed straight back, for the others."""
+    app, t = make_app(sqlite_url, busy_timeout=0.5)
+    holder = TurnHolder(database(app))
+    try:
+        started = time.monotonic()
+        t.enqueue(1)
+        assert 0.4 < time.monotonic() - started < 5
+        holder.let_go()  # the helper thread waiting for it gets it, and gives it back
+        other = TurnHolder(database(app))  # so another process can take it
+        other.let_go()
+        t.enqueue(2)
+        assert sorted(job.args for job in app.jobs()) == [(1,), (2,)]
+    finally:
+        holder.stop()
+        app.close()
+
+
+def test_without_a_turns_file_due_writes_as_before(tmp_path: Path) -> None:
+    """A file that cannot be opened (here a folder in its place): SQLite's lock
+    alone decides, as for writers that take no turn."""
+    Path(f"{tmp_path / 'jobs.db'}{SUFFIX}").mkdir()
+    app, t = make_app(f"sqlite:///{tmp_path / 'jobs.db'}")
+    try:
+        t.enqueue(1)
+        assert [job.args for job in app.jobs()] == [(1,)]
+    finally:
+        app.close()
