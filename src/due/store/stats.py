@@ -19,7 +19,6 @@ from typing import Any
 
 from due.core.records import Completion
 from due.core.stats import (
-    Ending,
     Outcome,
     TaskFigures,
     outcome_of,
@@ -50,15 +49,20 @@ def count_endings(
     """
     endings = []
     succeeded_schedules = set()
+    outcomes: dict[tuple[str, bool], Outcome | None] = {}  # outcome_of, once per kind
     for row in rows:
         state = row["state"]
         completion = completions.get(row["id"]) if completions else None
         warned = completion is not None and bool(completion.warning)
-        outcome = outcome_of(state, requeued=requeued, warned=warned)
+        kind = (state, warned)
+        if kind in outcomes:
+            outcome = outcomes[kind]
+        else:
+            outcome = outcomes[kind] = outcome_of(state, requeued=requeued, warned=warned)
         if outcome is None:
             continue
         seconds = completion.seconds if completion is not None else row.get("seconds")
-        endings.append(Ending(row["task"], row["queue"], outcome, seconds))
+        endings.append((row["task"], row["queue"], outcome, seconds))
         if state == "succeeded" and row.get("schedule"):
             succeeded_schedules.add(row["schedule"])
     tallies = sorted(

