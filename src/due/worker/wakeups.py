@@ -4,7 +4,10 @@ The store's job feed (`Store.watch_jobs`) says it. PostgreSQL: a dedicated
 connection LISTENs on `due_jobs` (its schema's: the name carries the schema
 unless it is public); every statement that makes a job claimable
 notifies with '<queue> <run_at epoch>' in its own transaction, so the
-notification arrives exactly when the job is visible. SQLite: a commit that
+notification arrives exactly when the job is visible, except a single
+enqueue on due's own session, whose wake-up follows its commit in the same
+round trip (store/postgres/woken_apart.py: notifying commits are taken one
+at a time, and many web processes' enqueues waited for each other). SQLite: a commit that
 makes a job claimable rings the workers' doorbells (a Unix datagram socket
 each, in a folder beside the database file: store/sqlite/doorbell.py) once it
 has returned, and `PRAGMA data_version`, which changes whenever another
