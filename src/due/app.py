@@ -1013,9 +1013,14 @@ class App:
     def redacted_names(self, task: str | None = None) -> frozenset[str]:
         """The argument names (lower-case) due shows as `•••` for `task`'s jobs.
 
-        A filter's `args_contains` may not search by them. The task's (the
-        app's included), or, for any task (or one not registered here), every
-        name any task of this app hides.
+        A filter's `args_contains` may not search by them.
+
+        Args:
+            task: A task's name: its names, the app's included. None (or a
+                task not registered here): every name any task of this app hides.
+
+        Returns:
+            The names, lower-case.
         """
         if task is not None and task in self.tasks.names():
             return self.tasks.get(task).redact

@@ -117,7 +117,7 @@ class Deployment:
             **os.environ,
             "DUE_DATABASE_URL": slot.url,
             "DUE_CHAOS_LEDGER": str(self.ledger),
-            "PYTHONPATH": str(REPOSITORY),
+            "PYTHONPATH": os.pathsep.join([str(REPOSITORY), str(REPOSITORY / "src")]),
         }
         command = [sys.executable, "-m", "due", "worker", "--app", CHAOS_APP, *WORKER_OPTIONS]
         if not slot.skewed:

@@ -9,12 +9,13 @@ from pathlib import Path
 
 from tests.helpers.workers import REPOSITORY
 
-# PYTHONPATH: this checkout's code, not whichever one the environment installed
-# (a worktree's tests would otherwise run the main checkout's `due`).
+# The caller's PYTHONPATH, if any, is kept: a worktree's tests export it to run
+# their own src/ rather than the installed `due` (unset, as in CI, the message
+# for an app not found says "PYTHONPATH=not set", which a test reads).
 PLAIN_ENVIRONMENT = {
     "COLUMNS": "200",
     "PATH": "/usr/bin:/bin",
-    "PYTHONPATH": str(REPOSITORY / "src"),
+    **({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}),
 }
 
 
@@ -50,6 +51,6 @@ def run_command(
 def plain_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     """PLAIN_ENVIRONMENT with `extra`; a PYTHONPATH in `extra` comes first."""
     env = {**PLAIN_ENVIRONMENT, **(extra or {})}
-    if extra and "PYTHONPATH" in extra:
+    if extra and "PYTHONPATH" in extra and "PYTHONPATH" in PLAIN_ENVIRONMENT:
         env["PYTHONPATH"] = os.pathsep.join([extra["PYTHONPATH"], PLAIN_ENVIRONMENT["PYTHONPATH"]])
     return env
