@@ -11,8 +11,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 import due
-from due.store.sqlite.writer_turns import SUFFIX
+from due.store.sqlite.writer_turns import SUFFIX, WriterTurns
 from tests.store.test_sqlite_writers import BackgroundEnqueue, make_app
 
 HOLD_THE_TURN = """
@@ -128,5 +130,52 @@ def test_without_a_turns_file_due_writes_as_before(tmp_path: Path) -> None:
     try:
         t.enqueue(1)
         assert [job.args for job in app.jobs()] == [(1,)]
+    finally:
+        app.close()
+
+
+class Interrupted(Exception):
+    """What Ctrl-C is to a shell's enqueue: raised in the waiting thread."""
+
+
+def test_a_wait_for_the_turn_cut_off_gives_the_turn_back_when_it_comes(
+    sqlite_url: str,
+) -> None:
+    """A writer interrupted while it waits (Ctrl-C in a shell) must not keep the
+    turn its helper thread receives later: every other process's write would
+    wait its whole busy timeout for it."""
+    app, _ = make_app(sqlite_url)
+    turns = WriterTurns(database(app))
+    holder = TurnHolder(database(app))
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise Interrupted
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        with pytest.raises(Interrupted):
+            turns.take(30)
+        holder.let_go()  # the helper thread now gets the turn nobody waits for
+        asked = time.monotonic()
+        TurnHolder(database(app)).let_go()  # another process can have it
+        assert time.monotonic() - asked < 5
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        holder.stop()
+        turns.close()
+        app.close()
+
+
+def test_the_turns_file_shares_the_database_files_permissions(tmp_path: Path) -> None:
+    """A web server and a worker of one group, as two users: each must open it."""
+    path = tmp_path / "jobs.db"
+    path.touch()
+    path.chmod(0o664)  # (an empty file is a database SQLite makes its own)
+    app, t = make_app(f"sqlite:///{path}")
+    try:
+        t.enqueue(1)
+        assert Path(f"{path}{SUFFIX}").stat().st_mode & 0o777 == 0o664
     finally:
         app.close()

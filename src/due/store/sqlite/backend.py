@@ -300,7 +300,7 @@ class SQLiteBackend:
                     raise
             finally:
                 if turn:
-                    turns.give_back()
+                    turns.give_back()  # (never raises: the writer lock is let go too)
                 writer.release()
             if tx.rings:  # committed: the workers find the job when they wake
                 self._bell.ring()

@@ -48,6 +48,9 @@ class WriterTurns:
         self._pending: _Request | None = None
         """The turn the helper is waiting for (None: it waits for none)."""
         self._helper: threading.Thread | None = None
+        self._pid = os.getpid()
+        """The process these turns are of: a child forked without Python's fork
+        handlers (uWSGI without py-call-osafterfork) starts afresh."""
 
     def take(self, timeout: float) -> bool:
         """This process's turn, within `timeout` seconds: True when this call
@@ -55,6 +58,8 @@ class WriterTurns:
         in time, the file cannot be used, or the process holds it already (a
         nested write of the same thread): write without it, SQLite's lock
         still decides."""
+        if self._pid != os.getpid():
+            self._forked()
         fd = self._descriptor()
         if fd is None or self._held:
             return False
@@ -72,7 +77,16 @@ class WriterTurns:
                 else:
                     self._held = True
                     return True
-        request.granted.wait(timeout)
+        try:
+            request.granted.wait(timeout)
+        except BaseException:  # (Ctrl-C in a shell): the turn must not stay with us
+            with self._guard:
+                if not request.granted.is_set():
+                    request.abandoned = True
+                elif not request.failed:
+                    self._held = True
+            self.give_back()
+            raise
         with self._guard:
             if not request.granted.is_set():
                 request.abandoned = True  # the helper hands it back when it comes
@@ -81,9 +95,14 @@ class WriterTurns:
         return self._held
 
     def give_back(self) -> None:
+        """Let the next writer have the turn. Never raises: a lock the kernel
+        fails to release (ENOLCK on a network file system) is released anyway
+        when the file is closed or the process ends, and the write it followed
+        has committed."""
         if self._held and self._fd is not None:
             self._held = False
-            fcntl.lockf(self._fd, fcntl.LOCK_UN)
+            with contextlib.suppress(OSError):
+                fcntl.lockf(self._fd, fcntl.LOCK_UN)
 
     def close(self) -> None:
         """In a forked child, which starts with turns of its own: the parent's
@@ -94,18 +113,28 @@ class WriterTurns:
                 os.close(self._fd)
             self._fd = None
 
+    def _forked(self) -> None:
+        """This process is a child of the one these turns were made in: it holds
+        none of its parent's turns, and has none of its threads."""
+        self._guard = threading.Lock()
+        self._changed = threading.Condition(self._guard)
+        self._held = False
+        self._pending = None
+        self._helper = None
+        self._pid = os.getpid()
+
     def _descriptor(self) -> int | None:
         if self._fd is None and not self._unusable:
             with self._guard:
                 if self._fd is None and not self._unusable:
                     try:
-                        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                        self._fd = _open_beside(self.path, self.path[: -len(SUFFIX)])
                     except OSError:
                         self._unusable = True
         return self._fd
 
     def _start_helper(self) -> None:
-        if self._helper is None:
+        if self._helper is None or not self._helper.is_alive():
             self._helper = threading.Thread(
                 target=self._serve, name="due-writer-turns", daemon=True
             )
@@ -137,6 +166,20 @@ class WriterTurns:
                 else:
                     request.failed = failed
                     request.granted.set()
+
+
+def _open_beside(path: str, database: str) -> int:
+    """The turns file, made with the database file's read and write bits (as
+    SQLite makes its -wal and -shm files): a web server and a worker that run
+    as two users of one group share the database, and so must they share it."""
+    flags = os.O_RDWR | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return os.open(path, flags)
+    with contextlib.suppress(OSError):
+        os.fchmod(fd, os.stat(database).st_mode & 0o666)
+    return fd
 
 
 class _Request:
