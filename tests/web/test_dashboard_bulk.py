@@ -76,8 +76,9 @@ def test_retry_all_acts_on_exactly_the_filter_and_only_with_the_csrf_token(
     confirm = client.get("/jobs/all/retry?task=charge&state=failed&error_contains=TimeoutError")
     assert confirm.status_code == 200
     assert re.search(r'id="bulk-count">3<', confirm.text)
-    assert "task=charge state=failed error_contains=TimeoutError" in confirm.text
     form = confirmation_form(confirm.text)
+    described = f"task=charge state=failed until={form['until']} error_contains=TimeoutError"
+    assert described in confirm.text
     assert form["expected"] == "3" and form["error_contains"] == "TimeoutError"
     assert form["state"] == "failed"
 
@@ -94,9 +95,7 @@ def test_retry_all_acts_on_exactly_the_filter_and_only_with_the_csrf_token(
     assert states(app, timeouts) == [due.JobState.QUEUED] * 3
     assert app.get(other.id).state == due.JobState.FAILED
     (action,) = app.history()
-    assert (
-        action.action == "retry 3 jobs where task=charge state=failed error_contains=TimeoutError"
-    )
+    assert action.action == f"retry 3 jobs where {described}"  # until: when confirmed
     assert action.by.startswith("anyone on this host via the dashboard")
 
 
@@ -117,7 +116,9 @@ def test_cancel_all_takes_the_unfinished_jobs_of_the_filter(
     assert asked.state == due.JobState.RUNNING and asked.cancel_requested  # asked to stop
     assert states(app, unfinished[1:]) == [due.JobState.CANCELLED] * 2
     assert app.get(ended.id).state == due.JobState.FAILED
-    assert [a.action for a in app.history(queue="billing")] == ["cancel 3 jobs where queue=billing"]
+    assert [a.action for a in app.history(queue="billing")] == [
+        f"cancel 3 jobs where queue=billing until={form['until']}"
+    ]
 
 
 def test_no_bulk_action_without_a_filter_or_outside_the_actions_states(
@@ -183,6 +184,28 @@ def test_a_time_is_fixed_at_the_confirmation(
     clock.advance(3600)  # "the last 30 minutes" would now hold neither
     assert re.search(r'id="bulk-done">1<', client.post("/jobs/all/retry", data=form).text)
     assert states(app, [old, recent]) == [due.JobState.FAILED, due.JobState.QUEUED]
+
+
+def test_the_post_acts_on_the_jobs_there_were_at_the_confirmation_and_at_most_its_cap(
+    app: due.App,
+    charge: due.Task,
+    client: TestClient,
+    clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    confirmed = failed(app, charge, "TimeoutError")
+    form = confirmation_form(client.get("/jobs/all/retry?task=charge").text)
+    clock.advance(60)
+    after = failed(app, charge, "TimeoutError")  # failed after the operator looked
+    assert re.search(r'id="bulk-done">1<', client.post("/jobs/all/retry", data=form).text)
+    assert states(app, [confirmed, after]) == [due.JobState.QUEUED, due.JobState.FAILED]
+
+    monkeypatch.setattr(bulk, "CONFIRM_CAP", 2)
+    app.enqueue_many([charge.request(customer_id=n) for n in range(3)])
+    crafted = {"csrf": form["csrf"], "task": "charge"}  # no confirmation offered this
+    refused = client.post("/jobs/all/cancel", data=crafted)
+    assert refused.status_code == 409 and "more than 2 jobs match" in refused.text
+    assert app.jobs(task="charge", state="cancelled") == []
 
 
 def test_past_its_caps_the_page_stops_counting_and_the_confirmation_offers_the_cli(

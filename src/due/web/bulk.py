@@ -109,6 +109,16 @@ async def carry_out(pages: Pages, request: Request) -> Response:
         refused = _refusal(pages, request, shown, action)
     if refused is not None:
         return refused
+    # As confirmed (a form without an `until` acts on the jobs there are now),
+    # and never more than one request should act on.
+    shown = shown.fixed(pages.app.store.now)
+    if await run_in_threadpool(counted, pages.app, action, shown, CONFIRM_CAP) is None:
+        return pages.render(
+            request,
+            "error.html",
+            409,
+            message=f"more than {CONFIRM_CAP:,} jobs match: {command_line(action, shown)}",
+        )
     try:
         done = await run_in_threadpool(_run, pages.app, action, shown, by=who(request))
     except DueError as error:

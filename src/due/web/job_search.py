@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
@@ -107,8 +107,12 @@ class PageFilter:
 
     def fixed(self, now: Callable[[], datetime]) -> PageFilter:
         """These terms with `since` and `until` as the times they name now: a
-        duration ("30m") moves on, and a confirmed filter must not."""
+        duration ("30m") moves on, and a confirmed filter must not. Without an
+        `until`, it is now: what the operator confirmed is the jobs there were,
+        not those that end (or are enqueued) after. (`until` is the first moment
+        left out: the confirmation's own instant is in.)"""
         terms = dict(self.terms)
+        terms.setdefault("until", (now() + timedelta(microseconds=1)).isoformat())
         for name in ("since", "until"):
             if name in terms:
                 moment = job_filters.moment(terms[name], now, name)
