@@ -74,7 +74,10 @@ class Doorbell:
         path = os.path.join(folder, f"{os.getpid()}-{secrets.token_hex(4)}")
         if len(os.fsencode(path)) > MAX_ADDRESS_BYTES:
             return None
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:  # (EMFILE, a process out of descriptors: it polls)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        except OSError:
+            return None
         try:
             _make_folder(folder, database)
             sock.bind(path)
