@@ -14,6 +14,7 @@ from due.clock import FakeClock
 from due.core.jobs import JobState
 from due.core.records import ClaimRequest, Completion
 from due.errors import ConfigurationError
+from due.workflows import Step, WorkflowHandle
 from tests.helpers.database import rows
 
 
@@ -196,10 +197,12 @@ def test_a_cancelled_workflow_ends_its_unfinished_steps_and_a_retry_runs_what_di
     assert app.get(mails.job_id).attempt == 1  # a fresh set of attempts
 
 
-def test_a_retried_workflow_runs_no_step_that_succeeded(
-    app: due.App, tasks: dict[str, due.Task]
-) -> None:
-    flow = app.workflow("partial")
+def good_bad_after(
+    app: due.App, tasks: dict[str, due.Task], name: str
+) -> tuple[WorkflowHandle, tuple[Step, Step, Step]]:
+    """A workflow of three steps in a row, failed at the second (the third
+    cancelled by it): its handle and the steps."""
+    flow = app.workflow(name)
     good = flow.add(tasks["fetch"].request(1), name="good")
     bad = flow.add(tasks["fetch"].request(2), name="bad", after=[good])
     after = flow.add(tasks["build"].request(3), name="after", after=[bad])
@@ -208,6 +211,13 @@ def test_a_retried_workflow_runs_no_step_that_succeeded(
         ((job, token),) = claim(app).items()
         end(app, job, token, state)
     assert app.workflow_status(handle.id).state == "failed"
+    return handle, (good, bad, after)
+
+
+def test_a_retried_workflow_runs_no_step_that_succeeded(
+    app: due.App, tasks: dict[str, due.Task]
+) -> None:
+    handle, (good, bad, after) = good_bad_after(app, tasks, "partial")
     assert app.get(after.job_id).state == JobState.CANCELLED
     app.retry_workflow(handle.id)
     assert app.get(good.job_id).state == JobState.SUCCEEDED
@@ -224,15 +234,7 @@ def test_a_step_retried_alone_runs_again_with_the_steps_after_it(
 ) -> None:
     """`app.retry` of a failed step retries it with its workflow: the step after
     it, cancelled by its failure, waits for it again and the counts add up."""
-    flow = app.workflow("one-step")
-    good = flow.add(tasks["fetch"].request(1), name="good")
-    bad = flow.add(tasks["fetch"].request(2), name="bad", after=[good])
-    after = flow.add(tasks["build"].request(3), name="after", after=[bad])
-    handle = flow.enqueue()
-    for state in (JobState.SUCCEEDED, JobState.FAILED):
-        ((job, token),) = claim(app).items()
-        end(app, job, token, state)
-    assert app.workflow_status(handle.id).state == "failed"
+    handle, (good, bad, after) = good_bad_after(app, tasks, "one-step")
     with pytest.raises(due.InvalidStateError):
         app.retry(good.job_id)  # it succeeded: nothing else is retried either
     assert app.get(after.job_id).state == JobState.CANCELLED
