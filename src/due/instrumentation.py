@@ -81,8 +81,9 @@ class AttemptEnd:
     """How an attempt ended."""
 
     state: JobState | None
-    """What is written: SUCCEEDED, QUEUED (a retry), FAILED, CANCELLED or
-    WAITING (for its pieces); None when nothing is (its lease was lost)."""
+    """What it ends in: SUCCEEDED (written by the worker, or by the handler's own
+    `ctx.transaction`), QUEUED (a retry), FAILED, CANCELLED or WAITING (for
+    its pieces); None when nothing is written (its lease was lost)."""
     error: BaseException | None = None
     """What the handler raised (a TimeoutError for a timeout), when it failed."""
 

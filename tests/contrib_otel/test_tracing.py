@@ -22,7 +22,7 @@ from due.scheduler.leader import DatabaseLeases, Leadership
 from due.scheduler.service import Scheduler
 from due.testing import drain
 from tests.contrib_otel.conftest import Traces
-from tests.helpers.database import rows
+from tests.helpers.database import plain_transaction, rows
 
 
 def stored_payload(app: due.App, job_id: int) -> dict[str, object]:
@@ -117,6 +117,22 @@ def test_a_failed_attempt_records_its_error_and_each_retry_links_to_the_first(
         assert link.context.span_id == span_id(first)
         assert link.context.trace_id == first.context.trace_id  # type: ignore[union-attr]
         assert dict(link.attributes or {}) == {"due.link": "first_attempt"}
+
+
+def test_a_success_written_in_the_handler_s_transaction_is_a_success(
+    app: due.App, traces: Traces
+) -> None:
+    @app.task(name="in_transaction")
+    def in_transaction(ctx: due.Context) -> None:
+        with plain_transaction(app.url) as conn, ctx.transaction(conn):
+            conn.execute("SELECT 1")
+
+    job = in_transaction.enqueue()
+    drain(app)
+    assert app.get(job.id).state is due.JobState.SUCCEEDED
+    process = traces.one("process default")
+    assert (process.attributes or {})["due.job.outcome"] == "succeeded"
+    assert process.status.status_code is StatusCode.UNSET
 
 
 def test_a_schedule_run_is_a_trace_of_its_own_linked_to_where_it_was_made(

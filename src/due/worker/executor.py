@@ -147,7 +147,11 @@ class Executor:
         except Exception as error:
             attempt, raised = Attempt(self.crashed(job, error, context), seconds), error
         completion = attempt.completion
-        end = AttemptEnd(None if completion is None else completion.state, raised)
+        if completion is not None:
+            state: JobState | None = completion.state
+        else:  # nothing to write: its lease was lost, or its own transaction wrote its success
+            state = None if attempt.lease_lost else JobState.SUCCEEDED
+        end = AttemptEnd(state, raised)
         kept = instrumentation.ended(observers, end)
         if completion is not None and completion.error is not None:
             completion.headers = kept
