@@ -68,12 +68,14 @@ def test_the_execution_is_a_child_of_the_enqueue_and_the_handler_of_the_executio
     assert len({s.context.trace_id for s in (web, send, process, work) if s.context}) == 1
     assert dict(send.attributes or {}) == {
         "messaging.system": "due",
+        "messaging.operation.name": "send",
         "messaging.operation.type": "send",
         "messaging.destination.name": "emails",
         "due.task": "greet",
     }
     assert dict(process.attributes or {}) == {
         "messaging.system": "due",
+        "messaging.operation.name": "process",
         "messaging.operation.type": "process",
         "messaging.destination.name": "emails",
         "messaging.message.id": str(job.id),
@@ -111,12 +113,27 @@ def test_a_failed_attempt_records_its_error_and_each_retry_links_to_the_first(
         (raised,) = [e for e in span.events if e.name == "exception"]
         assert (raised.attributes or {})["exception.type"] == "ValueError"
         assert (span.attributes or {})["due.job.outcome"] == outcome
+        assert (span.attributes or {})["error.type"] == "ValueError"
     assert first.links == ()
     for retry in (second, third):  # to the first attempt, not to the one before
         (link,) = retry.links
         assert link.context.span_id == span_id(first)
         assert link.context.trace_id == first.context.trace_id  # type: ignore[union-attr]
         assert dict(link.attributes or {}) == {"due.link": "first_attempt"}
+
+
+def test_an_attempt_that_lost_its_lease_records_it(app: due.App, traces: Traces) -> None:
+    @app.task(name="overtaken")
+    def overtaken(ctx: due.Context) -> None:
+        ctx.lease_token -= 1  # (as if another attempt had taken the job over)
+        ctx.checkpoint(1)  # raises LeaseLost, which stops the attempt
+
+    overtaken.enqueue()
+    drain(app)
+    process = traces.one("process default")
+    attributes = dict(process.attributes or {})
+    assert (attributes["due.job.outcome"], attributes["error.type"]) == ("lease_lost", "LeaseLost")
+    assert process.status.status_code is StatusCode.ERROR
 
 
 def test_a_success_written_in_the_handler_s_transaction_is_a_success(
@@ -132,6 +149,7 @@ def test_a_success_written_in_the_handler_s_transaction_is_a_success(
     assert app.get(job.id).state is due.JobState.SUCCEEDED
     process = traces.one("process default")
     assert (process.attributes or {})["due.job.outcome"] == "succeeded"
+    assert "error.type" not in (process.attributes or {})
     assert process.status.status_code is StatusCode.UNSET
 
 

@@ -122,6 +122,7 @@ class _Tracing:
             return _carrier(span) if span.get_span_context().is_valid else None
         attributes = {
             "messaging.system": SYSTEM,
+            "messaging.operation.name": "send",
             "messaging.operation.type": "send",
             "messaging.destination.name": sending.queue,
             "due.task": sending.task,
@@ -156,6 +157,7 @@ class _Tracing:
                 links.append(Link(first.get_span_context(), {"due.link": "first_attempt"}))
         attributes: dict[str, str | int] = {
             "messaging.system": SYSTEM,
+            "messaging.operation.name": "process",
             "messaging.operation.type": "process",
             "messaging.destination.name": info.queue,
             "messaging.message.id": str(info.job_id),
@@ -194,8 +196,13 @@ class _Attempt:
         span = self.span
         span.set_attribute("due.job.outcome", OUTCOMES[end.state])
         if end.state in _FAILED:
+            # error.type: the convention's low-cardinality name of what went
+            # wrong (the exception's class), "_OTHER" when there is no exception.
             if end.error is not None:
                 span.record_exception(end.error)
+                span.set_attribute("error.type", type(end.error).__qualname__)
+            else:
+                span.set_attribute("error.type", "_OTHER")
             span.set_status(Status(StatusCode.ERROR, _describe(end)))
         span.end()
         # Kept with the attempt's entry in the history: a retry links to it.
