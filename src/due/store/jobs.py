@@ -219,12 +219,12 @@ def retry(db: Backend, job_id: int, run_now: bool = False) -> Job:
             # Its parent first (one lock order), and so the parent cannot settle or
             # be cancelled between the check and the recount.
             lock_parents(tx, [job_id])
-            job = steps.carry_out(tx, steps.retry_steps(job_id, run_now, tx.now))
+            retried = steps.carry_out(tx, steps.retry_steps(job_id, run_now, tx.now))
     except DuplicateError:
         # Its key was taken between the check and the update: refused, as then.
         return retry(db, job_id, run_now)
-    if job is not None:
-        return job
+    if retried is not None:
+        return retried
     raise refusal(get(db, job_id), "retry", RETRY_RULE)
 
 
