@@ -318,3 +318,41 @@ def test_pieces_are_known_by_their_arguments_not_their_trace_context(
     )
     sends = [s for s in traces.named("send default") if (s.attributes or {})["due.task"] == "piece"]
     assert len(sends) == 5 and {parent_id(s) for s in sends} == {span_id(parent_span)}
+
+
+def test_an_async_attempt_stopped_at_an_await_ends_its_span(app: due.App, traces: Traces) -> None:
+    """A cancel request stops it (written cancelled); a lost lease stops it
+    (nothing written): each attempt's span ends, saying which."""
+    from tests.helpers.database import plain_transaction
+    from tests.integration.test_worker import make_worker, run, settle
+
+    @app.task(name="wait")
+    async def wait() -> None:
+        await asyncio.sleep(3600)
+
+    cancelled, overtaken = wait.enqueue(), wait.enqueue()
+
+    async def scenario() -> None:
+        worker = make_worker(app)
+        await worker.producers["default"].run_once()
+        await settle()
+        app.cancel(cancelled.id)
+        with plain_transaction(app.url) as conn:  # another attempt takes it over
+            bump = "UPDATE due_jobs SET lease_token = lease_token + 1 WHERE id = "
+            conn.execute(f"{bump}{overtaken.id}")
+        await worker.heartbeater.run_once()
+        await settle()
+        await worker.completer.run_once()
+        assert app.get(cancelled.id).state is due.JobState.CANCELLED
+
+    run(scenario)
+    spans = {
+        (s.attributes or {})["messaging.message.id"]: s for s in traces.named("process default")
+    }
+    assert len(spans) == 2
+    stopped, lost = spans[str(cancelled.id)], spans[str(overtaken.id)]
+    assert (stopped.attributes or {})["due.job.outcome"] == "cancelled"
+    assert stopped.status.status_code is StatusCode.UNSET
+    assert (lost.attributes or {})["due.job.outcome"] == "lease_lost"
+    assert (lost.attributes or {})["error.type"] == "LeaseLost"
+    assert lost.status.status_code is StatusCode.ERROR

@@ -96,11 +96,14 @@ class Executor:
         context: Context | None = None,
         trusted: Callable[[], bool] | None = None,
         task: Task[Any, Any] | None = None,
+        stopped: Callable[[], JobState | None] | None = None,
     ) -> Attempt:
         """Run one attempt (of `task`, looked up by the job's name if not given).
         `trusted` says whether its lease is still trusted: asked once more right
         before the handler starts (a paused process may wake up past its
-        deadline), so a handler never starts on a lease already gone."""
+        deadline), so a handler never starts on a lease already gone.
+        `stopped` says what an attempt cancelled at an await ends in (the
+        caller, who cancelled it, writes that): told to the attempt hooks."""
         task = task or self._tasks.get(job.task)
         args, kwargs = job.args, job.kwargs
         if task.context_parameter:
@@ -109,7 +112,9 @@ class Executor:
         if instrumentation.attempt_hooks:  # empty unless tracing is on: one check
             observers = instrumentation.observers_for(instrumentation.attempt_info(job))
             if observers:
-                return await self._observed(job, task, context, args, kwargs, trusted, observers)
+                return await self._observed(
+                    job, task, context, args, kwargs, trusted, observers, stopped
+                )
         started = time.perf_counter()
         if task.is_async:
             outcome = await _run_async(task, args, kwargs, trusted)
@@ -131,15 +136,24 @@ class Executor:
         kwargs: dict[str, Any],
         trusted: Callable[[], bool] | None,
         observers: list[AttemptObserver],
+        stopped: Callable[[], JobState | None] | None,
     ) -> Attempt:
         """`run` with the attempt hooks' observers (due.instrumentation) around
         the handler, where it runs, and told how it ended."""
         started = time.perf_counter()
-        if task.is_async:
-            with instrumentation.running(observers):
-                outcome = await _run_async(task, args, kwargs, trusted)
-        else:
-            outcome = await self._run_sync(task, args, kwargs, trusted, observers)
+        try:
+            if task.is_async:
+                with instrumentation.running(observers):
+                    outcome = await _run_async(task, args, kwargs, trusted)
+            else:
+                outcome = await self._run_sync(task, args, kwargs, trusted, observers)
+        except asyncio.CancelledError:
+            # Cancelled at an await (a cancel request, a lost lease, a shutdown):
+            # the caller writes its end; the hooks hear what that end is.
+            ends_in = None if stopped is None else stopped()
+            lost = None if ends_in is not None else LeaseLost(STOPPED_AT_AN_AWAIT)
+            instrumentation.ended(observers, AttemptEnd(ends_in, lost))
+            raise
         seconds = time.perf_counter() - started
         raised = _raised(outcome, task)
         try:
@@ -417,6 +431,7 @@ _Outcome = _Returned | _Raised | _TimedOut | _Stopped
 
 
 NOT_TRUSTED = "not started: its lease is no longer trusted"
+STOPPED_AT_AN_AWAIT = "stopped at an await: its lease was lost, or its worker stopped"
 
 
 def _require_trust(trusted: Callable[[], bool] | None) -> None:

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 
 from due.app import App
 from due.clock import Clock
+from due.core.jobs import JobState
 from due.core.records import ClaimedJob
 from due.logs import event
 from due.worker.executor import Attempt, Executor
@@ -96,13 +97,18 @@ class Runner:
                 jobs.handler_ended()
                 return
             attempt = await self._executor.run(
-                running.job, running.context, functools.partial(self._starts, running), running.task
+                running.job,
+                running.context,
+                functools.partial(self._starts, running),
+                running.task,
+                functools.partial(_stopped_at_an_await, running),
             )
         except asyncio.CancelledError:
             # The outcome is recorded before the slot frees: it keeps the slot until written.
-            if running.completed_in_transaction:
+            stopped_in = _stopped_at_an_await(running)
+            if stopped_in is JobState.SUCCEEDED:
                 jobs.forget(running)  # its success is written; the token moved on with it
-            elif running.cancel_requested and not running.lost:
+            elif stopped_in is JobState.CANCELLED:
                 running.finished = True
                 cancelled = self._executor.cancelled(running.job, running.context)
                 jobs.record_outcome(running, cancelled)
@@ -248,3 +254,14 @@ class Runner:
         if running.completed_in_transaction:
             return  # it succeeded already; let it return
         running.handle.cancel()
+
+
+def _stopped_at_an_await(running: RunningJob) -> JobState | None:
+    """What an async attempt cancelled at an await ends in: its success when its
+    own transaction wrote it, cancelled on a request (its lease still held),
+    else nothing is written (its lease was lost, or released by a shutdown)."""
+    if running.completed_in_transaction:
+        return JobState.SUCCEEDED
+    if running.cancel_requested and not running.lost:
+        return JobState.CANCELLED
+    return None
