@@ -186,3 +186,39 @@ def test_a_connection_in_autocommit_is_refused_before_the_block_writes(
     drain(app)
     assert len(refusals) == 3
     assert all("in autocommit" in refusal for refusal in refusals), refusals
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_ctx_transaction_takes_a_session_on_sqlalchemy_s_savepoint_recipe(
+    app: due.App, engine: Any
+) -> None:
+    """SQLAlchemy's recipe for savepoints on pysqlite (which the SQLAlchemy page
+    points to): sqlite3 begins nothing itself, SQLAlchemy sends BEGIN. Such a
+    session is in a transaction, not in autocommit."""
+    from sqlalchemy import event
+
+    @event.listens_for(engine, "connect")
+    def no_implicit_begin(dbapi_connection: Any, record: Any) -> None:
+        dbapi_connection.isolation_level = None
+
+    @event.listens_for(engine, "begin")
+    def explicit_begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN")
+
+    @app.task(name="credit", retry=due.Retry(max_attempts=1))
+    def credit(ctx: due.Context, amount: int) -> None:
+        with (
+            Session(engine) as session,
+            ctx.transaction(session),
+            session.begin_nested(),  # a savepoint, kept
+        ):
+            session.execute(
+                text("INSERT INTO ledger VALUES (:job, :amount)"),
+                {"job": ctx.job_id, "amount": amount},
+            )
+
+    engine.dispose()  # its pooled connections were made before the recipe
+    job = credit.enqueue(5)
+    drain(app)
+    assert app.get(job.id).state is JobState.SUCCEEDED
+    assert ledger(engine) == [(job.id, 5)]

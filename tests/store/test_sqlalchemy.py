@@ -12,7 +12,7 @@ import psycopg
 import pytest
 import sqlalchemy
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_scoped_session, async_sessionmaker
 from sqlalchemy.orm import Session
 
 import due
@@ -388,3 +388,89 @@ def test_due_s_statements_go_through_sqlalchemy_and_the_database_is_asked_once(
     asked = [s for s in seen if "current_database()" in s or "database_list" in s]
     assert len(inserts) == 3
     assert len(asked) == 1
+
+
+class AppSession(Session):  # as SQLModel's Session, Flask-SQLAlchemy's, sessionmaker(class_=...)
+    pass
+
+
+class AppAsyncSession(AsyncSession):  # as SQLModel's AsyncSession
+    pass
+
+
+def test_a_session_of_a_class_made_from_sqlalchemy_s_is_taken(
+    app: due.App, ship: due.Task, engine: Any
+) -> None:
+    with AppSession(engine) as session:
+        rolled_back = ship.options(connection=session).enqueue(1)
+        session.rollback()
+        job = ship.options(connection=session).enqueue(2)
+        session.commit()
+    assert present(app, job) and not present(app, rolled_back)
+
+
+@pytest.mark.parametrize(("backend", "driver"), ASYNC_CASES)
+def test_async_sessions_of_a_class_made_from_sqlalchemy_s_and_scoped_are_taken(
+    app: due.App, ship: due.Task, driver: str
+) -> None:
+    async def enqueue() -> list[due.Job]:
+        engine = async_engine(app.url, driver)
+        scoped = async_scoped_session(async_sessionmaker(engine), scopefunc=asyncio.current_task)
+        try:
+            async with AppAsyncSession(engine) as session:
+                made = [await ship.options(connection=session).aenqueue(1)]
+                await session.commit()
+            made.append(await ship.options(connection=scoped).aenqueue(2))
+            await scoped.commit()
+            return made
+        finally:
+            await scoped.remove()
+            await engine.dispose()
+
+    assert all(present(app, job) for job in asyncio.run(enqueue()))
+
+
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_a_connection_whose_search_path_finds_another_deployment_is_refused(
+    app: due.App, ship: due.Task
+) -> None:
+    """The same database, but the engine's search_path finds another schema's
+    due_jobs (another deployment's: as a URL whose `options` were dropped)."""
+    with made_schema() as other:
+        other_app = due.App(postgres_schema_url(other))
+        other_app.migrate()
+        engine = sync_engine(postgres_schema_url(other))
+        try:
+            refused = pytest.raises(due.ConfigurationError, match=f"in schema {other}, not")
+            with engine.connect() as conn, refused:
+                ship.options(connection=conn).enqueue(1)
+            assert other_app.jobs(limit=5) == []
+        finally:
+            engine.dispose()
+            other_app.close()
+    assert app.jobs(limit=5) == []
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_a_job_committed_on_an_autocommit_connection_rings_the_workers(
+    app: due.App, ship: due.Task
+) -> None:
+    """As on sqlite3's own connection: due committed it, so due wakes the workers
+    (tests/store/test_sqlite_doorbell.py); in a transaction, the caller's commit
+    is out of sight and rings nothing."""
+    from due.store.sqlite.doorbell import Doorbell
+
+    bell = Doorbell.open(path_from_url(app.url))
+    assert bell is not None
+    engine = sqlalchemy.create_engine(f"sqlite:///{path_from_url(app.url)}")
+    try:
+        with engine.connect() as conn:
+            ship.options(connection=conn).enqueue(1)
+            assert not bell.wait(0)  # a ring is sent before enqueue returns: none was
+            conn.commit()
+        with engine.execution_options(isolation_level="AUTOCOMMIT").connect() as conn:
+            ship.options(connection=conn).enqueue(2)
+        assert bell.wait(5.0)
+    finally:
+        bell.close()
+        engine.dispose()

@@ -32,7 +32,7 @@ from due.core.records import PieceSpawn
 from due.errors import ConfigurationError, JobCancelled, LeaseLost
 from due.long_work.pieces import check_policy
 from due.payload import encode_value, finite_number, storable_text
-from due.store.sqlalchemy_connections import in_autocommit, is_async, is_sqlalchemy
+from due.store.sqlalchemy_connections import in_autocommit, is_async, is_sqlalchemy, run_sync
 
 if TYPE_CHECKING:
     from due.app import App
@@ -481,10 +481,12 @@ class Context:
         """
         if not failed:
             try:
-                await connection.run_sync(
+                await run_sync(
+                    connection,
+                    "ctx.transaction(connection)",
                     lambda lent: self._store().job_complete_on(
                         self.job_id, self.lease_token, self.progress_json(), lent
-                    )
+                    ),
                 )
             except BaseException:
                 await connection.rollback()
@@ -549,7 +551,9 @@ class JobTransaction:
             )
         self._context._may_complete_in_transaction()
         call = "ctx.transaction(connection)"
-        _refuse_autocommit(await self._connection.run_sync(lambda lent: in_autocommit(lent, call)))
+        _refuse_autocommit(
+            await run_sync(self._connection, call, lambda lent: in_autocommit(lent, call))
+        )
         return self._connection
 
     async def __aexit__(self, kind: type[BaseException] | None, *rest: Any) -> None:

@@ -49,13 +49,31 @@ made once per engine, not per call)."""
 
 
 def is_sqlalchemy(connection: Any) -> bool:
-    """Whether `connection` is one of SQLAlchemy's objects (without importing it)."""
-    return type(connection).__module__.startswith("sqlalchemy.")
+    """Whether `connection` is one of SQLAlchemy's objects, or of a class made from
+    one (SQLModel's Session, Flask-SQLAlchemy's, `sessionmaker(class_=...)`):
+    without importing SQLAlchemy."""
+    return _sqlalchemy_kind(type(connection)) != ""
 
 
 def is_async(connection: Any) -> bool:
-    """Whether it is SQLAlchemy's AsyncConnection or AsyncSession."""
-    return is_sqlalchemy(connection) and type(connection).__name__ in ASYNC_TYPES
+    """Whether it is SQLAlchemy's AsyncConnection or AsyncSession (or made from one)."""
+    return _sqlalchemy_kind(type(connection)) in ASYNC_TYPES
+
+
+def _sqlalchemy_kind(cls: type[Any]) -> str:
+    """The name of the SQLAlchemy class `cls` is or derives from: the first of
+    the kinds due takes, else the first of SQLAlchemy's (an `Engine`, named in
+    the refusal); "" for a class that owes nothing to SQLAlchemy."""
+    kind = _kinds.get(cls)
+    if kind is None:
+        theirs = [b.__name__ for b in cls.__mro__ if b.__module__.startswith("sqlalchemy.")]
+        taken = [name for name in theirs if name in SYNC_TYPES or name in ASYNC_TYPES]
+        kind = _kinds[cls] = (taken or theirs or [""])[0]
+    return kind
+
+
+_kinds: weakref.WeakKeyDictionary[type[Any], str] = weakref.WeakKeyDictionary()
+"""_sqlalchemy_kind's answers, by class (asked at every call with a connection)."""
 
 
 def sync_connection(given: Any, call: str) -> Connection:
@@ -66,7 +84,7 @@ def sync_connection(given: Any, call: str) -> Connection:
     statement would: the caller's `commit()` then commits the job with the
     rest, and a connection closed without one rolls it back.
     """
-    kind = type(given).__name__
+    kind = _sqlalchemy_kind(type(given)) or type(given).__name__
     if kind in ASYNC_TYPES:
         raise ConfigurationError(
             f"{call} got SQLAlchemy's {kind}: use the async call in async code "
@@ -86,12 +104,14 @@ def sync_connection(given: Any, call: str) -> Connection:
 async def run_sync(given: Any, call: str, work: Callable[[Any], T]) -> T:
     """`work(sync_connection)` on an AsyncConnection or AsyncSession, through
     SQLAlchemy's own bridge from async to sync (`run_sync`)."""
-    kind = type(given).__name__
+    kind = _sqlalchemy_kind(type(given)) or type(given).__name__
     if kind not in ASYNC_TYPES:
         raise ConfigurationError(
             f"{call} takes SQLAlchemy's AsyncConnection or AsyncSession in async code, got "
             f"{kind}: call the sync form (task.enqueue(..., connection=...)) with it"
         )
+    if kind == "async_scoped_session":  # a proxy without run_sync: its task's session
+        given = given()
     result: T = await given.run_sync(work)
     return result
 
@@ -147,4 +167,10 @@ def in_autocommit(given: Any, call: str) -> bool:
     if getattr(driver, "autocommit", False) is True:  # psycopg, asyncpg's, sqlite3 (3.12)
         return True
     sqlite = "sqlite" in type(driver).__module__.lower()  # sqlite3, and aiosqlite's
-    return sqlite and getattr(driver, "isolation_level", "") is None
+    # sqlite3 without isolation_level begins nothing itself, but a BEGIN sent
+    # for it (SQLAlchemy's recipe for savepoints on pysqlite) opens a transaction.
+    return (
+        sqlite
+        and getattr(driver, "isolation_level", "") is None
+        and not getattr(driver, "in_transaction", False)
+    )

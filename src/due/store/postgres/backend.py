@@ -232,8 +232,8 @@ class PostgresBackend:
                     lent,
                     "postgresql",
                     call,
-                    theirs=lambda _: _server_identity(lent_tx.run("server_identity")),
-                    ours=self._server_identity,
+                    theirs=lambda _: self._their_identity(lent_tx, lent, call),
+                    ours=self._server_identity[0],
                     shown=redact(self.url),
                 )
                 yield lent_tx
@@ -273,10 +273,30 @@ class PostgresBackend:
                 yield tx
 
     @functools.cached_property
-    def _server_identity(self) -> str:
-        """Which database of which server this App's is (check_database)."""
+    def _server_identity(self) -> tuple[str, str | None]:
+        """Which database of which server this App's is, and the schema of its
+        tables (check_database)."""
         with self.transaction(read=True) as tx:
-            return _server_identity(tx.run("server_identity"))
+            (row,) = tx.run("server_identity")
+            return _server_identity(row), row["tables"]
+
+    def _their_identity(self, tx: Transaction, connection: Any, call: str) -> str:
+        """Which database a caller's SQLAlchemy connection is on; refused here
+        when it is the App's but its search_path finds another deployment's
+        tables (another schema's due_jobs, which no worker of this App reads).
+        One that finds none is let through: its statement says so."""
+        (row,) = tx.run("server_identity")
+        database, tables = self._server_identity
+        if _server_identity(row) == database and row["tables"] not in (None, tables):
+            url = connection.engine.url.render_as_string(hide_password=True)
+            raise ConfigurationError(
+                f"{call} got a SQLAlchemy connection to {url} whose search_path finds "
+                f"due's tables in schema {row['tables']}, not this App's ({tables}): the "
+                "job would be written where no worker of this App looks; give the "
+                f"engine the App's search_path (connect_args={{'options': "
+                f"'-csearch_path={tables}'}})"
+            )
+        return _server_identity(row)
 
     @contextlib.asynccontextmanager
     async def on_async_connection(
@@ -957,8 +977,7 @@ def returns_rows(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
     return result is not None and result.nfields > 0
 
 
-def _server_identity(rows: Rows) -> str:
-    (row,) = rows
+def _server_identity(row: Mapping[str, Any]) -> str:
     return f"{row['database']} on the server started {row['started'].isoformat()}"
 
 

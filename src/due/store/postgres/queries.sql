@@ -43,9 +43,12 @@ INSERT INTO due_schema_migrations (version, name) VALUES (%(version)s, %(name)s)
 SELECT coalesce(%(now)s::timestamptz, now()) AS now
 
 -- name: server_identity
--- Which database of which server a connection is on (a caller's connection is
--- checked against the App's own: sqlalchemy_connections.check_database).
-SELECT current_database() AS database, pg_postmaster_start_time() AS started
+-- Which database of which server a connection is on, and the schema of the
+-- due_jobs its search_path finds (NULL: none); a caller's connection is
+-- checked against the App's own (sqlalchemy_connections.check_database).
+SELECT current_database() AS database, pg_postmaster_start_time() AS started,
+       (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE c.oid = to_regclass('due_jobs')) AS tables
 
 -- name: insert_job
 -- A job due later waits among the timers (`timer`), out of the claim index.

@@ -371,7 +371,12 @@ class SQLiteBackend:
                 on_sqlalchemy.translated(self.path),
                 on_sqlalchemy.kept_on_sqlalchemy(lent, atomic) as through,
             ):
-                yield SQLiteTransaction(through, self._now())  # type: ignore[arg-type]
+                lent_tx = SQLiteTransaction(through, self._now())  # type: ignore[arg-type]
+                yield lent_tx
+            # As below: committed already (autocommit) rings; the caller's commit is theirs.
+            driver = lent.connection.driver_connection  # sqlite3's, or aiosqlite's
+            if lent_tx.rings and driver is not None and not driver.in_transaction:
+                self._bell.ring()
             return
         if not isinstance(connection, sqlite3.Connection):
             raise ConfigurationError(
