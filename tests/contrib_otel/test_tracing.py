@@ -356,3 +356,19 @@ def test_an_async_attempt_stopped_at_an_await_ends_its_span(app: due.App, traces
     assert (lost.attributes or {})["due.job.outcome"] == "lease_lost"
     assert (lost.attributes or {})["error.type"] == "LeaseLost"
     assert lost.status.status_code is StatusCode.ERROR
+
+
+def test_headers_changed_by_hand_into_other_values_are_not_handed_on(
+    app: due.App, traces: Traces
+) -> None:
+    @app.task(name="greet")
+    def greet() -> str:
+        return "hello"
+
+    job = greet.enqueue()
+    with plain_transaction(app.url) as conn:
+        changed = '{"args": [], "kwargs": {}, "headers": {"traceparent": 5, "tracestate": []}}'
+        conn.execute(f"UPDATE due_jobs SET payload = '{changed}' WHERE id = {job.id}")
+    assert drain(app).succeeded == [job.id]
+    process = traces.one("process default")  # a trace of its own: nothing to carry on
+    assert process.parent is None and process.links == ()

@@ -619,15 +619,20 @@ def _claimed_job(
         bool(pieces_total),
         workflow_id,
         schedule,
-        headers if type(headers) is dict else None,
-        None if first_attempt is None else _headers(first_attempt),
+        _string_headers(headers),
+        None if first_attempt is None else _string_headers(_decoded(first_attempt)),
     )
 
 
-def _headers(text: str) -> dict[str, str] | None:
-    """Headers kept in a job's history (JSON text of an object), or None."""
-    value = _decoded(text)
-    return value if type(value) is dict else None
+def _string_headers(value: Any) -> dict[str, str] | None:
+    """Headers as the attempt hooks take them: an object's string values, or None.
+
+    Values of a row changed by hand into something else are dropped, never
+    handed on.
+    """
+    if type(value) is not dict:
+        return None
+    return {name: text for name, text in value.items() if type(text) is str} or None
 
 
 def _unreadable(row: Mapping[str, Any], error: Exception) -> Completion:
