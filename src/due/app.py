@@ -793,6 +793,7 @@ class App:
         dry_run: bool = False,
         batch_size: int = DEFAULT_BATCH_SIZE,
         on_batch: Callable[[int], None] | None = None,
+        cap: int | None = None,
     ) -> int:
         """Retry every job the filter matches (as `jobs` lists them), in batches.
 
@@ -818,9 +819,13 @@ class App:
                 positional argument that is an object (see `jobs`).
             now: Due at once even if delayed to a time still to come (see `retry`).
             by: Who did it, recorded in the history of actions.
-            dry_run: Only count the jobs it would retry.
+            dry_run: Only count the jobs it would retry: in the database, one
+                statement, no job read (`on_batch` is called once, with the count).
             batch_size: Jobs per transaction.
             on_batch: Called after each batch with the count retried so far.
+            cap: With `dry_run`, count no further than this many: a count
+                equal to `cap` means that many or more (the dashboard's
+                "Retry all 10,000+").
 
         Returns:
             How many jobs were retried (with `dry_run`: would be).
@@ -849,6 +854,7 @@ class App:
             where,
             by,
             dry_run,
+            cap,
             lambda count: self.store.job_retry_many(
                 where, bool(now), batch_size=batch_size, dry_run=dry_run, on_batch=count
             ),
@@ -872,6 +878,7 @@ class App:
         dry_run: bool = False,
         batch_size: int = DEFAULT_BATCH_SIZE,
         on_batch: Callable[[int], None] | None = None,
+        cap: int | None = None,
     ) -> int:
         """Cancel every job the filter matches (as `jobs` lists them), in batches.
 
@@ -896,9 +903,13 @@ class App:
                 dict, or its JSON text): their keyword arguments, or one
                 positional argument that is an object (see `jobs`).
             by: Who did it, recorded in the history of actions.
-            dry_run: Only count the jobs it would cancel.
+            dry_run: Only count the jobs it would cancel: in the database, one
+                statement, no job read (`on_batch` is called once, with the count).
             batch_size: Jobs per transaction.
             on_batch: Called after each batch with the count cancelled so far.
+            cap: With `dry_run`, count no further than this many: a count
+                equal to `cap` means that many or more (the dashboard's
+                "Cancel all 10,000+").
 
         Returns:
             How many jobs were cancelled or asked to stop (with `dry_run`: would be).
@@ -927,6 +938,7 @@ class App:
             where,
             by,
             dry_run,
+            cap,
             lambda count: self.store.job_cancel_many(
                 where, batch_size=batch_size, dry_run=dry_run, on_batch=count
             ),
@@ -958,11 +970,21 @@ class App:
         where: JobFilter,
         by: str | None,
         dry_run: bool,
+        cap: int | None,
         run: Callable[[Callable[[int], None]], int],
         on_batch: Callable[[int], None] | None,
     ) -> int:
+        if cap is not None and not dry_run:
+            raise ConfigurationError("cap limits a count: give it with dry_run=True")
+        if cap is not None and lookups.list_limit(cap, "cap") < 1:
+            raise ConfigurationError("cap must be 1 or more")
         if not job_filters.can_match(where):
             return 0
+        if dry_run:
+            counted = self.store.job_count_many(action, where, cap)
+            if on_batch is not None:
+                on_batch(counted)
+            return counted
         done = [0]
 
         def count(acted: int) -> None:
@@ -970,8 +992,6 @@ class App:
             if on_batch is not None:
                 on_batch(acted)
 
-        if dry_run:
-            return run(count)
         try:
             done[0] = run(count)
         finally:

@@ -343,6 +343,101 @@ def test_a_waiting_parent_is_cancelled_with_its_pieces(
     assert sorted(j.state.value for j in pieces.values()) == ["cancelled", "cancelled", "running"]
 
 
+# --- a dry run counts what the action then does ----------------------------------------
+
+
+def mixed(app: due.App, tasks: dict[str, due.Task], clock: FakeClock) -> dict[str, Any]:
+    """`world`, and the cases where the action acts on fewer jobs than match:
+    two failed jobs with one key (a retry takes one), a failed job whose key a
+    queued job holds, a running workflow step with two steps waiting after it,
+    a running job asked to stop already, a second parent with queued pieces
+    and a running piece; and queued jobs."""
+    made = world(app, tasks, clock)
+    charge, mail = tasks["charge"], tasks["mail"]
+    for n in range(2):
+        app.enqueue_many([charge.options(key="twice").request(n)])
+        fail(app, "billing", lambda _: "ValueError: twice")
+    app.enqueue_many([charge.options(key="acct-held").request(0)])
+    fail(app, "billing", lambda _: "TimeoutError: held")
+    app.enqueue_many([charge.options(key="acct-held").request(1)])  # queued: holds the key
+    flow = app.chain(mail.request(7), mail.request(8), mail.request(9), name="running")
+    app.store.job_claim(ClaimRequest("default", 1, "w", 30))  # its first step
+    asked = app.enqueue_many([mail.request(20)])[0]
+    app.store.job_claim(ClaimRequest("default", 1, "w", 30))
+    app.cancel(asked.id)  # running, asked to stop: a cancel passes it over
+    app.batch("piece", [(n,) for n in range(4)])
+    app.store.job_claim(ClaimRequest("pieces", 1, "w", 30))
+    app.enqueue_many([mail.request(n) for n in range(30, 35)])
+    return {**made, "flow": flow.id}
+
+
+COUNTED: list[tuple[str, dict[str, Any]]] = [
+    *(("retry", given) for given in FILTERS),
+    *(("cancel", given) for given in FILTERS),
+    ("retry", {"state": "cancelled"}),
+    ("retry", {"state": None}),
+    ("retry", {"state": None, "task": "charge"}),
+    ("retry", {"key_prefix": "twice"}),
+    ("cancel", {"workflow": "flow"}),
+    ("cancel", {"state": "waiting"}),
+    ("cancel", {"state": "running"}),
+    ("cancel", {"queue": "pieces"}),
+    ("cancel", {"args_contains": {"n": 8}}),
+]
+
+
+@pytest.mark.parametrize(
+    ("action", "given"), COUNTED, ids=lambda f: ",".join(f) if isinstance(f, dict) else f
+)
+def test_a_dry_run_counts_the_jobs_the_action_then_acts_on(
+    app: due.App,
+    tasks: dict[str, due.Task],
+    clock: FakeClock,
+    action: str,
+    given: dict[str, Any],
+) -> None:
+    """The count is read in the database, the action reads the jobs and acts
+    on each as the single action would: a count that drifts from the action's
+    rules (keys, pieces, workflows, running jobs) fails here."""
+    made = mixed(app, tasks, clock)
+    where = {
+        name: made.get(value, value) if name != "args_contains" else value
+        for name, value in given.items()
+    }
+    act = getattr(app, f"{action}_many")
+    seen: list[int] = []
+    counted = act(**where, dry_run=True, on_batch=seen.append)
+    assert seen == [counted]
+    assert act(**where) == counted
+    assert act(**where, dry_run=True) == 0 or action == "retry"  # acted on: no longer matches
+
+
+def test_the_mixed_jobs_hold_each_case_a_plain_count_gets_wrong(
+    app: due.App, tasks: dict[str, due.Task], clock: FakeClock
+) -> None:
+    """The jobs above are worth the test: counting the jobs that match would
+    be wrong for both actions (keys, the steps a cancel takes with it)."""
+    mixed(app, tasks, clock)
+    failed = [app.jobs(state=s, limit=ALL) for s in ("failed", "cancelled")]
+    unfinished = [app.jobs(state=s, limit=ALL) for s in ("queued", "running", "waiting")]
+    retried, cancelled = app.retry_many(state=None), app.cancel_many()
+    assert retried != sum(map(len, failed))
+    assert cancelled != sum(len([j for j in js if not j.cancel_requested]) for js in unfinished)
+
+
+def test_a_capped_count_stops_at_its_cap(app: due.App, tasks: dict[str, due.Task]) -> None:
+    app.enqueue_many([tasks["mail"].request(n) for n in range(12)])
+    assert app.cancel_many(dry_run=True, cap=5) == 5  # 5: that many or more
+    assert app.cancel_many(dry_run=True, cap=12) == 12
+    assert app.cancel_many(dry_run=True, cap=13) == 12
+    assert app.retry_many(dry_run=True, cap=1) == 0
+    with pytest.raises(due.ConfigurationError, match="dry_run=True"):
+        app.cancel_many(cap=5)
+    with pytest.raises(due.ConfigurationError, match="cap must be 1 or more"):
+        app.cancel_many(dry_run=True, cap=0)
+    assert len(app.jobs(state="queued")) == 12
+
+
 # --- the history, and bad input ---------------------------------------------------------
 
 

@@ -30,6 +30,18 @@ twice. So:
   retries it (`_retry_workflows`), once per run, its workflow's own
   transaction: its workflow's failed and cancelled steps run again, those
   after it waiting for it. The count includes them.
+
+A dry run (`count`) reads no job: one statement per action
+(`count_retryable_jobs`, `count_cancellable_jobs`) counts in the database,
+no further than a cap, the jobs the action would act on by the rules above
+(the same filter; what the single operation refuses left out; keys one job
+each; workflows once, with their failed and cancelled steps; the jobs a
+cancelled waiting job takes with it left out, as the action leaves them out
+of its count). The action's count may still differ by what changes
+meanwhile, and in one case the statement does not follow: a waiting job
+that a waiting job cancelled before it takes with it (its piece, a step
+after it) is left out of the action's count only when both are in one
+batch; the statement leaves it out always.
 """
 
 from __future__ import annotations
@@ -69,6 +81,40 @@ def pages(db: Backend, where: JobFilter, batch_size: int) -> Iterator[list[Job]]
         before = page[-1].id
 
 
+COUNTS = {"retry": "count_retryable_jobs", "cancel": "count_cancellable_jobs"}
+NO_CAP = 2**62
+"""A cap no count reaches: count them all."""
+
+
+def count(db: Backend, action: str, where: JobFilter, cap: int | None = None) -> int:
+    """How many jobs `action` ("retry" or "cancel") would act on by `where`,
+    counted in the database no further than `cap` (a count equal to it means
+    that many or more). One statement, in one read transaction: nothing is
+    read but the count."""
+    with db.transaction(read=True) as tx:
+        params = {**_filter_params(where), "cap": cap or NO_CAP, "now": tx.now}
+        rows = tx.run(COUNTS[action], params)
+    return int(rows[0]["n"])
+
+
+def _filter_params(where: JobFilter) -> dict[str, object]:
+    """The filter as the count statements take it (list_jobs' parameters)."""
+    return {
+        "queue": where.queue,
+        "state": where.state.value if where.state else None,
+        "task": where.task,
+        "parent": where.parent,
+        "key": where.key,
+        "before": where.before,
+        "since": where.since,
+        "until": where.until,
+        "error_contains": where.error_contains,
+        "key_prefix": where.key_prefix,
+        "workflow": where.workflow,
+        "args_contains": where.args_contains,
+    }
+
+
 def retry_many(
     db: Backend,
     where: JobFilter,
@@ -79,22 +125,19 @@ def retry_many(
     on_batch: OnBatch | None = None,
 ) -> int:
     """Retry the failed or cancelled jobs `where` matches (its state: one of
-    those, or None for both); how many were retried (or, `dry_run`, would be
-    tried)."""
+    those, or None for both); how many were retried (or, `dry_run`, would be:
+    `count`, and `on_batch` called once with it)."""
+    if dry_run:
+        return _counted(count(db, "retry", where), on_batch)
     acted = 0
     states = RETRYABLE if where.state is None else (where.state,)
     retried_workflows: set[int] = set()
     for state in states:
         for page in pages(db, dataclasses.replace(where, state=state), batch_size):
-            if dry_run:
-                acted += len(page)
-            else:
-                acted += _retry_batch(
-                    db, [job.id for job in page if job.workflow_id is None], run_now
-                )
-                steps = {job.workflow_id for job in page if job.workflow_id is not None}
-                acted += _retry_workflows(db, steps - retried_workflows)
-                retried_workflows |= steps
+            acted += _retry_batch(db, [job.id for job in page if job.workflow_id is None], run_now)
+            steps = {job.workflow_id for job in page if job.workflow_id is not None}
+            acted += _retry_workflows(db, steps - retried_workflows)
+            retried_workflows |= steps
             if on_batch is not None:
                 on_batch(acted)
     return acted
@@ -118,16 +161,25 @@ def cancel_many(
 ) -> int:
     """Cancel the queued, running and waiting jobs `where` matches (its state:
     one of those, or None for all three), running ones by asking them to stop;
-    how many were cancelled or asked (or, `dry_run`, would be tried)."""
+    how many were cancelled or asked (or, `dry_run`, would be: `count`, and
+    `on_batch` called once with it)."""
+    if dry_run:
+        return _counted(count(db, "cancel", where), on_batch)
     acted = 0
     states = CANCELLABLE if where.state is None else (where.state,)
     for state in states:
         for page in pages(db, dataclasses.replace(where, state=state), batch_size):
             ids = [job.id for job in page if not job.cancel_requested]
-            acted += len(ids) if dry_run else _cancel_batch(db, ids)
+            acted += _cancel_batch(db, ids)
             if on_batch is not None:
                 on_batch(acted)
     return acted
+
+
+def _counted(counted: int, on_batch: OnBatch | None) -> int:
+    if on_batch is not None:
+        on_batch(counted)
+    return counted
 
 
 @retried_on_conflict

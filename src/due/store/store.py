@@ -177,6 +177,11 @@ class Store:
             self.backend, where, run_now, batch_size=batch_size, dry_run=dry_run, on_batch=on_batch
         )
 
+    def job_count_many(self, action: str, where: JobFilter, cap: int | None = None) -> int:
+        """How many jobs `action` ("retry" or "cancel") would act on by `where`:
+        counted in the database, no further than `cap` (bulk.count)."""
+        return bulk.count(self.backend, action, where, cap)
+
     def job_cancel_many(
         self,
         where: JobFilter,

@@ -4,9 +4,10 @@ then a POST (with the CSRF token) that acts through `app.retry_many` /
 `app.cancel_many`, recorded in the history as one action by the dashboard's
 user, as the command line records its own.
 
-N is what the action's dry run counts (the same filter, the same states), on
-the jobs page up to `COUNT_CAP` (a page must not read a million jobs to draw
-a button: past it the button says "10,000+"), on the confirmation up to
+N is what the action's dry run counts (the same filter, the same states, the
+same rules: one statement in the database that reads no job), on the jobs
+page up to `COUNT_CAP` (a page must not count a million jobs to draw a
+button: past it the button says "10,000+"), on the confirmation up to
 `CONFIRM_CAP`; past that it offers the command line instead.
 
 Jobs go on changing between the confirmation and the POST: the POST acts on
@@ -135,18 +136,12 @@ async def carry_out(pages: Pages, request: Request) -> Response:
 
 
 def counted(app: App, action: str, shown: PageFilter, cap: int | None = None) -> int | None:
-    """How many jobs `action` would act on (its dry run); None past `cap`."""
+    """How many jobs `action` would act on (its dry run: one count in the
+    database, no job read); None past `cap`."""
     if cap is None:
         return _run(app, action, shown, dry_run=True)
-
-    def stop(acted: int) -> None:
-        if acted > cap:
-            raise _Counted
-
-    try:
-        return _run(app, action, shown, dry_run=True, batch_size=cap + 1, on_batch=stop)
-    except _Counted:
-        return None
+    count = _run(app, action, shown, dry_run=True, cap=cap + 1)
+    return None if count > cap else count
 
 
 def command_line(action: str, shown: PageFilter) -> str:
@@ -155,10 +150,6 @@ def command_line(action: str, shown: PageFilter) -> str:
         f"--{name.replace('_', '-')} {shlex.quote(value)}" for name, value in shown.terms.items()
     ]
     return " ".join(["due", action, "--app APP", *flags, "--yes"])
-
-
-class _Counted(Exception):
-    """Stops a dry run once it has counted past the cap."""
 
 
 def _refusal(pages: Pages, request: Request, shown: PageFilter, action: str) -> Response | None:

@@ -610,6 +610,116 @@ UNION ALL
 ORDER BY id DESC
 LIMIT %(limit)s
 
+-- name: count_retryable_jobs
+-- bulk.count for retry_many: how many jobs the retry would queue again, read
+-- in the database and counted no further than `cap` (one statement, no rows
+-- sent back). The failed or cancelled jobs list_jobs lists with the same
+-- filter, as bulk._retry_batch takes them: a job outside any workflow if
+-- retry_job would take it (no pieces of its own; a piece while its parent
+-- still counts its pieces; a completion job while its parent waits for it)
+-- and no other job holds its key (lock_job_by_key's holds_key), one job per
+-- key (the first one retried takes the key and the others are refused); a
+-- step of a workflow brings in every failed or cancelled step of its
+-- workflow (retry_workflow_steps), each workflow once.
+WITH matched AS NOT MATERIALIZED (
+    SELECT id, key, parent_id, completes, pieces_total, workflow_id
+    FROM due_jobs
+    WHERE state IN ('failed', 'cancelled')
+      AND (%(state)s::text IS NULL OR state = %(state)s)
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+      AND (%(task)s::text IS NULL OR task = %(task)s)
+      AND (%(parent)s::bigint IS NULL OR parent_id = %(parent)s)
+      AND (%(key)s::text IS NULL OR key = %(key)s)
+      AND (%(since)s::timestamptz IS NULL OR coalesce(finished_at, created_at) >= %(since)s)
+      AND (%(until)s::timestamptz IS NULL OR coalesce(finished_at, created_at) < %(until)s)
+      AND (%(error_contains)s::text IS NULL OR strpos(last_error, %(error_contains)s) > 0)
+      AND (%(key_prefix)s::text IS NULL OR starts_with(key, %(key_prefix)s))
+      AND (%(workflow)s::bigint IS NULL OR workflow_id = %(workflow)s)
+      AND (%(args_contains)s::jsonb IS NULL
+           OR payload -> 'kwargs' @> %(args_contains)s::jsonb
+           OR payload -> 'args' @> jsonb_build_array(%(args_contains)s::jsonb))
+      AND id < coalesce(%(before)s::bigint, 9223372036854775807)
+),
+single AS NOT MATERIALIZED (
+    SELECT m.id, m.key
+    FROM matched AS m
+    WHERE m.workflow_id IS NULL AND m.pieces_total = 0
+      AND (m.parent_id IS NULL OR EXISTS (
+          SELECT 1 FROM due_jobs AS p
+          WHERE p.id = m.parent_id
+            AND (p.state = 'running'
+                 OR (p.state = 'waiting' AND p.pieces_done + p.pieces_failed < p.pieces_total))))
+      AND (m.completes IS NULL OR EXISTS (
+          SELECT 1 FROM due_jobs AS p WHERE p.id = m.completes AND p.state = 'waiting'))
+      AND (m.key IS NULL OR NOT EXISTS (
+          SELECT 1 FROM due_jobs AS h
+          WHERE h.dedupe_key = m.key AND h.id <> m.id
+            AND (h.state IN ('queued', 'running', 'waiting')
+                 OR (h.state = 'succeeded' AND h.finished_at + make_interval(secs => coalesce(h.unique_for, 0))
+                     > coalesce(%(now)s::timestamptz, now())))))
+)
+SELECT count(*) AS n
+FROM (SELECT 1 FROM single WHERE key IS NULL
+      UNION ALL
+      SELECT 1 FROM (SELECT DISTINCT key FROM single WHERE key IS NOT NULL) AS k
+      UNION ALL
+      SELECT 1 FROM due_jobs AS s
+      WHERE s.workflow_id IN (SELECT workflow_id FROM matched WHERE workflow_id IS NOT NULL)
+        AND s.state IN ('failed', 'cancelled') AND s.pieces_total = 0
+        AND EXISTS (SELECT 1 FROM due_workflows AS w WHERE w.id = s.workflow_id)
+      LIMIT %(cap)s) AS counted
+
+-- name: count_cancellable_jobs
+-- bulk.count for cancel_many: how many jobs the cancel would end or ask to
+-- stop, read in the database and counted no further than `cap`. The queued,
+-- running and waiting jobs list_jobs lists with the same filter that are not
+-- asked to stop already (bulk.cancel_many passes those over), less those the
+-- cancel ends on the way before it comes to them, uncounted: a waiting job
+-- is cancelled first and takes with it its unfinished pieces and completion
+-- job, all the way down (pieces.cancel_pieces), and a waiting step whose
+-- unfinished upstream steps are all waiting jobs cancelled before it is
+-- cancelled by its policy (workflows.release) unless the policy is to run.
+WITH RECURSIVE matched AS NOT MATERIALIZED (
+    SELECT id, state, workflow_id, on_upstream_failure
+    FROM due_jobs
+    WHERE state IN ('queued', 'running', 'waiting') AND NOT cancel_requested
+      AND (%(state)s::text IS NULL OR state = %(state)s)
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+      AND (%(task)s::text IS NULL OR task = %(task)s)
+      AND (%(parent)s::bigint IS NULL OR parent_id = %(parent)s)
+      AND (%(key)s::text IS NULL OR key = %(key)s)
+      AND (%(since)s::timestamptz IS NULL OR coalesce(finished_at, created_at) >= %(since)s)
+      AND (%(until)s::timestamptz IS NULL OR coalesce(finished_at, created_at) < %(until)s)
+      AND (%(error_contains)s::text IS NULL OR strpos(last_error, %(error_contains)s) > 0)
+      AND (%(key_prefix)s::text IS NULL OR starts_with(key, %(key_prefix)s))
+      AND (%(workflow)s::bigint IS NULL OR workflow_id = %(workflow)s)
+      AND (%(args_contains)s::jsonb IS NULL
+           OR payload -> 'kwargs' @> %(args_contains)s::jsonb
+           OR payload -> 'args' @> jsonb_build_array(%(args_contains)s::jsonb))
+      AND id < coalesce(%(before)s::bigint, 9223372036854775807)
+),
+waiting AS MATERIALIZED (SELECT id FROM matched WHERE state = 'waiting'),
+taken(id, deeper) AS (
+    SELECT c.id, c.state = 'waiting' OR (c.state = 'queued' AND c.pieces_total > 0)
+    FROM waiting AS w JOIN due_jobs AS c ON c.parent_id = w.id OR c.completes = w.id
+    WHERE c.state IN ('queued', 'running', 'waiting')
+    UNION ALL
+    SELECT c.id, c.state = 'waiting' OR (c.state = 'queued' AND c.pieces_total > 0)
+    FROM taken AS t JOIN due_jobs AS c ON c.parent_id = t.id OR c.completes = t.id
+    WHERE t.deeper AND c.state IN ('queued', 'running', 'waiting')
+)
+SELECT count(*) AS n
+FROM (SELECT 1 FROM matched AS m
+      WHERE m.id NOT IN (SELECT id FROM taken)
+        AND NOT (m.state = 'waiting' AND m.workflow_id IS NOT NULL
+                 AND coalesce(m.on_upstream_failure, 'cancel') <> 'run'
+                 AND EXISTS (SELECT 1 FROM due_workflow_edges AS e JOIN due_jobs AS u ON u.id = e.upstream_id
+                             WHERE e.step_id = m.id AND u.state IN ('queued', 'running', 'waiting'))
+                 AND NOT EXISTS (SELECT 1 FROM due_workflow_edges AS e JOIN due_jobs AS u ON u.id = e.upstream_id
+                                 WHERE e.step_id = m.id AND u.state IN ('queued', 'running', 'waiting')
+                                   AND u.id NOT IN (SELECT id FROM waiting)))
+      LIMIT %(cap)s) AS counted
+
 -- name: cancel_job
 UPDATE due_jobs
 SET state = 'cancelled',
