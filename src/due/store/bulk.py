@@ -92,27 +92,9 @@ def count(db: Backend, action: str, where: JobFilter, cap: int | None = None) ->
     that many or more). One statement, in one read transaction: nothing is
     read but the count."""
     with db.transaction(read=True) as tx:
-        params = {**_filter_params(where), "cap": cap or NO_CAP, "now": tx.now}
+        params = {**jobs.filter_params(where), "cap": cap or NO_CAP, "now": tx.now}
         rows = tx.run(COUNTS[action], params)
     return int(rows[0]["n"])
-
-
-def _filter_params(where: JobFilter) -> dict[str, object]:
-    """The filter as the count statements take it (list_jobs' parameters)."""
-    return {
-        "queue": where.queue,
-        "state": where.state.value if where.state else None,
-        "task": where.task,
-        "parent": where.parent,
-        "key": where.key,
-        "before": where.before,
-        "since": where.since,
-        "until": where.until,
-        "error_contains": where.error_contains,
-        "key_prefix": where.key_prefix,
-        "workflow": where.workflow,
-        "args_contains": where.args_contains,
-    }
 
 
 def retry_many(

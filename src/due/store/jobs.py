@@ -126,6 +126,24 @@ LISTED_APART = {
 their own, not back through every newer job."""
 
 
+def filter_params(where: JobFilter) -> dict[str, object]:
+    """The filter's parameters, as list_jobs and the bulk counts take them."""
+    return {
+        "queue": where.queue,
+        "state": where.state.value if where.state else None,
+        "task": where.task,
+        "parent": where.parent,
+        "key": where.key,
+        "before": where.before,
+        "since": where.since,
+        "until": where.until,
+        "error_contains": where.error_contains,
+        "key_prefix": where.key_prefix,
+        "workflow": where.workflow,
+        "args_contains": where.args_contains,
+    }
+
+
 def list_jobs(db: Backend, where: JobFilter) -> list[Job]:
     """Jobs matching the filter, newest first."""
     query = "list_jobs" if where.state is None else LISTED_APART.get(where.state, "list_jobs")
@@ -133,20 +151,9 @@ def list_jobs(db: Backend, where: JobFilter) -> list[Job]:
         rows = tx.run(
             query,
             {
-                "queue": where.queue,
-                "state": where.state.value if where.state else None,
-                "task": where.task,
+                **filter_params(where),
                 "limit": where.limit,
-                "parent": where.parent,
-                "key": where.key,
-                "before": where.before,
                 "stuck_only": where.stuck_only,
-                "since": where.since,
-                "until": where.until,
-                "error_contains": where.error_contains,
-                "key_prefix": where.key_prefix,
-                "workflow": where.workflow,
-                "args_contains": where.args_contains,
                 "now": tx.now,
             },
         )
