@@ -29,7 +29,6 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from due import instrumentation
@@ -43,6 +42,15 @@ from due.long_work.context import Context
 from due.payload import encode_value, storable_text
 from due.shown_arguments import scrubbed, secret_texts
 from due.task import Registry, Task
+from due.worker.outcomes import (
+    Attempt,
+    Outcome,
+    Raised,
+    Returned,
+    Stopped,
+    TimedOut,
+    raised_by,
+)
 
 if TYPE_CHECKING:
     from due.app import App
@@ -50,17 +58,6 @@ if TYPE_CHECKING:
 MAX_TRACEBACK_CHARACTERS = 20_000
 NULL_RESULT = "null"
 log = logging.getLogger("due.executor")
-
-
-@dataclass(frozen=True, slots=True)
-class Attempt:
-    completion: Completion | None
-    """What to write; None when nothing is: the lease was lost, or the job's own
-    transaction already recorded its success."""
-    seconds: float
-    straggler: asyncio.Future[Any] | None = None
-    """A sync handler's thread still running after its timeout."""
-    lease_lost: bool = False
 
 
 class Executor:
@@ -155,7 +152,7 @@ class Executor:
             instrumentation.ended(observers, AttemptEnd(ends_in, lost))
             raise
         seconds = time.perf_counter() - started
-        raised = _raised(outcome, task)
+        raised = raised_by(outcome, task)
         try:
             attempt = self._attempt(task, job, context, outcome, seconds)
         except Exception as error:
@@ -176,16 +173,16 @@ class Executor:
         task: Task[Any, Any],
         job: ClaimedJob,
         context: Context | None,
-        outcome: _Outcome,
+        outcome: Outcome,
         seconds: float,
     ) -> Attempt:
-        if isinstance(outcome, _Stopped):
+        if isinstance(outcome, Stopped):
             return self._stopped(task, job, outcome.signal, context, seconds)
-        if isinstance(outcome, _TimedOut):
+        if isinstance(outcome, TimedOut):
             completion = self._timed_out(task, job)
             if context is not None and outcome.straggler is not None:
                 context.stop_writing("ran past its timeout")
-        elif isinstance(outcome, _Raised):
+        elif isinstance(outcome, Raised):
             completion = self._failed(task, job, outcome.error)
         elif context is not None and context.completed_in_transaction:
             return Attempt(None, seconds)  # its success is already written
@@ -198,7 +195,7 @@ class Executor:
             completion.progress = context.progress_json()
         completion.settles = self._settles(job, context)
         completion.seconds = seconds
-        straggler = outcome.straggler if isinstance(outcome, _TimedOut) else None
+        straggler = outcome.straggler if isinstance(outcome, TimedOut) else None
         return Attempt(completion, seconds, straggler)
 
     def crashed(
@@ -263,21 +260,21 @@ class Executor:
         kwargs: dict[str, Any],
         trusted: Callable[[], bool] | None,
         observers: list[AttemptObserver] | None = None,
-    ) -> _Outcome:
+    ) -> Outcome:
         loop = asyncio.get_running_loop()
         call = functools.partial(self._in_thread, task.fn, args, kwargs, trusted, observers)
         future = loop.run_in_executor(self._threads, call)
         # The thread cannot be stopped: on timeout we stop waiting and hand it back.
         done, _ = await asyncio.wait({future}, timeout=task.config.timeout)
         if not done:
-            return _TimedOut(future)
+            return TimedOut(future)
         error = future.exception()
         if error is None:
-            return _Returned(future.result())
+            return Returned(future.result())
         if isinstance(error, Exception):
-            return _Raised(error)
+            return Raised(error)
         if isinstance(error, JobCancelled | LeaseLost):
-            return _Stopped(error)
+            return Stopped(error)
         raise error
 
     def _in_thread(
@@ -359,17 +356,6 @@ def _secrets(task: Task[Any, Any], job: ClaimedJob) -> set[str]:
     return secret_texts(job.args, job.kwargs, task.redact, task.redacted_positions)
 
 
-def _raised(outcome: _Outcome, task: Task[Any, Any]) -> BaseException | None:
-    """What an attempt's handler raised (a TimeoutError for its timeout)."""
-    if isinstance(outcome, _Raised):
-        return outcome.error
-    if isinstance(outcome, _TimedOut):
-        return TimeoutError(f"timed out after {task.config.timeout:g}s")
-    if isinstance(outcome, _Stopped):
-        return outcome.signal
-    return None
-
-
 MAX_WARNING_CHARACTERS = 2000
 
 
@@ -405,31 +391,6 @@ def _text(error: BaseException) -> str:
     return f"{type(error).__name__}: {message}"
 
 
-@dataclass(frozen=True, slots=True)
-class _Returned:
-    value: Any
-
-
-@dataclass(frozen=True, slots=True)
-class _Raised:
-    error: Exception
-
-
-@dataclass(frozen=True, slots=True)
-class _TimedOut:
-    straggler: asyncio.Future[Any] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class _Stopped:
-    """The handler stopped at a safe point: cancelled, or its lease lost."""
-
-    signal: BaseException
-
-
-_Outcome = _Returned | _Raised | _TimedOut | _Stopped
-
-
 NOT_TRUSTED = "not started: its lease is no longer trusted"
 STOPPED_AT_AN_AWAIT = "stopped at an await: its lease was lost, or its worker stopped"
 
@@ -444,23 +405,23 @@ async def _run_async(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     trusted: Callable[[], bool] | None,
-) -> _Outcome:
+) -> Outcome:
     if trusted is not None and not trusted():
-        return _Stopped(LeaseLost(NOT_TRUSTED))
+        return Stopped(LeaseLost(NOT_TRUSTED))
     if task.config.timeout is None:  # the common case, without a timer per job
         try:
-            return _Returned(await task.fn(*args, **kwargs))
+            return Returned(await task.fn(*args, **kwargs))
         except Exception as error:
-            return _Raised(error)
+            return Raised(error)
         except (JobCancelled, LeaseLost) as signal:
-            return _Stopped(signal)
+            return Stopped(signal)
     try:
         async with asyncio.timeout(task.config.timeout) as deadline:
-            return _Returned(await task.fn(*args, **kwargs))
+            return Returned(await task.fn(*args, **kwargs))
     except TimeoutError as error:
         # Our deadline, or a TimeoutError the handler itself raised?
-        return _TimedOut() if deadline.expired() else _Raised(error)
+        return TimedOut() if deadline.expired() else Raised(error)
     except Exception as error:
-        return _Raised(error)
+        return Raised(error)
     except (JobCancelled, LeaseLost) as signal:
-        return _Stopped(signal)
+        return Stopped(signal)
