@@ -4,13 +4,13 @@ Outcomes are values: a return becomes a SUCCEEDED completion, an exception a
 QUEUED completion (retry after the backoff) or a FAILED one (no attempts left,
 or an exception the task discards). The completer persists them in batches.
 
-Async handlers run on the event loop; sync handlers in a thread pool. A sync
-handler cannot be interrupted inside its thread, so on timeout the attempt is
-ended as failed and the still-running thread is returned as a straggler: it
-is told to stop at its next safe point (and may write nothing more), and the
-caller keeps its slot and its lease until it returns, writing the timeout only
-then, so the retry cannot start while the old attempt still runs. Its late
-result is discarded.
+Async handlers run on the event loop; sync handlers in a thread pool
+(handlers.py). A sync handler cannot be interrupted inside its thread, so on
+timeout the attempt is ended as failed and the still-running thread is
+returned as a straggler: it is told to stop at its next safe point (and may
+write nothing more), and the caller keeps its slot and its lease until it
+returns, writing the timeout only then, so the retry cannot start while the
+old attempt still runs. Its late result is discarded.
 
 With attempt hooks registered (due.instrumentation: tracing), their observers
 are entered around the handler where it runs (its thread, or the loop) and
@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import functools
 import logging
 import random
-import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -35,18 +33,18 @@ from due import instrumentation
 from due.clock import Clock
 from due.core.jobs import AttemptError, JobState
 from due.core.records import ClaimedJob, Completion
-from due.errors import JobCancelled, LeaseLost, PayloadError, class_path
+from due.errors import LeaseLost, PayloadError, class_path
 from due.instrumentation import AttemptEnd, AttemptObserver
 from due.logs import event
 from due.long_work.context import Context
 from due.payload import encode_value, storable_text
 from due.shown_arguments import scrubbed, secret_texts
 from due.task import Registry, Task
+from due.worker.handlers import HandlerThreads, run_async
 from due.worker.outcomes import (
     Attempt,
     Outcome,
     Raised,
-    Returned,
     Stopped,
     TimedOut,
     raised_by,
@@ -58,6 +56,7 @@ if TYPE_CHECKING:
 MAX_TRACEBACK_CHARACTERS = 20_000
 NULL_RESULT = "null"
 log = logging.getLogger("due.executor")
+STOPPED_AT_AN_AWAIT = "stopped at an await: its lease was lost, or its worker stopped"
 
 
 class Executor:
@@ -75,11 +74,13 @@ class Executor:
         self._worker = worker
         self._clock = clock
         self._app = app
-        self._threads = threads
+        self._handler_threads = HandlerThreads(threads)
         self._rng = rng or random.Random()
-        self._busy_lock = threading.Lock()
-        self.threads_busy = 0
+
+    @property
+    def threads_busy(self) -> int:
         """Handler threads executing right now (stragglers past their timeout included)."""
+        return self._handler_threads.threads_busy
 
     def context_for(self, job: ClaimedJob, task: Task[Any, Any]) -> Context | None:
         """The context a job's handler will get (None when it declares none)."""
@@ -114,9 +115,9 @@ class Executor:
                 )
         started = time.perf_counter()
         if task.is_async:
-            outcome = await _run_async(task, args, kwargs, trusted)
+            outcome = await run_async(task, args, kwargs, trusted)
         else:
-            outcome = await self._run_sync(task, args, kwargs, trusted)
+            outcome = await self._handler_threads.run(task, args, kwargs, trusted)
         seconds = time.perf_counter() - started
         try:
             return self._attempt(task, job, context, outcome, seconds)
@@ -141,9 +142,9 @@ class Executor:
         try:
             if task.is_async:
                 with instrumentation.running(observers):
-                    outcome = await _run_async(task, args, kwargs, trusted)
+                    outcome = await run_async(task, args, kwargs, trusted)
             else:
-                outcome = await self._run_sync(task, args, kwargs, trusted, observers)
+                outcome = await self._handler_threads.run(task, args, kwargs, trusted, observers)
         except asyncio.CancelledError:
             # Cancelled at an await (a cancel request, a lost lease, a shutdown):
             # the caller writes its end; the hooks hear what that end is.
@@ -253,50 +254,6 @@ class Executor:
         spawned = context is not None and context.pieces_spawned > 0
         return job.settles_a_parent or job.has_pieces or spawned
 
-    async def _run_sync(
-        self,
-        task: Task[Any, Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        trusted: Callable[[], bool] | None,
-        observers: list[AttemptObserver] | None = None,
-    ) -> Outcome:
-        loop = asyncio.get_running_loop()
-        call = functools.partial(self._in_thread, task.fn, args, kwargs, trusted, observers)
-        future = loop.run_in_executor(self._threads, call)
-        # The thread cannot be stopped: on timeout we stop waiting and hand it back.
-        done, _ = await asyncio.wait({future}, timeout=task.config.timeout)
-        if not done:
-            return TimedOut(future)
-        error = future.exception()
-        if error is None:
-            return Returned(future.result())
-        if isinstance(error, Exception):
-            return Raised(error)
-        if isinstance(error, JobCancelled | LeaseLost):
-            return Stopped(error)
-        raise error
-
-    def _in_thread(
-        self,
-        fn: Any,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        trusted: Callable[[], bool] | None,
-        observers: list[AttemptObserver] | None = None,
-    ) -> Any:
-        with self._busy_lock:
-            self.threads_busy += 1
-        try:
-            _require_trust(trusted)
-            if observers:
-                with instrumentation.running(observers):
-                    return fn(*args, **kwargs)
-            return fn(*args, **kwargs)
-        finally:
-            with self._busy_lock:
-                self.threads_busy -= 1
-
     def _succeeded(self, task: Task[Any, Any], job: ClaimedJob, result: Any) -> Completion:
         if result is None:
             return Completion(job.id, job.lease_token, JobState.SUCCEEDED, result=NULL_RESULT)
@@ -389,39 +346,3 @@ def _text(error: BaseException) -> str:
     except Exception:
         message = f"<{type(error).__name__} whose str() failed>"
     return f"{type(error).__name__}: {message}"
-
-
-NOT_TRUSTED = "not started: its lease is no longer trusted"
-STOPPED_AT_AN_AWAIT = "stopped at an await: its lease was lost, or its worker stopped"
-
-
-def _require_trust(trusted: Callable[[], bool] | None) -> None:
-    if trusted is not None and not trusted():
-        raise LeaseLost(NOT_TRUSTED)
-
-
-async def _run_async(
-    task: Task[Any, Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    trusted: Callable[[], bool] | None,
-) -> Outcome:
-    if trusted is not None and not trusted():
-        return Stopped(LeaseLost(NOT_TRUSTED))
-    if task.config.timeout is None:  # the common case, without a timer per job
-        try:
-            return Returned(await task.fn(*args, **kwargs))
-        except Exception as error:
-            return Raised(error)
-        except (JobCancelled, LeaseLost) as signal:
-            return Stopped(signal)
-    try:
-        async with asyncio.timeout(task.config.timeout) as deadline:
-            return Returned(await task.fn(*args, **kwargs))
-    except TimeoutError as error:
-        # Our deadline, or a TimeoutError the handler itself raised?
-        return TimedOut() if deadline.expired() else Raised(error)
-    except Exception as error:
-        return Raised(error)
-    except (JobCancelled, LeaseLost) as signal:
-        return Stopped(signal)
