@@ -17,6 +17,7 @@ from due.clock import FakeClock
 from due.core.records import ClaimRequest, Retention
 from due.store import open_store
 from due.worker.settings import WorkerSettings
+from due.worker.startup import register
 from due.worker.worker import Worker
 from tests.helpers.database import cut_sessions, plain_transaction, rows
 from tests.helpers.waiting import async_wait_until
@@ -189,7 +190,7 @@ def test_a_worker_whose_row_was_pruned_registers_again_at_its_next_heartbeat(
 
     async def scenario() -> None:
         worker = make_worker(app)
-        await worker._register()
+        await register(worker.statements, worker.clock_watch)
         clock.advance("1m")
         assert app.store.worker_mark_gone(30) == [worker.settings.worker_id]  # paused
         clock.advance("31d")

@@ -143,6 +143,9 @@ class Statements:
                 deadline, self.store.worker_register, self.registration()
             )
 
+    async def register(self) -> None:
+        await self._call(self.store.worker_register, self.registration())
+
     def registration(self) -> WorkerRegistration:
         return WorkerRegistration(
             self._settings.worker_id,

@@ -42,7 +42,6 @@ from typing import Any
 from due.app import App
 from due.clock import Clock, DatabaseClock
 from due.core.records import UnknownTaskSweep
-from due.errors import StoreUnavailableError
 from due.logs import event
 from due.maintenance.pruner import Pruner
 from due.maintenance.rescuer import Rescuer
@@ -66,6 +65,7 @@ from due.worker.runner import Runner
 from due.worker.running import RunningJob
 from due.worker.settings import WorkerSettings
 from due.worker.shutdown import Shutdown
+from due.worker.startup import register, sync_schedules
 from due.worker.statements import Statements
 from due.worker.tally import Tally
 from due.worker.wakeups import Wakeups
@@ -324,11 +324,11 @@ class Worker:
         loop = asyncio.get_running_loop()
         assert self._stop_requested is not None
         claims_stop, services_stop = asyncio.Event(), asyncio.Event()
-        await self._register()
+        await register(self.statements, self.clock_watch)
         if self.limited:  # the code's numbers, for every worker (an operator's stay)
             await self.call(self.app.sync_limits)
         if self.scheduler is not None:
-            await self._sync_schedules()
+            await sync_schedules(self.app, self.call)
         wakeups = Wakeups(self.store, loop, self._on_due, self._on_cancel)
         wakeups.start()
         claimers = [
@@ -409,36 +409,6 @@ class Worker:
             ("clock", self.clock_watch, None),
             *((("recycling", self.recycler, None),) if self.settings.max_memory else ()),
         ]
-
-    async def _register(self) -> None:
-        backoff = 0.2
-        while True:
-            try:
-                await self.call(self.store.worker_register, self.statements.registration())
-                await self.clock_watch.run_once()
-                return
-            except StoreUnavailableError as error:
-                event(log, "worker.waiting_for_database", logging.WARNING, error=str(error))
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
-
-    async def _sync_schedules(self) -> None:
-        report = await self.call(self.app.sync_schedules)
-        for name in report.added:
-            event(log, "schedule.added", schedule=name)
-        settled = {result.schedule: len(result.recorded) for result in report.settled}
-        for name in report.changed:  # with how many times due under the old definition
-            event(log, "schedule.changed", schedule=name, settled=settled.get(name, 0))
-        for name in report.not_in_code:
-            event(
-                log,
-                "schedule.not_in_code",
-                logging.WARNING,
-                schedule=name,
-                reason="stored as defined in code, not defined by this app: it keeps firing "
-                "(newer code may define it) until `due schedule prune`; if this code should "
-                "define it, import the module that declares it from the app module",
-            )
 
     def _count_released(self, jobs: int) -> None:
         self.tally.released += jobs
