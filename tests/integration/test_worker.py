@@ -17,6 +17,7 @@ from due.clock import FakeClock
 from due.core.records import ClaimRequest, Retention
 from due.store import open_store
 from due.worker.settings import WorkerSettings
+from due.worker.startup import register
 from due.worker.worker import Worker
 from tests.helpers.database import cut_sessions, plain_transaction, rows
 from tests.helpers.waiting import async_wait_until
@@ -135,8 +136,10 @@ def test_a_lease_that_cannot_be_renewed_in_time_is_given_up(app: due.App, clock:
         await worker.producers["default"].run_once()
         await settle()
         # The database becomes unreachable: a real connection refused, not a stub.
-        healthy = worker.store
-        worker.store = open_store("postgresql://127.0.0.1:1/none", clock, connect_timeout=0.5)
+        healthy = worker.statements.store
+        worker.statements.store = open_store(
+            "postgresql://127.0.0.1:1/none", clock, connect_timeout=0.5
+        )
         try:
             clock.advance("7s")  # within the trust window (10s * 0.8)
             beat = await worker.heartbeater.run_once()
@@ -145,8 +148,8 @@ def test_a_lease_that_cannot_be_renewed_in_time_is_given_up(app: due.App, clock:
             beat = await worker.heartbeater.run_once()
             assert beat.failed and beat.untrusted == 1
         finally:
-            worker.store.close()
-            worker.store = healthy
+            worker.statements.store.close()
+            worker.statements.store = healthy
         await settle()
         assert worker.running == {} and worker.completer.pending == []
 
@@ -187,7 +190,7 @@ def test_a_worker_whose_row_was_pruned_registers_again_at_its_next_heartbeat(
 
     async def scenario() -> None:
         worker = make_worker(app)
-        await worker._register()
+        await register(worker.statements, worker.clock_watch)
         clock.advance("1m")
         assert app.store.worker_mark_gone(30) == [worker.settings.worker_id]  # paused
         clock.advance("31d")
@@ -539,9 +542,9 @@ def test_a_failing_loop_lane_is_said_at_info_once_a_minute(
     error = due.StoreUnavailableError("the database is away")
     with caplog.at_level("DEBUG", logger="due.worker"):
         for _ in range(3):
-            worker._lane_failed("claim", error)
+            worker.statements._lane_failed("claim", error)
             clock.advance("20s")
-        worker._lane_failed("acknowledgement", error)  # 60 s after the first
+        worker.statements._lane_failed("acknowledgement", error)  # 60 s after the first
     said = [
         (r.levelname, getattr(r, "fields", {}).get("call"))
         for r in caplog.records
@@ -656,10 +659,12 @@ def test_a_last_attempt_begins_only_once_its_start_is_recorded(
     async def scenario() -> None:
         job = once.enqueue()
         worker = make_worker(app)
-        healthy = worker.store
+        healthy = worker.statements.store
         producer = worker.producers["default"]
-        (claimed,) = await worker._claim(producer.jobs, 1)
-        worker.store = open_store("postgresql://127.0.0.1:1/none", clock, connect_timeout=0.5)
+        (claimed,) = await worker.statements.claim(producer.jobs, 1)
+        worker.statements.store = open_store(
+            "postgresql://127.0.0.1:1/none", clock, connect_timeout=0.5
+        )
         producer._place(worker.runner.hold(claimed, producer.jobs, clock.monotonic()))
         try:
             for _ in range(100):  # the failed record, then the job given up
@@ -667,8 +672,8 @@ def test_a_last_attempt_begins_only_once_its_start_is_recorded(
                 if not worker.running:
                     break
         finally:
-            worker.store.close()
-            worker.store = healthy
+            worker.statements.store.close()
+            worker.statements.store = healthy
         assert ran == [] and worker.running == {}
         clock.advance("11s")
         assert app.store.job_rescue().requeued == (job.id,)

@@ -113,7 +113,8 @@ def test_a_job_from_another_process_wakes_a_worker_that_polls_every_five_seconds
     deployment: Deployment,
 ) -> None:
     deployment.start()
-    assert len(deployment.sockets()) == 1  # bound before it said it started
+    # Bound by its wake-up thread, which may run just after it says it started.
+    wait_until(lambda: len(deployment.sockets()) == 1, what="the worker's doorbell")
     pickups = [deployment.pickup() for _ in range(3)]
     # Polling alone (every 5 s, claims every 60 s) would leave each job waiting
     # 2.5 s on average: 3 in a row under half a second, 1 in 1,000.

@@ -4,13 +4,13 @@ Outcomes are values: a return becomes a SUCCEEDED completion, an exception a
 QUEUED completion (retry after the backoff) or a FAILED one (no attempts left,
 or an exception the task discards). The completer persists them in batches.
 
-Async handlers run on the event loop; sync handlers in a thread pool. A sync
-handler cannot be interrupted inside its thread, so on timeout the attempt is
-ended as failed and the still-running thread is returned as a straggler: it
-is told to stop at its next safe point (and may write nothing more), and the
-caller keeps its slot and its lease until it returns, writing the timeout only
-then, so the retry cannot start while the old attempt still runs. Its late
-result is discarded.
+Async handlers run on the event loop; sync handlers in a thread pool
+(handlers.py). A sync handler cannot be interrupted inside its thread, so on
+timeout the attempt is ended as failed and the still-running thread is
+returned as a straggler: it is told to stop at its next safe point (and may
+write nothing more), and the caller keeps its slot and its lease until it
+returns, writing the timeout only then, so the retry cannot start while the
+old attempt still runs. Its late result is discarded.
 
 With attempt hooks registered (due.instrumentation: tracing), their observers
 are entered around the handler where it runs (its thread, or the loop) and
@@ -22,27 +22,33 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import functools
 import logging
 import random
-import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from due import instrumentation
 from due.clock import Clock
 from due.core.jobs import AttemptError, JobState
 from due.core.records import ClaimedJob, Completion
-from due.errors import JobCancelled, LeaseLost, PayloadError, class_path
+from due.errors import LeaseLost, PayloadError, class_path
 from due.instrumentation import AttemptEnd, AttemptObserver
 from due.logs import event
 from due.long_work.context import Context
 from due.payload import encode_value, storable_text
 from due.shown_arguments import scrubbed, secret_texts
 from due.task import Registry, Task
+from due.worker.handlers import HandlerThreads, run_async
+from due.worker.outcomes import (
+    Attempt,
+    Outcome,
+    Raised,
+    Stopped,
+    TimedOut,
+    raised_by,
+)
 
 if TYPE_CHECKING:
     from due.app import App
@@ -50,17 +56,7 @@ if TYPE_CHECKING:
 MAX_TRACEBACK_CHARACTERS = 20_000
 NULL_RESULT = "null"
 log = logging.getLogger("due.executor")
-
-
-@dataclass(frozen=True, slots=True)
-class Attempt:
-    completion: Completion | None
-    """What to write; None when nothing is: the lease was lost, or the job's own
-    transaction already recorded its success."""
-    seconds: float
-    straggler: asyncio.Future[Any] | None = None
-    """A sync handler's thread still running after its timeout."""
-    lease_lost: bool = False
+STOPPED_AT_AN_AWAIT = "stopped at an await: its lease was lost, or its worker stopped"
 
 
 class Executor:
@@ -78,11 +74,13 @@ class Executor:
         self._worker = worker
         self._clock = clock
         self._app = app
-        self._threads = threads
+        self._handler_threads = HandlerThreads(threads)
         self._rng = rng or random.Random()
-        self._busy_lock = threading.Lock()
-        self.threads_busy = 0
+
+    @property
+    def threads_busy(self) -> int:
         """Handler threads executing right now (stragglers past their timeout included)."""
+        return self._handler_threads.threads_busy
 
     def context_for(self, job: ClaimedJob, task: Task[Any, Any]) -> Context | None:
         """The context a job's handler will get (None when it declares none)."""
@@ -117,9 +115,9 @@ class Executor:
                 )
         started = time.perf_counter()
         if task.is_async:
-            outcome = await _run_async(task, args, kwargs, trusted)
+            outcome = await run_async(task, args, kwargs, trusted)
         else:
-            outcome = await self._run_sync(task, args, kwargs, trusted)
+            outcome = await self._handler_threads.run(task, args, kwargs, trusted)
         seconds = time.perf_counter() - started
         try:
             return self._attempt(task, job, context, outcome, seconds)
@@ -144,9 +142,9 @@ class Executor:
         try:
             if task.is_async:
                 with instrumentation.running(observers):
-                    outcome = await _run_async(task, args, kwargs, trusted)
+                    outcome = await run_async(task, args, kwargs, trusted)
             else:
-                outcome = await self._run_sync(task, args, kwargs, trusted, observers)
+                outcome = await self._handler_threads.run(task, args, kwargs, trusted, observers)
         except asyncio.CancelledError:
             # Cancelled at an await (a cancel request, a lost lease, a shutdown):
             # the caller writes its end; the hooks hear what that end is.
@@ -155,7 +153,7 @@ class Executor:
             instrumentation.ended(observers, AttemptEnd(ends_in, lost))
             raise
         seconds = time.perf_counter() - started
-        raised = _raised(outcome, task)
+        raised = raised_by(outcome, task)
         try:
             attempt = self._attempt(task, job, context, outcome, seconds)
         except Exception as error:
@@ -176,16 +174,16 @@ class Executor:
         task: Task[Any, Any],
         job: ClaimedJob,
         context: Context | None,
-        outcome: _Outcome,
+        outcome: Outcome,
         seconds: float,
     ) -> Attempt:
-        if isinstance(outcome, _Stopped):
+        if isinstance(outcome, Stopped):
             return self._stopped(task, job, outcome.signal, context, seconds)
-        if isinstance(outcome, _TimedOut):
+        if isinstance(outcome, TimedOut):
             completion = self._timed_out(task, job)
             if context is not None and outcome.straggler is not None:
                 context.stop_writing("ran past its timeout")
-        elif isinstance(outcome, _Raised):
+        elif isinstance(outcome, Raised):
             completion = self._failed(task, job, outcome.error)
         elif context is not None and context.completed_in_transaction:
             return Attempt(None, seconds)  # its success is already written
@@ -198,7 +196,7 @@ class Executor:
             completion.progress = context.progress_json()
         completion.settles = self._settles(job, context)
         completion.seconds = seconds
-        straggler = outcome.straggler if isinstance(outcome, _TimedOut) else None
+        straggler = outcome.straggler if isinstance(outcome, TimedOut) else None
         return Attempt(completion, seconds, straggler)
 
     def crashed(
@@ -255,50 +253,6 @@ class Executor:
         """Whether this job's end concerns a parent or pieces (written with them)."""
         spawned = context is not None and context.pieces_spawned > 0
         return job.settles_a_parent or job.has_pieces or spawned
-
-    async def _run_sync(
-        self,
-        task: Task[Any, Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        trusted: Callable[[], bool] | None,
-        observers: list[AttemptObserver] | None = None,
-    ) -> _Outcome:
-        loop = asyncio.get_running_loop()
-        call = functools.partial(self._in_thread, task.fn, args, kwargs, trusted, observers)
-        future = loop.run_in_executor(self._threads, call)
-        # The thread cannot be stopped: on timeout we stop waiting and hand it back.
-        done, _ = await asyncio.wait({future}, timeout=task.config.timeout)
-        if not done:
-            return _TimedOut(future)
-        error = future.exception()
-        if error is None:
-            return _Returned(future.result())
-        if isinstance(error, Exception):
-            return _Raised(error)
-        if isinstance(error, JobCancelled | LeaseLost):
-            return _Stopped(error)
-        raise error
-
-    def _in_thread(
-        self,
-        fn: Any,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        trusted: Callable[[], bool] | None,
-        observers: list[AttemptObserver] | None = None,
-    ) -> Any:
-        with self._busy_lock:
-            self.threads_busy += 1
-        try:
-            _require_trust(trusted)
-            if observers:
-                with instrumentation.running(observers):
-                    return fn(*args, **kwargs)
-            return fn(*args, **kwargs)
-        finally:
-            with self._busy_lock:
-                self.threads_busy -= 1
 
     def _succeeded(self, task: Task[Any, Any], job: ClaimedJob, result: Any) -> Completion:
         if result is None:
@@ -359,17 +313,6 @@ def _secrets(task: Task[Any, Any], job: ClaimedJob) -> set[str]:
     return secret_texts(job.args, job.kwargs, task.redact, task.redacted_positions)
 
 
-def _raised(outcome: _Outcome, task: Task[Any, Any]) -> BaseException | None:
-    """What an attempt's handler raised (a TimeoutError for its timeout)."""
-    if isinstance(outcome, _Raised):
-        return outcome.error
-    if isinstance(outcome, _TimedOut):
-        return TimeoutError(f"timed out after {task.config.timeout:g}s")
-    if isinstance(outcome, _Stopped):
-        return outcome.signal
-    return None
-
-
 MAX_WARNING_CHARACTERS = 2000
 
 
@@ -403,64 +346,3 @@ def _text(error: BaseException) -> str:
     except Exception:
         message = f"<{type(error).__name__} whose str() failed>"
     return f"{type(error).__name__}: {message}"
-
-
-@dataclass(frozen=True, slots=True)
-class _Returned:
-    value: Any
-
-
-@dataclass(frozen=True, slots=True)
-class _Raised:
-    error: Exception
-
-
-@dataclass(frozen=True, slots=True)
-class _TimedOut:
-    straggler: asyncio.Future[Any] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class _Stopped:
-    """The handler stopped at a safe point: cancelled, or its lease lost."""
-
-    signal: BaseException
-
-
-_Outcome = _Returned | _Raised | _TimedOut | _Stopped
-
-
-NOT_TRUSTED = "not started: its lease is no longer trusted"
-STOPPED_AT_AN_AWAIT = "stopped at an await: its lease was lost, or its worker stopped"
-
-
-def _require_trust(trusted: Callable[[], bool] | None) -> None:
-    if trusted is not None and not trusted():
-        raise LeaseLost(NOT_TRUSTED)
-
-
-async def _run_async(
-    task: Task[Any, Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    trusted: Callable[[], bool] | None,
-) -> _Outcome:
-    if trusted is not None and not trusted():
-        return _Stopped(LeaseLost(NOT_TRUSTED))
-    if task.config.timeout is None:  # the common case, without a timer per job
-        try:
-            return _Returned(await task.fn(*args, **kwargs))
-        except Exception as error:
-            return _Raised(error)
-        except (JobCancelled, LeaseLost) as signal:
-            return _Stopped(signal)
-    try:
-        async with asyncio.timeout(task.config.timeout) as deadline:
-            return _Returned(await task.fn(*args, **kwargs))
-    except TimeoutError as error:
-        # Our deadline, or a TimeoutError the handler itself raised?
-        return _TimedOut() if deadline.expired() else _Raised(error)
-    except Exception as error:
-        return _Raised(error)
-    except (JobCancelled, LeaseLost) as signal:
-        return _Stopped(signal)

@@ -20,8 +20,9 @@ from due.clock import Clock
 from due.core.jobs import JobState
 from due.core.records import ClaimedJob
 from due.logs import event
-from due.worker.executor import Attempt, Executor
+from due.worker.executor import Executor
 from due.worker.ledger import RunningJobs
+from due.worker.outcomes import Attempt
 from due.worker.running import RunningJob, trusted_until
 
 log = logging.getLogger("due.worker")

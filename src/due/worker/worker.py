@@ -35,24 +35,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import os
-import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from due.app import App
 from due.clock import Clock, DatabaseClock
-from due.core.records import (
-    ClaimedJob,
-    ClaimRequest,
-    Completion,
-    HeartbeatReply,
-    Lease,
-    UnknownTaskSweep,
-    WorkerRegistration,
-)
-from due.errors import StoreError, StoreUnavailableError
+from due.core.records import UnknownTaskSweep
 from due.logs import event
 from due.maintenance.pruner import Pruner
 from due.maintenance.rescuer import Rescuer
@@ -62,7 +51,6 @@ from due.redaction import redact_url
 from due.scheduler.leader import DatabaseLeases, Leadership, RedisLeases
 from due.scheduler.service import Scheduler
 from due.service import Service, run_forever
-from due.store.backend import Lane
 from due.worker.calls import StoreCalls
 from due.worker.clock_watch import ClockWatch
 from due.worker.completer import Completer
@@ -75,13 +63,14 @@ from due.worker.producer import QueueProducer
 from due.worker.recycling import Recycler
 from due.worker.runner import Runner
 from due.worker.running import RunningJob
-from due.worker.settings import MAX_CLAIM_BATCH, WorkerSettings
+from due.worker.settings import WorkerSettings
 from due.worker.shutdown import Shutdown
+from due.worker.startup import register, sync_schedules
+from due.worker.statements import Statements
 from due.worker.tally import Tally
 from due.worker.wakeups import Wakeups
 
 log = logging.getLogger("due.worker")
-LANE_FAILURE_LOG_SECONDS = 60.0
 
 
 class Worker:
@@ -109,6 +98,17 @@ class Worker:
             interval=settings.clock_interval,
             on_step=self.wake_all,
         )
+        self.statements = Statements(
+            store=self.store,
+            call=self.call,
+            heartbeat_call=self._heartbeat_call,
+            clock=self.clock,
+            settings=settings,
+            task_names=self.task_names,
+            task_leases=self.task_leases,
+            limited=self.limited,
+            wake_all=self.wake_all,
+        )
         self.executor = Executor(
             app.tasks,
             self.clock,
@@ -130,8 +130,8 @@ class Worker:
             queue: QueueProducer(
                 queue=queue,
                 concurrency=concurrency,
-                claim=self._claim,
-                next_due=self._next_due,
+                claim=self.statements.claim,
+                next_due=self.statements.next_due,
                 hold=self.runner.hold,
                 launch=self._launch,
                 clock=self.clock,
@@ -145,14 +145,15 @@ class Worker:
         self.tally = Tally()
         self.completer = Completer(
             ledgers=ledgers,
-            write=self._write_outcomes,
+            write=self.statements.write_outcomes,
             flush_interval=settings.flush_interval,
             tally=self.tally,
         )
+        self.statements.completer = self.completer  # (built after the producers)
         self.heartbeater = Heartbeater(
             held=self.held,
-            renew=self._renew,
-            touch=self._touch,
+            renew=self.statements.renew,
+            touch=self.statements.touch,
             clock=self.clock,
             lease=settings.lease,
             on_lost=self.runner.lease_lost,
@@ -199,10 +200,6 @@ class Worker:
         )
         self._stop_requested: asyncio.Event | None = None
         self._hard_stop: asyncio.Event | None = None
-        self._lane: Lane | None = None
-        """Claims and acknowledgements from the loop, without a thread (PostgreSQL);
-        opened by run(), in its loop."""
-        self._lane_failure_said_at = float("-inf")
         self.exit_within: Callable[[float], None] = lambda seconds: None
         """Called at shutdown with how soon the process must have exited: a job
         was handed back while its handler thread still ran (the `due worker`
@@ -218,79 +215,7 @@ class Worker:
             store=self.store, call=self.call, leadership=leadership, database_now=self.database_now
         )
 
-    # --- the store, from the loop --------------------------------------------
-
-    def _claim_request(self, queue: str, limit: int) -> ClaimRequest:
-        return ClaimRequest(
-            queue,
-            limit,
-            self.settings.worker_id,
-            self.settings.lease,
-            self.task_names,
-            self.task_leases,
-            self.limited,
-        )
-
-    async def _claim(self, jobs: RunningJobs, limit: int) -> list[ClaimedJob]:
-        """Claim jobs; with a single-writer store, the pending outcomes ride along."""
-        if not self.store.single_writer:
-            request = self._claim_request(jobs.queue, limit)
-            if self._lane is not None:
-                try:
-                    return await self.store.job_claim_on_loop(self._lane, request)
-                except StoreError as error:
-                    self._lane_failed("claim", error)
-            return await self.call(self.store.job_claim, request)
-        outcomes = self.completer.take()
-        # Slots the carried outcomes free are free once the claim commits with them.
-        freed = jobs.slots_freed_by_writing(sum(1 for r, _ in outcomes if r.jobs is jobs))
-        try:
-            applied, claimed = await self.call(
-                self.store.job_complete_and_claim,
-                [completion for _, completion in outcomes],
-                self._claim_request(jobs.queue, min(limit + freed, MAX_CLAIM_BATCH)),
-            )
-        except BaseException:
-            self.completer.give_back(outcomes)
-            raise
-        self.completer.acknowledge(outcomes, applied)
-        return claimed
-
-    async def _next_due(self, queue: str) -> datetime | None:
-        return await self.call(self.store.job_next_due, queue, self.task_names, self.limited)
-
-    async def _write_outcomes(self, completions: Sequence[Completion]) -> set[int]:
-        written = await self._write_outcomes_once(completions)
-        if self.limited and written:
-            # A limited job's slot frees when its end commits, here; the claim
-            # its end called for may have gone out first and counted it still
-            # running. Nothing else wakes the jobs that wait for that slot
-            # (they sit out of every claim index until a claim reopens them),
-            # so claim again now rather than after the poll interval.
-            self.wake_all()
-        return written
-
-    async def _write_outcomes_once(self, completions: Sequence[Completion]) -> set[int]:
-        if self._lane is not None:
-            try:
-                written = await self.store.job_complete_on_loop(self._lane, completions)
-                if written is not None:
-                    return written
-            except StoreError as error:
-                self._lane_failed("acknowledgement", error)
-        return await self.call(self.store.job_complete, completions)
-
-    async def _renew(self, leases: Sequence[Lease], deadline: float) -> HeartbeatReply:
-        return await self._heartbeat_call.within(deadline, self.store.job_heartbeat, leases)
-
-    async def _touch(self, deadline: float) -> None:
-        found = await self._heartbeat_call.within(
-            deadline, self.store.worker_touch, self.settings.worker_id
-        )
-        if not found:  # pruned while this process was silent (paused, cut off)
-            await self._heartbeat_call.within(
-                deadline, self.store.worker_register, self._registration()
-            )
+    # --- between the parts --------------------------------------------------
 
     def _held_one(self, running: RunningJob) -> None:
         self.heartbeater.note_held(running)  # (built after the runner)
@@ -343,15 +268,6 @@ class Worker:
     def _on_cancel(self, job_id: int) -> None:
         self.runner.request_cancel(job_id, "notification")
 
-    def _lane_failed(self, call: str, error: StoreError) -> None:
-        """A statement the loop's connections could not carry goes through a thread
-        instead (where an outage is met, and logged, as everywhere else): said at
-        INFO once a minute, at DEBUG in between."""
-        now, level = self.clock.monotonic(), logging.DEBUG
-        if now - self._lane_failure_said_at >= LANE_FAILURE_LOG_SECONDS:
-            self._lane_failure_said_at, level = now, logging.INFO
-        event(log, "worker.loop_lane_failed", level, call=call, error=str(error))
-
     # --- life cycle ----------------------------------------------------------------
 
     def _launch(self, running: RunningJob, jobs: RunningJobs) -> None:
@@ -383,10 +299,10 @@ class Worker:
         try:
             if lane is not None:
                 await lane.open()
-                self._lane = lane
+                self.statements.lane = lane
             await self._run()
         finally:
-            self._lane = None  # a straggling call takes a thread
+            self.statements.lane = None  # a straggling call takes a thread
             if lane is not None:
                 await lane.close()
             if health is not None:
@@ -408,11 +324,11 @@ class Worker:
         loop = asyncio.get_running_loop()
         assert self._stop_requested is not None
         claims_stop, services_stop = asyncio.Event(), asyncio.Event()
-        await self._register()
+        await register(self.statements, self.clock_watch)
         if self.limited:  # the code's numbers, for every worker (an operator's stay)
             await self.call(self.app.sync_limits)
         if self.scheduler is not None:
-            await self._sync_schedules()
+            await sync_schedules(self.app, self.call)
         wakeups = Wakeups(self.store, loop, self._on_due, self._on_cancel)
         wakeups.start()
         claimers = [
@@ -455,7 +371,7 @@ class Worker:
                 await self.call(self.scheduler.stop)
             wakeups.stop()
             # A recycling is counted with the stop (the metrics read it).
-            await self._set_state("stopped", recycled=self.recycler.reason)
+            await self.statements.set_state("stopped", recycled=self.recycler.reason)
             self.call.close()
             self._heartbeat_call.close()
             self._handler_threads.shutdown(wait=False, cancel_futures=True)
@@ -468,7 +384,7 @@ class Worker:
             runner=self.runner,
             completer=self.completer,
             unfinished=self._unfinished,
-            set_state=self._set_state,
+            set_state=self.statements.set_state,
             worker_id=self.settings.worker_id,
             grace=self.settings.grace,
             hard_stop=self._hard_stop,
@@ -494,60 +410,8 @@ class Worker:
             *((("recycling", self.recycler, None),) if self.settings.max_memory else ()),
         ]
 
-    async def _register(self) -> None:
-        backoff = 0.2
-        while True:
-            try:
-                await self.call(self.store.worker_register, self._registration())
-                await self.clock_watch.run_once()
-                return
-            except StoreUnavailableError as error:
-                event(log, "worker.waiting_for_database", logging.WARNING, error=str(error))
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
-
-    def _registration(self) -> WorkerRegistration:
-        return WorkerRegistration(
-            self.settings.worker_id,
-            socket.gethostname(),
-            os.getpid(),
-            self.settings.queues,
-            self.task_names,
-        )
-
-    async def _sync_schedules(self) -> None:
-        report = await self.call(self.app.sync_schedules)
-        for name in report.added:
-            event(log, "schedule.added", schedule=name)
-        settled = {result.schedule: len(result.recorded) for result in report.settled}
-        for name in report.changed:  # with how many times due under the old definition
-            event(log, "schedule.changed", schedule=name, settled=settled.get(name, 0))
-        for name in report.not_in_code:
-            event(
-                log,
-                "schedule.not_in_code",
-                logging.WARNING,
-                schedule=name,
-                reason="stored as defined in code, not defined by this app: it keeps firing "
-                "(newer code may define it) until `due schedule prune`; if this code should "
-                "define it, import the module that declares it from the app module",
-            )
-
     def _count_released(self, jobs: int) -> None:
         self.tally.released += jobs
 
     def _unfinished(self) -> list[RunningJob]:
         return [r for producer in self.producers.values() for r in producer.jobs.unfinished()]
-
-    async def _set_state(self, state: str, recycled: str | None = None) -> None:
-        try:
-            await self.call(self.store.worker_set_state, self.settings.worker_id, state, recycled)
-        except StoreError as error:
-            event(
-                log,
-                "worker.state_not_recorded",
-                logging.WARNING,
-                state=state,
-                recycled=recycled,
-                error=str(error),
-            )
