@@ -63,8 +63,9 @@ async def lifespan(web: FastAPI) -> AsyncIterator[None]:
     # (`due migrate`, and its own migrations: Alembic's).
     async with engine.begin() as conn:
         await conn.run_sync(Base.metadata.create_all)
+    jobs.open()  # due's connections, its schema checked: a problem fails the start
     yield
-    jobs.close()  # due's connections, opened on first use
+    jobs.close()
     await engine.dispose()
 
 

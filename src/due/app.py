@@ -243,6 +243,22 @@ class App:
             SchemaTooNewError: A newer version of `due` migrated it.
             StoreUnavailableError: The database cannot be reached.
         """
+        return self._checked_store()
+
+    def open(self) -> None:
+        """Open the database connections and check the schema now, not on first use.
+
+        A web app's start-up (a FastAPI lifespan) then fails on a database it
+        cannot use, rather than its first request. `close` closes them.
+
+        Raises:
+            NotMigratedError: The database has no schema yet: run `app.migrate()`.
+            SchemaTooNewError: A newer version of `due` migrated it.
+            StoreUnavailableError: The database cannot be reached.
+        """
+        self._checked_store()
+
+    def _checked_store(self) -> Store:
         store = self._open_store()
         if not self._schema_checked:
             store.check_schema()

@@ -39,6 +39,21 @@ def test_an_unmigrated_database_is_refused_with_the_fix(backend_url: str) -> Non
         app.close()
 
 
+def test_open_checks_the_schema_at_once(backend_url: str) -> None:
+    """A web app's start-up fails on a database it cannot use (not its first request)."""
+    app = due.App(backend_url)
+    try:
+        with pytest.raises(due.NotMigratedError, match="`due migrate`"):
+            app.open()
+        app.migrate()
+        app.open()
+        app.close()
+        app.open()  # again after a close, as on first use
+        assert app.jobs() == []
+    finally:
+        app.close()
+
+
 def test_migrate_is_idempotent(app: due.App) -> None:
     assert app.migrate() == []
     assert app.store.schema_version() == latest_version(app.url)
