@@ -436,6 +436,11 @@ def test_a_capped_count_stops_at_its_cap(app: due.App, tasks: dict[str, due.Task
     with pytest.raises(due.ConfigurationError, match="cap must be 1 or more"):
         app.cancel_many(dry_run=True, cap=0)
     assert len(app.jobs(state="queued")) == 12
+    # The store's own count, which the dry runs ask.
+    queued = JobFilter(state=JobState.QUEUED, task="mail")
+    assert app.store.job_count_many("cancel", queued, 5) == 5
+    assert app.store.job_count_many("cancel", queued) == 12
+    assert app.store.job_count_many("retry", JobFilter(task="mail")) == 0
 
 
 # --- the history, and bad input ---------------------------------------------------------
