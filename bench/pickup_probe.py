@@ -75,11 +75,12 @@ def without_sync() -> None:
 
 def noted_worker(url: str, notes: str) -> None:
     """The worker, with its wake-up, reaction and claim noting their times."""
-    from due.worker import wakeups, worker
+    from due.worker import statements, wakeups, worker
     from due.worker.main import configure_logging, run_worker
     from due.worker.settings import WorkerSettings
 
-    signal, on_due, claim = wakeups.Wakeups._signal, worker.Worker._on_due, worker.Worker._claim
+    signal, on_due = wakeups.Wakeups._signal, worker.Worker._on_due
+    claim = statements.Statements.claim
 
     def noted_signal(self: Any, queue: str, run_at: Any) -> None:
         MARKS.clear()
@@ -99,7 +100,7 @@ def noted_worker(url: str, notes: str) -> None:
 
     wakeups.Wakeups._signal = noted_signal  # type: ignore[method-assign]
     worker.Worker._on_due = noted_on_due  # type: ignore[method-assign]
-    worker.Worker._claim = noted_claim  # type: ignore[method-assign]
+    statements.Statements.claim = noted_claim  # type: ignore[method-assign]
     configure_logging("text", "warning")
     app, _ = make_app(url, notes)
     run_worker(app, WorkerSettings.build({"default": 100}))
