@@ -992,8 +992,10 @@ class App:
     ) -> int:
         if cap is not None and not dry_run:
             raise ConfigurationError("cap limits a count: give it with dry_run=True")
-        if cap is not None and lookups.list_limit(cap, "cap") < 1:
-            raise ConfigurationError("cap must be 1 or more")
+        if cap is not None:
+            cap = lookups.list_limit(cap, "cap")  # a whole number; past 64 bits: all
+            if cap < 1:
+                raise ConfigurationError("cap must be 1 or more")
         if not job_filters.can_match(where):
             return 0
         if dry_run:

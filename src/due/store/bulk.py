@@ -38,10 +38,17 @@ no further than a cap, the jobs the action would act on by the rules above
 each; workflows once, with their failed and cancelled steps; the jobs a
 cancelled waiting job takes with it left out, as the action leaves them out
 of its count). The action's count may still differ by what changes
-meanwhile, and in one case the statement does not follow: a waiting job
-that a waiting job cancelled before it takes with it (its piece, a step
-after it) is left out of the action's count only when both are in one
-batch; the statement leaves it out always.
+meanwhile, and where the statement does not follow the action's cascades:
+- a waiting job that a waiting job cancelled before it takes with it (its
+  piece, a step after it) is left out of the action's count only when both
+  are in one batch; the statement leaves it out always;
+- a cascade through jobs the filter does not match (a matched step after an
+  unmatched step that a cancel ends by its policy; the pieces of a parent
+  that fails as its matched pieces are cancelled) ends matched jobs the
+  action does not count; the statement counts them.
+Each state is read through its own index where it has one (as list_jobs
+reads it), so that a count of the few failed or waiting jobs among many
+queued ones does not read them all.
 """
 
 from __future__ import annotations

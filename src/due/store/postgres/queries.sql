@@ -624,8 +624,12 @@ LIMIT %(limit)s
 WITH matched AS NOT MATERIALIZED (
     SELECT id, key, parent_id, completes, pieces_total, workflow_id
     FROM due_jobs
-    WHERE state IN ('failed', 'cancelled')
-      AND (%(state)s::text IS NULL OR state = %(state)s)
+    WHERE id IN (  -- each state apart, so that even a generic plan reads its index
+          SELECT id FROM due_jobs
+          WHERE state = 'failed' AND (%(state)s::text IS NULL OR %(state)s = 'failed')
+          UNION ALL
+          SELECT id FROM due_jobs
+          WHERE state = 'cancelled' AND (%(state)s::text IS NULL OR %(state)s = 'cancelled'))
       AND (%(queue)s::text IS NULL OR queue = %(queue)s)
       AND (%(task)s::text IS NULL OR task = %(task)s)
       AND (%(parent)s::bigint IS NULL OR parent_id = %(parent)s)
@@ -682,8 +686,16 @@ FROM (SELECT 1 FROM single WHERE key IS NULL
 WITH RECURSIVE matched AS NOT MATERIALIZED (
     SELECT id, state, workflow_id, on_upstream_failure
     FROM due_jobs
-    WHERE state IN ('queued', 'running', 'waiting') AND NOT cancel_requested
-      AND (%(state)s::text IS NULL OR state = %(state)s)
+    WHERE id IN (  -- each state apart, so that even a generic plan reads its index
+          SELECT id FROM due_jobs
+          WHERE state = 'waiting' AND (%(state)s::text IS NULL OR %(state)s = 'waiting')
+          UNION ALL
+          SELECT id FROM due_jobs
+          WHERE state = 'running' AND (%(state)s::text IS NULL OR %(state)s = 'running')
+          UNION ALL
+          SELECT id FROM due_jobs
+          WHERE state = 'queued' AND (%(state)s::text IS NULL OR %(state)s = 'queued'))
+      AND NOT cancel_requested
       AND (%(queue)s::text IS NULL OR queue = %(queue)s)
       AND (%(task)s::text IS NULL OR task = %(task)s)
       AND (%(parent)s::bigint IS NULL OR parent_id = %(parent)s)

@@ -370,8 +370,13 @@ LIMIT :limit
 WITH matched AS NOT MATERIALIZED (
     SELECT id, key, parent_id, completes, pieces_total, workflow_id
     FROM due_jobs
-    WHERE state IN ('failed', 'cancelled')
-      AND (:state IS NULL OR state = :state)
+    WHERE id IN (  -- the failed jobs through their index; the cancelled have none
+          SELECT id FROM due_jobs INDEXED BY due_jobs_stopped
+          WHERE state = 'failed' AND state IN ('waiting', 'failed')
+            AND (:state IS NULL OR :state = 'failed')
+          UNION ALL
+          SELECT id FROM due_jobs
+          WHERE state = 'cancelled' AND (:state IS NULL OR :state = 'cancelled'))
       AND (:queue IS NULL OR queue = :queue)
       AND (:task IS NULL OR task = :task)
       AND (:parent IS NULL OR parent_id = :parent)
@@ -437,8 +442,17 @@ FROM (SELECT 1 FROM single WHERE key IS NULL
 WITH RECURSIVE matched AS NOT MATERIALIZED (
     SELECT id, state, workflow_id, on_upstream_failure
     FROM due_jobs
-    WHERE state IN ('queued', 'running', 'waiting') AND NOT cancel_requested
-      AND (:state IS NULL OR state = :state)
+    WHERE id IN (  -- the waiting and the running jobs through their indexes
+          SELECT id FROM due_jobs INDEXED BY due_jobs_stopped
+          WHERE state = 'waiting' AND state IN ('waiting', 'failed')
+            AND (:state IS NULL OR :state = 'waiting')
+          UNION ALL
+          SELECT id FROM due_jobs INDEXED BY due_jobs_running
+          WHERE state = 'running' AND (:state IS NULL OR :state = 'running')
+          UNION ALL
+          SELECT id FROM due_jobs
+          WHERE state = 'queued' AND (:state IS NULL OR :state = 'queued'))
+      AND NOT cancel_requested
       AND (:queue IS NULL OR queue = :queue)
       AND (:task IS NULL OR task = :task)
       AND (:parent IS NULL OR parent_id = :parent)
