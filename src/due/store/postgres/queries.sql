@@ -623,14 +623,14 @@ LIMIT %(limit)s
 -- workflow (retry_workflow_steps), each workflow once.
 WITH matched AS NOT MATERIALIZED (
     SELECT id, key, parent_id, completes, pieces_total, workflow_id
-    FROM due_jobs
-    WHERE id IN (  -- each state apart, so that even a generic plan reads its index
-          SELECT id FROM due_jobs
+    FROM (  -- each state apart, so that even a generic plan reads its index
+          SELECT * FROM due_jobs
           WHERE state = 'failed' AND (%(state)s::text IS NULL OR %(state)s = 'failed')
           UNION ALL
-          SELECT id FROM due_jobs
-          WHERE state = 'cancelled' AND (%(state)s::text IS NULL OR %(state)s = 'cancelled'))
-      AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+          SELECT * FROM due_jobs
+          WHERE state = 'cancelled' AND (%(state)s::text IS NULL OR %(state)s = 'cancelled')
+         ) AS j
+    WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
       AND (%(task)s::text IS NULL OR task = %(task)s)
       AND (%(parent)s::bigint IS NULL OR parent_id = %(parent)s)
       AND (%(key)s::text IS NULL OR key = %(key)s)
@@ -685,17 +685,17 @@ FROM (SELECT 1 FROM single WHERE key IS NULL
 -- cancelled by its policy (workflows.release) unless the policy is to run.
 WITH RECURSIVE matched AS NOT MATERIALIZED (
     SELECT id, state, workflow_id, on_upstream_failure
-    FROM due_jobs
-    WHERE id IN (  -- each state apart, so that even a generic plan reads its index
-          SELECT id FROM due_jobs
+    FROM (  -- each state apart, so that even a generic plan reads its index
+          SELECT * FROM due_jobs
           WHERE state = 'waiting' AND (%(state)s::text IS NULL OR %(state)s = 'waiting')
           UNION ALL
-          SELECT id FROM due_jobs
+          SELECT * FROM due_jobs
           WHERE state = 'running' AND (%(state)s::text IS NULL OR %(state)s = 'running')
           UNION ALL
-          SELECT id FROM due_jobs
-          WHERE state = 'queued' AND (%(state)s::text IS NULL OR %(state)s = 'queued'))
-      AND NOT cancel_requested
+          SELECT * FROM due_jobs
+          WHERE state = 'queued' AND (%(state)s::text IS NULL OR %(state)s = 'queued')
+         ) AS j
+    WHERE NOT cancel_requested
       AND (%(queue)s::text IS NULL OR queue = %(queue)s)
       AND (%(task)s::text IS NULL OR task = %(task)s)
       AND (%(parent)s::bigint IS NULL OR parent_id = %(parent)s)

@@ -369,15 +369,15 @@ LIMIT :limit
 -- workflow (retry_workflow_steps), each workflow once.
 WITH matched AS NOT MATERIALIZED (
     SELECT id, key, parent_id, completes, pieces_total, workflow_id
-    FROM due_jobs
-    WHERE id IN (  -- the failed jobs through their index; the cancelled have none
-          SELECT id FROM due_jobs INDEXED BY due_jobs_stopped
+    FROM (  -- the failed jobs through their index (the cancelled have none), read
+            -- as they come: the filter below is applied to each arm
+          SELECT * FROM due_jobs INDEXED BY due_jobs_stopped
           WHERE state = 'failed' AND state IN ('waiting', 'failed')
             AND (:state IS NULL OR :state = 'failed')
           UNION ALL
-          SELECT id FROM due_jobs
-          WHERE state = 'cancelled' AND (:state IS NULL OR :state = 'cancelled'))
-      AND (:queue IS NULL OR queue = :queue)
+          SELECT * FROM due_jobs
+          WHERE state = 'cancelled' AND (:state IS NULL OR :state = 'cancelled')) AS j
+    WHERE (:queue IS NULL OR queue = :queue)
       AND (:task IS NULL OR task = :task)
       AND (:parent IS NULL OR parent_id = :parent)
       AND (:key IS NULL OR key = :key)
@@ -441,18 +441,18 @@ FROM (SELECT 1 FROM single WHERE key IS NULL
 -- cancelled by its policy (workflows.release) unless the policy is to run.
 WITH RECURSIVE matched AS NOT MATERIALIZED (
     SELECT id, state, workflow_id, on_upstream_failure
-    FROM due_jobs
-    WHERE id IN (  -- the waiting and the running jobs through their indexes
-          SELECT id FROM due_jobs INDEXED BY due_jobs_stopped
+    FROM (  -- the waiting and the running jobs through their indexes, read as
+            -- they come: the filter below is applied to each arm
+          SELECT * FROM due_jobs INDEXED BY due_jobs_stopped
           WHERE state = 'waiting' AND state IN ('waiting', 'failed')
             AND (:state IS NULL OR :state = 'waiting')
           UNION ALL
-          SELECT id FROM due_jobs INDEXED BY due_jobs_running
+          SELECT * FROM due_jobs INDEXED BY due_jobs_running
           WHERE state = 'running' AND (:state IS NULL OR :state = 'running')
           UNION ALL
-          SELECT id FROM due_jobs
-          WHERE state = 'queued' AND (:state IS NULL OR :state = 'queued'))
-      AND NOT cancel_requested
+          SELECT * FROM due_jobs
+          WHERE state = 'queued' AND (:state IS NULL OR :state = 'queued')) AS j
+    WHERE NOT cancel_requested
       AND (:queue IS NULL OR queue = :queue)
       AND (:task IS NULL OR task = :task)
       AND (:parent IS NULL OR parent_id = :parent)
