@@ -872,7 +872,7 @@ class App:
             dry_run,
             cap,
             lambda count: self.store.job_retry_many(
-                where, bool(now), batch_size=batch_size, dry_run=dry_run, on_batch=count
+                where, bool(now), batch_size=batch_size, on_batch=count
             ),
             on_batch,
         )
@@ -955,9 +955,7 @@ class App:
             by,
             dry_run,
             cap,
-            lambda count: self.store.job_cancel_many(
-                where, batch_size=batch_size, dry_run=dry_run, on_batch=count
-            ),
+            lambda count: self.store.job_cancel_many(where, batch_size=batch_size, on_batch=count),
             on_batch,
         )
 

@@ -135,7 +135,7 @@ def test_a_cancel_cut_off_half_way_is_finished_and_asks_each_running_job_once(
 
     assert app.store.job_cancel_many(where, batch_size=400) == MANY - 1200
     assert app.store.job_cancel_many(where, batch_size=400) == 0  # asked already: passed over
-    assert app.store.job_cancel_many(where, dry_run=True) == 0
+    assert app.store.job_count_many("cancel", where) == 0
     asked = app.jobs(state="running", limit=ALL)
     assert ids(asked) == running and all(job.cancel_requested for job in asked)
     assert len(app.jobs(state="cancelled", limit=ALL)) == MANY - len(running)
@@ -176,11 +176,15 @@ def test_a_cancel_while_workers_claim_and_finish_jobs_acts_on_each_once(
 def test_a_dry_run_counts_and_changes_nothing(app: due.App, tasks: dict[str, due.Task]) -> None:
     app.enqueue_many([tasks["charge"].request(n) for n in range(30)])
     fail(app, "billing", timeout_or_value_error, limit=20)
-    assert app.store.job_retry_many(JobFilter(task="charge"), dry_run=True) == 20
+    assert app.store.job_count_many("retry", JobFilter(task="charge")) == 20
     assert app.retry_many(task="charge", dry_run=True, by="ann", batch_size=7) == 20
     assert app.cancel_many(task="charge", dry_run=True, by="ann") == 10
     assert len(app.jobs(state="failed")) == 20 and len(app.jobs(state="queued")) == 10
     assert app.history() == []  # a count is no action
+    # The store's own action retries what its count said (and records nothing:
+    # the history is the App's).
+    assert app.store.job_retry_many(JobFilter(task="charge")) == 20
+    assert len(app.jobs(state="queued")) == 30 and app.history() == []
 
 
 # --- the same jobs as app.jobs lists ---------------------------------------------------

@@ -110,14 +110,10 @@ def retry_many(
     run_now: bool,
     *,
     batch_size: int = DEFAULT_BATCH_SIZE,
-    dry_run: bool = False,
     on_batch: OnBatch | None = None,
 ) -> int:
     """Retry the failed or cancelled jobs `where` matches (its state: one of
-    those, or None for both); how many were retried (or, `dry_run`, would be:
-    `count`, and `on_batch` called once with it)."""
-    if dry_run:
-        return _counted(count(db, "retry", where), on_batch)
+    those, or None for both); how many were retried (`count` says beforehand)."""
     acted = 0
     states = RETRYABLE if where.state is None else (where.state,)
     retried_workflows: set[int] = set()
@@ -145,15 +141,11 @@ def cancel_many(
     where: JobFilter,
     *,
     batch_size: int = DEFAULT_BATCH_SIZE,
-    dry_run: bool = False,
     on_batch: OnBatch | None = None,
 ) -> int:
     """Cancel the queued, running and waiting jobs `where` matches (its state:
     one of those, or None for all three), running ones by asking them to stop;
-    how many were cancelled or asked (or, `dry_run`, would be: `count`, and
-    `on_batch` called once with it)."""
-    if dry_run:
-        return _counted(count(db, "cancel", where), on_batch)
+    how many were cancelled or asked (`count` says beforehand)."""
     acted = 0
     states = CANCELLABLE if where.state is None else (where.state,)
     for state in states:
@@ -163,12 +155,6 @@ def cancel_many(
             if on_batch is not None:
                 on_batch(acted)
     return acted
-
-
-def _counted(counted: int, on_batch: OnBatch | None) -> int:
-    if on_batch is not None:
-        on_batch(counted)
-    return counted
 
 
 @retried_on_conflict

@@ -169,12 +169,11 @@ class Store:
         run_now: bool = False,
         *,
         batch_size: int = bulk.DEFAULT_BATCH_SIZE,
-        dry_run: bool = False,
         on_batch: bulk.OnBatch | None = None,
     ) -> int:
         """Retry what `where` matches, a batch per transaction (bulk.py); the count."""
         return bulk.retry_many(
-            self.backend, where, run_now, batch_size=batch_size, dry_run=dry_run, on_batch=on_batch
+            self.backend, where, run_now, batch_size=batch_size, on_batch=on_batch
         )
 
     def job_count_many(self, action: str, where: JobFilter, cap: int | None = None) -> int:
@@ -187,13 +186,10 @@ class Store:
         where: JobFilter,
         *,
         batch_size: int = bulk.DEFAULT_BATCH_SIZE,
-        dry_run: bool = False,
         on_batch: bulk.OnBatch | None = None,
     ) -> int:
         """Cancel what `where` matches, a batch per transaction (bulk.py); the count."""
-        return bulk.cancel_many(
-            self.backend, where, batch_size=batch_size, dry_run=dry_run, on_batch=on_batch
-        )
+        return bulk.cancel_many(self.backend, where, batch_size=batch_size, on_batch=on_batch)
 
     def job_prune(self, retention: Retention, limit: int = 10_000) -> tuple[int, int]:
         return jobs.prune(self.backend, retention, limit)

@@ -286,8 +286,9 @@ class PostgresBackend:
         tables (another schema's due_jobs, which no worker of this App reads).
         One that finds none is let through: its statement says so."""
         (row,) = tx.run("server_identity")
+        theirs = _server_identity(row)
         database, tables = self._server_identity
-        if _server_identity(row) == database and row["tables"] not in (None, tables):
+        if theirs == database and row["tables"] not in (None, tables):
             url = connection.engine.url.render_as_string(hide_password=True)
             raise ConfigurationError(
                 f"{call} got a SQLAlchemy connection to {url} whose search_path finds "
@@ -296,7 +297,7 @@ class PostgresBackend:
                 f"engine the App's search_path (connect_args={{'options': "
                 f"'-csearch_path={tables}'}})"
             )
-        return _server_identity(row)
+        return theirs
 
     @contextlib.asynccontextmanager
     async def on_async_connection(
