@@ -179,3 +179,58 @@ def test_the_turns_file_shares_the_database_files_permissions(tmp_path: Path) ->
         assert Path(f"{path}{SUFFIX}").stat().st_mode & 0o777 == 0o664
     finally:
         app.close()
+
+
+def test_a_child_forked_without_python_s_fork_handlers_writes_with_locks_of_its_own(
+    tmp_path: Path,
+) -> None:
+    """uWSGI without py-call-osafterfork forks with libc's fork: no fork handler
+    runs. A thread of the parent holds the process's writer lock as it forks;
+    the child, which has no such thread, must not wait for it."""
+    import ctypes
+    import os
+    import threading
+
+    from due.store.sqlite.backend import writer_lock
+
+    path = tmp_path / "jobs.db"
+    app, t = make_app(f"sqlite:///{path}", busy_timeout=2.0)
+    t.enqueue(0)  # the process's locks and turns made, and used once
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with writer_lock(str(path)):
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(10)
+        # PyDLL: the GIL stays with this thread through fork (CDLL lets it go,
+        # and a child could start with it held by a thread it lacks).
+        pid = ctypes.PyDLL(None).fork()
+        if pid == 0:  # the child: one write, then out, whatever happens
+            code = 1
+            try:
+                t.enqueue(1)
+                code = 0
+            finally:
+                os._exit(code)
+        assert pid > 0
+        deadline = time.monotonic() + 30
+        ended, status = os.waitpid(pid, os.WNOHANG)
+        while ended == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)  # (a child that hangs is killed, not waited for forever)
+            ended, status = os.waitpid(pid, os.WNOHANG)
+        if ended == 0:
+            os.kill(pid, signal.SIGKILL)
+            status = os.waitpid(pid, 0)[1]
+    finally:
+        release.set()
+        holder.join(10)
+    try:
+        assert os.waitstatus_to_exitcode(status) == 0  # it wrote, not "stayed locked"
+        assert sorted(job.args for job in app.jobs()) == [(0,), (1,)]
+    finally:
+        app.close()

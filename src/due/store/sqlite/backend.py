@@ -182,8 +182,10 @@ class _WriterLocks:
         self.guard = threading.Lock()
         self.by_file = {}
         self.turns = {}
+        self.pid = os.getpid()
 
     def get(self, key: str) -> threading.RLock:
+        self._in_this_process()
         lock = self.by_file.get(key)
         if lock is None:
             with self.guard:
@@ -191,11 +193,20 @@ class _WriterLocks:
         return lock
 
     def turns_of(self, key: str) -> WriterTurns:
+        self._in_this_process()
         turns = self.turns.get(key)
         if turns is None:
             with self.guard:
                 turns = self.turns.setdefault(key, WriterTurns(key))
         return turns
+
+    def _in_this_process(self) -> None:
+        """Renewed in a child forked without Python's fork handlers (uWSGI
+        without py-call-osafterfork), where _unlock_in_child never ran: a lock
+        one of the parent's threads held would stay held by a thread the child
+        lacks, and the parent's turn-taking thread is not in it either."""
+        if self.pid != os.getpid():
+            self.renew()
 
 
 _WRITER_LOCKS = _WriterLocks()

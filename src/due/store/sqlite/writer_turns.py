@@ -48,9 +48,6 @@ class WriterTurns:
         self._pending: _Request | None = None
         """The turn the helper is waiting for (None: it waits for none)."""
         self._helper: threading.Thread | None = None
-        self._pid = os.getpid()
-        """The process these turns are of: a child forked without Python's fork
-        handlers (uWSGI without py-call-osafterfork) starts afresh."""
 
     def take(self, timeout: float) -> bool:
         """This process's turn, within `timeout` seconds: True when this call
@@ -58,8 +55,6 @@ class WriterTurns:
         in time, the file cannot be used, or the process holds it already (a
         nested write of the same thread): write without it, SQLite's lock
         still decides."""
-        if self._pid != os.getpid():
-            self._forked()
         fd = self._descriptor()
         if fd is None or self._held:
             return False
@@ -112,16 +107,6 @@ class WriterTurns:
             with contextlib.suppress(OSError):
                 os.close(self._fd)
             self._fd = None
-
-    def _forked(self) -> None:
-        """This process is a child of the one these turns were made in: it holds
-        none of its parent's turns, and has none of its threads."""
-        self._guard = threading.Lock()
-        self._changed = threading.Condition(self._guard)
-        self._held = False
-        self._pending = None
-        self._helper = None
-        self._pid = os.getpid()
 
     def _descriptor(self) -> int | None:
         if self._fd is None and not self._unusable:
