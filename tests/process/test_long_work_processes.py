@@ -89,7 +89,9 @@ def test_cancelling_a_running_job_ends_it_within_a_heartbeat(
     job = app.enqueue(task)
     wait_until(lambda: workers.records("start"), what="the job to start")
     asked_at = time.monotonic()
-    assert app.cancel(job.id).state == JobState.RUNNING
+    # Asked while it runs; on PostgreSQL the worker may hear the request and
+    # end the job before cancel's own read after its commit (seen once).
+    assert app.cancel(job.id).state in (JobState.RUNNING, JobState.CANCELLED)
     wait_until(lambda: app.get(job.id).state == JobState.CANCELLED, timeout=30, what="cancel")
     took = time.monotonic() - asked_at
     bound = 2.0 if backend == "postgres" else lease / 3 + 1.5
