@@ -123,6 +123,8 @@ def test_a_job_from_another_process_wakes_a_worker_that_polls_every_five_seconds
 
 def test_the_socket_of_a_killed_worker_is_cleared_away(deployment: Deployment) -> None:
     killed = deployment.start()
+    # Bound by its wake-up thread, which may run just after it says it started.
+    wait_until(lambda: len(deployment.sockets()) == 1, what="the worker's doorbell")
     (left,) = deployment.sockets()
     kill(killed)
     assert deployment.sockets() == {left}  # SIGKILL: nobody removed it
