@@ -151,6 +151,41 @@ def test_actions_retry_pause_and_trigger(
     assert [entry.action for entry in app.history(queue="emails")] == ["pause", "resume"]
 
 
+def actions_shown(page: str) -> list[list[str]]:
+    """The overview's "Done by hand" rows, newest first: [what, on, by]."""
+    table = re.search(r'<table class="actions">.*?</table>', page, re.S)
+    if table is None:
+        return []
+    rows = re.findall(r"<tr>\s*(.*?)</tr>", table.group(0).split("<tbody>")[1], re.S)
+    cells = [re.findall(r"<td>(.*?)</td>", row, re.S) for row in rows]
+    return [[re.sub(r"<[^>]+>", "", cell) for cell in row[1:]] for row in cells]
+
+
+def test_the_overview_shows_what_was_done_by_hand_bulk_actions_included(
+    app: due.App, work: due.Task, client: TestClient
+) -> None:
+    assert actions_shown(client.get("/").text) == []  # no section while nothing was done
+    job = work.enqueue(value="a")
+    app.cancel(job.id, by="ann")
+    app.pause_queue("emails", by="bob")
+    app.add_schedule("nightly", "0 2 * * *", task=work)
+    app.pause_schedule("nightly", by="cy")
+    work.enqueue(value="b")
+    assert app.cancel_many(task="work", by="dee") == 1  # a bulk action: on no one job or queue
+    page = client.get("/").text
+    assert actions_shown(page) == [
+        ["cancel 1 jobs where task=work", "—", "dee"],
+        ["pause", "schedule nightly", "cy"],
+        ["pause", "queue emails", "bob"],
+        ["cancel", f"job {job.id}", "ann"],
+    ]
+    assert f'href="/jobs/{job.id}"' in page and 'href="/jobs?queue=emails"' in page
+    for n in range(12):
+        app.resume_queue("emails", by=f"op-{n}")
+    shown = actions_shown(client.get("/").text)
+    assert [row[2] for row in shown] == [f"op-{n}" for n in range(11, 1, -1)]  # the latest 10
+
+
 def test_a_refused_action_says_why(app: due.App, work: due.Task, client: TestClient) -> None:
     job = work.enqueue()
     token = csrf_of(client)

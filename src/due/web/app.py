@@ -54,6 +54,9 @@ PAGE_SIZE = 50
 STRIP_LENGTH = 30
 MAX_STRIP_WINDOW = timedelta(days=31)
 THROUGHPUT_MINUTES = 60
+RECENT_ACTIONS = 10
+"""The actions by hand the overview lists: a bulk action or a queue's pause is
+shown nowhere else (a job's page and a schedule's row show only their own)."""
 
 
 def create_dashboard(
@@ -143,6 +146,7 @@ class Pages:
             queues=queues,
             tasks=snapshot.tasks,
             limits=snapshot.limits,
+            actions=self.app.history(limit=RECENT_ACTIONS)[::-1],
             now=snapshot.at,
         )
 
