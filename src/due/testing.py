@@ -35,7 +35,7 @@ from due.core.jobs import JobState
 from due.core.records import ClaimedJob, ClaimRequest
 from due.worker.executor import Executor
 
-__all__ = ["DrainResult", "FakeClock", "adrain", "drain"]
+__all__ = ["DrainResult", "FakeClock", "adrain", "drain", "empty"]
 
 DRAIN_WORKER = "due.testing.drain"
 DRAIN_LEASE_SECONDS = 300.0
@@ -128,6 +128,21 @@ async def adrain(
         # A sync handler past its timeout may still be running: do not wait for it.
         threads.shutdown(wait=False)
     return result
+
+
+def empty(app: App) -> None:
+    """Delete everything due keeps in the app's database, between tests.
+
+    Every job, workflow, schedule (and its runs), worker, limit, paused queue,
+    figure and action taken by hand goes; the schema stays, as `migrate` left
+    it. The app's own limits are written again, as its first enqueue would.
+    For a test database only: it asks nothing before it deletes. Django's
+    `TransactionTestCase` does it for you with due's test runner
+    (docs/howto/django.md).
+    """
+    app.store.empty()
+    if len(app.limits):
+        app.sync_limits()
 
 
 def _claim_next(app: App, queues: list[str] | None) -> ClaimedJob | None:

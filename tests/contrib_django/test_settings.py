@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
 
 from due.contrib.django.apps_registry import url_from
 from due.contrib.django.database import _postgres_url
@@ -43,3 +47,29 @@ def test_the_backend_options_are_checked() -> None:
     with pytest.raises(ImproperlyConfigured, match="'nowhere', which is not in DATABASES"):
         url_from("x", {"DATABASE": "nowhere"})
     assert url_from("x", {"URL": "sqlite:///elsewhere.db"}) == "sqlite:///elsewhere.db"
+
+
+def test_a_flush_empties_due_s_tables_in_that_database_and_never_a_url_s(
+    tmp_path: Path,
+) -> None:
+    """What due's test runner does after Django's flush of `default`: the
+    backends whose jobs live there are emptied; one with a URL of its own is not
+    Django's test database, and keeps its jobs."""
+    from due.contrib.django import due_app
+    from due.contrib.django.schema import empty_database
+
+    elsewhere = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    tasks = {
+        **django_settings.TASKS,
+        "elsewhere": {"BACKEND": "due.contrib.django.DueBackend", "OPTIONS": {"URL": elsewhere}},
+    }
+    with override_settings(TASKS=tasks):
+        kept, emptied, other = due_app("elsewhere"), due_app("default"), due_app("pg")
+        kept.migrate()
+        for app in (kept, emptied, other):
+            app.store.action_record("pause", "ann", queue="emails")  # a row in each database
+        empty_database("default")
+        assert [entry.by for entry in kept.history()] == ["ann"]
+        assert [entry.by for entry in other.history()] == ["ann"]  # another Django database
+        assert emptied.history() == []
+        kept.close()

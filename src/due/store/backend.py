@@ -233,6 +233,9 @@ class Backend(Protocol):
 
     def migrate(self) -> list[int]: ...
 
+    def empty(self) -> None:
+        """Delete every row due keeps but the migrations' record (tests)."""
+
     def schema_version(self) -> int | None: ...
 
     def check_schema(self) -> None: ...

@@ -88,6 +88,11 @@ class Store:
         """Apply the migrations this version knows; returns the versions applied."""
         return self.backend.migrate()
 
+    def empty(self) -> None:
+        """Delete every job, schedule, workflow, figure and record: the database
+        as `migrate` left it (due.testing.empty)."""
+        self.backend.empty()
+
     def schema_version(self) -> int | None:
         """The applied schema version, or None when the database has none."""
         return self.backend.schema_version()

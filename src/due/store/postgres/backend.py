@@ -526,6 +526,10 @@ class PostgresBackend:
                     applied_now.append(migration.version)
         return applied_now
 
+    def empty(self) -> None:
+        with self.transaction() as tx:
+            tx.run("empty_tables")
+
     def schema_version(self) -> int | None:
         with self.transaction(read=True) as tx:
             if not tx.run("migrations_table_exists")[0]["present"]:

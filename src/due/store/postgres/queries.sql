@@ -39,6 +39,25 @@ SELECT max(version) AS version FROM due_schema_migrations
 -- name: record_migration
 INSERT INTO due_schema_migrations (version, name) VALUES (%(version)s, %(name)s)
 
+-- name: empty_tables
+-- Every row due keeps, the migrations' record aside: the database as `migrate`
+-- left it (due.testing.empty, for tests). A new table goes here too
+-- (tests/store/test_empty.py reads them all). Ids go on from where they were,
+-- as after Django's flush.
+TRUNCATE due_jobs,
+    due_workers,
+    due_schedules,
+    due_schedule_runs,
+    due_leases,
+    due_queues,
+    due_job_stats,
+    due_actions,
+    due_limits,
+    due_limit_keys,
+    due_workflows,
+    due_workflow_edges,
+    due_worker_recycles
+
 -- name: current_time
 SELECT coalesce(%(now)s::timestamptz, now()) AS now
 

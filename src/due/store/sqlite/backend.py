@@ -522,6 +522,12 @@ class SQLiteBackend:
                     applied_now.append(migration.version)
         return applied_now
 
+    def empty(self) -> None:
+        with self.transaction() as tx:
+            assert isinstance(tx, SQLiteTransaction)
+            for statement in _statements(QUERIES["empty_tables"] + ";"):
+                tx.connection.execute(statement)
+
     def schema_version(self) -> int | None:
         with self.transaction(read=True) as tx:
             if not tx.run("migrations_table_exists")[0]["present"]:

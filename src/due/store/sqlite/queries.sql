@@ -28,6 +28,25 @@ SELECT max(version) AS version FROM due_schema_migrations
 -- name: record_migration
 INSERT INTO due_schema_migrations (version, name, applied_at) VALUES (:version, :name, :now)
 
+-- name: empty_tables
+-- Every row due keeps, the migrations' record aside: the database as `migrate`
+-- left it (due.testing.empty, for tests). A new table goes here too
+-- (tests/store/test_empty.py reads them all). Several statements: the backend
+-- runs them one by one, in one transaction.
+DELETE FROM due_jobs;
+DELETE FROM due_workers;
+DELETE FROM due_schedules;
+DELETE FROM due_schedule_runs;
+DELETE FROM due_leases;
+DELETE FROM due_queues;
+DELETE FROM due_job_stats;
+DELETE FROM due_actions;
+DELETE FROM due_limits;
+DELETE FROM due_limit_keys;
+DELETE FROM due_workflows;
+DELETE FROM due_workflow_edges;
+DELETE FROM due_worker_recycles;
+
 -- name: insert_job
 -- A job due later waits among the timers (`timer`), out of the claim index.
 INSERT INTO due_jobs (task, queue, priority, payload, run_at, timer, max_attempts,

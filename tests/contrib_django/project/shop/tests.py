@@ -40,3 +40,20 @@ class RunTests(TransactionTestCase):
             result.refresh()
             self.assertEqual(result.status, TaskResultStatus.SUCCESSFUL)
             self.assertEqual(result.return_value["sent_to"], f"{alias}@example.com")
+
+
+class LeftoverTests(TransactionTestCase):
+    """Django empties its tables after each TransactionTestCase test; due's test
+    runner empties due's then too: a test never sees the jobs of the one before."""
+
+    databases = {"default", "pg"}
+
+    def test_1_leaves_its_jobs_queued(self):
+        for alias in ("default", "pg"):
+            send_welcome_email.using(backend=alias).enqueue(f"{alias}@example.com")
+            self.assertEqual(len(due_app(alias).jobs()), 1)
+
+    def test_2_starts_with_no_job(self):
+        for alias in ("default", "pg"):
+            self.assertEqual(due_app(alias).jobs(), [])
+            self.assertEqual(drain(due_app(alias)).succeeded, [])
