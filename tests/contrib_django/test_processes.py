@@ -166,6 +166,17 @@ def test_django_s_test_runner_sends_the_jobs_to_its_test_databases() -> None:
     assert "Ran 4 tests" in ran.stderr
 
 
+def test_django_s_test_runner_in_parallel_clones_due_s_tables_too() -> None:
+    """`manage.py test --parallel`: Django copies the test databases, one per
+    process. PostgreSQL refused while due's connections were open ("being
+    accessed by other users"), and the SQLite copy lacked due's tables (in the
+    WAL file, not copied): due's runner closes them and checkpoints first."""
+    ran = manage("test", "shop", "--noinput", "--parallel", "2", timeout=180)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "Cloning test database for alias 'pg'" in ran.stderr
+    assert "Ran 4 tests" in ran.stderr
+
+
 def test_call_command_runs_a_due_command_in_process(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
