@@ -52,11 +52,11 @@ def test_the_backend_options_are_checked() -> None:
 def test_a_flush_empties_due_s_tables_in_that_database_and_never_a_url_s(
     tmp_path: Path,
 ) -> None:
-    """What due's test runner does after Django's flush of `default`: the
+    """What due's test runner does after a test that used `default`: the
     backends whose jobs live there are emptied; one with a URL of its own is not
     Django's test database, and keeps its jobs."""
     from due.contrib.django import due_app
-    from due.contrib.django.schema import empty_database
+    from due.contrib.django.schema import empty_databases
 
     elsewhere = f"sqlite:///{tmp_path / 'elsewhere.db'}"
     tasks = {
@@ -68,7 +68,7 @@ def test_a_flush_empties_due_s_tables_in_that_database_and_never_a_url_s(
         kept.migrate()
         for app in (kept, emptied, other):
             app.store.action_record("pause", "ann", queue="emails")  # a row in each database
-        empty_database("default")
+        empty_databases(["default"])
         assert [entry.by for entry in kept.history()] == ["ann"]
         assert [entry.by for entry in other.history()] == ["ann"]  # another Django database
         assert emptied.history() == []

@@ -4,10 +4,11 @@ needs no second command. `due migrate` stays for use without Django."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS
+from django.db import DEFAULT_DB_ALIAS, connections
 
 from due.contrib.django.apps_registry import app_for, database_alias
 from due.contrib.django.configuration import BACKEND_PATH
@@ -44,22 +45,19 @@ def migrate_database(alias: str) -> list[int]:
     return applied
 
 
-def empty_after_flush(
-    sender: Any, using: str = DEFAULT_DB_ALIAS, plan: Any = None, **kwargs: Any
-) -> None:
-    """post_migrate after a `flush` (no plan), while due's test runner runs:
-    due's tables emptied as Django emptied its own (between TransactionTestCase's
-    tests). Never connected outside it: a flush elsewhere leaves the jobs be."""
-    if plan is None:
-        empty_database(using)
-
-
-def empty_database(alias: str) -> None:
-    """Empty due's tables for every due backend whose jobs live in the Django
-    database `alias` ("DATABASE"; one with a URL of its own is not Django's test
-    database, and is left alone)."""
+def empty_databases(aliases: Iterable[str]) -> None:
+    """Empty due's tables for every due backend whose jobs live in one of the
+    Django databases `aliases` ("DATABASE"; one with a URL of its own is not
+    Django's test database, and is left alone)."""
     from due.testing import empty
 
+    wanted = set(aliases)
     for backend, params in (getattr(settings, "TASKS", {}) or {}).items():
-        if params.get("BACKEND") == BACKEND_PATH and database_alias(params) == alias:
-            empty(app_for(backend, params))
+        alias = database_alias(params)
+        if params.get("BACKEND") != BACKEND_PATH or alias not in wanted:
+            continue
+        if connections[alias].vendor == "sqlite" and connections[alias].is_in_memory_db():
+            # Where a process of --parallel started by forkserver or spawn has
+            # its SQLite test database: due cannot reach it, so holds no job there.
+            continue
+        empty(app_for(backend, params))

@@ -1,5 +1,5 @@
-"""Django's test runner, with due's tables emptied between TransactionTestCase's
-tests and due's connections closed before the test databases go.
+"""Django's test runner, with due's tables emptied after every TransactionTestCase
+test and due's connections closed before the test databases are copied or go.
 
 ::
 
@@ -7,10 +7,15 @@ tests and due's connections closed before the test databases go.
 
 Django empties its models' tables after each `TransactionTestCase` test (its
 `flush`); due's tables are not models, so this runner empties them then too
-(`due.testing.empty`), for every backend whose jobs live in a Django database
-("DATABASE"): a test does not run the jobs an earlier one left. Not with
-`available_apps` or `serialized_rollback`, where Django sends no signal after
-its flush: call `due.testing.empty(due_app())` in `setUp` there.
+(`due.testing.empty`), in every database the test used, for every backend
+whose jobs live there ("DATABASE"): a test does not run the jobs an earlier
+one left. It is a cleanup each such test is given as the suite is built, not
+a receiver of the `post_migrate` that Django's flush sends: Django sends
+none with `available_apps` or `serialized_rollback`, nor for a database
+without a model's table (one kept for the jobs), and a process that
+`--parallel` starts with forkserver or spawn (Python 3.14 on Linux, macOS)
+sets up Django's test environment, not this runner's. The cleanup travels
+with its test into that process.
 
 due's App keeps connections of its own to the test database (it reads and
 writes jobs there); PostgreSQL refuses to drop a database that connections
@@ -29,30 +34,27 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from django.apps import apps
 from django.db import connections
-from django.db.models.signals import post_migrate
+from django.test import TestCase, TransactionTestCase
 from django.test.runner import DiscoverRunner
+from django.test.utils import iter_test_cases
 
 from due.contrib.django.apps_registry import close_apps
-from due.contrib.django.schema import empty_after_flush
-
-EMPTY_AFTER_FLUSH = "due.empty_after_flush"
+from due.contrib.django.schema import empty_databases
 
 
 class DueTestRunner(DiscoverRunner):  # type: ignore[misc]
-    """`DiscoverRunner` that empties due's tables when Django flushes its own, and
-    closes due's connections before dropping the test databases."""
+    """`DiscoverRunner` that empties due's tables after every test Django flushes
+    after, and closes due's connections before copying or dropping the test
+    databases."""
 
-    def setup_test_environment(self, **kwargs: Any) -> None:
-        super().setup_test_environment(**kwargs)
-        post_migrate.connect(
-            empty_after_flush, sender=apps.get_app_config("due"), dispatch_uid=EMPTY_AFTER_FLUSH
-        )
-
-    def teardown_test_environment(self, **kwargs: Any) -> None:
-        post_migrate.disconnect(sender=apps.get_app_config("due"), dispatch_uid=EMPTY_AFTER_FLUSH)
-        super().teardown_test_environment(**kwargs)
+    def build_suite(self, *args: Any, **kwargs: Any) -> Any:
+        suite = super().build_suite(*args, **kwargs)
+        for test in iter_test_cases(suite):
+            # A TestCase's transaction is rolled back: nothing to empty.
+            if isinstance(test, TransactionTestCase) and not isinstance(test, TestCase):
+                test.addCleanup(empty_after, type(test))
+        return suite
 
     def setup_databases(self, **kwargs: Any) -> Any:
         with _whole_clones():
@@ -96,3 +98,9 @@ def _before_cloning(alias: str, clone: Any) -> Any:
         return clone(*args, **kwargs)
 
     return clone_test_db
+
+
+def empty_after(test_class: type[TransactionTestCase]) -> None:
+    """A TransactionTestCase test's cleanup: due's tables emptied in the
+    databases Django flushes after it (a mirror is its primary's database)."""
+    empty_databases(test_class._databases_names(include_mirrors=False))

@@ -42,18 +42,38 @@ class RunTests(TransactionTestCase):
             self.assertEqual(result.return_value["sent_to"], f"{alias}@example.com")
 
 
-class LeftoverTests(TransactionTestCase):
+class Leftovers:
     """Django empties its tables after each TransactionTestCase test; due's test
     runner empties due's then too: a test never sees the jobs of the one before."""
 
-    databases = {"default", "pg"}
+    aliases = ("default", "pg")
 
     def test_1_leaves_its_jobs_queued(self):
-        for alias in ("default", "pg"):
+        for alias in self.aliases:
             send_welcome_email.using(backend=alias).enqueue(f"{alias}@example.com")
             self.assertEqual(len(due_app(alias).jobs()), 1)
 
     def test_2_starts_with_no_job(self):
-        for alias in ("default", "pg"):
+        for alias in self.aliases:
             self.assertEqual(due_app(alias).jobs(), [])
             self.assertEqual(drain(due_app(alias)).succeeded, [])
+
+
+class LeftoverTests(Leftovers, TransactionTestCase):
+    databases = {"default", "pg"}
+
+
+class LeftoverOnPostgresTests(Leftovers, TransactionTestCase):
+    """Only PostgreSQL's jobs: a process of --parallel started by forkserver or
+    spawn has its SQLite test database in memory, where due cannot go."""
+
+    databases = {"default", "pg"}
+    aliases = ("pg",)
+
+
+class LeftoverWithAvailableAppsTests(Leftovers, TransactionTestCase):
+    """Django flushes only these apps' tables, and sends no post_migrate."""
+
+    databases = {"default", "pg"}
+    aliases = ("pg",)
+    available_apps = ["shop"]
