@@ -73,3 +73,24 @@ def test_a_flush_empties_due_s_tables_in_that_database_and_never_a_url_s(
         assert [entry.by for entry in other.history()] == ["ann"]  # another Django database
         assert emptied.history() == []
         kept.close()
+
+
+def test_backends_sharing_a_database_keep_their_limits_after_emptying() -> None:
+    """Two backends whose jobs live in `default`: emptying one must not wipe the
+    limits the other has just written again (each App writes its own only once,
+    before its first enqueue, and would not write them again)."""
+    from due.contrib.django import due_app
+    from due.contrib.django.schema import empty_databases
+    from due.testing import empty
+
+    shared = {"BACKEND": "due.contrib.django.DueBackend", "OPTIONS": {"DATABASE": "default"}}
+    tasks = {**django_settings.TASKS, "first": shared, "second": shared}
+    with override_settings(TASKS=tasks):
+        first, second = due_app("first"), due_app("second")
+        first.limit("first-only", concurrency=1)
+        empty_databases(["default"])
+        names = {overview.name for overview in first.limit_overview()}
+        assert "first-only" in names, names
+        first.close()
+        second.close()
+    empty(due_app("default"))  # first-only goes

@@ -10,6 +10,7 @@ from typing import Any
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 
+from due.app import App
 from due.contrib.django.apps_registry import app_for, database_alias
 from due.contrib.django.configuration import BACKEND_PATH
 
@@ -52,6 +53,7 @@ def empty_databases(aliases: Iterable[str]) -> None:
     from due.testing import empty
 
     wanted = set(aliases)
+    sharing: dict[str, list[App]] = {}
     for backend, params in (getattr(settings, "TASKS", {}) or {}).items():
         alias = database_alias(params)
         if params.get("BACKEND") != BACKEND_PATH or alias not in wanted:
@@ -60,4 +62,13 @@ def empty_databases(aliases: Iterable[str]) -> None:
             # Where a process of --parallel started by forkserver or spawn has
             # its SQLite test database: due cannot reach it, so holds no job there.
             continue
-        empty(app_for(backend, params))
+        app = app_for(backend, params)
+        sharing.setdefault(app.url, []).append(app)
+    for first, *others in sharing.values():
+        # Each database once: emptying it for a second backend would delete the
+        # limits the first's App has just written again, which that App, having
+        # written them, would not write before its next enqueue.
+        empty(first)
+        for app in others:
+            if len(app.limits):
+                app.sync_limits()
