@@ -4,8 +4,11 @@ schema stays, and the app goes on working, its limits written again."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sqlite3
+import threading
+from collections.abc import Iterator
 
 import psycopg
 
@@ -15,6 +18,7 @@ from due.store.postgres.backend import QUERIES as POSTGRES_QUERIES
 from due.store.sqlite.backend import QUERIES as SQLITE_QUERIES
 from due.store.sqlite.backend import path_from_url
 from due.testing import drain, empty
+from tests.helpers.waiting import wait_until
 
 SCHEMA_RECORD = "due_schema_migrations"
 
@@ -108,4 +112,41 @@ def test_empty_tables_names_every_table_of_the_schema(app: due.App) -> None:
 def test_empty_on_an_empty_database_does_nothing(app: due.App) -> None:
     empty(app)
     empty(app)
+    assert app.jobs() == []
+
+
+@contextlib.contextmanager
+def reading_the_jobs(app: due.App) -> Iterator[None]:
+    """A connection of the test's own in a transaction that has read due_jobs,
+    rolled back at the end."""
+    if app.url.startswith("sqlite"):
+        with contextlib.closing(sqlite3.connect(path_from_url(app.url))) as conn:
+            conn.isolation_level = None
+            conn.execute("BEGIN")
+            conn.execute("SELECT count(*) FROM due_jobs").fetchone()
+            yield
+            conn.execute("ROLLBACK")
+        return
+    with psycopg.connect(app.url) as conn:
+        conn.execute("SELECT count(*) FROM due_jobs").fetchone()
+        yield
+        conn.rollback()
+
+
+def test_empty_does_not_wait_for_a_transaction_that_read_due_s_tables(app: due.App) -> None:
+    """A connection left in a transaction that read the jobs (a fixture that
+    rolls each test back, after the test's own enqueue(connection=...)): on
+    PostgreSQL, TRUNCATE waited for its lock up to due's lock_timeout (30 s),
+    every other session's reads queued behind it, then failed."""
+
+    @app.task(name="work")
+    def work() -> None: ...
+
+    work.enqueue()
+    emptied = threading.Event()
+    thread = threading.Thread(target=lambda: (empty(app), emptied.set()))
+    with reading_the_jobs(app):
+        thread.start()
+        wait_until(emptied.is_set, timeout=10, what="empty, beside a reading transaction")
+    thread.join()
     assert app.jobs() == []

@@ -43,20 +43,25 @@ INSERT INTO due_schema_migrations (version, name) VALUES (%(version)s, %(name)s)
 -- Every row due keeps, the migrations' record aside: the database as `migrate`
 -- left it (due.testing.empty, for tests). A new table goes here too
 -- (tests/store/test_empty.py reads them all). Ids go on from where they were,
--- as after Django's flush.
-TRUNCATE due_jobs,
-    due_workers,
-    due_schedules,
-    due_schedule_runs,
-    due_leases,
-    due_queues,
-    due_job_stats,
-    due_actions,
-    due_limits,
-    due_limit_keys,
-    due_workflows,
-    due_workflow_edges,
-    due_worker_recycles
+-- as after Django's flush. DELETE, not TRUNCATE: a test's tables hold few
+-- rows, which DELETE removes in milliseconds where TRUNCATE made every table
+-- and index anew (a third of a second, after each test), and TRUNCATE's lock
+-- waited for any transaction that had read a table (due's lock_timeout: 30 s,
+-- every other session queued behind it). One statement: one round trip, and
+-- preparable.
+WITH jobs AS (DELETE FROM due_jobs),
+     workers AS (DELETE FROM due_workers),
+     schedules AS (DELETE FROM due_schedules),
+     schedule_runs AS (DELETE FROM due_schedule_runs),
+     leases AS (DELETE FROM due_leases),
+     queues AS (DELETE FROM due_queues),
+     job_stats AS (DELETE FROM due_job_stats),
+     actions AS (DELETE FROM due_actions),
+     limits AS (DELETE FROM due_limits),
+     limit_keys AS (DELETE FROM due_limit_keys),
+     workflows AS (DELETE FROM due_workflows),
+     workflow_edges AS (DELETE FROM due_workflow_edges)
+DELETE FROM due_worker_recycles
 
 -- name: current_time
 SELECT coalesce(%(now)s::timestamptz, now()) AS now
