@@ -187,13 +187,13 @@ def test_due_s_test_runner_empties_due_s_tables_after_every_transaction_test_cas
     ran = manage("test", *leftovers, "--noinput", timeout=120, DUE_TEST_PG_DUE_ONLY="1")
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "Ran 6 tests" in ran.stderr
-    for method in ("forkserver", "spawn"):
-        ran = manage(
-            "test", *[f"shop.tests.{name}" for name in ON_POSTGRES], "--noinput",
-            "--parallel", "2", timeout=180, DUE_TEST_START_METHOD=method,
-        )  # fmt: skip
-        assert ran.returncode == 0, method + ran.stdout + ran.stderr
-        assert "Ran 4 tests" in ran.stderr, method + ran.stderr
+    # forkserver only: spawn (macOS) sets the processes up the same way, slower.
+    ran = manage(
+        "test", *[f"shop.tests.{name}" for name in ON_POSTGRES], "--noinput",
+        "--parallel", "2", timeout=180, DUE_TEST_START_METHOD="forkserver",
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "Ran 4 tests" in ran.stderr, ran.stderr
 
 
 ON_POSTGRES = ("LeftoverOnPostgresTests", "LeftoverWithAvailableAppsTests")
