@@ -62,8 +62,6 @@ def plan_backfill(ctx: due.Context, chunk: int = 10_000) -> None:
 
 # A short lease: a dead worker's piece is taken over within seconds, and the
 # progress (sent with each heartbeat, every lease / 3) moves every two seconds.
-# (At 3 s the demo's worker lost every piece's lease at once in most runs: its
-# heartbeat stalled 2-4 s on SQLite while the pieces wrote. Left to be found.)
 @app.task(queue="backfill", lease="6s", stuck_after="1m")
 def backfill_range(ctx: due.Context, start: int, stop: int) -> int:
     """Fill `amount_cents` for ids in [start, stop), resuming from the checkpoint."""
