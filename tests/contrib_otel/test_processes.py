@@ -79,8 +79,13 @@ def test_one_trace_from_the_web_process_to_the_worker_process(
             start_new_session=True,
         )
     try:
+        # The handler's span ends before the attempt's, and the batch processor
+        # may export them in two batches: wait for both, not the first alone.
         worker_spans = wait_until(
-            lambda: "render invoice" in (spans := exported(worker_file)) and spans,
+            lambda: (
+                {"render invoice", "process billing"} <= (spans := exported(worker_file)).keys()
+                and spans
+            ),
             timeout=60,
             what="the worker's spans",
         )

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import due
+from due.store.sqlite.writer_turns import SUFFIX as TURNS_SUFFIX
 from tests.helpers.waiting import wait_until
 
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -113,11 +114,14 @@ class Workers:
         assert worker.process.poll() is None, worker.log()
 
     def pause(self, worker: WorkerProcess, attempts: int = 100) -> None:
-        """SIGSTOP `worker` at a moment it holds no SQLite write lock.
+        """SIGSTOP `worker` at a moment it holds no SQLite write lock, nor its
+        turn at it (store/sqlite/writer_turns.py).
 
         A process frozen inside a write transaction blocks every writer of a
-        SQLite file until it resumes (SQLite has one writer); tests of a
-        paused *lease* must not pause the database with it.
+        SQLite file until it resumes (SQLite has one writer); one frozen with
+        its turn (taken just before the transaction, given back just after)
+        makes every other process's write wait its whole busy timeout, 30 s,
+        for it. Tests of a paused *lease* must not pause the database with it.
         """
         worker.signal(signal.SIGSTOP)
         if not self.url.startswith("sqlite"):
@@ -128,14 +132,16 @@ class Workers:
             try:
                 connection.execute("BEGIN IMMEDIATE")
                 connection.execute("ROLLBACK")
-                return
+                if not holds_a_lock_on(worker.pid, path + TURNS_SUFFIX):
+                    return
             except sqlite3.OperationalError:
-                worker.signal(signal.SIGCONT)
-                time.sleep(0.02)
-                worker.signal(signal.SIGSTOP)
+                pass
             finally:
                 connection.close()
-        raise AssertionError(f"worker {worker.pid} held the SQLite write lock at every pause")
+            worker.signal(signal.SIGCONT)
+            time.sleep(0.02)
+            worker.signal(signal.SIGSTOP)
+        raise AssertionError(f"worker {worker.pid} was writing to SQLite at every pause")
 
     def ledger_lines(self) -> list[LedgerLine]:
         return read_ledger(self.ledger)
@@ -150,6 +156,24 @@ class Workers:
                     with contextlib.suppress(ProcessLookupError):
                         os.killpg(worker.process.pid, signum)
                 worker.process.wait(timeout=10)
+
+
+def holds_a_lock_on(pid: int, path: str) -> bool:
+    """Whether process `pid` holds an fcntl lock on the file at `path`, as Linux
+    lists them in /proc/locks (read, not tried: this process takes and drops
+    no lock of its own on the file, which would drop any it holds). Elsewhere,
+    or for a file not there: False."""
+    try:
+        found = os.stat(path)
+        listed = Path("/proc/locks").read_text()
+    except OSError:
+        return False
+    file = f"{os.major(found.st_dev):02x}:{os.minor(found.st_dev):02x}:{found.st_ino}"
+    for line in listed.splitlines():
+        fields = line.split()  # "1: POSIX ADVISORY WRITE <pid> <dev:inode> 0 EOF"
+        if len(fields) > 5 and fields[1] != "->" and fields[4:6] == [str(pid), file]:
+            return True  # ("->": a process waiting for the lock, not holding it)
+    return False
 
 
 def app_with_tasks_of(url: str, source: due.App) -> due.App:

@@ -25,11 +25,13 @@ TIMEOUT = 0.2
 def test_the_retry_waits_for_the_timed_out_thread(app: due.App) -> None:
     returned = threading.Event()
     stopped_at_safe_point = threading.Event()
+    ran_for: list[float] = []
 
     @app.task(name="slow", timeout=TIMEOUT, retry=due.Retry(max_attempts=3, backoff=0))
     def slow(ctx: due.Context, safe_points: bool) -> None:
+        began = time.monotonic()
         try:
-            deadline = time.monotonic() + 1.0
+            deadline = began + 1.0
             while time.monotonic() < deadline:
                 time.sleep(0.05)
                 if safe_points:
@@ -38,6 +40,7 @@ def test_the_retry_waits_for_the_timed_out_thread(app: due.App) -> None:
             stopped_at_safe_point.set()
             raise
         finally:
+            ran_for.append(time.monotonic() - began)
             returned.set()
 
     async def scenario(safe_points: bool) -> None:
@@ -68,7 +71,8 @@ def test_the_retry_waits_for_the_timed_out_thread(app: due.App) -> None:
         app.cancel(job.id)  # (its retry is not this test's business)
 
     asyncio.run(asyncio.wait_for(scenario(safe_points=False), timeout=30))
-    started = time.monotonic()
     asyncio.run(asyncio.wait_for(scenario(safe_points=True), timeout=30))
     assert stopped_at_safe_point.is_set()
-    assert time.monotonic() - started < 0.9  # it stopped at a safe point, not after 1 s
+    # The handler's own time (not the scenario's, whose worker and store calls
+    # a loaded machine slows): it stopped at a safe point, not after its 1 s.
+    assert ran_for[-1] < 0.9, ran_for

@@ -7,6 +7,7 @@ from __future__ import annotations
 import signal
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -161,16 +162,20 @@ def test_a_paused_queue_stops_starting_pieces_until_resumed(
 
 
 def test_a_job_whose_progress_stops_is_shown_stuck(
-    app: due.App, workers: Workers, backend_url: str
+    app: due.App, workers: Workers, backend_url: str, tmp_path: Path
 ) -> None:
     worker = workers.start("--lease", f"{LEASE}s")
     workers.wait_ready(worker)
-    job = app.enqueue("silent", kwargs={"seconds": 4})
+    # Silent until told: two commands (a new process each, seconds on a loaded
+    # machine) must see it while it still runs.
+    done = tmp_path / "done"
+    job = app.enqueue("silent", kwargs={"seconds": 60, "until": str(done)})
     wait_until(lambda: app.jobs(stuck=True), timeout=10, what="the job to be flagged stuck")
     assert app.get(job.id).state == JobState.RUNNING  # stuck is a flag, not a verdict
     assert str(job.id) in run_due(backend_url, "jobs", "--stuck")
     status = run_due(backend_url, "status").splitlines()
     assert any(f" {job.id} " in line and "silent" in line and "stuck" in line for line in status)
+    done.touch()
     wait_until(lambda: app.get(job.id).state == JobState.SUCCEEDED, timeout=30, what="success")
 
 

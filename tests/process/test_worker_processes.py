@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -227,12 +228,14 @@ def test_the_worker_rides_out_lost_database_connections(postgres_url: str, tmp_p
         app.tasks.add(due.Task(app, task.fn, task.name, task.config))
     workers = Workers(postgres_url, tmp_path / "ledger.txt", tmp_path)
     try:
-        # libpq names the worker's connections, so only they are cut
-        worker = workers.start("--lease", "3s", env={"PGAPPNAME": "due-test-worker"})
+        # libpq names the worker's connections, so only they are cut (a name of
+        # this test's own: another run on the same server keeps its sessions)
+        name = f"due-test-worker-{uuid.uuid4().hex[:8]}"
+        worker = workers.start("--lease", "3s", env={"PGAPPNAME": name})
         workers.wait_ready(worker)
         first = app.enqueue("work")
         wait_until(lambda: app.get(first.id).state == JobState.SUCCEEDED, what="the first job")
-        cut = cut_sessions(POSTGRES_BASE_URL, "due-test-worker")
+        cut = cut_sessions(POSTGRES_BASE_URL, name)
         assert cut >= 3, "the worker's connections (pool and LISTEN) should be cut"
         second = app.enqueue("work")
         wait_until(

@@ -157,7 +157,15 @@ def test_a_big_graph_runs_each_step_once_after_its_upstream_under_faults(
             if run["pid"] == worker.pid and run["end"] is None
         }
 
-    wait_until(lambda: open_runs(doomed), timeout=20, what="the doomed worker to run a step")
+    # Kill it while it runs a step: stopped first, so that the ledger read and the
+    # kill see the same moment (a step lasts 10 to 30 ms, and the root runs
+    # alone: one that ended between a read and a kill left nothing lost).
+    for _ in range(50):
+        wait_until(lambda: open_runs(doomed), timeout=20, what="the doomed worker to run a step")
+        doomed.signal(signal.SIGSTOP)
+        if open_runs(doomed):
+            break
+        doomed.signal(signal.SIGCONT)
     doomed.signal(signal.SIGKILL)
     # Pause a worker that runs a step now (the ledger says it began and has not
     # ended): resumed and tried again if it ended before the pause took.

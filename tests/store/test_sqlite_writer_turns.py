@@ -5,6 +5,7 @@ long delays a write by its busy timeout at most, never fails it."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 
 import due
 from due.store.sqlite.writer_turns import SUFFIX, WriterTurns
+from tests.helpers.workers import holds_a_lock_on
 from tests.store.test_sqlite_writers import BackgroundEnqueue, make_app
 
 HOLD_THE_TURN = """
@@ -117,6 +119,25 @@ def test_a_turn_held_too_long_delays_a_write_by_the_busy_timeout_then_it_goes(
         other.let_go()
         t.enqueue(2)
         assert sorted(job.args for job in app.jobs()) == [(1,), (2,)]
+    finally:
+        holder.stop()
+        app.close()
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="Linux lists its locks there")
+def test_the_process_tests_see_which_process_holds_the_turn(sqlite_url: str) -> None:
+    """Their pause of a worker (tests/helpers/workers.py) waits for a moment it
+    holds no turn, which it reads in /proc/locks: a turn held is seen there,
+    and whose it is."""
+    app, t = make_app(sqlite_url)
+    t.enqueue(0)
+    holder = TurnHolder(database(app))
+    try:
+        assert holds_a_lock_on(holder.process.pid, database(app) + SUFFIX)
+        assert not holds_a_lock_on(os.getpid(), database(app) + SUFFIX)
+        holder.let_go()
+        t.enqueue(1)  # this process's turn, given back at once
+        assert not holds_a_lock_on(os.getpid(), database(app) + SUFFIX)
     finally:
         holder.stop()
         app.close()
