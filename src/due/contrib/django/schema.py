@@ -70,5 +70,4 @@ def empty_databases(aliases: Iterable[str]) -> None:
         # written them, would not write before its next enqueue.
         empty(first)
         for app in others:
-            if len(app.limits):
-                app.sync_limits()
+            app.sync_limits()
