@@ -180,12 +180,15 @@ def test_django_s_test_runner_in_parallel_clones_due_s_tables_too() -> None:
 
 def test_due_s_test_runner_empties_due_s_tables_after_every_transaction_test_case() -> None:
     """Also where Django's flush sends no post_migrate: a database that holds
-    due's tables and no model's (Django has nothing to flush there), and
-    `available_apps` (or `serialized_rollback`)."""
+    due's tables and no model's (Django has nothing to flush there),
+    `available_apps` and `serialized_rollback`."""
     leftovers = [f"shop.tests.{name}" for name in ("LeftoverTests", *ON_POSTGRES)]
     ran = manage("test", *leftovers, "--noinput", timeout=120, DUE_TEST_PG_DUE_ONLY="1")
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "Ran 6 tests" in ran.stderr
+    ran = manage("test", "shop.rollback_tests", "--noinput", timeout=120)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "Ran 2 tests" in ran.stderr
 
 
 @pytest.mark.skipif(
