@@ -5,9 +5,13 @@ what it lists is what the action would act on."""
 
 from __future__ import annotations
 
+import contextlib
 import getpass
+import signal
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from types import FrameType
 from typing import Any
 
 import click
@@ -95,13 +99,46 @@ def act_on_filter(
         click.confirm(f"{action.capitalize()} {counted(matching, 'job')}?", abort=True)
     by = actor()
     doing = {"retry": "retrying", "cancel": "cancelling"}[action]
-    done = _with_progress(
-        doing,
-        matching,
-        lambda on_batch: act(**filters, state=state, by=by, on_batch=on_batch, **extra),
-    )
+    with _stopped_between_batches() as stop_if_asked:
+
+        def run(show: Callable[[int], None]) -> int:
+            def on_batch(done: int) -> None:
+                show(done)
+                stop_if_asked()
+
+            return int(act(**filters, state=state, by=by, on_batch=on_batch, **extra))
+
+        done = _with_progress(doing, matching, run)
     said = {"retry": "retried (queued again)", "cancel": "cancelled or asked to stop"}[action]
     console.print(f"{counted(done, 'job')} {said}")
+
+
+@contextlib.contextmanager
+def _stopped_between_batches() -> Iterator[Callable[[], None]]:
+    """Ctrl-C during the action stops it once the batch in flight has committed
+    and been counted: raised inside that commit, it left the batch out of the
+    count the history records, though its jobs had been acted on. A second
+    Ctrl-C stops at once. Yields the check to make after each batch."""
+    asked = threading.Event()
+
+    def on_interrupt(signum: int, frame: FrameType | None) -> None:
+        if asked.is_set():
+            raise KeyboardInterrupt
+        asked.set()
+        errors.print("stopping after this batch (Ctrl-C again: at once)")
+
+    def stop_if_asked() -> None:
+        if asked.is_set():
+            raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield stop_if_asked  # (signals reach the main thread only: as it was)
+        return
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        yield stop_if_asked
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _print_sample(
