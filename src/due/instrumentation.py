@@ -85,7 +85,14 @@ class AttemptEnd:
     `ctx.transaction`), QUEUED (a retry), FAILED, CANCELLED or WAITING (for
     its pieces); None when nothing is written (its lease was lost)."""
     error: BaseException | None = None
-    """What the handler raised (a TimeoutError for a timeout), when it failed."""
+    """What the handler raised (a TimeoutError for a timeout), when it failed:
+    for its type. Its text is `message`, never `str(error)`."""
+    message: str | None = None
+    """The error's message as the job's history keeps it: every redacted
+    argument value hidden (due.shown_arguments.scrubbed), so that a trace
+    shows no more than `due show` does (invariant 16)."""
+    traceback: str | None = None
+    """Its traceback as the history keeps it, hidden alike (None: none)."""
 
 
 class AttemptObserver(Protocol):

@@ -122,6 +122,32 @@ def test_a_failed_attempt_records_its_error_and_each_retry_links_to_the_first(
         assert dict(link.attributes or {}) == {"due.link": "first_attempt"}
 
 
+def test_a_failed_attempt_s_span_shows_its_error_as_the_history_keeps_it(
+    app: due.App, traces: Traces
+) -> None:
+    # The production how-to's own example: a message that repeats the
+    # redacted arguments, the card by position and an API key in a dict.
+    @app.task(name="charge", redact=["card_number"], retry=due.Retry(max_attempts=1))
+    def charge(customer_id: int, card_number: str, details: dict[str, str]) -> None:
+        raise RuntimeError(f"card {card_number} declined with key {details['api_key']}")
+
+    card, key = "4242424242424242", "sk_live_51H8secret"
+    job = charge.enqueue(42, card, {"api_key": key, "note": "first"})
+    drain(app)
+
+    stored = app.get(job.id)
+    assert stored.last_error == "RuntimeError: card ••• declined with key •••"
+    process = traces.one("process default")
+    (raised,) = [e for e in process.events if e.name == "exception"]
+    event = dict(raised.attributes or {})
+    assert process.status.description == stored.last_error
+    assert event["exception.type"] == "RuntimeError"
+    assert event["exception.message"] == "card ••• declined with key •••"
+    assert event["exception.stacktrace"] == stored.errors[-1].traceback
+    exported = json.dumps([span.to_json() for span in traces.exporter.get_finished_spans()])
+    assert card not in exported and key not in exported
+
+
 def test_an_attempt_that_lost_its_lease_records_it(app: due.App, traces: Traces) -> None:
     @app.task(name="overtaken")
     def overtaken(ctx: due.Context) -> None:

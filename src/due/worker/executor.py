@@ -150,7 +150,8 @@ class Executor:
             # the caller writes its end; the hooks hear what that end is.
             ends_in = None if stopped is None else stopped()
             lost = None if ends_in is not None else LeaseLost(STOPPED_AT_AN_AWAIT)
-            instrumentation.ended(observers, AttemptEnd(ends_in, lost))
+            message = None if lost is None else STOPPED_AT_AN_AWAIT
+            instrumentation.ended(observers, AttemptEnd(ends_in, lost, message))
             raise
         seconds = time.perf_counter() - started
         raised = raised_by(outcome, task)
@@ -163,11 +164,23 @@ class Executor:
             state: JobState | None = completion.state
         else:  # nothing to write: its lease was lost, or its own transaction wrote its success
             state = None if attempt.lease_lost else JobState.SUCCEEDED
-        end = AttemptEnd(state, raised)
+        end = AttemptEnd(state, raised, *self._shown_error(task, job, raised))
         kept = instrumentation.ended(observers, end)
         if completion is not None and completion.error is not None:
             completion.headers = kept
         return attempt
+
+    @staticmethod
+    def _shown_error(
+        task: Task[Any, Any], job: ClaimedJob, raised: BaseException | None
+    ) -> tuple[str | None, str | None]:
+        """An attempt's error for the attempt hooks: its message and traceback
+        hidden as the history keeps them (a span must not show a redacted
+        value the store hides)."""
+        if raised is None:
+            return None, None
+        secrets = _secrets(task, job)
+        return _message(raised, secrets), _traceback(raised, secrets)
 
     def _attempt(
         self,
@@ -211,7 +224,7 @@ class Executor:
             error=storable_text(
                 f"due could not record this attempt's outcome: {scrubbed(_text(error), secrets)}"
             ),
-            traceback=storable_text(scrubbed("".join(traceback.format_exception(error)), secrets)),
+            traceback=_traceback(error, secrets),
             at=self._clock.now() or self._clock.wall(),
             kind="error",
             exception=class_path(error),
@@ -274,10 +287,7 @@ class Executor:
         record = AttemptError(
             attempt=job.attempt,
             error=storable_text(scrubbed(_text(error), secrets)),
-            traceback=storable_text(
-                scrubbed("".join(traceback.format_exception(error)), secrets),
-                MAX_TRACEBACK_CHARACTERS,
-            ),
+            traceback=_traceback(error, secrets),
             at=self._clock.now() or self._clock.wall(),
             exception=class_path(error),
             worker=self._worker,
@@ -337,6 +347,18 @@ def _repr(value: Any) -> str:
         return repr(value)
     except Exception:  # RecursionError included
         return f"<{type(value).__name__} whose repr() failed>"
+
+
+def _message(error: BaseException, secrets: set[str]) -> str:
+    """`error`'s message without `secrets`, as the history keeps it after its type."""
+    text = _text(error)
+    return storable_text(scrubbed(text, secrets)).removeprefix(f"{type(error).__name__}: ")
+
+
+def _traceback(error: BaseException, secrets: set[str]) -> str:
+    """`error`'s traceback without `secrets`, as the history keeps it."""
+    text = "".join(traceback.format_exception(error))
+    return storable_text(scrubbed(text, secrets), MAX_TRACEBACK_CHARACTERS)
 
 
 def _text(error: BaseException) -> str:

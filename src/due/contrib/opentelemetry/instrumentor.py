@@ -199,7 +199,10 @@ class _Attempt:
             # error.type: the convention's low-cardinality name of what went
             # wrong (the exception's class), "_OTHER" when there is no exception.
             if end.error is not None:
-                span.record_exception(end.error)
+                # Not span.record_exception(end.error): that writes str(error) and
+                # its traceback as raised, and a handler's message may repeat a
+                # redacted argument. The span says what the job's history says.
+                span.add_event("exception", _exception_attributes(end, end.error))
                 span.set_attribute("error.type", type(end.error).__qualname__)
             else:
                 span.set_attribute("error.type", "_OTHER")
@@ -215,10 +218,23 @@ def _carrier(span: Span) -> dict[str, str] | None:
     return carrier or None
 
 
+def _exception_attributes(end: AttemptEnd, error: BaseException) -> dict[str, str]:
+    """The semantic conventions' exception event, as `record_exception` writes
+    it, with the error's text as due stores it."""
+    kind = type(error)
+    module = kind.__module__
+    return {
+        "exception.type": f"{module}.{kind.__qualname__}"
+        if module and module != "builtins"
+        else kind.__qualname__,
+        "exception.message": end.message or "",
+        "exception.stacktrace": end.traceback or "",
+        "exception.escaped": "False",
+    }
+
+
 def _describe(end: AttemptEnd) -> str:
     if end.error is None:
         return "the attempt failed"
-    try:
-        return f"{type(end.error).__name__}: {end.error}"
-    except Exception:
-        return type(end.error).__name__
+    name = type(end.error).__name__
+    return name if end.message is None else f"{name}: {end.message}"
