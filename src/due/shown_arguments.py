@@ -24,10 +24,13 @@ most jobs is as it was; no column is added; the readers of a payload take
 
 from __future__ import annotations
 
+import html
 import inspect
+import json
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, quote_plus
 
 from due.errors import ConfigurationError
 
@@ -161,14 +164,41 @@ would hide half of every message, and say little of a secret."""
 
 def scrubbed(text: str, secrets: Collection[str]) -> str:
     """`text` (an error message, a traceback) with each of `secrets` replaced by
-    `HIDDEN`, longest first."""
+    `HIDDEN`, longest first: as written, and in the forms a message may
+    quote it in (`encoded_forms`)."""
     if not secrets or not text:
         return text
-    found = [secret for secret in secrets if secret in text]
+    forms = {form for secret in secrets for form in encoded_forms(secret)}
+    found = [form for form in forms if form in text]
     if not found:
         return text
     pattern = "|".join(map(re.escape, sorted(found, key=len, reverse=True)))
     return re.sub(pattern, HIDDEN, text)
+
+
+def encoded_forms(secret: str) -> set[str]:
+    """`secret` as written, and as a message may quote it: percent-encoded (in
+    a URL or a form, with upper- or lower-case hex), escaped by `repr` (of
+    the text, or of its UTF-8 bytes), by JSON (`\\uXXXX` or not) and by HTML.
+    The quotes around a repr or a JSON string stay outside (`'•••'`)."""
+    forms = {
+        secret,
+        quote(secret, safe="", errors="surrogatepass"),
+        quote(secret, errors="surrogatepass"),
+        quote_plus(secret, safe="", errors="surrogatepass"),
+        quote_plus(secret, errors="surrogatepass"),
+        repr(secret)[1:-1],
+        repr(secret.encode("utf-8", "surrogatepass"))[2:-1],
+        json.dumps(secret)[1:-1],
+        json.dumps(secret, ensure_ascii=False)[1:-1],
+        html.escape(secret),
+        html.escape(secret, quote=False),
+    }
+    forms |= {_PERCENT.sub(lambda hex: hex[0].lower(), form) for form in forms if "%" in form}
+    return forms
+
+
+_PERCENT = re.compile(r"%[0-9A-F]{2}")
 
 
 def secret_texts(

@@ -4,8 +4,11 @@ the defaults unless turned off."""
 
 from __future__ import annotations
 
+import html
+import json
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 import pytest
 
@@ -69,6 +72,30 @@ def test_error_text_loses_the_hidden_values_only() -> None:
     assert secrets == {"hunter22", "tok-1234"}  # short or unhidden values are not looked for
     text = "ada: hunter22 refused (tok-1234)"
     assert scrubbed(text, secrets) == f"ada: {HIDDEN} refused ({HIDDEN})"
+
+
+@pytest.mark.parametrize(
+    "encode",
+    [
+        pytest.param(lambda s: s, id="as is"),
+        pytest.param(lambda s: quote(s, safe=""), id="in a URL"),
+        pytest.param(lambda s: quote(s, safe="").lower(), id="in a URL, lower-case hex"),
+        pytest.param(quote_plus, id="in a form"),
+        pytest.param(repr, id="repr"),
+        pytest.param(lambda s: repr(s.encode()), id="repr of its bytes"),
+        pytest.param(json.dumps, id="JSON"),
+        pytest.param(lambda s: json.dumps(s, ensure_ascii=False), id="JSON, not ASCII"),
+        pytest.param(html.escape, id="HTML"),
+    ],
+)
+def test_error_text_loses_the_hidden_values_in_any_encoding(encode: Any) -> None:
+    secret = "pä ss/w'o\"rd\n%&<x>"
+    shown = scrubbed(f"refused {encode(secret)} for ada", {secret})
+    assert shown.startswith("refused ") and shown.endswith(" for ada"), shown
+    assert (
+        shown.removeprefix("refused b").removeprefix("refused ")[: -len(" for ada")].strip("'\"")
+        == HIDDEN
+    ), shown
 
 
 def test_arguments_nested_deeper_than_the_recursion_limit_are_hidden_not_fatal() -> None:
