@@ -661,7 +661,8 @@ class App:
                 No index serves it: on a big table, give a `state` too
                 (failed, running and waiting jobs have an index of their own).
                 It may not name a redacted key (`redact=`, the defaults): the
-                task's, or without `task`, any task's.
+                task's, or without `task`, any task's; and it never looks
+                inside a positional argument shown hidden.
 
         Returns:
             The jobs, newest first.
@@ -701,7 +702,12 @@ class App:
                 "and a search by its value would confirm a guessed secret to whoever "
                 "may search; search by another argument"
             )
-        return where
+        if where.args_contains is None:
+            return where
+        # Nor inside an argument this app shows hidden whole (a job enqueued
+        # before its task had redact= stored no position of its own).
+        hidden = {task.name: task.redacted_positions for task in self.tasks}
+        return job_filters.hiding(where, hidden)
 
     def wait(self, job_id: int, *, timeout: DurationLike | None = None) -> Job:
         """Block until the job has ended (succeeded, failed or cancelled).

@@ -14,7 +14,8 @@ half hour).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -125,6 +126,15 @@ def hidden_key(where: JobFilter, hidden_names: Collection[str]) -> str | None:
                     return str(key)
                 stack.append(item)
     return None
+
+
+def hiding(where: JobFilter, positions: Mapping[str, Sequence[int]]) -> JobFilter:
+    """`where`, its `args_contains` not looking into the positional arguments
+    at `positions` (by task), which are shown hidden (as are those each job
+    stored)."""
+    hidden = {task: list(at) for task, at in positions.items() if at}
+    text = json.dumps(hidden, ensure_ascii=False, separators=(",", ":")) if hidden else None
+    return replace(where, hidden_positions=text)
 
 
 def moment(value: Moment | None, now: Callable[[], datetime], what: str) -> datetime | None:

@@ -120,3 +120,35 @@ def test_a_schedules_runs_store_what_they_hide(app: due.App) -> None:
     elsewhere = due.App(app.url)  # a process without the task's code
     assert shown_arguments(elsewhere.get(run.id), elsewhere)[0] == ["•••", "•••"]
     elsewhere.close()
+
+
+def test_a_search_never_looks_inside_a_hidden_positional_argument(app: due.App) -> None:
+    """A positional argument hidden whole (a `redact=` name, a default one)
+    is not searched: a key inside it is no redacted name, but a search by it
+    would list the job for the right guess only, and a bulk action by it
+    would write the guess into the history."""
+
+    @app.task(name="enrol", redact=["card"])
+    def enrol(user: dict[str, str], card: dict[str, str], password: dict[str, str]) -> None: ...
+
+    job = enrol.enqueue({"name": "ada"}, {"number": "4242", "cvc": "123"}, {"pin": "9911"})
+    assert app.get(job.id).redact == ("card", 1, 2)  # the positions are stored
+    # A job enqueued before the task hid its card (it stored no position):
+    # hidden, and so not searched, where the task is registered with redact=.
+    earlier = due.App(app.url, clock=app.clock)
+    earlier.task(name="enrol")(lambda user, card, password: None)
+    old = earlier.enqueue("enrol", args=[{"name": "bob"}, {"number": "4242"}, {}])
+    earlier.close()
+
+    for guess in ({"number": "4242"}, {"number": "4242", "cvc": "123"}, {"pin": "9911"}):
+        for task in (None, "enrol"):
+            assert app.jobs(task=task, args_contains=guess) == []
+            for bulk in (app.cancel_many, app.retry_many):
+                assert bulk(task=task, state=None, args_contains=guess, dry_run=True) == 0
+        assert app.cancel_many(args_contains=guess, by="mallory") == 0
+    assert app.get(job.id).state == app.get(old.id).state == due.JobState.QUEUED
+    # What is shown is still searched: a visible positional argument, a keyword.
+    assert [j.id for j in app.jobs(args_contains={"name": "ada"})] == [job.id]
+    kept = enrol.enqueue({"name": "eve"}, card={"number": "4242"}, password={})
+    assert [j.id for j in app.jobs(args_contains={"name": "eve"})] == [kept.id]
+    assert app.jobs(args_contains={"number": "4242"}) == []

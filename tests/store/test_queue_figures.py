@@ -221,7 +221,15 @@ def test_the_default_limit_holds_through_the_app(
 
 
 NO_NEWER_FILTERS = dict.fromkeys(
-    ["since", "until", "error_contains", "key_prefix", "workflow", "args_contains"]
+    [
+        "since",
+        "until",
+        "error_contains",
+        "key_prefix",
+        "workflow",
+        "args_contains",
+        "hidden_positions",
+    ]
 )
 RUNNING_ROW_SCANS = ["select_expired", "any_expired", "queue_stuck", "running_per_worker"]
 

@@ -334,7 +334,12 @@ class JobFilter:
     """Only the steps of this workflow."""
     args_contains: str | None = None
     """Only jobs whose arguments hold this JSON object (as compact JSON text):
-    their keyword arguments, or one positional argument that is an object."""
+    their keyword arguments, or one positional argument that is an object
+    and is not shown hidden."""
+    hidden_positions: str | None = None
+    """For `args_contains`: the positional arguments shown hidden by task
+    (JSON text, `{"task": [1, 2]}`), beyond the positions each job stored;
+    never searched."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -141,6 +141,7 @@ def filter_params(where: JobFilter) -> dict[str, object]:
         "key_prefix": where.key_prefix,
         "workflow": where.workflow,
         "args_contains": where.args_contains,
+        "hidden_positions": where.hidden_positions,
     }
 
 

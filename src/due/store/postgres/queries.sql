@@ -529,6 +529,12 @@ WHERE id = %(id)s
 -- Newest first, from `before` back: `id < coalesce(before, <largest id>)` is a
 -- bound the index scan starts from, also in a generic plan (a statement
 -- prepared by psycopg), where `before IS NULL OR id < before` is not.
+-- args_contains: JSON containment in the keyword arguments or in one
+-- positional argument. A positional argument shown hidden is never searched
+-- (a search by a key in it would confirm a guessed secret): its position is
+-- in the payload's "redact" list, or in hidden_positions ({"task": [1, 2]},
+-- the positions the showing app's tasks hide). The containment of the whole
+-- list is checked too, cheaply: a job that holds no match is not taken apart.
 SELECT *
 FROM (SELECT *,
              (state = 'running' AND stuck_after IS NOT NULL
@@ -548,7 +554,13 @@ FROM (SELECT *,
         AND (%(workflow)s::bigint IS NULL OR workflow_id = %(workflow)s)
         AND (%(args_contains)s::jsonb IS NULL
              OR payload -> 'kwargs' @> %(args_contains)s::jsonb
-             OR payload -> 'args' @> jsonb_build_array(%(args_contains)s::jsonb))
+             OR payload -> 'args' @> jsonb_build_array(%(args_contains)s::jsonb)
+                AND EXISTS (SELECT 1 FROM jsonb_array_elements(CASE jsonb_typeof(payload -> 'args')
+                                                                WHEN 'array' THEN payload -> 'args' END)
+                                               WITH ORDINALITY AS arg (value, n)
+                            WHERE arg.value @> %(args_contains)s::jsonb
+                              AND NOT coalesce(payload -> 'redact', '[]') @> to_jsonb(n - 1)
+                              AND NOT coalesce(%(hidden_positions)s::jsonb -> task, '[]') @> to_jsonb(n - 1)))
         AND id < coalesce(%(before)s::bigint, 9223372036854775807)) AS j
 WHERE NOT %(stuck_only)s OR stuck
 ORDER BY id DESC
@@ -577,7 +589,13 @@ FROM (SELECT *,
         AND (%(workflow)s::bigint IS NULL OR workflow_id = %(workflow)s)
         AND (%(args_contains)s::jsonb IS NULL
              OR payload -> 'kwargs' @> %(args_contains)s::jsonb
-             OR payload -> 'args' @> jsonb_build_array(%(args_contains)s::jsonb))
+             OR payload -> 'args' @> jsonb_build_array(%(args_contains)s::jsonb)
+                AND EXISTS (SELECT 1 FROM jsonb_array_elements(CASE jsonb_typeof(payload -> 'args')
+                                                                WHEN 'array' THEN payload -> 'args' END)
+                                               WITH ORDINALITY AS arg (value, n)
+                            WHERE arg.value @> %(args_contains)s::jsonb
+                              AND NOT coalesce(payload -> 'redact', '[]') @> to_jsonb(n - 1)
+                              AND NOT coalesce(%(hidden_positions)s::jsonb -> task, '[]') @> to_jsonb(n - 1)))
         AND id < coalesce(%(before)s::bigint, 9223372036854775807)) AS j
 WHERE NOT %(stuck_only)s OR stuck
 ORDER BY id DESC
@@ -606,7 +624,13 @@ LIMIT %(limit)s
      AND (%(workflow)s::bigint IS NULL OR workflow_id = %(workflow)s)
      AND (%(args_contains)s::jsonb IS NULL
           OR payload -> 'kwargs' @> %(args_contains)s::jsonb
-          OR payload -> 'args' @> jsonb_build_array(%(args_contains)s::jsonb))
+          OR payload -> 'args' @> jsonb_build_array(%(args_contains)s::jsonb)
+             AND EXISTS (SELECT 1 FROM jsonb_array_elements(CASE jsonb_typeof(payload -> 'args')
+                                                             WHEN 'array' THEN payload -> 'args' END)
+                                            WITH ORDINALITY AS arg (value, n)
+                         WHERE arg.value @> %(args_contains)s::jsonb
+                           AND NOT coalesce(payload -> 'redact', '[]') @> to_jsonb(n - 1)
+                           AND NOT coalesce(%(hidden_positions)s::jsonb -> task, '[]') @> to_jsonb(n - 1)))
      AND id < coalesce(%(before)s::bigint, 9223372036854775807)
      AND NOT %(stuck_only)s
    ORDER BY id DESC
@@ -626,7 +650,13 @@ UNION ALL
      AND (%(workflow)s::bigint IS NULL OR workflow_id = %(workflow)s)
      AND (%(args_contains)s::jsonb IS NULL
           OR payload -> 'kwargs' @> %(args_contains)s::jsonb
-          OR payload -> 'args' @> jsonb_build_array(%(args_contains)s::jsonb))
+          OR payload -> 'args' @> jsonb_build_array(%(args_contains)s::jsonb)
+             AND EXISTS (SELECT 1 FROM jsonb_array_elements(CASE jsonb_typeof(payload -> 'args')
+                                                             WHEN 'array' THEN payload -> 'args' END)
+                                            WITH ORDINALITY AS arg (value, n)
+                         WHERE arg.value @> %(args_contains)s::jsonb
+                           AND NOT coalesce(payload -> 'redact', '[]') @> to_jsonb(n - 1)
+                           AND NOT coalesce(%(hidden_positions)s::jsonb -> task, '[]') @> to_jsonb(n - 1)))
      AND id < coalesce(%(before)s::bigint, 9223372036854775807)
      AND NOT %(stuck_only)s
    ORDER BY id DESC
@@ -665,7 +695,13 @@ WITH matched AS NOT MATERIALIZED (
       AND (%(workflow)s::bigint IS NULL OR workflow_id = %(workflow)s)
       AND (%(args_contains)s::jsonb IS NULL
            OR payload -> 'kwargs' @> %(args_contains)s::jsonb
-           OR payload -> 'args' @> jsonb_build_array(%(args_contains)s::jsonb))
+           OR payload -> 'args' @> jsonb_build_array(%(args_contains)s::jsonb)
+              AND EXISTS (SELECT 1 FROM jsonb_array_elements(CASE jsonb_typeof(payload -> 'args')
+                                                              WHEN 'array' THEN payload -> 'args' END)
+                                             WITH ORDINALITY AS arg (value, n)
+                          WHERE arg.value @> %(args_contains)s::jsonb
+                            AND NOT coalesce(payload -> 'redact', '[]') @> to_jsonb(n - 1)
+                            AND NOT coalesce(%(hidden_positions)s::jsonb -> task, '[]') @> to_jsonb(n - 1)))
       AND id < coalesce(%(before)s::bigint, 9223372036854775807)
 ),
 single AS NOT MATERIALIZED (
@@ -731,7 +767,13 @@ WITH RECURSIVE matched AS NOT MATERIALIZED (
       AND (%(workflow)s::bigint IS NULL OR workflow_id = %(workflow)s)
       AND (%(args_contains)s::jsonb IS NULL
            OR payload -> 'kwargs' @> %(args_contains)s::jsonb
-           OR payload -> 'args' @> jsonb_build_array(%(args_contains)s::jsonb))
+           OR payload -> 'args' @> jsonb_build_array(%(args_contains)s::jsonb)
+              AND EXISTS (SELECT 1 FROM jsonb_array_elements(CASE jsonb_typeof(payload -> 'args')
+                                                              WHEN 'array' THEN payload -> 'args' END)
+                                             WITH ORDINALITY AS arg (value, n)
+                          WHERE arg.value @> %(args_contains)s::jsonb
+                            AND NOT coalesce(payload -> 'redact', '[]') @> to_jsonb(n - 1)
+                            AND NOT coalesce(%(hidden_positions)s::jsonb -> task, '[]') @> to_jsonb(n - 1)))
       AND id < coalesce(%(before)s::bigint, 9223372036854775807)
 ),
 waiting AS MATERIALIZED (SELECT id FROM matched WHERE state = 'waiting'),

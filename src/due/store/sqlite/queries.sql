@@ -271,6 +271,10 @@ WHERE id = :id
 -- of whose positional arguments that is an object, hold each of its keys with
 -- an equal value (a number equal as a number; an object or a list as a whole,
 -- keys in the same order): PostgreSQL's containment (`@>`) one level deep.
+-- A positional argument shown hidden is never searched (a search by a key in
+-- it would confirm a guessed secret): its position is in the payload's
+-- "redact" list, or in :hidden_positions ({"task": [1, 2]}, the positions the
+-- showing app's tasks hide).
 SELECT *
 FROM (SELECT *,
              (state = 'running' AND stuck_after IS NOT NULL
@@ -294,6 +298,10 @@ FROM (SELECT *,
                                                      OR have.type IN ('integer', 'real') AND want.type IN ('integer', 'real'))))
              OR EXISTS (SELECT 1 FROM json_each(payload, '$.args') AS arg
                         WHERE arg.type = 'object'
+                          AND arg.key NOT IN (SELECT value FROM json_each(payload, '$.redact') WHERE type = 'integer')
+                          AND arg.key NOT IN (SELECT hidden.value FROM json_each(:hidden_positions) AS by_task,
+                                                                       json_each(by_task.value) AS hidden
+                                              WHERE by_task.key = task)
                           AND NOT EXISTS (SELECT 1 FROM json_each(:args_contains) AS want
                                           WHERE NOT EXISTS (SELECT 1 FROM json_each(arg.value) AS have
                                                             WHERE have.key = want.key AND have.value IS want.value
@@ -331,6 +339,10 @@ FROM (SELECT *,
                                                      OR have.type IN ('integer', 'real') AND want.type IN ('integer', 'real'))))
              OR EXISTS (SELECT 1 FROM json_each(payload, '$.args') AS arg
                         WHERE arg.type = 'object'
+                          AND arg.key NOT IN (SELECT value FROM json_each(payload, '$.redact') WHERE type = 'integer')
+                          AND arg.key NOT IN (SELECT hidden.value FROM json_each(:hidden_positions) AS by_task,
+                                                                       json_each(by_task.value) AS hidden
+                                              WHERE by_task.key = task)
                           AND NOT EXISTS (SELECT 1 FROM json_each(:args_contains) AS want
                                           WHERE NOT EXISTS (SELECT 1 FROM json_each(arg.value) AS have
                                                             WHERE have.key = want.key AND have.value IS want.value
@@ -365,6 +377,10 @@ WHERE state = :state AND state IN ('waiting', 'failed')
                                                OR have.type IN ('integer', 'real') AND want.type IN ('integer', 'real'))))
        OR EXISTS (SELECT 1 FROM json_each(payload, '$.args') AS arg
                   WHERE arg.type = 'object'
+                    AND arg.key NOT IN (SELECT value FROM json_each(payload, '$.redact') WHERE type = 'integer')
+                    AND arg.key NOT IN (SELECT hidden.value FROM json_each(:hidden_positions) AS by_task,
+                                                                 json_each(by_task.value) AS hidden
+                                        WHERE by_task.key = task)
                     AND NOT EXISTS (SELECT 1 FROM json_each(:args_contains) AS want
                                     WHERE NOT EXISTS (SELECT 1 FROM json_each(arg.value) AS have
                                                       WHERE have.key = want.key AND have.value IS want.value
@@ -413,6 +429,10 @@ WITH matched AS NOT MATERIALIZED (
                                                    OR have.type IN ('integer', 'real') AND want.type IN ('integer', 'real'))))
            OR EXISTS (SELECT 1 FROM json_each(payload, '$.args') AS arg
                       WHERE arg.type = 'object'
+                        AND arg.key NOT IN (SELECT value FROM json_each(payload, '$.redact') WHERE type = 'integer')
+                        AND arg.key NOT IN (SELECT hidden.value FROM json_each(:hidden_positions) AS by_task,
+                                                                     json_each(by_task.value) AS hidden
+                                            WHERE by_task.key = task)
                         AND NOT EXISTS (SELECT 1 FROM json_each(:args_contains) AS want
                                         WHERE NOT EXISTS (SELECT 1 FROM json_each(arg.value) AS have
                                                           WHERE have.key = want.key AND have.value IS want.value
@@ -489,6 +509,10 @@ WITH RECURSIVE matched AS NOT MATERIALIZED (
                                                    OR have.type IN ('integer', 'real') AND want.type IN ('integer', 'real'))))
            OR EXISTS (SELECT 1 FROM json_each(payload, '$.args') AS arg
                       WHERE arg.type = 'object'
+                        AND arg.key NOT IN (SELECT value FROM json_each(payload, '$.redact') WHERE type = 'integer')
+                        AND arg.key NOT IN (SELECT hidden.value FROM json_each(:hidden_positions) AS by_task,
+                                                                     json_each(by_task.value) AS hidden
+                                            WHERE by_task.key = task)
                         AND NOT EXISTS (SELECT 1 FROM json_each(:args_contains) AS want
                                         WHERE NOT EXISTS (SELECT 1 FROM json_each(arg.value) AS have
                                                           WHERE have.key = want.key AND have.value IS want.value
