@@ -10,12 +10,13 @@ them), so every worker on every host enforces the same ones.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from due.core.limits import MAX_KEY_LENGTH, WHOLE, Limit, build, encode_job_limits
+from due.core.limits import MAX_KEY_LENGTH, WHOLE, Limit, build, encode_job_limits, hidden_key
 from due.errors import ConfigurationError, InvalidJobError
+from due.shown_arguments import HIDDEN, scrubbed
 
 KeyFunction = Callable[..., Any]
 LimitsOption = Sequence[str] | Mapping[str, KeyFunction | None]
@@ -109,10 +110,14 @@ def job_limits(
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
     given: Mapping[str, Any] | None,
+    secrets: Collection[str] = (),
 ) -> str | None:
     """The limits a job counts against, as stored: each key given by
     `limit_keys=`, else computed by the task's key function, else the whole
-    limit. InvalidJobError names what to fix."""
+    limit. A key made from a redacted argument (one of `secrets`, the text of
+    each value the job's arguments show hidden) is stored marked, and shown
+    as `•••` (core.limits.hidden_key). InvalidJobError names what to fix,
+    without those values."""
     if given is not None and not isinstance(given, Mapping):
         raise InvalidJobError(
             f"enqueue of {task!r}: limit_keys= takes a mapping of limit name to key "
@@ -129,26 +134,29 @@ def job_limits(
     pairs = []
     for use in uses:
         if use.name in given:
-            key = _checked_key(task, use.name, given[use.name], "limit_keys=")
+            key = _checked_key(task, use.name, given[use.name], "limit_keys=", secrets)
         elif use.key is not None:
             try:
                 value = use.key(*args, **kwargs)
             except Exception as error:
+                said = f"{type(error).__name__}: {error}"
+                shown = scrubbed(said, secrets)
                 raise InvalidJobError(
                     f"enqueue of {task!r}: the key function of limit {use.name!r} raised "
-                    f"{type(error).__name__}: {error}; it is called with the task's arguments"
-                ) from error
-            key = _checked_key(task, use.name, value, "its key function")
+                    f"{shown}; it is called with the task's arguments"
+                ) from (error if shown == said else None)  # its text holds a secret
+            key = _checked_key(task, use.name, value, "its key function", secrets)
         else:
             key = WHOLE
-        pairs.append((use.name, key))
+        pairs.append((use.name, key if key == WHOLE else hidden_key(key, secrets)))
     return encode_job_limits(pairs)
 
 
-def _checked_key(task: str, limit: str, value: Any, source: str) -> str:
+def _checked_key(task: str, limit: str, value: Any, source: str, secrets: Collection[str]) -> str:
     if not isinstance(value, str) or not value:
+        shown = HIDDEN if str(value) in secrets else scrubbed(repr(value), secrets)
         raise InvalidJobError(
-            f"enqueue of {task!r}: {source} gave the key of limit {limit!r} as {value!r}; "
+            f"enqueue of {task!r}: {source} gave the key of limit {limit!r} as {shown}; "
             "a key is a non-empty string (str(account_id), say)"
         )
     if len(value) > MAX_KEY_LENGTH:

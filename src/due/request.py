@@ -15,7 +15,7 @@ from due.errors import ArgumentsError, ConfigurationError, InvalidJobError
 from due.instrumentation import Sending
 from due.limits import job_limits
 from due.payload import encode_arguments, unstorable, with_headers, with_redaction
-from due.shown_arguments import DEFAULT_REDACT, hidden
+from due.shown_arguments import DEFAULT_REDACT, hidden, secret_texts
 
 if TYPE_CHECKING:
     from due.task import Task
@@ -125,15 +125,20 @@ def prepare(request: JobRequest, task: Task[Any, Any], max_payload_bytes: int) -
         if request.unique_for is None
         else _validate_unique_for(request.unique_for, task.name),
         options.stuck_after,
-        limits=job_limits(
-            task.name, options.limits, request.args, request.kwargs, request.limit_keys
-        )
-        if options.limits or request.limit_keys
-        else None,
+        limits=_limits(task, request) if options.limits or request.limit_keys else None,
     )
     if redact:
         job.redact = tuple(redact)
     return job
+
+
+def _limits(task: Task[Any, Any], request: JobRequest) -> str | None:
+    """The limits of a job of `task`, its keys made from redacted values marked."""
+    secrets = secret_texts(
+        request.args, request.kwargs, task.redact, task.redacted_positions, min_length=1
+    )
+    args, kwargs = request.args, request.kwargs
+    return job_limits(task.name, task.config.limits, args, kwargs, request.limit_keys, secrets)
 
 
 def arguments_of(

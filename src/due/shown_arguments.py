@@ -206,9 +206,11 @@ def secret_texts(
     kwargs: Mapping[str, Any],
     names: Collection[str],
     positions: Collection[int],
+    min_length: int = MIN_SCRUBBED_LENGTH,
 ) -> set[str]:
     """The text of every value `shown_arguments` hides of these arguments (given
-    the names and positions it hides), to be scrubbed from error text.
+    the names and positions it hides), to be scrubbed from error text (those
+    of `min_length` characters or more).
 
     A walk with a stack of its own, not a recursion: arguments nested as
     deep as a store keeps must not fail the attempt's record."""
@@ -227,6 +229,6 @@ def secret_texts(
             stack += [(item, whole) for item in value]
         elif whole and value is not None and not isinstance(value, bool):
             text = str(value)
-            if len(text) >= MIN_SCRUBBED_LENGTH:
+            if len(text) >= min_length:
                 found.add(text)
     return found

@@ -15,7 +15,12 @@ import pytest
 from starlette.testclient import TestClient
 
 import due
+from due.clock import FakeClock
+from due.core.limits import shown_key
+from due.core.records import ClaimRequest
 from due.shown_arguments import shown_arguments
+from due.visibility.alerts import evaluate
+from due.visibility.snapshot import take
 from due.worker.settings import WorkerSettings
 from due.worker.worker import Worker
 from tests.helpers.cli import run_due_in
@@ -152,3 +157,77 @@ def test_a_search_never_looks_inside_a_hidden_positional_argument(app: due.App) 
     kept = enrol.enqueue({"name": "eve"}, card={"number": "4242"}, password={})
     assert [j.id for j in app.jobs(args_contains={"name": "eve"})] == [kept.id]
     assert app.jobs(args_contains={"number": "4242"}) == []
+
+
+API_KEY = "sk-live-raw-5f1"  # a default name, given by position to a key function
+
+
+def test_a_limit_key_computed_from_a_redacted_argument_is_shown_hidden(
+    app: due.App, clock: FakeClock
+) -> None:
+    app.limit("per-key", concurrency=1)
+    key = {"per-key": lambda account, api_key: f"{account}:{api_key}"}
+
+    @app.task(name="call_api", limits=key)
+    def call_api(account: str, api_key: str) -> None: ...
+
+    app.sync_limits()
+    first, waits = call_api.enqueue("acme", API_KEY), call_api.enqueue("acme", API_KEY)
+    elsewhere = call_api.enqueue("zeta", "sk-other-key-22")
+    app.store.job_claim(ClaimRequest("default", 10, "w", 600, limited=True))
+    # One key for both: the second waits for the first, and the third runs.
+    assert [app.get(j.id).state.value for j in (first, waits, elsewhere)] == [
+        "running",
+        "queued",
+        "running",
+    ]
+    waiting = app.get(waits.id)
+    assert waiting.limit_wait == "per-key" and API_KEY in (waiting.limit_wait_key or "")
+    clock.advance("10m")
+    alerts = [alert.line() for alert in evaluate(take(app), app.alert_rules())]
+    shown = [repr(waiting), *alerts]
+    for command in (["show", str(waits.id)], ["jobs"], ["status"], ["limit"]):
+        shown += [due_command(app.url, *command), due_command(app.url, *command, "--json")]
+    with TestClient(app.dashboard(), base_url="http://127.0.0.1") as client:
+        shown += [client.get(page).text for page in ("/", f"/jobs/{waits.id}")]
+    for text in shown:
+        assert API_KEY not in text and "sk-other-key-22" not in text
+    assert "limit_wait_key='•••'" in shown[0]
+    assert any("waiting for limit per-key (key •••)" in alert for alert in alerts)
+    assert "waiting for limit per-key (key •••)" in shown[-1]  # the dashboard's job page
+
+
+def test_a_limit_key_refused_or_given_does_not_show_a_redacted_value(app: due.App) -> None:
+    app.limit("per-key", concurrency=1)
+
+    def refuse(account: str, password: str) -> str:
+        raise KeyError(f"no account for {password}")
+
+    @app.task(name="login", limits={"per-key": refuse})
+    def login(account: str, password: str) -> None: ...
+
+    @app.task(name="pay", redact=["card"], limits={"per-key": lambda card: card})
+    def pay(card: int | str) -> None: ...
+
+    for enqueue in (lambda: login.enqueue("ada", PASSWORD), lambda: pay.enqueue(4242424242)):
+        with pytest.raises(due.InvalidJobError) as refused:
+            enqueue()
+        shown = messages(refused.value)
+        assert PASSWORD not in shown and "4242424242" not in shown and "•••" in shown
+    # A key given at the enqueue, or fixed by a schedule, is hidden alike.
+    given = login.options(limit_keys={"per-key": f"ada/{PASSWORD}"}).enqueue("ada", PASSWORD)
+    assert shown_key(app.get(given.id).limits[0][1]) == "•••"
+    app.schedule("hourly", every="1h", task=pay, args=["4242424242"])
+    app.sync_schedules()
+    run = app.trigger_schedule("hourly")
+    assert [shown_key(key) for _, key in app.get(run.id).limits] == ["•••"]
+
+
+def messages(error: BaseException | None) -> str:
+    """The messages of an error and of its causes and contexts (what a logged
+    traceback would show of them, without the source lines)."""
+    shown = []
+    while error is not None:
+        shown.append(f"{type(error).__name__}: {error}")
+        error = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+    return "\n".join(shown)

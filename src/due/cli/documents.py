@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from due.cli.output import iso
 from due.core.jobs import AttemptError, Job
-from due.core.limits import Limit, LimitOverview
+from due.core.limits import Limit, LimitOverview, shown_key
 from due.core.records import QueueOverview, WorkerInfo
 from due.core.schedules import ScheduleOverview, ScheduleRun
 from due.core.stats import TaskFigures
@@ -64,10 +64,10 @@ def job_document(job: Job, app: App | None) -> dict[str, Any]:
             "succeeded": job.pieces.succeeded,
             "failed": job.pieces.failed,
         },
-        "limits": [{"limit": name, "key": key} for name, key in job.limits],
+        "limits": [{"limit": name, "key": shown_key(key)} for name, key in job.limits],
         "limit_wait": None
         if job.limit_wait is None
-        else {"limit": job.limit_wait, "key": job.limit_wait_key},
+        else {"limit": job.limit_wait, "key": shown_key(job.limit_wait_key)},
     }
 
 
@@ -214,7 +214,7 @@ def limit_document(overview: LimitOverview) -> dict[str, Any]:
         "keys": overview.keys,
         "busiest_keys": [
             {
-                "key": key.key or None,
+                "key": shown_key(key.key) or None,
                 "running": key.running,
                 "waiting": key.waiting,
                 "started_in_window": key.started_in_window,

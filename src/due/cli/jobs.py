@@ -22,6 +22,7 @@ from due.cli.output import (
 )
 from due.cli.progress import progress_of
 from due.core.jobs import Job, JobState
+from due.core.limits import shown_key
 from due.shown_arguments import shown_arguments
 from due.store.bulk import CANCELLABLE, RETRYABLE
 from due.visibility.limits import limit_wait
@@ -234,7 +235,7 @@ def limits_text(job: Job) -> str | None:
     """The limits a job counts against: `stripe, account-sync (key acct-7)`."""
     if not job.limits:
         return None
-    return ", ".join(name + (f" (key {key})" if key else "") for name, key in job.limits)
+    return ", ".join(name + (f" (key {shown_key(key)})" if key else "") for name, key in job.limits)
 
 
 def _print_job(

@@ -12,7 +12,7 @@ from due.cli.documents import limit_document
 from due.cli.jobs import JSON_HELP
 from due.cli.main import main
 from due.cli.output import Column, console, fitted_table, print_json
-from due.core.limits import Limit, LimitOverview, window_text
+from due.core.limits import Limit, LimitOverview, shown_key, window_text
 from due.errors import ConfigurationError
 
 LIMIT_COLUMNS = [
@@ -126,5 +126,5 @@ def busiest_text(overview: LimitOverview) -> str:
     """A limit per key's busiest keys: `acct-7 (1 running, 2 waiting)`."""
     keyed = [key for key in overview.busiest if key.key]
     return ", ".join(
-        f"{key.key} ({key.running} running, {key.waiting} waiting)" for key in keyed
+        f"{shown_key(key.key)} ({key.running} running, {key.waiting} waiting)" for key in keyed
     ) + (f" of {overview.keys} keys" if keyed and overview.keys > len(keyed) else "")

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from due.core.limits import shown_key
 from due.shown_arguments import shown_arguments
 
 
@@ -231,7 +232,9 @@ class Job:
     warning: str | None = None
     """Succeeded, but its result failed the task's `check=`; the problem found."""
     limits: tuple[tuple[str, str | None], ...] = ()
-    """The limits it counts against, as (limit, key) pairs, the key None for a whole limit."""
+    """The limits it counts against, as (limit, key) pairs, the key None for a
+    whole limit. A key made from a redacted argument is stored after `•••:`
+    (the claim uses it whole; due shows it as `•••`)."""
     limit_wait: str | None = None
     """The limit it waits for, queued until that limit has room again (or None)."""
     limit_wait_key: str | None = None
@@ -248,7 +251,12 @@ class Job:
         # Its arguments as due shows them (the defaults and what it stored
         # hidden): a job logged with %r shows no secret (invariant 16).
         args, kwargs = shown_arguments(self)
-        shown = {"args": tuple(args), "kwargs": kwargs}
+        shown = {
+            "args": tuple(args),
+            "kwargs": kwargs,
+            "limits": tuple((name, shown_key(key)) for name, key in self.limits),
+            "limit_wait_key": shown_key(self.limit_wait_key),
+        }
         text = ", ".join(
             f"{name}={shown.get(name, getattr(self, name))!r}" for name in self.__dataclass_fields__
         )

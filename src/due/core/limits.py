@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from due.durations import to_seconds
 from due.errors import ConfigurationError
+from due.shown_arguments import HIDDEN, MIN_SCRUBBED_LENGTH, scrubbed
 
 WHOLE = ""
 """The key of a limit named without a key function: the whole limit."""
+HIDDEN_KEY_MARK = HIDDEN + ":"
+"""What a key made from a redacted argument is stored after (`hidden_key`):
+the claim counts jobs by the whole stored key, as by any other, and
+everything that shows a key shows such a one as `•••` (`shown_key`)."""
 MAX_NAME_LENGTH = 100
 MAX_KEY_LENGTH = 255
 MAX_PERIOD_SECONDS = 86_400.0
@@ -122,6 +127,23 @@ def describe_period(seconds: float) -> str:
 def period_of(text: str) -> float:
     """A duration as `due limit set --rate` may write a period ("5m")."""
     return to_seconds(text)
+
+
+def hidden_key(key: str, secrets: Collection[str]) -> str:
+    """`key` as stored: after `HIDDEN_KEY_MARK` when it is one of `secrets`
+    (the text of each redacted value of the job's arguments), or holds one
+    long enough to look for in any of the forms an error text is scrubbed of."""
+    long = [secret for secret in secrets if len(secret) >= MIN_SCRUBBED_LENGTH]
+    if key in secrets or scrubbed(key, long) != key:
+        return HIDDEN_KEY_MARK + key
+    return key
+
+
+def shown_key(key: str | None) -> str | None:
+    """A stored key as due shows it: `•••` for one made from a redacted argument."""
+    if key is not None and key.startswith(HIDDEN_KEY_MARK):
+        return HIDDEN
+    return key
 
 
 def encode_job_limits(pairs: Sequence[tuple[str, str]]) -> str | None:
@@ -303,7 +325,7 @@ def wait_text(limit: Limit, key: str | None, figures: LimitKeyOverview | None) -
     """Why a job waits for a limit (or a key of it), in words, from the key's
     figures now: "waiting for limit stripe: 100 starts in the last 1s",
     "waiting for limit account-sync (key acct-7): 1 of 1 running"."""
-    what = f"waiting for limit {limit.name}" + (f" (key {key})" if key else "")
+    what = f"waiting for limit {limit.name}" + (f" (key {shown_key(key)})" if key else "")
     if figures is None:
         return what
     if limit.concurrency is not None and figures.running >= limit.concurrency:

@@ -15,6 +15,7 @@ from due.limits import job_limits
 from due.payload import with_redaction
 from due.request import validate_priority, validate_queue
 from due.scheduler.definition import define_schedule
+from due.shown_arguments import secret_texts
 from due.task import Registry, Task
 
 
@@ -58,7 +59,13 @@ def define_for_app(
     except InvalidJobError as error:
         raise ConfigurationError(f"schedule {name!r}: {error}") from None
     try:  # its runs count against its task's limits, keyed by its fixed arguments
-        limits = job_limits(resolved.name, resolved.config.limits, tuple(args), kwargs or {}, None)
+        positional, keywords = tuple(args), kwargs or {}
+        secrets = secret_texts(
+            positional, keywords, resolved.redact, resolved.redacted_positions, min_length=1
+        )
+        limits = job_limits(
+            resolved.name, resolved.config.limits, positional, keywords, None, secrets
+        )
     except InvalidJobError as error:
         raise ConfigurationError(f"schedule {name!r}: {error}") from None
     schedule = define_schedule(

@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from due.core.limits import shown_key
 from due.core.records import QueueOverview
 from due.core.schedules import ScheduleOverview, schedule_problem
 from due.core.stats import Outcome
@@ -213,7 +214,8 @@ def _waits_for(queue: QueueOverview) -> str:
     """What the oldest due job waits for, when it is a limit (its queue is served)."""
     if queue.oldest_due_limit is None:
         return ""
-    key = f" (key {queue.oldest_due_limit_key})" if queue.oldest_due_limit_key else ""
+    key = queue.oldest_due_limit_key
+    key = f" (key {shown_key(key)})" if key else ""
     return f", waiting for limit {queue.oldest_due_limit}{key}"
 
 

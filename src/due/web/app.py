@@ -25,6 +25,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from due.core.jobs import JobState
+from due.core.limits import shown_key
 from due.core.schedules import schedule_problem
 from due.errors import DueError, JobNotFoundError, ScheduleNotFoundError
 from due.shown_arguments import shown_arguments
@@ -103,7 +104,7 @@ class Pages:
             autoescape=select_autoescape(default=True, default_for_string=True),
         )
         self.templates.filters.update(
-            when=views.when, seconds=views.seconds, json=views.pretty_json
+            when=views.when, seconds=views.seconds, json=views.pretty_json, limit_key=shown_key
         )
 
     def render(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
