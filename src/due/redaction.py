@@ -10,8 +10,10 @@ message still says which database it means.
 
 Written with the standard library only (the core must not import psycopg),
 and for text that may not parse as a URL at all (a URL refused for its
-scheme, say): when in doubt, more is hidden (a URL whose query holds an "@"
-loses its host to the `***` too).
+scheme, or a password libpq cannot read: a space, a raw "@" or "/"): when in
+doubt, more is hidden (a URL whose query holds an "@" loses its host to the
+`***` too). What libpq says of a URL it cannot read is not shown at all:
+store/postgres/conninfo.py.
 """
 
 from __future__ import annotations
@@ -22,18 +24,25 @@ from urllib.parse import quote, unquote
 HIDDEN = "***"
 SECRET_PARAMETERS = frozenset({"password", "sslpassword"})
 
-# scheme://user:secret@host... The secret runs to the "@" that the host follows
-# (a host, a port, several hosts, an [IPv6] address, then "/", "?", "#" or the
-# end), so a raw "@" or "/" in the secret hides the whole of it.
+# scheme://user:secret@host... The secret runs to the last "@" of its line that
+# a host follows (a host, a port, several hosts, an [IPv6] address, then "/",
+# "?", "#", a space or the end), so a raw "@", "/" or space in the secret
+# hides the whole of it (and in a message, whatever stands between it and
+# a later address on the line).
 _USERINFO = re.compile(
-    r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:/?#@\s]*):(?P<secret>\S*?)"
+    r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:/?#@\s]*):(?P<secret>[^\n]*)"
     r"(?=@[^@/?#\s]*(?:[/?#\s]|$))"
 )
-# name=value in a URL's query: the value ends at "&", "#" or a space.
-_QUERY_PARAMETER = re.compile(r"(?P<head>[?&;](?P<name>[^=&#\s]+)=)(?P<value>[^&#\s]*)")
-# password=value in a libpq key=value string: the value is quoted, or runs to a space.
+# name=value in a URL's query: the value ends at "&", "#" or the end of its
+# line (a space in a password is no end of it: libpq refuses the URL, and
+# its message must not show the rest).
+_QUERY_PARAMETER = re.compile(r"(?P<head>[?&;](?P<name>[^=&#\s]+)=)(?P<value>[^&#\n]*)")
+# password=value in a libpq key=value string: the value is quoted, or runs to
+# the next keyword= (or the end of its line): an unquoted space is no end of
+# it, for the same reason.
 _KEYWORD = re.compile(
-    r"(?P<head>(?:^|(?<=\s))(?:ssl)?password\s*=\s*)(?P<value>'(?:\\.|[^'\\])*'?|\S*)",
+    r"(?P<head>(?:^|(?<=\s))(?:ssl)?password\s*=\s*)"
+    r"(?P<value>'(?:\\.|[^'\\])*'?|\S*(?:[ \t]+(?![ \t]*\w+[ \t]*=)\S+)*)",
     re.IGNORECASE,
 )
 

@@ -121,3 +121,36 @@ def test_a_workers_log_never_shows_the_password(secret_url: str, workers: Worker
     assert worker.wait_exit() == 0
     app.close()
     assert "worker.started" in worker.log() and SECRET not in worker.log()
+
+
+# Passwords libpq cannot read as written (a space, a bare %, a raw @ or /),
+# and the pieces of each that must not show, as a whole or apart.
+ODD_PASSWORDS = {
+    "w1th sp4ce": ["w1th", "sp4ce"],
+    "pa%zz1": ["pa%zz1"],
+    "p@ss wd/x": ["p@ss", "ss wd", "wd/x"],
+    "k3y=v4l u3": ["k3y=v4l", "v4l u3"],
+}
+
+
+@pytest.mark.parametrize("password", ODD_PASSWORDS)
+def test_a_password_libpq_cannot_read_is_not_shown_either(
+    password: str, postgres_url: str, tmp_path: Path
+) -> None:
+    urls = [
+        f"postgresql://app:{password}@127.0.0.1:5432/app",
+        f"postgresql://127.0.0.1:5432/app?password={password}&sslmode=disable",
+    ]
+    shown = [refusal(lambda: due.App(f"host=127.0.0.1 password={password} dbname=app"))]
+    for url in urls:
+        app = due.App(url)
+        shown += [repr(app), refusal(lambda app=app: app.get(1))]  # type: ignore[misc]
+        app.close()
+    (tmp_path / "oddapp.py").write_text(f"import due\napp = due.App({urls[0]!r})\n")
+    mismatch = run_command(tmp_path, "--app", "oddapp:app", "--url", urls[1], "jobs")
+    assert mismatch.returncode == 1 and "give one" in mismatch.stderr, mismatch.stderr
+    shown.append(mismatch.stdout + mismatch.stderr)
+    for text in shown:
+        for piece in ODD_PASSWORDS[password]:
+            assert piece not in text
+    assert "cannot be read" in shown[2] and "percent-encode" in shown[2]

@@ -32,6 +32,11 @@ SECRET = "s3cr3t-pw"
         (f"host=db password={SECRET} dbname=app", "host=db password=*** dbname=app"),
         (f"host=db password = '{SECRET} \\' x' dbname=app", "host=db password = *** dbname=app"),
         (f"PASSWORD={SECRET}", "PASSWORD=***"),
+        # Spaces libpq refuses: the whole of the password is hidden all the same.
+        (f"postgresql://app:{SECRET} x@db/app", "postgresql://app:***@db/app"),
+        (f"postgresql://app:{SECRET} @x@db/app", "postgresql://app:***@db/app"),
+        (f"postgresql://db/app?password={SECRET} x&y=1", "postgresql://db/app?password=***&y=1"),
+        (f"host=db password={SECRET} x z dbname=app", "host=db password=*** dbname=app"),
         (
             f"'postgresql://app:{SECRET}@db/app'; give one",
             "'postgresql://app:***@db/app'; give one",

@@ -54,6 +54,7 @@ from due.store.backend import (
 )
 from due.store.postgres.arrays import ADAPTERS
 from due.store.postgres.callers import callers_async_cursor, callers_cursor
+from due.store.postgres.conninfo import check_readable
 from due.store.postgres.loop_connections import LoopConnections
 from due.store.postgres.own_connection import OwnConnection, live_connection
 from due.store.postgres.pooler import HINT, PollingFeed, PoolerSettings, is_pooler_breakage
@@ -146,6 +147,9 @@ class PostgresBackend:
     ) -> None:
         self.settings = PoolerSettings.from_url(url, pooler, listen_url)
         self.url = url = self.settings.url
+        check_readable(url)
+        if self.settings.listen_url is not None:
+            check_readable(self.settings.listen_url, "listen URL")
         self._connect = {**keepalive_options(url), **self.settings.connect_options()}
         self._clock = clock
         self._connect_timeout = connect_timeout
