@@ -238,3 +238,36 @@ def test_retry_keeps_a_delayed_jobs_time_unless_now(
         failed = jobs["failed"]
         run_due(backend_url, "retry", str(failed.id))
         assert app.get(failed.id).run_at > failed.run_at  # a failed job is due now
+
+
+# A terminal's control sequences in a task's error: a clipboard write (OSC 52,
+# ended by BEL or by ST), a colour (CSI), the same CSI as one C1 character,
+# a carriage return that would overwrite the line, a title change.
+CONTROLS = (
+    "\x1b]52;c;ZWNobyBwd25lZA==\x07 \x1b]52;c;eA==\x1b\\ \x1b[31mred \x9b31m\rover \x1b]0;t\x07"
+)
+
+
+@pytest.mark.parametrize("terminal", [{}, {"TTY_COMPATIBLE": "1"}], ids=["pipe", "terminal"])
+def test_a_tasks_error_cannot_write_to_the_terminal(
+    backend_url: str, terminal: dict[str, str]
+) -> None:
+    run_due(backend_url, "migrate")
+    with due.App(backend_url) as app:
+
+        @app.task(name=f"hostile{CONTROLS}", retry=due.Retry(max_attempts=1))
+        def hostile(note: str) -> None:
+            raise ValueError(f"refused {note}")
+
+        job = hostile.enqueue(CONTROLS)
+        drain(app)
+    printed = []
+    for command in (["show", str(job.id)], ["jobs"], ["show", str(job.id), "--json"]):
+        done = run_command(None, "--url", backend_url, *command, env=terminal)
+        assert done.returncode == 0, done.stderr
+        printed.append(done.stdout)
+    for text in printed:
+        styles = re.sub(r"\x1b\[[0-9;]*m", "", text)  # due's own colours, in a terminal
+        assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", styles), repr(text)
+    assert "\\x1b]52;c;ZWNobyBwd25lZA==\\x07" in printed[0]  # shown, harmless
+    assert json.loads(printed[2])["job"]["last_error"].startswith("ValueError: refused \x1b]52")

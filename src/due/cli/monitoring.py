@@ -13,7 +13,7 @@ import click
 from due.cli.common import Settings
 from due.cli.jobs import JSON_HELP
 from due.cli.main import main
-from due.cli.output import counted, iso, print_json
+from due.cli.output import counted, iso, print_json, terminal_safe
 from due.durations import to_seconds
 from due.errors import DueError
 from due.visibility.alerts import evaluate, worst
@@ -71,7 +71,7 @@ def check(
         if as_json:
             print_json({"status": "unknown", "exit_code": UNKNOWN, "error": str(error)})
         else:
-            click.echo(f"UNKNOWN: {error}")
+            click.echo(terminal_safe(f"UNKNOWN: {error}"))
         sys.exit(UNKNOWN)
     alerts = evaluate(snapshot, rules)
     severity = worst(alerts)
@@ -94,7 +94,7 @@ def check(
         )
     elif alerts:
         for alert in alerts:
-            click.echo(alert.line())
+            click.echo(terminal_safe(alert.line()))
     else:
         live = sum(1 for worker in snapshot.workers if worker.state == "running")
         counts = (

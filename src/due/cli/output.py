@@ -4,11 +4,18 @@ In a terminal, a table too wide for it first drops its low-value columns,
 then wraps (folds) what is left; no cell is cut short. When stdout is not a
 terminal (a pipe, a file, a script), nothing is dropped or cut: tables take
 the width they need. `--json` prints one JSON document instead (docs/reference/json.md).
+
+What is printed holds text a task wrote (its error, its traceback, its
+arguments, its name): its control characters are printed as escapes
+(`\x1b`), never sent, so that no job can move the cursor, recolour the
+screen, set the window's title or write the clipboard (OSC 52) of whoever
+looks at it (`terminal_safe`). JSON escapes them too, C1 controls included.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,6 +28,28 @@ from rich.text import Text
 
 UNLIMITED_WIDTH = 100_000
 
+# C0 controls but tab and newline, DEL, C1 controls (an 8-bit CSI, OSC...),
+# and the bidirectional overrides and isolates, which reorder what is shown.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_safe(text: str) -> str:
+    """`text` with its control characters as escapes, `\\x1b` or `\\u202e`."""
+    return _CONTROL.sub(_escape, text)
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match[0])
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+class _Console(Console):
+    """A rich Console whose text (every string printed, every cell of a table)
+    is made terminal-safe before it is laid out."""
+
+    def render_str(self, text: str, **options: Any) -> Text:
+        return super().render_str(terminal_safe(text), **options)
+
 
 def make_console(*, stderr: bool = False) -> Console:
     """A console that fits the terminal, or never truncates when there is none.
@@ -29,10 +58,10 @@ def make_console(*, stderr: bool = False) -> Console:
     messages, whose brackets must print as they are; styles are given as
     `rich.text.Text` instead.
     """
-    console = Console(stderr=stderr, markup=False, highlight=False)
+    console = _Console(stderr=stderr, markup=False, highlight=False)
     if console.is_terminal:
         return console
-    return Console(
+    return _Console(
         stderr=stderr, width=UNLIMITED_WIDTH, soft_wrap=True, markup=False, highlight=False
     )
 
@@ -120,7 +149,9 @@ def json_text(value: Any) -> str:
 
 def print_json(document: Any) -> None:
     """One JSON document on stdout (`--json`): times in ISO 8601 with their offset."""
-    sys.stdout.write(json.dumps(document, indent=2, ensure_ascii=False, default=_iso) + "\n")
+    text = json.dumps(document, indent=2, ensure_ascii=False, default=_iso)
+    # JSON escapes C0 controls itself; the others (only ever inside strings) too.
+    sys.stdout.write(_CONTROL.sub(lambda c: f"\\u{ord(c[0]):04x}", text) + "\n")
 
 
 def iso(value: datetime | None) -> str | None:
@@ -134,6 +165,8 @@ def _iso(value: Any) -> Any:
 
 
 def print_verbatim(text: str) -> None:
-    """Text exactly as it was written (a traceback): no wrapping, no markup."""
+    """Text as it was written (a traceback): no wrapping, no markup; its
+    control characters as escapes (`terminal_safe`)."""
+    text = terminal_safe(text)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
     sys.stdout.flush()
