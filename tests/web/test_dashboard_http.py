@@ -15,6 +15,8 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
+from starlette.applications import Starlette
+from starlette.routing import Mount
 from starlette.testclient import TestClient
 
 import due
@@ -267,6 +269,32 @@ def test_with_a_token_every_page_and_action_needs_it(app: due.App, work: due.Tas
         assert app.history(job=job.id)[0].by.startswith("token holder via the dashboard")
 
 
+def test_the_sign_in_cookie_is_a_session_of_the_dashboard_alone_not_its_token(
+    app: due.App, clock: FakeClock
+) -> None:
+    host = Starlette(routes=[Mount("/due", app=app.dashboard(token="s3cret-token"))])
+    with TestClient(host, base_url="https://example.test") as client:
+        signed_in = client.post("/due/login", data={"token": "s3cret-token"})
+        assert signed_in.status_code == 200
+        (cookie,) = [c for c in signed_in.history[0].headers.get_list("set-cookie")]
+        assert "s3cret-token" not in cookie
+        attributes = {part.strip().lower() for part in cookie.split(";")[1:]}
+        assert {"path=/due", "httponly", "samesite=lax", "secure"} <= attributes
+        session = cookie.split(";")[0].partition("=")[2]
+        assert client.get("/due/").status_code == 200  # the browser's way
+        client.cookies.clear()
+        bearer = {"authorization": f"Bearer {session}"}
+        assert client.get("/due/", headers=bearer).status_code == 401  # no token
+        client.cookies.set(cookie.split("=")[0], session, domain="example.test", path="/due")
+        assert client.get("/due/").status_code == 200
+        clock.advance("8d")  # a session ends; signing in again starts another
+        assert client.get("/due/").status_code == 401
+    with TestClient(app.dashboard(token="s3cret-token"), base_url="http://127.0.0.1") as client:
+        signed_in = client.post("/login", data={"token": "s3cret-token"}, follow_redirects=False)
+        attributes = {part.strip().lower() for part in signed_in.headers["set-cookie"].split(";")}
+        assert "path=/" in attributes and "secure" not in attributes  # served over http
+
+
 def test_with_basic_auth_the_user_and_password_must_both_match(app: due.App) -> None:
     dashboard = app.dashboard(basic_auth="ops:correct horse")
 
@@ -391,7 +419,7 @@ def test_a_wrong_token_at_login_sets_nothing_and_says_so(app: due.App) -> None:
     with TestClient(app.dashboard(token="s3cret-token")) as client:
         refused = client.post("/login", data={"token": "guess"}, follow_redirects=False)
         assert refused.status_code == 401 and "not this dashboard" in refused.text
-        assert "due_token" not in refused.headers.get("set-cookie", "")
+        assert "due_session" not in refused.headers.get("set-cookie", "")
         assert client.post("/login", content=b"token=" + b"x" * 100_000).status_code == 401
 
 

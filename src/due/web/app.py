@@ -39,12 +39,12 @@ from due.web.forms import local_path, read_form, typed_job_id, who
 from due.web.job_search import PageFilter
 from due.web.security import (
     CSRF_FIELD,
-    TOKEN_COOKIE,
     Credential,
     Guard,
     csrf_ok,
     csrf_token,
     host_csrf,
+    set_session_cookie,
 )
 
 if TYPE_CHECKING:
@@ -91,7 +91,9 @@ def create_dashboard(
         Route("/schedules/{action}", pages.schedule_action, methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    guard = Middleware(Guard, credential=credential, allowed_hosts=allowed_hosts)
+    guard = Middleware(
+        Guard, credential=credential, allowed_hosts=allowed_hosts, now=app.clock.wall
+    )
     return Starlette(routes=routes, middleware=[guard])
 
 
@@ -281,9 +283,7 @@ class Pages:
         if self.credential is None or not self.credential.token_matches(token):
             return self.render(request, "login.html", 401, target=target, refused=True)
         response = RedirectResponse(target, status_code=303)
-        # Lax: a link to a page from elsewhere (an alert in a chat) opens it
-        # signed in; the actions still need their CSRF token.
-        response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="lax")
+        set_session_cookie(response, request, self.credential.session(self.app.clock.wall()))
         return response
 
     def bulk_confirm(self, request: Request) -> Response:

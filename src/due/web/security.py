@@ -4,6 +4,13 @@ A dashboard bound to the loopback interface may go without a credential (only
 this host reaches it); bound anywhere else it needs one (`Credential`), and the
 CLI refuses to start without. Credentials are compared in constant time.
 
+A browser signs in with the token once (`/login`) and is given a session
+cookie: a time it ends and an HMAC of that time keyed by the token, never
+the token itself, so the cookie cannot be replayed as a bearer token, ends
+after `SESSION_LIFETIME`, and ends for every browser when the token is
+changed. It is sent only to the dashboard's own paths (its mount's), only
+over https when the dashboard is served over https, and never to scripts.
+
 Every action is a POST carrying a CSRF token: the double-submit pattern, a
 random value in a SameSite=Strict cookie that the form must echo (or, inside
 a framework that checks CSRF itself, that framework's token: `host_csrf`). Every
@@ -16,10 +23,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import hmac
 import ipaddress
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from urllib.parse import quote, urlsplit
 
 from starlette.datastructures import MutableHeaders
@@ -27,9 +37,12 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from due.clock import SystemClock
 from due.errors import ConfigurationError
 
-TOKEN_COOKIE = "due_token"
+SESSION_COOKIE = "due_session"
+SESSION_LIFETIME = timedelta(days=7)
+"""How long a browser stays signed in with the token."""
 CSRF_COOKIE = "due_csrf"
 CSRF_FIELD = "csrf"
 OPEN_PATHS = ("/static/", "/login")
@@ -70,13 +83,15 @@ class Credential:
             return None
         return cls(token, user, password)
 
-    def who(self, request: Request) -> str | None:
+    def who(self, request: Request, now: datetime) -> str | None:
         """The name of whoever the request proves to be, or None."""
         header = request.headers.get("authorization", "")
         scheme, _, value = header.partition(" ")
         if self.token is not None:
-            offered = value if scheme.lower() == "bearer" else request.cookies.get(TOKEN_COOKIE)
-            if offered is not None and _same(offered, self.token):
+            if scheme.lower() == "bearer":
+                if _same(value, self.token):
+                    return "token holder"
+            elif self._session_ok(request.cookies.get(SESSION_COOKIE), now):
                 return "token holder"
         if self.user is not None and self.password is not None and scheme.lower() == "basic":
             try:
@@ -91,6 +106,22 @@ class Credential:
 
     def token_matches(self, offered: str) -> bool:
         return self.token is not None and _same(offered, self.token)
+
+    def session(self, now: datetime) -> str:
+        """A session cookie's value for a browser that gave the token at `now`."""
+        ends = int(now.timestamp() + SESSION_LIFETIME.total_seconds())
+        return f"{ends}.{self._signature(ends)}"
+
+    def _session_ok(self, value: str | None, now: datetime) -> bool:
+        ends, _, signature = (value or "").partition(".")
+        if not ends.isascii() or not ends.isdigit() or len(ends) > 12:
+            return False
+        return _same(signature, self._signature(int(ends))) and int(ends) > now.timestamp()
+
+    def _signature(self, ends: int) -> str:
+        assert self.token is not None
+        mac = hmac.new(self.token.encode(), f"due session until {ends}".encode(), hashlib.sha256)
+        return base64.urlsafe_b64encode(mac.digest()).decode().rstrip("=")
 
     def refusal(self, request: Request) -> Response:
         if self.user is not None:
@@ -129,6 +160,27 @@ def require_credential_off_loopback(host: str, credential: Credential | None) ->
         )
 
 
+def cookie_path(request: Request) -> str:
+    """The path the dashboard's cookies are sent to: its own (where it is mounted)."""
+    return str(request.scope.get("root_path") or "/")
+
+
+def set_session_cookie(response: Response, request: Request, value: str) -> None:
+    """The session cookie on `response`: for the dashboard's paths alone, over
+    https only when served over https, never to scripts. Lax: a link to a page
+    from elsewhere (an alert in a chat) opens it signed in; the actions still
+    need their CSRF token."""
+    response.set_cookie(
+        SESSION_COOKIE,
+        value,
+        max_age=int(SESSION_LIFETIME.total_seconds()),
+        path=cookie_path(request),
+        secure=request.url.scheme == "https",
+        httponly=True,
+        samesite="lax",
+    )
+
+
 def csrf_token(request: Request) -> str:
     """This browser's CSRF token (made on its first page; set by `Guard`)."""
     token = request.cookies.get(CSRF_COOKIE) or request.scope.get("due.csrf")
@@ -163,10 +215,12 @@ class Guard:
         app: ASGIApp,
         credential: Credential | None,
         allowed_hosts: frozenset[str] | None = None,
+        now: Callable[[], datetime] | None = None,
     ) -> None:
         self.app = app
         self.credential = credential
         self.allowed_hosts = allowed_hosts
+        self.now = now or SystemClock().wall
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -179,7 +233,7 @@ class Guard:
             await _with_headers(PlainTextResponse(refused, status_code=403), scope, receive, send)
             return
         if self.credential is not None and not path.startswith(OPEN_PATHS):
-            who = self.credential.who(request)
+            who = self.credential.who(request, self.now())
             if who is None:
                 await _with_headers(self.credential.refusal(request), scope, receive, send)
                 return
@@ -194,9 +248,11 @@ class Guard:
                     headers["cache-control"] = "no-store"
                 token = scope.get("due.csrf")
                 if token is not None and not request.cookies.get(CSRF_COOKIE):
+                    where = f"Path={cookie_path(request)}"
+                    secure = "; Secure" if request.url.scheme == "https" else ""
                     headers.append(
                         "set-cookie",
-                        f"{CSRF_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict",
+                        f"{CSRF_COOKIE}={token}; {where}; HttpOnly; SameSite=Strict{secure}",
                     )
             await send(message)
 
