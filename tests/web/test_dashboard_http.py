@@ -5,12 +5,14 @@ are escaped everywhere, and the headers keep browsers from doing harm."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
 import socket
 import subprocess
 import sys
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 
@@ -497,3 +499,57 @@ def test_a_schedule_that_cannot_fire_says_why_and_the_page_still_renders(
     assert page.status_code == 200 and 'data-schedule="nightly"' in page.text
     assert "cannot fire: its cron expression &#39;0 0 30 2 *&#39; never fires" in page.text
     assert client.get("/").status_code == 200  # its alert, on the overview
+
+
+@contextlib.contextmanager
+def served(backend_url: str, *options: str) -> Iterator[str]:
+    """`due dashboard --port 0 OPTIONS` in a process of its own; its base URL."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "due", "--url", backend_url, "dashboard", "--port", "0", *options],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("DUE_DASHBOARD")},
+    )
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline()  # the first line: where it listens, once it does
+        found = re.search(r"dashboard on (http://127\.0\.0\.1:\d+)/", line)
+        assert found, line
+        yield found[1]
+    finally:
+        process.terminate()
+        assert process.wait(timeout=30) == 0
+
+
+@pytest.mark.parametrize(
+    ("options", "recorded"),
+    [((), "127.0.0.1"), (("--trusted-proxies", "127.0.0.1"), "203.0.113.9")],
+    ids=["no proxy trusted", "a trusted proxy"],
+)
+def test_who_acted_comes_from_a_forwarded_header_only_through_a_trusted_proxy(
+    app: due.App, work: due.Task, backend_url: str, options: tuple[str, ...], recorded: str
+) -> None:
+    job = work.enqueue()
+    browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())
+    browser.addheaders = [("X-Forwarded-For", "203.0.113.9")]
+    with served(backend_url, *options) as base:
+        with browser.open(f"{base}/jobs/{job.id}", timeout=30) as page:
+            found = re.search(r'name="csrf" value="([^"]+)"', page.read().decode())
+        assert found is not None
+        form = urllib.parse.urlencode({"csrf": found[1]}).encode()
+        with browser.open(f"{base}/jobs/{job.id}/cancel", data=form, timeout=30) as done:
+            assert done.status == 200  # the job's page, after the redirect
+    (entry,) = app.history(job=job.id)
+    assert entry.by == f"anyone on this host via the dashboard from {recorded}"
+
+
+def test_a_trusted_proxy_that_is_no_address_is_refused_by_name(backend_url: str) -> None:
+    proxies = ["--trusted-proxies", "10.0.0.7, proxy.internal"]
+    done = subprocess.run(
+        [sys.executable, "-m", "due", "--url", backend_url, "dashboard", *proxies],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "--trusted-proxies: 'proxy.internal' is not an IP address" in done.stderr

@@ -36,9 +36,23 @@ from due.errors import DueError
     metavar="USER:PASSWORD",
     help="HTTP basic auth instead of (or beside) a token (or $DUE_DASHBOARD_BASIC_AUTH).",
 )
+@click.option(
+    "--trusted-proxies",
+    envvar="DUE_DASHBOARD_TRUSTED_PROXIES",
+    metavar="ADDRESSES",
+    help="The addresses (or networks, comma-separated) of the proxies in front of it, "
+    "or $DUE_DASHBOARD_TRUSTED_PROXIES: a request from one of them is from the client "
+    "its X-Forwarded-For names (written in the history with what it did) and over the "
+    "scheme its X-Forwarded-Proto says. Without it, no forwarded header is believed.",
+)
 @click.pass_obj
 def dashboard(
-    settings: Settings, host: str, port: int, token: str | None, basic_auth: str | None
+    settings: Settings,
+    host: str,
+    port: int,
+    token: str | None,
+    basic_auth: str | None,
+    trusted_proxies: str | None,
 ) -> None:
     """Serve the web dashboard: queues, jobs with live progress, schedules, workers,
     alerts, and safe actions. Listens on 127.0.0.1 unless told otherwise, and
@@ -50,6 +64,7 @@ def dashboard(
         from due.web.security import (
             LOOPBACK_NAMES,
             Credential,
+            proxies,
             require_credential_off_loopback,
         )
     except ImportError as error:
@@ -60,6 +75,7 @@ def dashboard(
         )
         sys.exit(1)
     try:
+        trusted = proxies(trusted_proxies)
         credential = Credential.build(token, basic_auth)
         require_credential_off_loopback(host, credential)
         app = settings.app
@@ -72,9 +88,18 @@ def dashboard(
         click.echo(f"error: {error}", err=True)
         sys.exit(1)
     shown = f"[{host}]" if ":" in host else host
-    server = _server_class(shown)(
-        uvicorn.Config(asgi, host=host, port=port, log_level="warning", access_log=False)
+    # uvicorn believes X-Forwarded-For from 127.0.0.1 unless told otherwise:
+    # any process of this host could then write who acted into the history.
+    config = uvicorn.Config(
+        asgi,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        proxy_headers=bool(trusted),
+        forwarded_allow_ips=trusted or None,
     )
+    server = _server_class(shown)(config)
     try:
         server.run()
     except SystemExit:

@@ -150,6 +150,22 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def proxies(addresses: str | None) -> list[str]:
+    """`--trusted-proxies`: addresses or networks, comma-separated ("*": any
+    client, for a dashboard only its proxy can reach)."""
+    given = [part.strip() for part in (addresses or "").split(",") if part.strip()]
+    for address in given:
+        try:
+            if address != "*":
+                ipaddress.ip_network(address)  # an address is a network of one
+        except ValueError:
+            raise ConfigurationError(
+                f"--trusted-proxies: {address!r} is not an IP address or network "
+                "(10.0.0.7, 10.0.0.0/8, ::1); give the proxies' addresses, comma-separated"
+            ) from None
+    return given
+
+
 def require_credential_off_loopback(host: str, credential: Credential | None) -> None:
     """Refuse to serve job data to a network without a credential."""
     if credential is None and not is_loopback(host):
