@@ -3,13 +3,16 @@ on a real database, with real time."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -211,8 +214,16 @@ def test_metrics_serve_every_documented_family_with_its_values(backend_url: str)
 
 def scrape(url: str) -> str:
     """Start `due metrics` on a free port, scrape it once, stop it with SIGTERM."""
+    with serving_metrics(url) as address, urllib.request.urlopen(address, timeout=30) as response:
+        assert response.status == 200
+        return str(response.read().decode())
+
+
+@contextlib.contextmanager
+def serving_metrics(url: str, *options: str) -> Iterator[str]:
+    """`due metrics --port 0 OPTIONS`, stopped with SIGTERM; its /metrics URL."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "due", "--url", url, "metrics", "--port", "0"],
+        [sys.executable, "-m", "due", "--url", url, "metrics", "--port", "0", *options],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -224,12 +235,36 @@ def scrape(url: str) -> str:
         line = wait_until(process.stderr.readline, timeout=30, what="the metrics server")
         address = re.search(r"http://\S+/metrics", line)
         assert address, line
-        with urllib.request.urlopen(address.group(0), timeout=30) as response:
-            assert response.status == 200
-            return str(response.read().decode())
+        yield address.group(0)
     finally:
         process.terminate()
         assert process.wait(timeout=30) == 0
+
+
+@pytest.mark.parametrize(
+    ("options", "answered"),
+    [((), []), (("--allow-host", "due-metrics.internal"), ["due-metrics.internal"])],
+    ids=["loopback", "a name allowed"],
+)
+def test_metrics_answer_only_the_names_they_are_served_by(
+    sqlite_url: str, options: tuple[str, ...], answered: list[str]
+) -> None:
+    """A page of another site whose name was re-pointed at 127.0.0.1 (DNS
+    rebinding) must not read the metrics as its own."""
+    run_due(sqlite_url, "migrate")
+    with serving_metrics(sqlite_url, *options) as address:
+        port = address.split(":")[2].split("/")[0]
+        for name in ["127.0.0.1", "localhost", *answered, "rebound.example"]:
+            asked = urllib.request.Request(address, headers={"Host": f"{name}:{port}"})
+            try:
+                with urllib.request.urlopen(asked, timeout=30) as response:
+                    status, body = response.status, response.read().decode()
+            except urllib.error.HTTPError as refused:
+                status, body = refused.code, refused.read().decode()
+            if name == "rebound.example":
+                assert status == 403 and "--allow-host" in body, body
+            else:
+                assert status == 200 and "due_queue_jobs" in body, (name, body)
 
 
 @pytest.mark.parametrize("rules", ["docs/alerts.yml"])

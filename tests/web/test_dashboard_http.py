@@ -391,8 +391,8 @@ def test_names_with_any_character_act_on_exactly_that_schedule(
 def test_loopback_only_answers_to_loopback_names_and_refuses_foreign_posts(
     app: due.App, work: due.Task
 ) -> None:
+    from due.hosts import LOOPBACK_NAMES
     from due.web.app import create_dashboard
-    from due.web.security import LOOPBACK_NAMES
 
     job = work.enqueue()
     dashboard = create_dashboard(app, allowed_hosts=LOOPBACK_NAMES)

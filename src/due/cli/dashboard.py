@@ -13,6 +13,7 @@ import click
 from due.cli.common import Settings
 from due.cli.main import main
 from due.errors import DueError
+from due.hosts import LOOPBACK_NAMES
 
 
 @main.command()
@@ -61,12 +62,7 @@ def dashboard(
         import uvicorn
 
         from due.web.app import create_dashboard
-        from due.web.security import (
-            LOOPBACK_NAMES,
-            Credential,
-            proxies,
-            require_credential_off_loopback,
-        )
+        from due.web.security import Credential, proxies, require_credential_off_loopback
     except ImportError as error:
         click.echo(
             f"error: the dashboard needs the extra due[web] ({error.name} is missing): "

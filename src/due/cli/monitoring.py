@@ -109,19 +109,27 @@ def check(
 @main.command()
 @click.option("--port", default=9464, show_default=True, help="Serve /metrics on this port.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Listen on this address.")
+@click.option(
+    "--allow-host",
+    "allowed",
+    multiple=True,
+    metavar="NAME",
+    help="A host name Prometheus scrapes it by (again for more). Bound to 127.0.0.1 it "
+    "answers only loopback names and these; bound elsewhere, any address, and once one "
+    "is given, only these names (a defence against DNS rebinding).",
+)
 @click.pass_obj
-def metrics(settings: Settings, port: int, host: str) -> None:
+def metrics(settings: Settings, port: int, host: str, allowed: tuple[str, ...]) -> None:
     """Serve the figures for Prometheus on http://HOST:PORT/metrics, read from the
     database at each scrape (run as many as you like, anywhere)."""
-    from prometheus_client import start_http_server
-
     from due.visibility.metrics import registry_for
+    from due.visibility.metrics_server import serve
 
     try:
         app = settings.app
         app.store.check_schema()
         registry = registry_for(app)
-        server, thread = start_http_server(port, addr=host, registry=registry)
+        server, thread = serve(registry, host, port, allowed)
     except (DueError, OSError) as error:
         click.echo(f"error: {error}", err=True)
         sys.exit(1)

@@ -39,6 +39,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from due.clock import SystemClock
 from due.errors import ConfigurationError
+from due.hosts import hostname, is_loopback
 
 SESSION_COOKIE = "due_session"
 SESSION_LIFETIME = timedelta(days=7)
@@ -139,15 +140,6 @@ class Credential:
 
 def _same(offered: str, expected: str) -> bool:
     return hmac.compare_digest(offered.encode(), expected.encode())
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def proxies(addresses: str | None) -> list[str]:
@@ -282,7 +274,7 @@ class Guard:
         as its own origin. And a POST from a page of another origin is refused,
         whatever its cookies say.
         """
-        host = _hostname(request.headers.get("host", ""))
+        host = hostname(request.headers.get("host", ""))
         if self.allowed_hosts is not None and host not in self.allowed_hosts:
             return f"this dashboard does not answer to the host name {host!r}"
         if request.scope.get(HOST_CSRF):
@@ -292,16 +284,6 @@ class Guard:
         if request.method == "POST" and origin is not None and urlsplit(origin).netloc != own:
             return "a form from another site may not act on this dashboard"  # "null" too
         return None
-
-
-def _hostname(host_header: str) -> str:
-    """The name in a Host header, without its port ("[::1]:8080" -> "::1")."""
-    if host_header.startswith("["):
-        return host_header[1:].partition("]")[0]
-    return host_header.rpartition(":")[0] if host_header.count(":") == 1 else host_header
-
-
-LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
 async def _with_headers(response: Response, scope: Scope, receive: Receive, send: Send) -> None:
