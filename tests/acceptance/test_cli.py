@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 import due
+from due.cli.workers import _child_command
 from due.core.records import WorkerRegistration
 from due.testing import drain
 from due.worker.settings import WorkerSettings
-from tests.helpers.cli import run_due
+from tests.helpers.cli import plain_environment, run_due
 
 
 def test_migrate_then_inspect_and_act(backend_url: str) -> None:
@@ -229,3 +230,29 @@ def test_status_pause_resume_and_pieces(backend_url: str) -> None:
         assert "name a QUEUE" in run_due(backend_url, "pause", expect=2)
     finally:
         app.close()
+
+
+def test_a_module_planted_in_the_working_directory_shadows_nothing_installed(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """`due --app` finds the app in the working directory, after what is
+    installed: a psycopg.py left there (a shared folder, a download) is not
+    the driver the store imports."""
+    (tmp_path / "psycopg.py").write_text(
+        "import pathlib\npathlib.Path('planted-ran').touch()\nraise SystemExit('planted')\n"
+    )
+    (tmp_path / "shop.py").write_text(f"import due\napp = due.App({postgres_url!r})\n")
+    command = Path(sys.executable).parent / "due"  # as installed, not python -m (see below)
+    done = subprocess.run(
+        [str(command), "--app", "shop:app", "migrate"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=plain_environment(),
+    )
+    assert done.returncode == 0 and "applied migrations" in done.stdout, done.stderr
+    assert not (tmp_path / "planted-ran").exists()
+    # `python -m` puts the working directory first itself; a worker's
+    # processes (--processes N) are started without it (-P).
+    assert _child_command()[:4] == [sys.executable, "-P", "-m", "due"]

@@ -37,12 +37,18 @@ URL_HELP = "Database URL (or $DUE_DATABASE_URL; default ./due.db)."
 
 
 def load_app(spec: str) -> App:
-    """Import `module:attribute` (from the working directory too) and return the App."""
+    """Import `module:attribute` (from the working directory too) and return the App.
+
+    The working directory is searched last, after the standard library and
+    what is installed (uvicorn and gunicorn put it first): a module left
+    there under an installed one's name (a psycopg.py in a shared folder)
+    must not run in its place. An app whose module shares a name with an
+    installed one is found through PYTHONPATH=. instead."""
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise ConfigurationError(f"--app {spec!r}: write it as module:attribute, e.g. myapp:app")
     if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+        sys.path.append(os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:

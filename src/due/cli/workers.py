@@ -291,7 +291,9 @@ def _child_command() -> list[str]:
             next(arguments, None)
         elif not argument.startswith("--processes="):
             kept.append(argument)
-    return [sys.executable, "-m", "due", *kept]
+    # -P: without the working directory first on its path, which -m puts there
+    # (load_app searches it last, after what is installed).
+    return [sys.executable, "-P", "-m", "due", *kept]
 
 
 def parse_queues(
