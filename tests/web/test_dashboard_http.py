@@ -17,6 +17,7 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
+from fastapi import Depends, FastAPI, HTTPException, Request
 from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.testclient import TestClient
@@ -553,3 +554,22 @@ def test_a_trusted_proxy_that_is_no_address_is_refused_by_name(backend_url: str)
     )
     assert done.returncode == 1
     assert "--trusted-proxies: 'proxy.internal' is not an IP address" in done.stderr
+
+
+def test_fastapi_s_dependencies_do_not_guard_a_mount_its_own_token_does(app: due.App) -> None:
+    """Why the how-to says to guard the mount itself: FastAPI's global
+    dependencies= run for its routes, not for a mounted dashboard."""
+
+    def staff_only(request: Request) -> None:
+        if request.headers.get("x-staff-token") != "staff":
+            raise HTTPException(status_code=401)
+
+    api = FastAPI(dependencies=[Depends(staff_only)])
+    api.get("/orders")(lambda: [])
+    api.mount("/open", app.dashboard())
+    api.mount("/due", app.dashboard(token="s3cret-token"))
+    with TestClient(api) as client:
+        assert client.get("/orders").status_code == 401  # a route: guarded
+        assert client.get("/open/").status_code == 200  # a mount: not
+        assert client.get("/due/").status_code == 401
+        assert client.get("/due/", headers={"authorization": "Bearer s3cret-token"}).is_success
