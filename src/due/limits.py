@@ -16,7 +16,7 @@ from typing import Any
 
 from due.core.limits import MAX_KEY_LENGTH, WHOLE, Limit, build, encode_job_limits, hidden_key
 from due.errors import ConfigurationError, InvalidJobError
-from due.shown_arguments import HIDDEN, scrubbed
+from due.shown_arguments import HIDDEN, MIN_SCRUBBED_LENGTH, scrubbed
 
 KeyFunction = Callable[..., Any]
 LimitsOption = Sequence[str] | Mapping[str, KeyFunction | None]
@@ -140,7 +140,7 @@ def job_limits(
                 value = use.key(*args, **kwargs)
             except Exception as error:
                 said = f"{type(error).__name__}: {error}"
-                shown = scrubbed(said, secrets)
+                shown = scrubbed(said, _looked_for(secrets))
                 raise InvalidJobError(
                     f"enqueue of {task!r}: the key function of limit {use.name!r} raised "
                     f"{shown}; it is called with the task's arguments"
@@ -152,9 +152,14 @@ def job_limits(
     return encode_job_limits(pairs)
 
 
+def _looked_for(secrets: Collection[str]) -> list[str]:
+    """The secrets long enough to look for in a message (as in an error's text)."""
+    return [secret for secret in secrets if len(secret) >= MIN_SCRUBBED_LENGTH]
+
+
 def _checked_key(task: str, limit: str, value: Any, source: str, secrets: Collection[str]) -> str:
     if not isinstance(value, str) or not value:
-        shown = HIDDEN if str(value) in secrets else scrubbed(repr(value), secrets)
+        shown = HIDDEN if str(value) in secrets else scrubbed(repr(value), _looked_for(secrets))
         raise InvalidJobError(
             f"enqueue of {task!r}: {source} gave the key of limit {limit!r} as {shown}; "
             "a key is a non-empty string (str(account_id), say)"
