@@ -78,7 +78,7 @@ def dashboard(
         app.store.check_schema()
         # Without a credential it serves loopback only: answer only to loopback
         # names too (a re-pointed DNS name must not make it another site's).
-        hosts = None if credential is not None else LOOPBACK_NAMES | {host}
+        hosts = None if credential is not None else LOOPBACK_NAMES | {host.lower()}
         asgi = create_dashboard(app, credential=credential, allowed_hosts=hosts)
     except DueError as error:
         click.echo(f"error: {error}", err=True)
