@@ -115,7 +115,7 @@ class Runner:
                 jobs.record_outcome(running, cancelled)
             jobs.handler_ended()
             return  # otherwise the lease was lost or released: write nothing
-        except Exception as error:
+        except BaseException as error:  # (not a task's exit either: invariant 17)
             # The executor turns every end into an outcome; should it fail, the job
             # still gets one (failed with the reason), never stays running.
             log.exception("job.executor_crashed job=%s", running.job.id)
