@@ -399,3 +399,44 @@ def test_an_async_view_enqueues(database: str, app: due.App) -> None:
 
 def test_due_app_gives_the_backend_s_app(database: str) -> None:
     assert due_app(database) is task_backends[database].app
+
+
+def test_get_result_gives_the_task_as_it_was_sent(database: str, app: due.App) -> None:
+    """What `.using()` changed for one job comes back with its result, as
+    Django's DummyBackend keeps it: the result read back equals the one enqueued."""
+    later = timezone.now() + timedelta(hours=1)
+    task = send_welcome_email.using(
+        backend=database, priority=7, queue_name="default", run_after=later
+    ).using(key=f"sent-as-{database}")
+    result = task.enqueue("sent-as@example.com")
+    again = task.get_result(result.id)
+    assert (again.task.priority, again.task.queue_name, again.task.run_after) == (
+        7,
+        "default",
+        later,
+    )
+    assert again.task.key == f"sent-as-{database}"
+    assert again == result
+    app.cancel(int(result.id))
+    # One whose run_after has passed runs, and keeps it.
+    earlier = timezone.now() - timedelta(minutes=1)
+    task = send_welcome_email.using(backend=database, run_after=earlier)
+    done = run_until_finished(app, task, task.enqueue("ran@example.com").id)
+    assert done.status == TaskResultStatus.SUCCESSFUL and done.task.run_after == earlier
+
+
+def test_started_at_is_the_first_attempt_s_start(database: str, app: due.App) -> None:
+    """Django: started_at is when the first attempt began, last_attempted_at
+    the latest; the task's own TaskContext says the same."""
+    from shop.tasks import fails_once
+
+    task = fails_once.using(backend=database)
+    done = run_until_finished(app, task, task.enqueue().id)
+    assert done.status == TaskResultStatus.SUCCESSFUL and done.attempts == 2
+    job = app.get(int(done.id))
+    first_failure = job.errors[0].at
+    assert done.started_at < first_failure < done.last_attempted_at
+    assert done.last_attempted_at == job.started_at
+    told = done.return_value
+    assert datetime.fromisoformat(told["started_at"]) == done.started_at
+    assert datetime.fromisoformat(told["last"]) > first_failure

@@ -18,7 +18,7 @@ from due.app import App
 from due.contrib.django.apps_registry import app_for, database_alias, when_made
 from due.contrib.django.configuration import configure
 from due.contrib.django.database import connection_in_transaction
-from due.contrib.django.results import result_of, task_of
+from due.contrib.django.results import result_of, task_as_sent
 from due.contrib.django.running import registered
 from due.contrib.django.running import send_robustly as _send
 from due.contrib.django.task_class import DueTask
@@ -123,10 +123,8 @@ class DueBackend(BaseTaskBackend):  # type: ignore[misc]
             job = self.app.get(int(text), connection=connection)
         except JobNotFoundError as error:
             raise TaskResultDoesNotExist(str(error)) from error
-        task = task_of(job)
-        if task.backend != self.alias:  # refresh() must come back here
-            task = task.using(backend=self.alias)
-        return result_of(job, self.alias, task)
+        # As it was sent (its backend: refresh() comes back here).
+        return result_of(job, self.alias, task_as_sent(job, self.alias))
 
     def check(self, **kwargs: Any) -> list[Any]:
         return []

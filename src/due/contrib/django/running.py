@@ -25,9 +25,11 @@ from django.utils import timezone
 from django.utils.json import normalize_json
 
 from due.app import App
+from due.contrib.django.attempts import AttemptStart, this_attempt_started
 from due.contrib.django.results import running_result
 from due.core.jobs import Job
 from due.errors import ConfigurationError, class_path
+from due.instrumentation import AttemptInfo, add_attempt_hook
 from due.long_work.context import Context
 from due.retry import Retry
 from due.task import Task as DueAppTask
@@ -68,6 +70,14 @@ def register_seen(app: App, alias: str) -> None:
         for name, (task, sender) in _seen.items():
             if name not in app.tasks:
                 _register(app, alias, task, sender)
+
+
+def _attempt_hook(info: AttemptInfo) -> AttemptStart | None:
+    """Each attempt of a Django task has its start noted (attempts.py)."""
+    return AttemptStart(info) if info.task in _seen else None
+
+
+add_attempt_hook(_attempt_hook)
 
 
 def _options(task: Task) -> dict[str, Any]:
@@ -216,7 +226,7 @@ def _started(ctx: Context, task: Task, args: Any, kwargs: Any, earlier: Job | No
         kwargs,
         backend=task.backend,
         enqueued_at=ctx.enqueued_at,
-        started_at=timezone.now(),
+        attempt_started=this_attempt_started(),
         earlier=earlier,
         worker=ctx.worker,
     )

@@ -56,3 +56,15 @@ def not_a_task_too(n):
 @task
 def returns_a_set():
     return {1, 2}  # JSON cannot hold it
+
+
+@task_with_options(retry=due.Retry(max_attempts=2, backoff=0.05, jitter=0), takes_context=True)
+def fails_once(context):
+    """Fails its first attempt; the second says when the task started, as Django tells it."""
+    if context.attempt == 1:
+        raise ValueError("the first attempt fails")
+    result = context.task_result
+    return {
+        "started_at": result.started_at.isoformat(),
+        "last": result.last_attempted_at.isoformat(),
+    }
