@@ -440,3 +440,36 @@ def test_started_at_is_the_first_attempt_s_start(database: str, app: due.App) ->
     told = done.return_value
     assert datetime.fromisoformat(told["started_at"]) == done.started_at
     assert datetime.fromisoformat(told["last"]) > first_failure
+
+
+def test_arguments_are_taken_as_django_s_backends_take_them(database: str, app: due.App) -> None:
+    from types import MappingProxyType
+
+    from shop.tasks import echoes
+
+    task = echoes.using(backend=database)
+    result = task.enqueue(b"caf\xc3\xa9", range(3), MappingProxyType({"a": (1, 2)}), when=b"now")
+    assert result.args == ["café", [0, 1, 2], {"a": [1, 2]}]
+    assert result.kwargs == {"when": "now"}
+    done = run_until_finished(app, task, result.id)
+    assert done.return_value == {"args": result.args, "kwargs": {"when": "now"}}
+
+
+def test_an_argument_django_cannot_take_is_a_type_error_and_nothing_is_sent(
+    database: str, app: due.App
+) -> None:
+    from shop.tasks import echoes
+
+    task = echoes.using(backend=database)
+    before = len(app.jobs(task="shop.tasks.echoes", limit=10_000))
+    with Received() as received:
+        for wrong in ([1, timezone.now()], [1, {2, 3}], [1, b"\xff"]):
+            with pytest.raises(
+                TypeError, match=r"argument 1 of task 'shop\.tasks\.echoes'"
+            ) as raised:
+                task.enqueue(*wrong)
+            assert isinstance(raised.value, due.PayloadError)
+        with pytest.raises(TypeError, match=r"argument 'at'.*Unsupported type"):
+            asyncio.run(task.aenqueue(at=timezone.now()))
+    assert received.signals == []
+    assert len(app.jobs(task="shop.tasks.echoes", limit=10_000)) == before

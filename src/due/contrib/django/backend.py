@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from due.app import App
 from due.contrib.django.apps_registry import app_for, database_alias, when_made
+from due.contrib.django.arguments import normalised
 from due.contrib.django.configuration import configure
 from due.contrib.django.database import connection_in_transaction
 from due.contrib.django.results import result_of, task_as_sent
@@ -98,6 +99,7 @@ class DueBackend(BaseTaskBackend):  # type: ignore[misc]
             key=getattr(task, "key", None),
             limit_keys=getattr(task, "limit_keys", None),
         )
+        args, kwargs = normalised(task.module_path, args, kwargs)
         connection = connection_in_transaction(self.database)
         job = app.enqueue_many([options.request(*args, **kwargs)], connection=connection)[0]
         result = result_of(job, self.alias, task)

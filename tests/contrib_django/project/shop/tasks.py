@@ -68,3 +68,9 @@ def fails_once(context):
         "started_at": result.started_at.isoformat(),
         "last": result.last_attempted_at.isoformat(),
     }
+
+
+@task
+def echoes(*args, **kwargs):
+    """Returns its arguments, as the task was given them."""
+    return {"args": list(args), "kwargs": kwargs}
