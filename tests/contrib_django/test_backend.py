@@ -5,6 +5,7 @@ async tasks, retries and errors, and the request's transaction."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -473,3 +474,49 @@ def test_an_argument_django_cannot_take_is_a_type_error_and_nothing_is_sent(
             asyncio.run(task.aenqueue(at=timezone.now()))
     assert received.signals == []
     assert len(app.jobs(task="shop.tasks.echoes", limit=10_000)) == before
+
+
+def test_a_failure_s_secrets_reach_no_receiver_nor_django_s_log(
+    database: str, app: due.App, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Django's own receiver of task_finished logs the exception being handled:
+    the signal is sent outside it, and its TaskError is scrubbed as due's is."""
+    from shop.tasks import signs_in
+
+    tracebacks: dict[str, list[str]] = {}  # by result: a drain runs the database's other jobs too
+
+    def receiver(sender: type, task_result: Any, **kwargs: Any) -> None:
+        tracebacks[task_result.id] = [error.traceback for error in task_result.errors]
+
+    task = signs_in.using(backend=database)
+    caplog.set_level(logging.DEBUG)
+    task_finished.connect(receiver, dispatch_uid="secrets")
+    try:
+        done = run_until_finished(app, task, task.enqueue("alice", "hunter2-staple").id)
+    finally:
+        task_finished.disconnect(dispatch_uid="secrets")
+    assert done.status == TaskResultStatus.FAILED
+    (told,) = tracebacks[done.id]
+    assert "partner refused login alice:•••" in told
+    assert "partner refused login alice:•••" in done.errors[0].traceback
+    assert any(
+        record.name == "django.tasks" and record.levelno == logging.ERROR
+        for record in caplog.records
+    )
+    assert "hunter2" not in caplog.text
+    assert "hunter2" not in told
+
+
+def test_a_task_that_exits_fails_with_django_s_signals(database: str, app: due.App) -> None:
+    """sys.exit() in a task fails it, as Django's backends fail it (and it is
+    not retried: due retries exceptions, not exits, unless told)."""
+    from shop.tasks import exits
+
+    task = exits.using(backend=database)
+    with Received() as received:
+        result = task.enqueue(3)
+        done = run_until_finished(app, task, result.id)
+    assert done.status == TaskResultStatus.FAILED and done.attempts == 1
+    assert done.errors[0].exception_class is SystemExit
+    assert [name for name, _, _ in received.of(result.id)] == ["enqueued", "started", "finished"]
+    assert received.of(result.id)[-1][2] == TaskResultStatus.FAILED

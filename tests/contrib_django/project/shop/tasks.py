@@ -4,6 +4,8 @@ Django 6.1 hands @task's other keywords to the backend's task class (due's
 options); Django 6.0 does not, and there `due.contrib.django.task` takes them.
 """
 
+import sys
+
 import django
 from django.tasks import task
 
@@ -74,3 +76,13 @@ def fails_once(context):
 def echoes(*args, **kwargs):
     """Returns its arguments, as the task was given them."""
     return {"args": list(args), "kwargs": kwargs}
+
+
+@task_with_options(retry=due.Retry(max_attempts=1))
+def signs_in(user, password):
+    raise PermissionError(f"partner refused login {user}:{password}")
+
+
+@task
+def exits(code):
+    sys.exit(code)
