@@ -1,5 +1,6 @@
 """A project as `django-admin startproject` makes it, with due set up in part:
-what due says when the app is missing, and when its tables are."""
+what due says when the app is missing, when its tables are, and where the
+dashboard sends a visitor who is not signed in."""
 
 from __future__ import annotations
 
@@ -49,6 +50,11 @@ urlpatterns = [
     path("jobs/", include("due.contrib.django.urls")),
 ]
 """
+URLS_WITHOUT_ADMIN = """
+from django.urls import include, path
+
+urlpatterns = [path("jobs/", include("due.contrib.django.urls"))]
+"""
 
 
 class Project:
@@ -69,6 +75,7 @@ class Project:
         (folder / "shop" / "tasks.py").write_text(TASKS_MODULE)
         (folder / "shop" / "views.py").write_text(VIEWS)
         (folder / "mysite" / "urls.py").write_text(URLS)
+        (folder / "mysite" / "urls_without_admin.py").write_text(URLS_WITHOUT_ADMIN)
 
     def settings(self, text: str) -> None:
         with (self.folder / "mysite" / "settings.py").open("a") as settings:
@@ -120,3 +127,29 @@ def test_before_migrate_the_first_enqueue_says_to_run_manage_py_migrate(project:
     project.manage("migrate")
     printed = project.shell('from shop.tasks import hello; print(hello.enqueue("ann").status)')
     assert printed.stdout.strip() == "READY"
+
+
+def test_the_dashboard_sends_a_visitor_to_the_admin_s_login_without_login_url(
+    project: Project,
+) -> None:
+    """Django's LOGIN_URL defaults to /accounts/login/, a page a new project has
+    not: unless the settings set it, the admin's login is used; with no admin
+    either, the page says what to set."""
+    project.settings('INSTALLED_APPS += ["due.contrib.django", "shop"]\n' + BACKEND)
+    printed = project.shell(
+        "from django.test import Client, override_settings\n"
+        'client = Client(HTTP_HOST="localhost")\n'
+        'sent = client.get("/jobs/")\n'
+        'print(sent.status_code, sent["Location"])\n'
+        'print(client.get(sent["Location"]).status_code)\n'
+        'with override_settings(ROOT_URLCONF="mysite.urls_without_admin"):\n'
+        '    refused = client.get("/jobs/")\n'
+        "print(refused.status_code, refused.content.decode())\n"
+        'with override_settings(LOGIN_URL="/sign-in/"):\n'
+        '    print(client.get("/jobs/")["Location"])\n'
+    )
+    lines = printed.stdout.splitlines()
+    assert lines[0] == "302 /admin/login/?next=/jobs/"
+    assert lines[1] == "200"  # the admin's login page
+    assert lines[2].startswith("403 ") and "Set LOGIN_URL" in lines[2]
+    assert lines[-1] == "/sign-in/?next=/jobs/"
