@@ -82,8 +82,17 @@ class DueBackend(BaseTaskBackend):  # type: ignore[misc]
     def _checked(self, task: Task, app: App) -> DueAppTask[Any, Any]:
         # Django's checks of a task's shape read its signature, a cost per
         # enqueue (`using()` makes a new task each time): done once per shape
-        # on this backend (its QUEUES are its own); a run_after is checked each time.
-        shape = (task.func, task.takes_context, task.priority, task.queue_name)
+        # and per set of this backend's features (a test may turn one off) and
+        # QUEUES; a run_after is checked each time.
+        shape = (
+            task.func,
+            task.takes_context,
+            task.priority,
+            task.queue_name,
+            self.supports_async_task,
+            self.supports_priority,
+            id(self.queues),
+        )
         if task.run_after is not None or shape not in self._valid_shapes:
             super().validate_task(task)
             self._valid_shapes.add(shape)
