@@ -16,7 +16,8 @@ that safe point), `commit` (written inside the job's own transaction, just
 before it commits: its success, when it commits, is later), `end` (with how
 it ended), `upstream` (a workflow step's upstream steps as its handler reads
 them, `name=state`), `complete` (a parent's completion job, with the parent),
-`stamp` (a schedule's run, with the schedule and the time it ran for).
+`stamp` (a schedule's run, with the schedule and the time it ran for), `exit`
+(a handler about to raise SystemExit or KeyboardInterrupt, with which).
 """
 
 from __future__ import annotations
@@ -152,6 +153,36 @@ def long_sync(ctx: due.Context, n: int, count: int) -> None:
     """Outlasts the workers' grace (2 s): a SIGTERM stops it at a safe point,
     and no other attempt may begin before its last step."""
     attempt(ctx, lambda: steps(ctx, count))
+
+
+def exit_first(ctx: due.Context, how: str) -> None:
+    """Raise SystemExit or KeyboardInterrupt on the first attempt (an `exit` line
+    first): that attempt fails, the worker goes on (invariant 17)."""
+    if ctx.attempt == 1:
+        note("exit", ctx, how)
+        if how == "SystemExit":
+            raise SystemExit(f"chaos: job {ctx.job_id} exits")
+        raise KeyboardInterrupt
+
+
+@app.task(name="chaos.exits", retry=RETRY)
+def exits(ctx: due.Context, n: int, how: str) -> None:
+    attempt(ctx, lambda: exit_first(ctx, how))
+
+
+@app.task(name="chaos.async_exits", retry=RETRY)
+async def async_exits(ctx: due.Context, n: int, how: str) -> None:
+    note("start", ctx)
+    outcome = "error"
+    try:
+        await asyncio.sleep(0.01)
+        exit_first(ctx, how)
+        outcome = "ok"
+    finally:
+        note("end", ctx, outcome)
+
+
+EXITS = ("SystemExit", "KeyboardInterrupt")
 
 
 HOSTILE_VALUES: dict[str, Any] = {

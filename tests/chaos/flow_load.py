@@ -2,13 +2,14 @@
 workflows an operator now and then cancels, or retries after a fix.
 
 Each tick of the load may enqueue: a job under a concurrency limit and a
-per-key one (about 2 a second), a burst of 8 jobs under a 5/s rate (about 4 a
-second in all), a chain of three steps, or a fan-out/fan-in (a step, 2 to 6
-steps after it, one of them under the limits, then `join`, cancelled if one of
-them failed, and `audit`, run whatever they did) — each about one every two
-seconds. A step fails for good now and then (`chaos.doomed`), until its
-workflow is fixed: an operator's retry writes the workflow's load number to
-the fixes file first (its doomed steps then succeed), as a deploy would.
+per-key one (about 2 a second; its key one of three accounts, or a new one),
+a burst of 8 jobs under a 5/s rate (about 4 a second in all), a chain of three
+steps, or a fan-out/fan-in (a step, 2 to 6 steps after it, one of them under
+the limits, then `join`, cancelled if one of them failed, and `audit`, run
+whatever they did) — each about one every two seconds. A step fails for good
+now and then (`chaos.doomed`), until its workflow is fixed: an operator's
+retry writes the workflow's load number to the fixes file first (its doomed
+steps then succeed), as a deploy would.
 
 The operator's actions are recorded here, before and after each call: the
 verdict explains a cancelled step by them, and a step released again by a
@@ -29,6 +30,8 @@ from tests.chaos.flow_verdict import Action
 
 DOOMED_SHARE = 0.1
 """How often a workflow's step fails for good (the steps after it follow their policy)."""
+NEW_KEY_SHARE = 0.2
+"""How often a limited job's account (its per-key limit's key) is a new one."""
 CANCEL_SHARE = 0.006
 RETRY_SHARE = 0.012
 """Per tick (up to 40 a second): an operator cancels the newest workflow, or
@@ -50,7 +53,7 @@ class FlowLoad:
         roll = self.rng.random()
         key = f"chaos-flow:{number}"
         if roll < 0.05:
-            account = self.rng.choice(chaos_app.ACCOUNTS)
+            account = self._account(number)
             count = self.rng.randint(2, 12)
             self.tasks["limited"].options(key=key).enqueue(number, account, count)
         elif roll < 0.0625:
@@ -66,6 +69,13 @@ class FlowLoad:
             self._cancel()
         elif roll < 0.0875 + CANCEL_SHARE + RETRY_SHARE:
             self._retry()
+
+    def _account(self, number: int) -> str:
+        """One of a few busy accounts, or now and then a new one (a limit key the
+        claims must create)."""
+        if self.rng.random() < NEW_KEY_SHARE:
+            return f"new{number}"
+        return self.rng.choice(chaos_app.ACCOUNTS)
 
     def _step(self, number: int) -> Any:
         if self.rng.random() < DOOMED_SHARE:
@@ -85,8 +95,7 @@ class FlowLoad:
             flow.add(self._step(number), name=f"m{i}", after=[split])
             for i in range(self.rng.randint(1, 5))
         ]
-        account = self.rng.choice(chaos_app.ACCOUNTS)
-        limited = self.tasks["limited"].request(number, account, 2)
+        limited = self.tasks["limited"].request(number, self._account(number), 2)
         members.append(flow.add(limited, name="limited", after=[split]))
         flow.add(self.tasks["step"].request(number, 1), name="join", after=members)
         audit = self.tasks["step"].request(number, 1)

@@ -5,8 +5,9 @@
 Starts worker processes (each with its scheduler) on one database, enqueues a
 steady mix of work for `--seconds` — immediate, delayed, failing at random,
 long with safe points (some longer than the grace), checkpointed, pieces under
-a parent, values no store can hold, and four every-second schedules, one per
-overlap policy; beside it jobs under concurrency, per-key and rate limits,
+a parent, values no store can hold, handlers that raise SystemExit or
+KeyboardInterrupt, and four every-second schedules, one per overlap policy;
+beside it jobs under concurrency, per-key and rate limits,
 and workflows (chains, fan-out/fan-in) an operator cancels or retries now and
 then (flow_load.py) — while faults land at random
 (faults.py), then lets the deployment drain and prints the verdict
@@ -107,6 +108,7 @@ def run(
         deployment.restart_dead()
         _drain(url, load_ended, STALLED_AFTER)
         unfinished = _unfinished_rows(url, load_ended)
+        alive = {deployment.worker_pid(slot) for slot in deployment.alive()}
         codes = deployment.stop_all()
         facts = _facts(url, load_ended)
     verdict = judge(
@@ -121,6 +123,7 @@ def run(
         ],
         limits={limit.name: limit for limit in chaos_app.app.limits},
         actions=actions,
+        alive_at_end=alive,
         **facts,
     )
     verdict.worker_exit_codes = list(codes.values())
@@ -235,9 +238,12 @@ def _enqueue_one(app: due.App, tasks: dict[str, Any], number: int, rng: random.R
         app.batch(tasks["piece"], items, on_complete=tasks["pieces_done"])
     elif roll < 0.975:  # longer than the grace: a SIGTERM stops it at a safe point
         tasks["long_sync"].options(key=key).enqueue(number, rng.randint(60, 120))
-    else:
+    elif roll < 0.99:
         kind = rng.choice(list(chaos_app.HOSTILE_VALUES))
         tasks["hostile"].options(key=key).enqueue(number, kind)
+    else:  # its first attempt raises SystemExit or KeyboardInterrupt
+        task = tasks[rng.choice(["exits", "async_exits"])]
+        task.options(key=key).enqueue(number, rng.choice(chaos_app.EXITS))
 
 
 def _drain(url: str, load_ended: float, stalled_after: float) -> None:

@@ -19,6 +19,10 @@ the fault log, and the rows that must be zero.
   than the attempts its ledger shows started (a claim's lost reply, a worker
   that died before the handler began, a job handed back at shutdown: none may
   spend an attempt).
+- **workers stopped by a task's exit**: a worker whose handler raised
+  SystemExit or KeyboardInterrupt (its `exit` line), not alive at the end, and
+  neither killed nor stopped by a fault: the exit stopped it (it must fail
+  only its attempt).
 
 Limits and workflows have rows of their own (flow_verdict.py): handlers over a
 concurrency limit, steps started before their upstream ended, workflows stuck,
@@ -51,6 +55,7 @@ MUST_BE_ZERO = (
     "scheduled times with zero or two runs",
     "parents completed twice",
     "attempts counted that never started",
+    "workers stopped by a task's exit",
     *flow_verdict.ASSERTED,
 )
 COUNTED = (*MUST_BE_ZERO, RATE_EXCEEDED)
@@ -106,6 +111,8 @@ class Verdict:
     """Attempts started by the worker whose wall clock stepped, after its first step."""
     step_pace: list[tuple[float, float, float, float]] = field(default_factory=list)
     """That worker's steps: (when, seconds, its statements a second before, after)."""
+    task_exits: int = 0
+    """Attempts whose handler raised SystemExit or KeyboardInterrupt."""
     claims_cut: int = 0
     """Claims whose reply the proxy lost after their commit (cut_claim_reply)."""
     fault_log: list[Fault] = field(default_factory=list)
@@ -127,6 +134,7 @@ class Verdict:
             ("jobs due", str(self.due)),
             ("jobs completed", str(self.completed)),
             ("executions (attempts started)", str(self.executions)),
+            ("handlers that raised SystemExit or KeyboardInterrupt", str(self.task_exits)),
             (
                 "worker an hour ahead (faketime)",
                 f"{self.skewed_executions} attempts run, refused to start {self.skewed_refusals}x",
@@ -262,6 +270,7 @@ def judge(
     workflows: dict[int, dict[str, Any]] | None = None,
     limits: dict[str, Limit] | None = None,
     actions: Sequence[Action] = (),
+    alive_at_end: set[int] | None = None,
 ) -> Verdict:
     """`jobs`: id -> {state, run_at, errors (count), and for flow_verdict workflow,
     policy, limited, last_error, error_kinds}; `successes`: chaos_ledger rows
@@ -269,7 +278,8 @@ def judge(
     `leadership`: (time, pid) of each `scheduler.leading` event; `edges`:
     (upstream, step) job ids; `workflows`: id -> {state, created_at,
     finished_at}; `limits`: the limits' numbers, by name; `actions`: the
-    operator's cancels and retries of workflows."""
+    operator's cancels and retries of workflows; `alive_at_end`: the pids of the
+    workers alive when the drain ended (None: not known, exits not judged)."""
     due_ids = [job_id for job_id, run_at in enqueued.items() if run_at <= load_ended]
     final = {"succeeded", "failed", "cancelled"}
     verdict = Verdict(
@@ -314,6 +324,10 @@ def judge(
     found["scheduled times with zero or two runs"] = _schedule_holes(
         schedule_runs, successes, load_ended
     )
+    exits = [line for line in ledger if line.kind == "exit"]
+    verdict.task_exits = len(exits)
+    if alive_at_end is not None:
+        found["workers stopped by a task's exit"] = _stopped_by_exits(exits, faults, alive_at_end)
     verdict.flows = flow_verdict.judge_flows(
         ledger=ledger,
         jobs=jobs,
@@ -331,6 +345,24 @@ def judge(
     verdict.failovers = _failovers(faults, leadership)
     verdict.fault_log = list(faults)
     return verdict
+
+
+STOPPING_FAULTS = ("kill", "kill_leader", "term")
+
+
+def _stopped_by_exits(exits: list[Line], faults: list[Fault], alive_at_end: set[int]) -> list[Any]:
+    """The workers an `exit` line's handler stopped: not alive at the end, and no
+    fault that stops a worker aimed at them (a SIGTERM may come first: a worker
+    draining runs its handlers on). Its other handlers may still write a while
+    after the exit, whichever way it went: lines after it prove nothing."""
+    stopped = []
+    for line in exits:
+        if line.pid in alive_at_end:
+            continue
+        if any(f.kind in STOPPING_FAULTS and f.pid == line.pid for f in faults):
+            continue
+        stopped.append((line.pid, line.job, " ".join(line.detail)))
+    return stopped
 
 
 def _overlapping(lines: list[Line]) -> bool:
