@@ -2,15 +2,18 @@
 kernel hands on (writer_turns.py), so a waiting process writes the moment the
 one before it lets go, a process that dies frees its turn, and a turn held too
 long (a frozen process) delays one write by a tenth of its busy timeout, never
-fails it."""
+fails it. The turns' file is open to who may write the database only, and one
+found in its place that is not due's is left alone (beside.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -216,14 +219,139 @@ def test_a_wait_for_the_turn_cut_off_gives_the_turn_back_when_it_comes(
         app.close()
 
 
-def test_the_turns_file_shares_the_database_files_permissions(tmp_path: Path) -> None:
-    """A web server and a worker of one group, as two users: each must open it."""
+@pytest.mark.parametrize(
+    ("database_mode", "turns_mode"),
+    [(0o644, 0o600), (0o640, 0o600), (0o664, 0o660), (0o666, 0o666), (0o600, 0o600)],
+)
+def test_the_turns_file_is_open_to_who_may_write_the_database_only(
+    tmp_path: Path, database_mode: int, turns_mode: int
+) -> None:
+    """A web server and a worker of one group, as two users, must each open it
+    (the group may write the database); a user who may only read the database
+    may not (made with the database's mode, 0644, any local user could take a
+    shared lock on it and stall every write: issue 49, finding 13)."""
     path = tmp_path / "jobs.db"
     path.touch()
-    path.chmod(0o664)  # (an empty file is a database SQLite makes its own)
+    path.chmod(database_mode)  # (an empty file is a database SQLite makes its own)
+    previous = os.umask(0o077)  # whatever the umask
+    try:
+        app, t = make_app(f"sqlite:///{path}")
+    finally:
+        os.umask(previous)
+    try:
+        t.enqueue(1)
+        assert Path(f"{path}{SUFFIX}").stat().st_mode & 0o777 == turns_mode
+    finally:
+        app.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="acting as another user (nobody) needs root")
+def test_a_user_who_may_only_read_the_database_cannot_open_the_turns_file() -> None:
+    """The shared lock of issue 49, finding 13, tried as that user."""
+    with tempfile.TemporaryDirectory(dir="/tmp") as folder:
+        os.chmod(folder, 0o755)  # (pytest's own folders are closed to other users)
+        path = Path(folder) / "jobs.db"
+        path.touch()
+        path.chmod(0o644)
+        app, t = make_app(f"sqlite:///{path}")
+        try:
+            t.enqueue(1)
+            assert as_nobody("cat", str(path)).returncode == 0  # the database: readable
+            refused = as_nobody("cat", f"{path}{SUFFIX}")
+            assert refused.returncode != 0 and "Permission denied" in refused.stderr
+        finally:
+            app.close()
+
+
+def as_nobody(*command: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, user=NOBODY, capture_output=True, text=True, timeout=30)
+
+
+def open_here(path: Path) -> bool:
+    """Whether this process has the file at `path` open (Linux: /proc/self/fd)."""
+    target = str(path.resolve())
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/self/fd/{fd}") == target:
+                return True
+    return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="Linux lists open files there")
+def test_a_symbolic_link_in_the_turns_files_place_is_not_followed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 49, finding 14: a planted `-due-writers` link made the writer (root,
+    here) open the file it names for reading and writing, and lock it."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("not due's")
+    elsewhere.chmod(0o600)
+    Path(f"{tmp_path / 'jobs.db'}{SUFFIX}").symlink_to(elsewhere)
+    with caplog.at_level(logging.WARNING, logger="due.store"):
+        app, t = make_app(f"sqlite:///{tmp_path / 'jobs.db'}")
+    try:
+        t.enqueue(1)
+        assert [job.args for job in app.jobs()] == [(1,)]
+        assert not open_here(elsewhere)
+        assert elsewhere.read_text() == "not due's"
+        (refused,) = held_events(caplog, "store.file_refused")
+        assert "symbolic link" in refused.fields["reason"]  # type: ignore[attr-defined]
+    finally:
+        app.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a file of another user (nobody) needs root")
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="Linux lists open files there")
+def test_a_turns_file_of_a_user_who_may_not_write_the_database_is_not_used(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its owner could lock it whenever they like, or open it to anyone."""
+    turns = Path(f"{tmp_path / 'jobs.db'}{SUFFIX}")
+    turns.touch()
+    turns.chmod(0o666)
+    os.chown(turns, NOBODY, NOBODY)
+    with caplog.at_level(logging.WARNING, logger="due.store"):
+        app, t = make_app(f"sqlite:///{tmp_path / 'jobs.db'}")
+    try:
+        t.enqueue(1)
+        assert [job.args for job in app.jobs()] == [(1,)]
+        assert not open_here(turns)
+        (refused,) = held_events(caplog, "store.file_refused")
+        assert f"uid {NOBODY}" in refused.fields["reason"]  # type: ignore[attr-defined]
+    finally:
+        app.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a file for another user needs root")
+def test_a_turns_file_made_as_root_belongs_to_the_databases_owner(tmp_path: Path) -> None:
+    """As SQLite's -wal and -shm files: the processes of the database's owner
+    (a worker after `sudo due migrate`) can still use, and settle, it."""
+    path = tmp_path / "jobs.db"
+    path.touch()
+    os.chown(path, NOBODY, NOBODY)
     app, t = make_app(f"sqlite:///{path}")
     try:
         t.enqueue(1)
-        assert Path(f"{path}{SUFFIX}").stat().st_mode & 0o777 == 0o664
+        made = Path(f"{path}{SUFFIX}").stat()
+        assert (made.st_uid, made.st_gid) == (NOBODY, NOBODY)
+    finally:
+        app.close()
+
+
+def test_a_turns_file_found_open_to_readers_of_the_database_is_closed_to_them(
+    tmp_path: Path,
+) -> None:
+    """Made by an earlier due with the database's mode: set to the rule's by
+    its owner's first write."""
+    path = tmp_path / "jobs.db"
+    path.touch()
+    path.chmod(0o644)
+    turns = Path(f"{path}{SUFFIX}")
+    turns.touch()
+    turns.chmod(0o644)
+    app, t = make_app(f"sqlite:///{path}")
+    try:
+        t.enqueue(1)
+        assert turns.stat().st_mode & 0o777 == 0o600
     finally:
         app.close()

@@ -14,7 +14,9 @@ that dies, so a killed writer never blocks the others.
 The turn is an optimisation only: SQLite's own lock still decides who writes,
 so a writer that takes no turn (another due version, the sqlite3 shell, a
 caller's own connection) is waited for as before, and a file that cannot be
-opened (a read-only folder) leaves due's writers trying as before.
+opened (a read-only folder), or that is not what due makes (beside.py: a
+symbolic link, another user's file, one others may read), leaves due's
+writers trying as before.
 
 A turn is held for one write transaction, milliseconds. A process frozen
 while it holds one (SIGSTOP, a paused container, a debugger) would make every
@@ -47,6 +49,7 @@ from pathlib import Path
 
 from due.clock import SystemClock
 from due.logs import event
+from due.store.sqlite import beside
 
 SUFFIX = "-due-writers"
 MAX_TURN_WAIT = 1.0
@@ -163,10 +166,8 @@ class WriterTurns:
         if self._fd is None and not self._unusable:
             with self._guard:
                 if self._fd is None and not self._unusable:
-                    try:
-                        self._fd = _open_beside(self.path, self.path[: -len(SUFFIX)])
-                    except OSError:
-                        self._unusable = True
+                    self._fd = beside.open_file(self.path, self.path[: -len(SUFFIX)])
+                    self._unusable = self._fd is None
         return self._fd
 
     def _start_helper(self) -> None:
@@ -223,20 +224,6 @@ def holder_of(fd: int) -> int | None:
         if len(fields) > 5 and fields[1] != "->" and fields[5] == file and fields[4].isdigit():
             return int(fields[4])
     return None
-
-
-def _open_beside(path: str, database: str) -> int:
-    """The turns file, made with the database file's read and write bits (as
-    SQLite makes its -wal and -shm files): a web server and a worker that run
-    as two users of one group share the database, and so must they share it."""
-    flags = os.O_RDWR | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return os.open(path, flags)
-    with contextlib.suppress(OSError):
-        os.fchmod(fd, os.stat(database).st_mode & 0o666)
-    return fd
 
 
 class _Request:
