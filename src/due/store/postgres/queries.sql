@@ -1600,6 +1600,22 @@ SELECT EXISTS (SELECT 1 FROM due_jobs WHERE queue = %(queue)s)
        OR EXISTS (SELECT 1 FROM due_schedules WHERE queue = %(queue)s)
        OR EXISTS (SELECT 1 FROM due_workers WHERE queues ? %(queue)s) AS found
 
+-- name: task_in_use
+-- Whether due knows a task by name without the app: a schedule starts it, a
+-- worker serves (or served) it, or a job of it is stored (not pruned). The
+-- jobs are read last, and only when the small tables do not name it: no index
+-- serves a task's name.
+SELECT EXISTS (SELECT 1 FROM due_schedules WHERE task = %(task)s)
+       OR EXISTS (SELECT 1 FROM due_workers WHERE tasks ? %(task)s)
+       OR EXISTS (SELECT 1 FROM due_jobs WHERE task = %(task)s) AS found
+
+-- name: known_task_names
+-- Every task name due knows without the app (see task_in_use), for the
+-- closest to a name it does not know: read only on that error's way.
+SELECT task AS name FROM due_schedules
+UNION SELECT jsonb_array_elements_text(tasks) FROM due_workers
+UNION SELECT task FROM due_jobs
+
 -- name: ended_jobs
 -- The jobs among these that have ended (what app.wait() waits for).
 SELECT * FROM due_jobs

@@ -1309,6 +1309,23 @@ SELECT EXISTS (SELECT 1 FROM due_jobs WHERE queue = :queue)
        OR EXISTS (SELECT 1 FROM due_workers, json_each(due_workers.queues) AS q
                   WHERE q.key = :queue) AS found
 
+-- name: task_in_use
+-- Whether due knows a task by name without the app: a schedule starts it, a
+-- worker serves (or served) it, or a job of it is stored (not pruned). The
+-- jobs are read last, and only when the small tables do not name it: no index
+-- serves a task's name.
+SELECT EXISTS (SELECT 1 FROM due_schedules WHERE task = :task)
+       OR EXISTS (SELECT 1 FROM due_workers, json_each(due_workers.tasks) AS t
+                  WHERE t.value = :task)
+       OR EXISTS (SELECT 1 FROM due_jobs WHERE task = :task) AS found
+
+-- name: known_task_names
+-- Every task name due knows without the app (see task_in_use), for the
+-- closest to a name it does not know: read only on that error's way.
+SELECT task AS name FROM due_schedules
+UNION SELECT t.value FROM due_workers, json_each(due_workers.tasks) AS t
+UNION SELECT task FROM due_jobs
+
 -- name: ended_jobs
 -- The jobs among these that have ended (what app.wait() waits for).
 SELECT * FROM due_jobs
