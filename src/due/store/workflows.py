@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from due.core.records import StepRequest
-from due.errors import ConfigurationError
+from due.errors import ConfigurationError, JobCancelled
 from due.store import steps as plans
 from due.store.backend import Backend, Columns, Transaction
 from due.store.conflicts import retried_on_conflict
@@ -94,18 +94,27 @@ def enqueue(db: Backend, name: str, steps: Sequence[StepRequest]) -> tuple[int, 
 @retried_on_conflict
 def add(db: Backend, adder: int, token: int, steps: Sequence[StepRequest]) -> list[int] | None:
     """Steps a running step adds to its own workflow (fenced by its lease: None
-    when it is lost); their job ids. Each may come after steps that exist (by
-    name, `after_names`) and after steps added before it in the same call."""
+    when it is lost; JobCancelled, nothing added, when it was asked to stop);
+    their job ids. Each may come after steps that exist (by name,
+    `after_names`) and after steps added before it in the same call."""
     with db.transaction(unbounded=len(steps) > plans.BULK_CHUNK) as tx:
-        found = tx.run("lock_step_adder", {"id": adder, "token": token})
+        found = tx.run("step_adder", {"id": adder})
         if not found:
             return None
         workflow = int(found[0]["workflow_id"])
         new_names = [step.name for step in steps]
-        taken = {
-            row["step_name"]: int(row["id"])
-            for row in tx.run("lock_named_steps", {"workflow": workflow, "names": new_names})
-        }
+        after_names = sorted({name for step in steps for name in step.after_names})
+        params = {"workflow": workflow, "names": [*new_names, *after_names], "adder": adder}
+        locked = tx.run("lock_named_steps", params)
+        own = next((row for row in locked if row["id"] == adder), None)
+        if own is None or own["state"] != "running" or own["lease_token"] != token:
+            return None
+        if own["cancel_requested"]:
+            # Asked to stop (its workflow cancelled, say): a step added now
+            # would run after the cancel, whatever the worker has heard yet.
+            raise JobCancelled(f"job {adder} was asked to stop: no step was added")
+        named = {row["step_name"]: row for row in locked}
+        taken = {name: int(named[name]["id"]) for name in new_names if name in named}
         if taken:
             # Added before (a retried or resumed attempt adds what it added):
             # nothing is added again, and the step's id is given back.
@@ -115,18 +124,12 @@ def add(db: Backend, adder: int, token: int, steps: Sequence[StepRequest]) -> li
                     "them again all together, or none of them"
                 )
             return [taken[name] for name in new_names]
-        names = sorted({name for step in steps for name in step.after_names})
-        existing = {
-            row["step_name"]: row
-            for row in (
-                tx.run("lock_named_steps", {"workflow": workflow, "names": names}) if names else []
-            )
-        }
-        missing = [name for name in names if name not in existing]
+        missing = [name for name in after_names if name not in named]
         if missing:
             raise ConfigurationError(
                 f"workflow {workflow} has no step named {missing[0]!r} to come after"
             )
+        existing = {name: named[name] for name in after_names}
         tx.run("add_workflow_steps", {"id": workflow, "added": len(steps)})
         return _insert_steps(tx, workflow, steps, existing)
 

@@ -1378,7 +1378,7 @@ UPDATE due_jobs
 SET on_complete = coalesce(%(on_complete)s, on_complete),
     on_piece_failure = coalesce(%(on_piece_failure)s, on_piece_failure)
 WHERE id = %(parent)s AND lease_token = %(token)s AND state = 'running'
-RETURNING held
+RETURNING held, cancel_requested
 
 -- name: count_new_pieces
 UPDATE due_jobs SET pieces_total = pieces_total + %(added)s WHERE id = %(parent)s
@@ -2228,17 +2228,18 @@ WHERE w.id = %(id)s
 UPDATE due_limit_keys SET opens_at = NULL
 WHERE name = %(name)s AND waiting AND opens_at IS NOT NULL
 
--- name: lock_step_adder
--- A running step adding steps to its workflow (fenced by its lease).
-SELECT workflow_id FROM due_jobs
-WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running' AND workflow_id IS NOT NULL
-FOR NO KEY UPDATE
+-- name: step_adder
+-- A step adding steps to its workflow: which workflow (read, not locked: its
+-- row is locked with the named steps, in id order).
+SELECT workflow_id FROM due_jobs WHERE id = %(id)s AND workflow_id IS NOT NULL
 
 -- name: lock_named_steps
--- The steps new ones come after, locked (in id order) so that none ends
--- between this look at its state and the new edges' commit.
-SELECT id, step_name, state FROM due_jobs
-WHERE workflow_id = %(workflow)s AND step_name = ANY(%(names)b::text[])
+-- The step that adds and the steps named (those new ones come after, and the
+-- new ones' names), locked in id order: none ends between this look at its
+-- state and the new edges' commit, and the adder's lease and cancel request
+-- are read as they stand (a cancel committed meanwhile is seen).
+SELECT id, step_name, state, lease_token, cancel_requested FROM due_jobs
+WHERE (workflow_id = %(workflow)s AND step_name = ANY(%(names)b::text[])) OR id = %(adder)s
 ORDER BY id
 FOR NO KEY UPDATE
 

@@ -1061,7 +1061,7 @@ UPDATE due_jobs
 SET on_complete = coalesce(:on_complete, on_complete),
     on_piece_failure = coalesce(:on_piece_failure, on_piece_failure)
 WHERE id = :parent AND lease_token = :token AND state = 'running'
-RETURNING held
+RETURNING held, cancel_requested
 
 -- name: count_new_pieces
 UPDATE due_jobs SET pieces_total = pieces_total + :added WHERE id = :parent
@@ -1812,14 +1812,15 @@ WHERE due_workflows.id = :id
 UPDATE due_limit_keys SET opens_at = NULL
 WHERE name = :name AND waiting AND opens_at IS NOT NULL
 
--- name: lock_step_adder
--- A running step adding steps to its workflow (fenced by its lease).
-SELECT workflow_id FROM due_jobs
-WHERE id = :id AND lease_token = :token AND state = 'running' AND workflow_id IS NOT NULL
+-- name: step_adder
+-- A step adding steps to its workflow: which workflow.
+SELECT workflow_id FROM due_jobs WHERE id = :id AND workflow_id IS NOT NULL
 
 -- name: lock_named_steps
-SELECT id, step_name, state FROM due_jobs
-WHERE workflow_id = :workflow AND step_name IN (SELECT value FROM json_each(:names))
+-- The step that adds and the steps named, with the adder's lease and cancel request.
+SELECT id, step_name, state, lease_token, cancel_requested FROM due_jobs
+WHERE (workflow_id = :workflow AND step_name IN (SELECT value FROM json_each(:names)))
+   OR id = :adder
 ORDER BY id
 
 -- name: add_workflow_steps
