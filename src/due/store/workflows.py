@@ -16,6 +16,12 @@ without the release it calls for (invariant 15: one transaction).
 
 Each end is also counted on the workflow, which ends when its last step does:
 failed if a step failed, else cancelled if a step was, else succeeded.
+
+One lock order (PostgreSQL): job rows first (a parent before its pieces,
+steps in id order), the workflow's row last. An acknowledgement locks its
+step, then the steps after it, then the workflow; a cancel, a retry, a step
+that adds steps and the pruner lock the steps they change in id order, and
+the workflow's row after them.
 """
 
 from __future__ import annotations
@@ -45,18 +51,13 @@ def release(
     tx: Transaction, ended: Sequence[Mapping[str, Any]], on_ended: Callable[[Rows], None]
 ) -> None:
     """Count these ended steps on their dependents and workflows; release the
-    dependents now due, cancel those their policy cancels (and so on down)."""
+    dependents now due, cancel those their policy cancels (and so on down).
+    The workflows are counted last: their rows are the last locked."""
     steps = ended_steps(ended)
+    every: list[Mapping[str, Any]] = []
     while steps:
+        every.extend(steps)
         ids = [int(row["id"]) for row in steps]
-        tx.run_each(
-            "count_workflow_endings",
-            Columns(
-                workflow=[int(row["workflow_id"]) for row in steps],
-                state=[str(row["state"]) for row in steps],
-            ),
-            {"now": tx.now},
-        )
         if tx.locks_rows:
             tx.run("lock_dependents", {"ids": ids})
         counted = tx.run_each(
@@ -78,6 +79,15 @@ def release(
             cancelled = tx.run("cancel_steps", params)
             on_ended(cancelled)
             steps = ended_steps(cancelled)
+    if every:
+        tx.run_each(
+            "count_workflow_endings",
+            Columns(
+                workflow=[int(row["workflow_id"]) for row in every],
+                state=[str(row["state"]) for row in every],
+            ),
+            {"now": tx.now},
+        )
 
 
 @retried_on_conflict
@@ -209,8 +219,9 @@ def cancel(db: Backend, workflow_id: int) -> tuple[list[int], list[int]] | None:
     ones are asked to stop. None if no workflow has that id; else the steps
     cancelled and those asked to stop."""
     with db.transaction() as tx:
-        if not tx.run("lock_workflow", {"id": workflow_id}):
+        if not tx.run("workflow", {"id": workflow_id}):
             return None
+        # Its steps first, in id order; its row last, as their ends are counted.
         tx.run("lock_workflow_steps", {"id": workflow_id})
         params = {"id": workflow_id, "now": tx.now, "reason": CANCELLED_BY_HAND}
         ended = tx.run("cancel_workflow_steps", params)
@@ -228,11 +239,12 @@ def retry(db: Backend, workflow_id: int) -> list[int] | None:
     """Run every failed or cancelled step again (those after steps retried too
     wait for them); None if no workflow has that id, else the steps retried."""
     with db.transaction() as tx:
-        if not tx.run("lock_workflow", {"id": workflow_id}):
+        if not tx.run("workflow", {"id": workflow_id}):
             return None
-        # Its unfinished steps first: one that ends meanwhile is seen ended by the
-        # next statement (which counts what each retried step waits for), or it
-        # ends after this commit and counts itself on the steps made to wait.
+        # Its unfinished steps first, in id order (its row is locked last): one
+        # that ends meanwhile is seen ended by the next statement (which counts
+        # what each retried step waits for), or it ends after this commit and
+        # counts itself on the steps made to wait.
         tx.run("lock_workflow_steps", {"id": workflow_id})
         retried = tx.run("retry_workflow_steps", {"id": workflow_id, "now": tx.now})
         tx.run("recount_workflow", {"id": workflow_id})

@@ -2073,12 +2073,17 @@ RETURNING j.id, j.task, j.queue, j.schedule, j.state, j.parent_id, j.completes, 
 -- name: count_workflow_endings
 -- Ended steps counted on their workflows; a workflow whose steps have all
 -- ended ends: failed if one failed, else cancelled if one was, else succeeded.
+-- The workflows' rows are the last a transaction locks (after every job row it
+-- touches), in id order: the one lock order (store/workflows.py).
 WITH ended AS (
     SELECT workflow, count(*)::int AS n,
            count(*) FILTER (WHERE state = 'failed')::int AS failed,
            count(*) FILTER (WHERE state = 'cancelled')::int AS cancelled
     FROM unnest(%(workflow)b::bigint[], %(state)b::text[]) AS e(workflow, state)
     GROUP BY workflow
+), locked AS MATERIALIZED (
+    SELECT id FROM due_workflows WHERE id = ANY(ARRAY(SELECT workflow FROM ended))
+    ORDER BY id FOR NO KEY UPDATE
 )
 UPDATE due_workflows AS w
 SET steps_ended = w.steps_ended + ended.n,
@@ -2092,7 +2097,7 @@ SET steps_ended = w.steps_ended + ended.n,
     finished_at = CASE WHEN w.steps_ended + ended.n >= w.steps_total
                        THEN coalesce(%(now)s::timestamptz, now()) END
 FROM ended
-WHERE w.id = ended.workflow
+WHERE w.id = ended.workflow AND w.id = ANY(ARRAY(SELECT id FROM locked))
 
 -- name: workflow
 SELECT id, name, state, steps_total, steps_ended, steps_failed, steps_cancelled,
@@ -2143,11 +2148,9 @@ FROM due_workflow_edges AS e JOIN due_jobs AS u ON u.id = e.upstream_id
 WHERE e.step_id = %(id)s
 ORDER BY u.step_name
 
--- name: lock_workflow
-SELECT id, state FROM due_workflows WHERE id = %(id)s FOR UPDATE
-
 -- name: lock_workflow_steps
--- A workflow's unfinished steps, locked in id order (as releases lock them).
+-- A workflow's unfinished steps, locked in id order (as releases lock them),
+-- before its row (the one lock order: steps, then the workflow).
 SELECT id FROM due_jobs
 WHERE workflow_id = %(id)s AND state IN ('queued', 'waiting', 'running')
 ORDER BY id

@@ -1740,10 +1740,8 @@ FROM due_workflow_edges AS e JOIN due_jobs AS u ON u.id = e.upstream_id
 WHERE e.step_id = :id
 ORDER BY u.step_name
 
--- name: lock_workflow
-SELECT id, state FROM due_workflows WHERE id = :id
-
 -- name: lock_workflow_steps
+-- (SQLite's single writer holds the whole database: nothing to lock.)
 SELECT 1 WHERE 0
 
 -- name: cancel_workflow_steps
