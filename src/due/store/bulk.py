@@ -131,7 +131,7 @@ def retry_many(
 def _retry_workflows(db: Backend, workflow_ids: set[int]) -> int:
     """A failed step is retried with its workflow (as `retry_workflow`): the
     workflow's failed and cancelled steps run again, each after the steps it
-    comes after, and the workflow's counts are read again. Retried alone, a
+    comes after, and the workflow's counts are taken back. Retried alone, a
     step would leave the steps after it cancelled and its workflow ended."""
     return sum(len(workflows.retry(db, workflow) or []) for workflow in sorted(workflow_ids))
 

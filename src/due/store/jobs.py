@@ -212,7 +212,7 @@ def retry(db: Backend, job_id: int, run_now: bool = False) -> Job:
 
     A workflow's step is retried with its workflow (`workflows.retry`, as bulk
     retries do): the steps after it, cancelled when it failed, run again after
-    it, and the workflow's counts are read again. Retried alone, it would run
+    it, and the workflow's counts take back their ends. Retried alone, it would run
     while the steps after it stayed cancelled and its workflow stayed ended."""
     job = get(db, job_id)
     if job.workflow_id is not None and job.state in (JobState.FAILED, JobState.CANCELLED):

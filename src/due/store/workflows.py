@@ -17,6 +17,11 @@ without the release it calls for (invariant 15: one transaction).
 Each end is also counted on the workflow, which ends when its last step does:
 failed if a step failed, else cancelled if a step was, else succeeded.
 
+Counted once across retries (invariant 18): a retry takes back, from the
+steps still waiting, the ends of the steps it runs again (and from the
+workflow's counts), so each of them is counted once more when it ends
+again, and only then.
+
 One lock order (PostgreSQL): job rows first (a parent before its pieces,
 steps in id order), the workflow's row last. An acknowledgement locks its
 step, then the steps after it, then the workflow; a cancel, a retry, a step
@@ -241,11 +246,28 @@ def retry(db: Backend, workflow_id: int) -> list[int] | None:
     with db.transaction() as tx:
         if not tx.run("workflow", {"id": workflow_id}):
             return None
-        # Its unfinished steps first, in id order (its row is locked last): one
-        # that ends meanwhile is seen ended by the next statement (which counts
-        # what each retried step waits for), or it ends after this commit and
-        # counts itself on the steps made to wait.
-        tx.run("lock_workflow_steps", {"id": workflow_id})
-        retried = tx.run("retry_workflow_steps", {"id": workflow_id, "now": tx.now})
-        tx.run("recount_workflow", {"id": workflow_id})
-        return sorted(row["id"] for row in retried)
+        # Its steps that did not succeed first, in id order: one that ends
+        # meanwhile is seen ended by the next statements (which count what each
+        # retried step waits for), or it ends after this commit and counts
+        # itself on the steps made to wait. Its row is locked last.
+        locked = tx.run("lock_retried_steps", {"id": workflow_id})
+        retried = [  # (not a step with pieces: they would not run again with it)
+            row
+            for row in locked
+            if row["state"] in ("failed", "cancelled") and not row["pieces_total"]
+        ]
+        if not retried:
+            return []
+        ids = [int(row["id"]) for row in retried]
+        tx.run("retry_workflow_steps", {"ids": ids, "now": tx.now})
+        tx.run("uncount_retried_steps", {"ids": ids})
+        tx.run(
+            "uncount_workflow",
+            {
+                "id": workflow_id,
+                "ended": len(ids),
+                "failed": sum(row["state"] == "failed" for row in retried),
+                "cancelled": sum(row["state"] == "cancelled" for row in retried),
+            },
+        )
+        return sorted(ids)

@@ -2156,6 +2156,15 @@ WHERE workflow_id = %(id)s AND state IN ('queued', 'waiting', 'running')
 ORDER BY id
 FOR NO KEY UPDATE
 
+-- name: lock_retried_steps
+-- app.retry_workflow: every step that did not succeed (those to run again, and
+-- the unfinished ones, whose ends must not be under way while the steps after
+-- them are counted), locked in id order.
+SELECT id, state, pieces_total FROM due_jobs
+WHERE workflow_id = %(id)s AND state <> 'succeeded'
+ORDER BY id
+FOR NO KEY UPDATE
+
 -- name: cancel_workflow_steps
 -- app.cancel_workflow: its queued and waiting steps end now.
 UPDATE due_jobs AS j
@@ -2179,19 +2188,15 @@ WHERE workflow_id = %(id)s AND state = 'running'
 RETURNING id, pg_notify({channel:due_jobs}, '!cancel ' || id)::text AS notified
 
 -- name: retry_workflow_steps
--- app.retry_workflow: every failed or cancelled step runs again, with a fresh
--- set of attempts, once the steps it comes after that are being retried too
--- have ended (steps that succeeded stay as they are).
-WITH redo AS (
-    SELECT id FROM due_jobs
-    WHERE workflow_id = %(id)s AND state IN ('failed', 'cancelled') AND pieces_total = 0
-    ORDER BY id
-    FOR NO KEY UPDATE
-), pending AS (
+-- app.retry_workflow: these failed or cancelled steps run again, with a fresh
+-- set of attempts, once the steps they come after that are being retried too
+-- (or have not ended) have ended. Every step that did not succeed is retried
+-- at once, so no upstream step of theirs stays failed: none starts cancelled.
+WITH pending AS (
     SELECT r.id,
            (SELECT count(*) FROM due_workflow_edges AS e JOIN due_jobs AS u ON u.id = e.upstream_id
             WHERE e.step_id = r.id AND u.state <> 'succeeded')::int AS n
-    FROM redo AS r
+    FROM unnest(%(ids)b::bigint[]) AS r(id)
 )
 UPDATE due_jobs AS j
 SET state = CASE WHEN p.n > 0 THEN 'waiting' ELSE 'queued' END,
@@ -2202,28 +2207,44 @@ SET state = CASE WHEN p.n > 0 THEN 'waiting' ELSE 'queued' END,
     attempt = 0,
     lost_leases = 0,
     cancel_requested = false,
+    limit_wait = NULL,  -- a wait ended with the job: its next claim looks again
+    limit_wait_key = NULL,
     finished_at = NULL,
     lease_expires_at = NULL
 FROM pending AS p
-WHERE j.id = p.id
+WHERE j.id = p.id AND j.state IN ('failed', 'cancelled')
 RETURNING j.id, j.state,
           CASE WHEN p.n = 0 THEN pg_notify({channel:due_jobs},
               j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text END AS notified
 
--- name: recount_workflow
--- A workflow's counts read again from its steps (after a retry).
-UPDATE due_workflows AS w
-SET steps_ended = c.ended, steps_failed = c.failed, steps_cancelled = c.cancelled,
-    state = CASE WHEN c.ended < w.steps_total THEN 'running'
-                 WHEN c.failed > 0 THEN 'failed'
-                 WHEN c.cancelled > 0 THEN 'cancelled'
-                 ELSE 'succeeded' END,
-    finished_at = CASE WHEN c.ended < w.steps_total THEN NULL ELSE w.finished_at END
-FROM (SELECT count(*) FILTER (WHERE state IN ('succeeded', 'failed', 'cancelled'))::int AS ended,
-             count(*) FILTER (WHERE state = 'failed')::int AS failed,
-             count(*) FILTER (WHERE state = 'cancelled')::int AS cancelled
-      FROM due_jobs WHERE workflow_id = %(id)s) AS c
-WHERE w.id = %(id)s
+-- name: uncount_retried_steps
+-- The steps still waiting for steps just retried no longer count those ends:
+-- each retried step will be counted once more when it ends again (invariant
+-- 18). A waiting step counted each of its upstream steps' ends, failed or
+-- cancelled, once; the retried ones are taken back.
+WITH retried AS (
+    SELECT id FROM unnest(%(ids)b::bigint[]) AS r(id)
+), hits AS (
+    SELECT e.step_id, count(*)::int AS n
+    FROM due_workflow_edges AS e JOIN retried ON e.upstream_id = retried.id
+    WHERE e.step_id <> ALL(%(ids)b::bigint[])
+    GROUP BY e.step_id
+)
+UPDATE due_jobs AS j
+SET upstream_pending = j.upstream_pending + hits.n,
+    upstream_failed = greatest(0, j.upstream_failed - hits.n)
+FROM hits
+WHERE j.id = hits.step_id AND j.state = 'waiting' AND j.upstream_pending > 0
+
+-- name: uncount_workflow
+-- A retried workflow's counts without the ends of the steps retried; it runs.
+UPDATE due_workflows
+SET steps_ended = steps_ended - %(ended)s,
+    steps_failed = steps_failed - %(failed)s,
+    steps_cancelled = steps_cancelled - %(cancelled)s,
+    state = 'running',
+    finished_at = NULL
+WHERE id = %(id)s
 
 -- name: limit_keys_look_again
 -- A limit's numbers changed: its waiting keys are looked at again at the next

@@ -1744,6 +1744,12 @@ ORDER BY u.step_name
 -- (SQLite's single writer holds the whole database: nothing to lock.)
 SELECT 1 WHERE 0
 
+-- name: lock_retried_steps
+-- app.retry_workflow: every step that did not succeed.
+SELECT id, state, pieces_total FROM due_jobs
+WHERE workflow_id = :id AND state <> 'succeeded'
+ORDER BY id
+
 -- name: cancel_workflow_steps
 -- app.cancel_workflow: its queued and waiting steps end now.
 UPDATE due_jobs
@@ -1765,15 +1771,14 @@ WHERE workflow_id = :id AND state = 'running'
 RETURNING id
 
 -- name: retry_workflow_steps
--- app.retry_workflow: every failed or cancelled step runs again, with a fresh
--- set of attempts, once the steps it comes after that are being retried too
--- have ended (steps that succeeded stay as they are).
+-- app.retry_workflow: these failed or cancelled steps run again, with a fresh
+-- set of attempts, once the steps they come after that are being retried too
+-- (or have not ended) have ended.
 WITH pending AS (
-    SELECT r.id,
+    SELECT r.value AS id,
            (SELECT count(*) FROM due_workflow_edges AS e JOIN due_jobs AS u ON u.id = e.upstream_id
-            WHERE e.step_id = r.id AND u.state <> 'succeeded') AS n
-    FROM due_jobs AS r
-    WHERE r.workflow_id = :id AND r.state IN ('failed', 'cancelled') AND r.pieces_total = 0
+            WHERE e.step_id = r.value AND u.state <> 'succeeded') AS n
+    FROM json_each(:ids) AS r
 )
 UPDATE due_jobs
 SET state = CASE WHEN pending.n > 0 THEN 'waiting' ELSE 'queued' END,
@@ -1784,25 +1789,35 @@ SET state = CASE WHEN pending.n > 0 THEN 'waiting' ELSE 'queued' END,
     attempt = 0,
     lost_leases = 0,
     cancel_requested = 0,
+    limit_wait = NULL,
+    limit_wait_key = NULL,
     finished_at = NULL,
     lease_expires_at = NULL
 FROM pending
-WHERE due_jobs.id = pending.id
+WHERE due_jobs.id = pending.id AND due_jobs.state IN ('failed', 'cancelled')
 RETURNING id, state
 
--- name: recount_workflow
+-- name: uncount_retried_steps
+-- The steps still waiting for steps just retried no longer count those ends.
+UPDATE due_jobs
+SET upstream_pending = upstream_pending + hits.n,
+    upstream_failed = max(0, upstream_failed - hits.n)
+FROM (SELECT e.step_id, count(*) AS n
+      FROM due_workflow_edges AS e
+      WHERE e.upstream_id IN (SELECT value FROM json_each(:ids))
+        AND e.step_id NOT IN (SELECT value FROM json_each(:ids))
+      GROUP BY e.step_id) AS hits
+WHERE due_jobs.id = hits.step_id AND due_jobs.state = 'waiting' AND due_jobs.upstream_pending > 0
+
+-- name: uncount_workflow
+-- A retried workflow's counts without the ends of the steps retried; it runs.
 UPDATE due_workflows
-SET steps_ended = c.ended, steps_failed = c.failed, steps_cancelled = c.cancelled,
-    state = CASE WHEN c.ended < steps_total THEN 'running'
-                 WHEN c.failed > 0 THEN 'failed'
-                 WHEN c.cancelled > 0 THEN 'cancelled'
-                 ELSE 'succeeded' END,
-    finished_at = CASE WHEN c.ended < steps_total THEN NULL ELSE finished_at END
-FROM (SELECT sum(state IN ('succeeded', 'failed', 'cancelled')) AS ended,
-             sum(state = 'failed') AS failed,
-             sum(state = 'cancelled') AS cancelled
-      FROM due_jobs WHERE workflow_id = :id) AS c
-WHERE due_workflows.id = :id
+SET steps_ended = steps_ended - :ended,
+    steps_failed = steps_failed - :failed,
+    steps_cancelled = steps_cancelled - :cancelled,
+    state = 'running',
+    finished_at = NULL
+WHERE id = :id
 
 -- name: limit_keys_look_again
 -- A limit's numbers changed: its waiting keys are looked at again at the next
