@@ -20,7 +20,8 @@ failed if a step failed, else cancelled if a step was, else succeeded.
 Counted once across retries (invariant 18): a retry takes back, from the
 steps still waiting, the ends of the steps it runs again (and from the
 workflow's counts), so each of them is counted once more when it ends
-again, and only then.
+again, and only then. Every step that did not succeed is retried together,
+a step with pieces with its pieces that did not succeed.
 
 One lock order (PostgreSQL): job rows first (a parent before its pieces,
 steps in id order), the workflow's row last. An acknowledgement locks its
@@ -36,6 +37,7 @@ from typing import Any
 
 from due.core.records import StepRequest
 from due.errors import ConfigurationError, JobCancelled
+from due.store import pieces
 from due.store import steps as plans
 from due.store.backend import Backend, Columns, Transaction
 from due.store.conflicts import retried_on_conflict
@@ -83,6 +85,9 @@ def release(
             params = {"ids": cancel, "now": tx.now, "reason": UPSTREAM_FAILED}
             cancelled = tx.run("cancel_steps", params)
             on_ended(cancelled)
+            for row in cancelled:  # a retried step waiting for its upstream steps, with pieces
+                if row["pieces_total"]:
+                    pieces.cancel_pieces(tx.run, int(row["id"]), tx.instant(), on_ended)
             steps = ended_steps(cancelled)
     if every:
         tx.run_each(
@@ -242,7 +247,8 @@ def cancel(db: Backend, workflow_id: int) -> tuple[list[int], list[int]] | None:
 @retried_on_conflict
 def retry(db: Backend, workflow_id: int) -> list[int] | None:
     """Run every failed or cancelled step again (those after steps retried too
-    wait for them); None if no workflow has that id, else the steps retried."""
+    wait for them; a step with pieces runs again with its pieces that did not
+    succeed); None if no workflow has that id, else the steps retried."""
     with db.transaction() as tx:
         if not tx.run("workflow", {"id": workflow_id}):
             return None
@@ -251,16 +257,13 @@ def retry(db: Backend, workflow_id: int) -> list[int] | None:
         # retried step waits for), or it ends after this commit and counts
         # itself on the steps made to wait. Its row is locked last.
         locked = tx.run("lock_retried_steps", {"id": workflow_id})
-        retried = [  # (not a step with pieces: they would not run again with it)
-            row
-            for row in locked
-            if row["state"] in ("failed", "cancelled") and not row["pieces_total"]
-        ]
+        retried = [row for row in locked if row["state"] in ("failed", "cancelled")]
         if not retried:
             return []
         ids = [int(row["id"]) for row in retried]
         tx.run("retry_workflow_steps", {"ids": ids, "now": tx.now})
         tx.run("uncount_retried_steps", {"ids": ids})
+        _retry_pieces(tx, [int(row["id"]) for row in retried if row["pieces_total"]])
         tx.run(
             "uncount_workflow",
             {
@@ -271,3 +274,13 @@ def retry(db: Backend, workflow_id: int) -> list[int] | None:
             },
         )
         return sorted(ids)
+
+
+def _retry_pieces(tx: Transaction, parents: list[int]) -> None:
+    """The pieces of these retried parents that did not succeed run again, a
+    level at a time (a piece with pieces of its own with them); each parent
+    counts as ended only its pieces that succeeded."""
+    while parents:
+        requeued = tx.run("retry_pieces", {"ids": parents, "now": tx.now})
+        tx.run("recount_retried_parents", {"ids": parents})
+        parents = [int(row["id"]) for row in requeued if row["pieces_total"]]

@@ -1419,11 +1419,11 @@ SET pieces_done = pieces_done + %(succeeded)s,
     progress_at = coalesce(%(now)s::timestamptz, now())
 WHERE id = %(parent)s
 RETURNING id, state, pieces_total, pieces_done, pieces_failed, on_complete, on_piece_failure,
-          queue, priority, completes
+          queue, priority, completes, upstream_pending
 
 -- name: parent_counts
 SELECT id, state, pieces_total, pieces_done, pieces_failed, on_complete, on_piece_failure, queue,
-       priority, completes
+       priority, completes, upstream_pending
 FROM due_jobs WHERE id = %(parent)s FOR UPDATE
 
 -- name: finish_parent
@@ -2235,6 +2235,38 @@ SET upstream_pending = j.upstream_pending + hits.n,
     upstream_failed = greatest(0, j.upstream_failed - hits.n)
 FROM hits
 WHERE j.id = hits.step_id AND j.state = 'waiting' AND j.upstream_pending > 0
+
+-- name: retry_pieces
+-- A retried step's pieces that did not succeed run again with it (pieces of
+-- pieces too, a level at a time), with a fresh set of attempts.
+UPDATE due_jobs AS j
+SET state = 'queued',
+    run_at = coalesce(%(now)s::timestamptz, now()),
+    timer = false,
+    attempt = 0,
+    lost_leases = 0,
+    cancel_requested = false,
+    limit_wait = NULL,
+    limit_wait_key = NULL,
+    finished_at = NULL,
+    lease_expires_at = NULL
+WHERE j.parent_id = ANY(%(ids)b::bigint[]) AND j.state IN ('failed', 'cancelled')
+RETURNING j.id, j.pieces_total,
+          pg_notify({channel:due_jobs}, j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text
+              AS notified
+
+-- name: recount_retried_parents
+-- ... and their parents count as ended only the pieces that succeeded (or were
+-- pruned, after they ended); those running still count themselves as they end.
+UPDATE due_jobs AS p
+SET pieces_failed = 0,
+    pieces_done = p.pieces_total - c.open,
+    progress = jsonb_build_object('done', p.pieces_total - c.open, 'total', p.pieces_total)
+FROM (SELECT parent.id,
+             (SELECT count(*) FROM due_jobs AS k
+              WHERE k.parent_id = parent.id AND k.state <> 'succeeded')::int AS open
+      FROM unnest(%(ids)b::bigint[]) AS parent(id)) AS c
+WHERE p.id = c.id
 
 -- name: uncount_workflow
 -- A retried workflow's counts without the ends of the steps retried; it runs.

@@ -1093,11 +1093,11 @@ SET pieces_done = pieces_done + :succeeded,
     progress_at = :now
 WHERE id = :parent
 RETURNING id, state, pieces_total, pieces_done, pieces_failed, on_complete, on_piece_failure,
-          queue, priority, completes
+          queue, priority, completes, upstream_pending
 
 -- name: parent_counts
 SELECT id, state, pieces_total, pieces_done, pieces_failed, on_complete, on_piece_failure, queue,
-       priority, completes
+       priority, completes, upstream_pending
 FROM due_jobs WHERE id = :parent
 
 -- name: finish_parent
@@ -1808,6 +1808,35 @@ FROM (SELECT e.step_id, count(*) AS n
         AND e.step_id NOT IN (SELECT value FROM json_each(:ids))
       GROUP BY e.step_id) AS hits
 WHERE due_jobs.id = hits.step_id AND due_jobs.state = 'waiting' AND due_jobs.upstream_pending > 0
+
+-- name: retry_pieces
+-- A retried step's pieces that did not succeed run again with it.
+UPDATE due_jobs
+SET state = 'queued',
+    run_at = :now,
+    timer = 0,
+    attempt = 0,
+    lost_leases = 0,
+    cancel_requested = 0,
+    limit_wait = NULL,
+    limit_wait_key = NULL,
+    finished_at = NULL,
+    lease_expires_at = NULL
+WHERE parent_id IN (SELECT value FROM json_each(:ids)) AND state IN ('failed', 'cancelled')
+RETURNING id, pieces_total
+
+-- name: recount_retried_parents
+-- ... and their parents count as ended only the pieces that succeeded (or were
+-- pruned, after they ended); those running still count themselves as they end.
+UPDATE due_jobs
+SET pieces_failed = 0,
+    pieces_done = pieces_total - c.open,
+    progress = json_object('done', pieces_total - c.open, 'total', pieces_total)
+FROM (SELECT parent.value AS id,
+             (SELECT count(*) FROM due_jobs AS k
+              WHERE k.parent_id = parent.value AND k.state <> 'succeeded') AS open
+      FROM json_each(:ids) AS parent) AS c
+WHERE due_jobs.id = c.id
 
 -- name: uncount_workflow
 -- A retried workflow's counts without the ends of the steps retried; it runs.
