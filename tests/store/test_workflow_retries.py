@@ -1,21 +1,24 @@
-"""A workflow retried while it runs, or asked to stop while a step adds to it,
-on a real SQLite file and a real PostgreSQL.
+"""A workflow retried while it runs, after it was pruned, or asked to stop while
+a step adds to it, on a real SQLite file and a real PostgreSQL.
 
 Invariant 18 (counted once across retries): a step's dependents count each
-upstream step's final outcome once, however often it is retried.
+upstream step's final outcome once, however often it is retried; a workflow
+is kept or pruned whole, and a retry of one whose steps are gone is refused.
 """
 
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 
 import due
+from due.clock import FakeClock
 from due.core.jobs import JobState
-from due.core.records import ClaimRequest, Completion, PieceSpawn, StepRequest
-from due.errors import JobCancelled
-from tests.helpers.database import rows
+from due.core.records import ClaimRequest, Completion, PieceSpawn, Retention, StepRequest
+from due.errors import InvalidStateError, JobCancelled
+from tests.helpers.database import plain_transaction, rows
 
 
 @pytest.fixture
@@ -119,6 +122,78 @@ def test_a_step_retried_twice_while_its_dependent_waits_is_counted_once(
     end(app, d.job_id, last[d.job_id], JobState.SUCCEEDED)
     done = app.workflow_status(handle.id)
     assert (done.state, done.steps_ended) == ("succeeded", 4)
+
+
+# --- finding 3: kept or pruned whole; a retry after pruning is refused -----------------
+
+
+def failed_after_success(app: due.App, tasks: dict[str, due.Task]) -> tuple[int, int, int]:
+    """load (succeeds) -> report (fails): the workflow's id and the two steps' ids."""
+    flow = app.workflow("month-end")
+    load = flow.add(tasks["fetch"].request(1), name="load")
+    report = flow.add(tasks["build"].request(2), name="report", after=[load])
+    handle = flow.enqueue()
+    tasks["fetch"].enqueue(99)  # a job after them: the newest job is never pruned
+    for state in (JobState.SUCCEEDED, JobState.FAILED):
+        for job, token in claim(app).items():
+            if job in (load.job_id, report.job_id):
+                end(app, job, token, state, {"rows": 10} if job == load.job_id else None)
+    assert app.workflow_status(handle.id).state == "failed"
+    assert load.job_id is not None and report.job_id is not None
+    return handle.id, load.job_id, report.job_id
+
+
+def test_a_failed_workflow_is_kept_whole_and_a_retry_reads_its_succeeded_steps(
+    app: due.App, tasks: dict[str, due.Task], clock: FakeClock
+) -> None:
+    workflow, load, report = failed_after_success(app, tasks)
+    clock.advance(timedelta(days=8))  # past the succeeded steps' retention, not the failed ones'
+    app.store.job_prune(Retention())
+    assert app.get(load).result == {"rows": 10}  # kept with its failed workflow
+
+    app.retry_workflow(workflow)
+    ((job, token),) = claim(app).items()
+    assert job == report
+    upstream = {row["step_name"]: row["state"] for row in app.store.job_upstream(report)}
+    assert upstream == {"load": "succeeded"}
+    end(app, job, token, JobState.SUCCEEDED)
+    done = app.workflow_status(workflow)
+    assert (done.state, done.steps_ended, done.steps_total) == ("succeeded", 2, 2)
+
+
+def test_an_ended_workflow_is_pruned_whole_once_its_retention_has_passed(
+    app: due.App, tasks: dict[str, due.Task], clock: FakeClock
+) -> None:
+    workflow, load, report = failed_after_success(app, tasks)
+    clock.advance(timedelta(days=29))
+    assert app.store.job_prune(Retention()) == (0, 0)
+    clock.advance(timedelta(days=2))
+    jobs, _ = app.store.job_prune(Retention())
+    assert jobs == 2
+    for job in (load, report):
+        with pytest.raises(due.JobNotFoundError):
+            app.get(job)
+    with pytest.raises(due.JobNotFoundError):
+        app.workflow_status(workflow)
+    assert rows(app.url, "SELECT count(*) FROM due_workflow_edges") == [(0,)]
+
+
+def test_a_retry_of_a_workflow_whose_steps_are_gone_is_refused_and_changes_nothing(
+    app: due.App, tasks: dict[str, due.Task]
+) -> None:
+    """A workflow pruned in part (by a version of due that pruned its steps one
+    by one): its retry says so, rather than run a step without its upstream
+    results and leave the workflow running for ever."""
+    workflow, load, report = failed_after_success(app, tasks)
+    with plain_transaction(app.url) as conn:
+        conn.execute(f"DELETE FROM due_jobs WHERE id = {load}")
+    for retry in (lambda: app.retry_workflow(workflow), lambda: app.retry(report)):
+        with pytest.raises(InvalidStateError, match=r"1 of its 2 steps .*pruned"):
+            retry()
+    assert app.get(report).state == JobState.FAILED
+    status = app.workflow_status(workflow)
+    assert (status.state, status.steps_ended) == ("failed", 2)
+    assert app.retry_many(workflow=workflow) == 0  # a bulk retry passes it over
 
 
 # --- finding 5: nothing is added to a step asked to stop --------------------------------

@@ -21,7 +21,8 @@ Counted once across retries (invariant 18): a retry takes back, from the
 steps still waiting, the ends of the steps it runs again (and from the
 workflow's counts), so each of them is counted once more when it ends
 again, and only then. Every step that did not succeed is retried together,
-a step with pieces with its pieces that did not succeed.
+a step with pieces with its pieces that did not succeed. A workflow is kept
+or pruned whole; one pruned in part (by an older version) is not retried.
 
 One lock order (PostgreSQL): job rows first (a parent before its pieces,
 steps in id order), the workflow's row last. An acknowledgement locks its
@@ -36,7 +37,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from due.core.records import StepRequest
-from due.errors import ConfigurationError, JobCancelled
+from due.errors import ConfigurationError, InvalidStateError, JobCancelled
 from due.store import pieces
 from due.store import steps as plans
 from due.store.backend import Backend, Columns, Transaction
@@ -248,7 +249,12 @@ def cancel(db: Backend, workflow_id: int) -> tuple[list[int], list[int]] | None:
 def retry(db: Backend, workflow_id: int) -> list[int] | None:
     """Run every failed or cancelled step again (those after steps retried too
     wait for them; a step with pieces runs again with its pieces that did not
-    succeed); None if no workflow has that id, else the steps retried."""
+    succeed); None if no workflow has that id, else the steps retried.
+
+    Raises:
+        InvalidStateError: Some of its steps were pruned: their results are
+            gone (nothing is retried).
+    """
     with db.transaction() as tx:
         if not tx.run("workflow", {"id": workflow_id}):
             return None
@@ -257,6 +263,10 @@ def retry(db: Backend, workflow_id: int) -> list[int] | None:
         # retried step waits for), or it ends after this commit and counts
         # itself on the steps made to wait. Its row is locked last.
         locked = tx.run("lock_retried_steps", {"id": workflow_id})
+        found = tx.run("workflow_steps_present", {"id": workflow_id})
+        if not found:
+            return None  # pruned meanwhile
+        _refuse_if_pruned(workflow_id, found[0])
         retried = [row for row in locked if row["state"] in ("failed", "cancelled")]
         if not retried:
             return []
@@ -276,6 +286,17 @@ def retry(db: Backend, workflow_id: int) -> list[int] | None:
         return sorted(ids)
 
 
+def _refuse_if_pruned(workflow_id: int, counts: Mapping[str, Any]) -> None:
+    """A workflow some of whose steps are gone is not retried: a step run again
+    would miss their results, and the workflow could never count its end."""
+    total, present = int(counts["steps_total"]), int(counts["present"])
+    if present < total:
+        raise InvalidStateError(
+            f"cannot retry workflow {workflow_id}: {total - present} of its {total} steps "
+            "were pruned (their results are gone); enqueue its steps again as a new workflow"
+        )
+
+
 def _retry_pieces(tx: Transaction, parents: list[int]) -> None:
     """The pieces of these retried parents that did not succeed run again, a
     level at a time (a piece with pieces of its own with them); each parent
@@ -284,3 +305,21 @@ def _retry_pieces(tx: Transaction, parents: list[int]) -> None:
         requeued = tx.run("retry_pieces", {"ids": parents, "now": tx.now})
         tx.run("recount_retried_parents", {"ids": parents})
         parents = [int(row["id"]) for row in requeued if row["pieces_total"]]
+
+
+def prune(tx: Transaction, params: Mapping[str, Any]) -> int:
+    """Delete ended workflows older than their outcome's retention, each whole:
+    its row, every step and their edges (a step's pieces are jobs of their
+    own, pruned by their own retention); how many steps were deleted. A
+    workflow retried while this waited for its steps is kept (it runs)."""
+    chosen = [int(row["id"]) for row in tx.run("prunable_workflows", params)]
+    if not chosen:
+        return 0
+    tx.run("lock_pruned_steps", {"ids": chosen})
+    gone = [int(row["id"]) for row in tx.run("prune_workflows", {**params, "ids": chosen})]
+    if not gone:
+        return 0
+    steps = [int(row["id"]) for row in tx.run("prune_workflow_steps", {"ids": gone})]
+    if steps:
+        tx.run("prune_workflow_edges", {"ids": steps})
+    return len(steps)

@@ -1315,23 +1315,58 @@ WHERE id = ANY(ARRAY(
            OR finished_at + make_interval(secs => coalesce(unique_for, 0))
               <= coalesce(%(now)s::timestamptz, now()))
       AND id < (SELECT max(id) FROM due_jobs)
-      -- A step's result is kept while its workflow runs (a later step reads it).
-      AND (workflow_id IS NULL OR NOT EXISTS (
-          SELECT 1 FROM due_workflows AS w WHERE w.id = due_jobs.workflow_id AND w.state = 'running'))
+      -- A workflow is kept or pruned whole (prune_workflows): a retry finds
+      -- every result it reads, and every step it counts.
+      AND workflow_id IS NULL
     ORDER BY id
     LIMIT %(limit)s
 ))
-RETURNING id, workflow_id
+RETURNING id
+
+-- name: prunable_workflows
+-- Ended workflows older than their outcome's retention (a failed or cancelled
+-- one is kept as long as a failed job, every step of it), oldest first, as
+-- many as hold `limit` steps (one at least). None holds the newest job, nor a
+-- step whose key still deduplicates.
+SELECT id FROM (
+    SELECT w.id, sum(w.steps_total) OVER (ORDER BY w.id) - w.steps_total AS before
+    FROM due_workflows AS w
+    WHERE w.state <> 'running'
+      AND w.finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(
+          secs => CASE WHEN w.state = 'succeeded' THEN %(retention_succeeded)s
+                       ELSE %(retention_failed)s END)
+      AND NOT EXISTS (
+          SELECT 1 FROM due_jobs AS s
+          WHERE s.workflow_id = w.id
+            AND (s.id >= (SELECT max(id) FROM due_jobs)
+                 OR (s.dedupe_key IS NOT NULL
+                     AND s.finished_at + make_interval(secs => coalesce(s.unique_for, 0))
+                         > coalesce(%(now)s::timestamptz, now()))))
+) AS old
+WHERE before < %(limit)s
+ORDER BY id
+
+-- name: lock_pruned_steps
+-- Their steps, locked in id order before their rows (the one lock order): a
+-- retry under way is waited for, and seen by prune_workflows.
+SELECT id FROM due_jobs WHERE workflow_id = ANY(%(ids)b::bigint[]) ORDER BY id FOR UPDATE
+
+-- name: prune_workflows
+-- The workflows still ended (not retried meanwhile), and still old enough.
+DELETE FROM due_workflows AS w
+WHERE w.id = ANY(%(ids)b::bigint[]) AND w.state <> 'running'
+  AND w.finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(
+      secs => CASE WHEN w.state = 'succeeded' THEN %(retention_succeeded)s
+                   ELSE %(retention_failed)s END)
+RETURNING w.id
+
+-- name: prune_workflow_steps
+DELETE FROM due_jobs WHERE workflow_id = ANY(%(ids)b::bigint[])
+RETURNING id
 
 -- name: prune_workflow_edges
 DELETE FROM due_workflow_edges
 WHERE step_id = ANY(%(ids)b::bigint[]) OR upstream_id = ANY(%(ids)b::bigint[])
-
--- name: prune_workflows
--- Ended workflows whose steps have all been pruned.
-DELETE FROM due_workflows AS w
-WHERE w.id = ANY(%(ids)b::bigint[]) AND w.state <> 'running'
-  AND NOT EXISTS (SELECT 1 FROM due_jobs WHERE workflow_id = w.id)
 
 -- name: prune_schedule_runs
 DELETE FROM due_schedule_runs
@@ -2164,6 +2199,12 @@ SELECT id, state, pieces_total FROM due_jobs
 WHERE workflow_id = %(id)s AND state <> 'succeeded'
 ORDER BY id
 FOR NO KEY UPDATE
+
+-- name: workflow_steps_present
+-- A workflow's steps as counted, and those its table holds (fewer: pruned).
+SELECT w.steps_total, (SELECT count(*) FROM due_jobs WHERE workflow_id = w.id)::int AS present
+FROM due_workflows AS w
+WHERE w.id = %(id)s
 
 -- name: cancel_workflow_steps
 -- app.cancel_workflow: its queued and waiting steps end now.

@@ -1001,24 +1001,55 @@ WHERE id IN (
            OR (state IN ('failed', 'cancelled') AND finished_at < :now - :retention_failed))
       AND (dedupe_key IS NULL OR finished_at + coalesce(unique_for, 0) <= :now)
       AND id < (SELECT max(id) FROM due_jobs)
-      -- A step's result is kept while its workflow runs (a later step reads it).
-      AND (workflow_id IS NULL OR NOT EXISTS (
-          SELECT 1 FROM due_workflows AS w WHERE w.id = due_jobs.workflow_id AND w.state = 'running'))
+      -- A workflow is kept or pruned whole (prune_workflows): a retry finds
+      -- every result it reads, and every step it counts.
+      AND workflow_id IS NULL
     ORDER BY id
     LIMIT :limit
 )
-RETURNING id, workflow_id
+RETURNING id
+
+-- name: prunable_workflows
+-- Ended workflows older than their outcome's retention (a failed or cancelled
+-- one is kept as long as a failed job, every step of it), oldest first, as
+-- many as hold `limit` steps (one at least). None holds the newest job, nor a
+-- step whose key still deduplicates.
+SELECT id FROM (
+    SELECT w.id, sum(w.steps_total) OVER (ORDER BY w.id) - w.steps_total AS before
+    FROM due_workflows AS w
+    WHERE w.state <> 'running'
+      AND w.finished_at < :now - CASE WHEN w.state = 'succeeded' THEN :retention_succeeded
+                                      ELSE :retention_failed END
+      AND NOT EXISTS (
+          SELECT 1 FROM due_jobs AS s
+          WHERE s.workflow_id = w.id
+            AND (s.id >= (SELECT max(id) FROM due_jobs)
+                 OR (s.dedupe_key IS NOT NULL
+                     AND s.finished_at + coalesce(s.unique_for, 0) > :now)))
+) AS old
+WHERE before < :limit
+ORDER BY id
+
+-- name: lock_pruned_steps
+-- (SQLite's single writer holds the whole database: nothing to lock.)
+SELECT 1 WHERE 0
+
+-- name: prune_workflows
+-- The workflows still ended, and still old enough.
+DELETE FROM due_workflows
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state <> 'running'
+  AND finished_at < :now - CASE WHEN state = 'succeeded' THEN :retention_succeeded
+                                ELSE :retention_failed END
+RETURNING id
+
+-- name: prune_workflow_steps
+DELETE FROM due_jobs WHERE workflow_id IN (SELECT value FROM json_each(:ids))
+RETURNING id
 
 -- name: prune_workflow_edges
 DELETE FROM due_workflow_edges
 WHERE step_id IN (SELECT value FROM json_each(:ids))
    OR upstream_id IN (SELECT value FROM json_each(:ids))
-
--- name: prune_workflows
--- Ended workflows whose steps have all been pruned.
-DELETE FROM due_workflows
-WHERE id IN (SELECT value FROM json_each(:ids)) AND state <> 'running'
-  AND NOT EXISTS (SELECT 1 FROM due_jobs WHERE workflow_id = due_workflows.id)
 
 -- name: prune_schedule_runs
 DELETE FROM due_schedule_runs
@@ -1749,6 +1780,12 @@ SELECT 1 WHERE 0
 SELECT id, state, pieces_total FROM due_jobs
 WHERE workflow_id = :id AND state <> 'succeeded'
 ORDER BY id
+
+-- name: workflow_steps_present
+-- A workflow's steps as counted, and those its table holds (fewer: pruned).
+SELECT w.steps_total, (SELECT count(*) FROM due_jobs WHERE workflow_id = w.id) AS present
+FROM due_workflows AS w
+WHERE w.id = :id
 
 -- name: cancel_workflow_steps
 -- app.cancel_workflow: its queued and waiting steps end now.
