@@ -1177,14 +1177,17 @@ class App:
         """Running workflows that cannot advance (it never happens: `due check` alerts).
 
         No step is queued or running, and a step waits whose upstream steps
-        have all ended; a step is released in the transaction that ends its
-        last upstream step, so only a broken graph looks like this.
+        have all ended, or every step has ended though the workflow still
+        says it runs; a step is released, and a workflow ends, in the
+        transaction that ends its last upstream step, so only a graph or
+        counts broken by hand look like this.
 
         Args:
             limit: How many at most.
 
         Returns:
-            Each such workflow's id, name and the name of a step that waits.
+            Each such workflow's id, name and the name of a step that waits
+            (None when every step has ended).
         """
         rows = self.store.workflow_stuck(lookups.list_limit(limit))
         return [StuckWorkflow(int(row["id"]), row["name"], row["step"]) for row in rows]

@@ -242,6 +242,8 @@ def cancel(db: Backend, workflow_id: int) -> tuple[list[int], list[int]] | None:
 
             count_endings(tx, ended)
             settle(tx, ended)
+        if not asked:  # nothing left to end it: it ends now, whatever its counts said
+            tx.run("end_settled_workflow", {"id": workflow_id, "now": tx.now})
         return sorted(row["id"] for row in ended), sorted(row["id"] for row in asked)
 
 

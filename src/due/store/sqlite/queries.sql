@@ -1747,20 +1747,25 @@ LIMIT :limit
 -- name: stuck_workflows
 -- Running workflows that cannot advance: no step queued or running, and a
 -- step waiting whose upstream steps have all ended (and that waits for no
--- pieces of its own). Each with the first such step's name.
+-- pieces of its own), or every step ended (its counts disagree with its
+-- steps). Each with the first such waiting step's name (NULL: every step ended).
 SELECT id, name, step FROM (
 SELECT w.id, w.name,
        (SELECT min(s.step_name) FROM due_jobs AS s
-        WHERE s.workflow_id = w.id AND s.state = 'waiting' AND s.pieces_total = 0
+        WHERE s.workflow_id = w.id AND s.state = 'waiting'
+          AND (s.pieces_total = 0 OR s.upstream_pending > 0)
           AND NOT EXISTS (SELECT 1 FROM due_workflow_edges AS e
                           JOIN due_jobs AS u ON u.id = e.upstream_id
-                          WHERE e.step_id = s.id AND u.state NOT IN ('succeeded', 'failed', 'cancelled'))) AS step
+                          WHERE e.step_id = s.id AND u.state NOT IN ('succeeded', 'failed', 'cancelled'))) AS step,
+       NOT EXISTS (SELECT 1 FROM due_jobs AS o
+                   WHERE o.workflow_id = w.id
+                     AND o.state NOT IN ('succeeded', 'failed', 'cancelled')) AS ended
 FROM due_workflows AS w
 WHERE w.state = 'running'
   AND NOT EXISTS (SELECT 1 FROM due_jobs AS q
                   WHERE q.workflow_id = w.id AND q.state IN ('queued', 'running'))
 ) AS running
-WHERE step IS NOT NULL
+WHERE step IS NOT NULL OR ended
 ORDER BY id
 LIMIT :limit
 
@@ -1774,6 +1779,22 @@ ORDER BY u.step_name
 -- name: lock_workflow_steps
 -- (SQLite's single writer holds the whole database: nothing to lock.)
 SELECT 1 WHERE 0
+
+-- name: end_settled_workflow
+-- A cancelled workflow with no step left to end ends now, its counts read from
+-- its steps (they agree, unless broken by hand: a cancel mends them).
+UPDATE due_workflows
+SET steps_ended = c.ended, steps_failed = c.failed, steps_cancelled = c.cancelled,
+    state = CASE WHEN c.failed > 0 THEN 'failed'
+                 WHEN c.cancelled > 0 THEN 'cancelled'
+                 ELSE 'succeeded' END,
+    finished_at = :now
+FROM (SELECT coalesce(sum(state IN ('succeeded', 'failed', 'cancelled')), 0) AS ended,
+             coalesce(sum(state = 'failed'), 0) AS failed,
+             coalesce(sum(state = 'cancelled'), 0) AS cancelled,
+             coalesce(sum(state NOT IN ('succeeded', 'failed', 'cancelled')), 0) AS open
+      FROM due_jobs WHERE workflow_id = :id) AS c
+WHERE due_workflows.id = :id AND due_workflows.state = 'running' AND c.open = 0
 
 -- name: lock_retried_steps
 -- app.retry_workflow: every step that did not succeed.
