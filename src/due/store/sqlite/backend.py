@@ -80,6 +80,7 @@ RINGING = frozenset(
         "release_steps",
         "rescue_jobs",
         "retry_job",
+        "retry_pieces",
         "retry_plain_jobs",
         "retry_workflow_steps",
         "set_queue_paused",
