@@ -176,6 +176,9 @@ SERVER = """
     import signal
     import sys
 
+    # Held until sigwait takes it: a Ctrl-C sent as soon as "ready" shows, before
+    # sigwait has begun, would otherwise go to Python's handler, and sigwait wait on.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGINT}})
     print("ready")
     signal.sigwait({{signal.SIGINT}})
     print("stopping")
