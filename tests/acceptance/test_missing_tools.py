@@ -60,7 +60,10 @@ def test_without_root_an_ensure_script_says_so_in_one_line_and_goes_on(tool: str
 def test_the_tests_that_need_a_missing_tool_skip_each_with_one_line() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs", *NEEDS.values()],
-        env={**os.environ, HIDE_VARIABLE: EVERY_TOOL},
+        env={
+            **{name: value for name, value in os.environ.items() if not name.startswith("PYTEST")},
+            HIDE_VARIABLE: EVERY_TOOL,
+        },
         cwd=REPOSITORY,
         capture_output=True,
         text=True,
