@@ -34,7 +34,8 @@ demo: $(STAMP) ## the example app, its worker and dashboard on SQLite (DEMO_ARGS
 # Every stage runs even when one before it failed; the end says which failed.
 test: $(STAMP) postgres ## run the whole test suite on SQLite and PostgreSQL (Django's on the newest Python)
 	@scripts/run-stages \
-	  "the tests, on two processes" '$(PY) -m pytest -n 2 -m "not serial and not bench" --durations=10' \
+	  "the tests, on two processes" '$(PY) -m pytest -n 2 -m "not serial and not bench and not fresh_install" --durations=10' \
+	  "the how-to pages in new virtual environments" '$(PY) -m pytest -n 2 -m fresh_install' \
 	  "the serial tests (the short chaos run)" '$(PY) -m pytest -m serial' \
 	  "the Django tests, on the newest Python" 'scripts/test-django -m "not bench"'
 
