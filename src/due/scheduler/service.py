@@ -150,14 +150,15 @@ class Scheduler:
             level = (
                 logging.INFO if firing.outcome.value in ("enqueued", "pending") else logging.WARNING
             )
+            # A field without a value is left out: `reason=None` on every run read as a problem.
+            known = {"job": job_id, "reason": firing.reason}
             event(
                 log,
                 f"schedule.{firing.outcome.value}",
                 level,
                 schedule=result.schedule,
                 scheduled_for=firing.scheduled_for.isoformat(),
-                job=job_id,
-                reason=firing.reason,
+                **{name: value for name, value in known.items() if value is not None},
             )
         _report_missed(result)
 
