@@ -31,10 +31,13 @@ postgres: ## start PostgreSQL (and Redis, for the optional Redis lease) if down;
 demo: $(STAMP) ## the example app, its worker and dashboard on SQLite (DEMO_ARGS=--once: stop at the end)
 	cd examples && ../$(PY) demo.py $(DEMO_ARGS)
 
+# Every stage runs even when one before it failed; the end says which failed.
 test: $(STAMP) postgres ## run the whole test suite on SQLite and PostgreSQL (Django's on the newest Python)
-	$(PY) -m pytest -n 2 -m "not serial and not bench" --durations=10
-	$(PY) -m pytest -m serial
-	scripts/test-django -m "not bench"
+	@scripts/run-stages \
+	  "the tests, on two processes" '$(PY) -m pytest -n 2 -m "not serial and not bench and not fresh_install" --durations=10' \
+	  "the how-to pages in new virtual environments" '$(PY) -m pytest -n 2 -m fresh_install' \
+	  "the serial tests (the short chaos run)" '$(PY) -m pytest -m serial' \
+	  "the Django tests, on the newest Python" 'scripts/test-django -m "not bench"'
 
 # The Django integration's tests again on the previous Django release series.
 DJANGO_PREVIOUS ?= 6.0.10

@@ -6,7 +6,8 @@ transaction: a signup that fails (an e-mail address already taken) leaves no
 job, and a job never runs for a user who was not saved. `GET /jobs/{id}` shows
 a job; the dashboard is mounted under `/jobs-dashboard`, behind a token.
 
-Run it (PostgreSQL; the worker in another terminal):
+Run it (PostgreSQL; the worker in another terminal), after
+`pip install 'due[sqlalchemy,postgres-binary,web]' fastapi uvicorn asyncpg`:
 
     export DATABASE_URL=postgresql://127.0.0.1:5432/shop DASHBOARD_TOKEN=a-long-secret
     due --app fastapi_app:jobs migrate

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import sys
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -24,7 +23,8 @@ import pytest
 
 import due
 from due.clock import FakeClock
-from tests.helpers.pgbouncer import PgBouncer, pgbouncer_binary
+from tests.helpers.pgbouncer import PgBouncer
+from tests.helpers.tools import need
 from tests.helpers.workers import Workers
 
 # The Django tests need Django, which needs Python 3.12 or newer: scripts/test-django
@@ -75,10 +75,7 @@ def pgbouncer_url(postgres_schema: str, tmp_path: Path) -> Iterator[str]:
     """The test's schema through a real PgBouncer in transaction mode (started for
     this test; its server connections set the schema as they open), with
     due_pooler=transaction: what a user behind such a pooler configures."""
-    if pgbouncer_binary() is None:
-        message = "*** PGBOUNCER IS MISSING: make test installs it (scripts/ensure-pgbouncer) ***"
-        sys.stderr.write(f"\n{message}\n")
-        pytest.skip(message)
+    need("pgbouncer")
     database = POSTGRES_BASE_URL.rsplit("/", 1)[1].split("?")[0]
     with PgBouncer.start(
         tmp_dir=tmp_path / "pgbouncer", database=database, search_path=postgres_schema

@@ -62,6 +62,7 @@ from due.visibility.alerts import Alert, AlertRules, QueueThresholds, evaluate
 from due.visibility.schedule_health import ExpectedRun, expected_runs
 from due.visibility.snapshot import DEFAULT_FAILURES_WINDOW
 from due.waiter import JobWaiter
+from due.workflow_waiting import wait_ended
 from due.workflows import (
     Step,
     StuckWorkflow,
@@ -1182,14 +1183,17 @@ class App:
         """Running workflows that cannot advance (it never happens: `due check` alerts).
 
         No step is queued or running, and a step waits whose upstream steps
-        have all ended; a step is released in the transaction that ends its
-        last upstream step, so only a broken graph looks like this.
+        have all ended, or every step has ended though the workflow still
+        says it runs; a step is released, and a workflow ends, in the
+        transaction that ends its last upstream step, so only a graph or
+        counts broken by hand look like this.
 
         Args:
             limit: How many at most.
 
         Returns:
-            Each such workflow's id, name and the name of a step that waits.
+            Each such workflow's id, name and the name of a step that waits
+            (None when every step has ended).
         """
         rows = self.store.workflow_stuck(lookups.list_limit(limit))
         return [StuckWorkflow(int(row["id"]), row["name"], row["step"]) for row in rows]
@@ -1247,32 +1251,23 @@ class App:
 
         Args:
             workflow_id: The workflow's id.
-            timeout: How long to wait at most; None waits for as long as it takes.
+            timeout: How long to wait at most, in real seconds (whatever the
+                app's clock); None waits for as long as it takes.
 
         Returns:
             The workflow as it ended.
 
         Raises:
-            TimeoutError: A step has not ended within `timeout`.
+            TimeoutError: It has not ended within `timeout` (the error names a
+                step still to end).
             JobNotFoundError: No workflow has that id.
         """
-        limit = _timeout(timeout)
-        deadline = None if limit is None else self.clock.monotonic() + limit
-        status = self.workflow_status(workflow_id)
-        while not status.ended:
-            for step in status.steps.values():
-                if step.state.is_final:
-                    continue
-                left = None if deadline is None else max(0.0, deadline - self.clock.monotonic())
-                try:
-                    self._waiter.wait(step.job_id, left)
-                except TimeoutError:
-                    raise TimeoutError(
-                        f"workflow {workflow_id} has not ended within {timeout}: step "
-                        f"{step.name!r} is {self.get(step.job_id).state.value}"
-                    ) from None
-            status = self.workflow_status(workflow_id)
-        return status
+        return wait_ended(
+            lookups.job_id(workflow_id),
+            lambda: self.workflow_status(workflow_id),
+            self._waiter.wait,
+            _timeout(timeout),
+        )
 
     def batch(
         self,

@@ -17,7 +17,7 @@ import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from due import lookups
 from due.core.jobs import JobState
@@ -25,6 +25,10 @@ from due.core.records import JobFilter
 from due.durations import DurationLike, to_seconds
 from due.errors import ConfigurationError
 from due.shown_arguments import hidden
+from due.task import closest_task
+
+if TYPE_CHECKING:
+    from due.app import App
 
 Moment = datetime | DurationLike
 """A time a filter starts or ends at: a datetime with its time zone, ISO 8601
@@ -80,6 +84,38 @@ def can_match(where: JobFilter) -> bool:
         where.args_contains,
     )
     return lookups.can_match(*texts)
+
+
+def unknown_task(app: App, task: str | None) -> str | None:
+    """Why a filter's `task` matches no job when no task of that name is known:
+    none of the app's, and none a schedule, a worker or a stored job names;
+    with the closest names. None when the name is known, or none is given.
+
+    A filter that matches nothing answers with an empty list or a count of 0,
+    which for a misspelt name (`send_welcom`, or `send_welcome` without its
+    module) looks like an answer: `due jobs`, `due retry`, `due cancel` and
+    the dashboard ask this when theirs matched nothing. (The database is read
+    only then, and its jobs only when the schedules and workers do not name it.)
+    """
+    if task is None or task in app.tasks:
+        return None
+    readable = lookups.can_match(task)  # (a NUL: no stored name holds one)
+    if readable and app.store.task_in_use(task):
+        return None
+    known = sorted(set(app.tasks.names()) | set(app.store.task_names() if readable else ()))
+    where = (
+        "not a task of this app, nor named by a schedule, worker or job in the database"
+        if len(app.tasks)
+        else "no schedule, worker or job in the database names it"
+    )
+    message = f"no task named {task!r} is known ({where})"
+    close = closest_task(task, known)
+    if close:
+        return f"{message}; {close}"
+    if known:
+        more = ", ..." if len(known) > 10 else ""
+        return f"{message}; known tasks: {', '.join(known[:10])}{more}"
+    return f"{message}; none is known yet"
 
 
 def json_object(value: Any) -> str | None:

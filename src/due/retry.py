@@ -51,6 +51,8 @@ class Retry:
             1 + jitter]` (then capped), so a burst of failures does not come
             back as a burst of retries; from 0 to 1.
         retry_on: Exception types that are retried (default: any Exception).
+            A task's `SystemExit` or `KeyboardInterrupt` fails its attempt like
+            an exception, and is retried only when named here.
         discard_on: Exception types that fail the job at once, attempts left
             or not; checked before `retry_on`.
 

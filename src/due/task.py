@@ -552,9 +552,23 @@ def did_you_mean(name: str, known: Sequence[str]) -> str:
     return f"did you mean {close[0]!r}?" if close else ""
 
 
+def closest_task(name: str, known: Sequence[str]) -> str:
+    """`did you mean 'x'?` for a task name, or "".
+
+    The known task that is `name` with its module (`myapp.send_welcome` for
+    `send_welcome`; the few, when several are), else the closest by spelling.
+    """
+    ending = sorted(task for task in known if task.endswith(f".{name}"))
+    if len(ending) == 1:
+        return f"did you mean {ending[0]!r}?"
+    if ending:
+        return f"did you mean one of {', '.join(map(repr, ending[:5]))}?"
+    return did_you_mean(name, known)
+
+
 def _unknown_task_message(name: str, known: list[str]) -> str:
     message = f"no task named {name!r} is registered"
-    close = did_you_mean(name, known)
+    close = closest_task(name, known)
     if close:
         return f"{message}; {close}"
     if not known:

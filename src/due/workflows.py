@@ -122,11 +122,12 @@ class WorkflowSummary:
 @dataclass(frozen=True)
 class StuckWorkflow:
     """A running workflow that cannot advance: no step queued or running, and
-    `step` waits with every upstream step ended."""
+    `step` waits with every upstream step ended, or (`step` None) every step
+    has ended though the workflow still says it runs."""
 
     id: int
     name: str
-    step: str
+    step: str | None
 
 
 @dataclass(eq=False)

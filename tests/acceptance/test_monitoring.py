@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import due
 from due.core.records import COUNT_LIMIT, WorkerRegistration
 from due.testing import drain
 from tests.helpers.cli import PLAIN_ENVIRONMENT, run_due, run_due_in
+from tests.helpers.tools import need
 from tests.helpers.waiting import wait_until
 from tests.helpers.workers import REPOSITORY
 
@@ -279,8 +279,8 @@ def test_the_example_alerting_rules_use_only_metrics_we_serve(rules: str) -> Non
     assert used and used <= served, used - served
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed")
 def test_the_example_alerting_rules_pass_promtool() -> None:
+    need("promtool")
     done = subprocess.run(
         ["promtool", "check", "rules", str(REPOSITORY / "docs" / "alerts.yml")],
         capture_output=True,

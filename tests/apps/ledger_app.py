@@ -6,10 +6,12 @@ when, and in which process: the witness that each job ran exactly once.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import gc
 import os
 import signal
+import sys
 import time
 
 import due
@@ -236,3 +238,54 @@ def charge(ctx: due.Context, n: int) -> None:
     back fails again, and the ledger says how many times it ran."""
     record("start", ctx)
     raise TimeoutError("the bank did not answer")
+
+
+# --- handlers that end in a BaseException (invariant 17) ----------------------------
+
+
+@app.task(name="exits", retry=due.Retry(max_attempts=1))
+def exits(ctx: due.Context, password: str) -> None:
+    """Calls sys.exit from a handler thread, its message naming a hidden argument."""
+    record("start", ctx)
+    sys.exit(f"cannot log in with {password}")
+
+
+@app.task(name="async_exits", retry=due.Retry(max_attempts=1))
+async def async_exits(ctx: due.Context, password: str) -> None:
+    """Calls sys.exit on the worker's event loop."""
+    record("start", ctx)
+    await asyncio.sleep(0)
+    sys.exit(f"cannot log in with {password}")
+
+
+@app.task(name="interrupts", retry=due.Retry(max_attempts=1))
+def interrupts(ctx: due.Context) -> None:
+    """Raises KeyboardInterrupt itself: no signal reached the worker."""
+    record("start", ctx)
+    raise KeyboardInterrupt("raised by the task")
+
+
+@app.task(name="async_interrupts", retry=due.Retry(max_attempts=1))
+async def async_interrupts(ctx: due.Context) -> None:
+    record("start", ctx)
+    await asyncio.sleep(0)
+    raise KeyboardInterrupt("raised by the task")
+
+
+@app.task(name="parses_arguments", retry=due.Retry(max_attempts=1))
+def parses_arguments(ctx: due.Context, argv: list[str]) -> None:
+    """A command-line parser fed bad input exits with code 2, as argparse does."""
+    record("start", ctx)
+    parser = argparse.ArgumentParser(prog="report", exit_on_error=True)
+    parser.add_argument("--month", required=True)
+    parser.parse_args(argv)
+
+
+@app.task(name="async_cancels_itself", retry=due.Retry(max_attempts=1))
+async def async_cancels_itself(ctx: due.Context) -> None:
+    """Awaits a future someone else cancelled: a CancelledError the worker did
+    not ask for."""
+    record("start", ctx)
+    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    future.cancel()
+    await future

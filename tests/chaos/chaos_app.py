@@ -9,10 +9,15 @@ Every execution is written twice:
   (`ctx.transaction()`): only the attempt whose success committed, so the
   database itself says how often each job succeeded.
 
-File lines: `kind job attempt token pid time run_at [detail...]`. Kinds: `start`,
-`step` (a unit of work done after a safe point, timed at that safe point),
-`end` (with how it ended), `complete` (a parent's completion job, with the
-parent), `stamp` (a schedule's run, with the schedule and the time it ran for).
+File lines: `kind job attempt token pid time run_at [detail...]`. Kinds: `start`
+(for a job counted against limits, with each as `limit:NAME:KEY`, KEY empty
+for the whole limit), `step` (a unit of work done after a safe point, timed at
+that safe point), `commit` (written inside the job's own transaction, just
+before it commits: its success, when it commits, is later), `end` (with how
+it ended), `upstream` (a workflow step's upstream steps as its handler reads
+them, `name=state`), `complete` (a parent's completion job, with the parent),
+`stamp` (a schedule's run, with the schedule and the time it ran for), `exit`
+(a handler about to raise SystemExit or KeyboardInterrupt, with which).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import random
 import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import due
@@ -31,6 +37,7 @@ import due
 app = due.App()  # DUE_DATABASE_URL
 LEDGER = os.environ.get("DUE_CHAOS_LEDGER", "/dev/null")
 FAIL_RATE = float(os.environ.get("DUE_CHAOS_FAIL_RATE", "0.1"))
+FIXES = os.environ.get("DUE_CHAOS_FIXES", "/dev/null")
 
 
 FAKED = "faketime" in os.environ.get("LD_PRELOAD", "")
@@ -73,6 +80,7 @@ def commit(ctx: due.Context, detail: str = "") -> None:
             f"VALUES ({marker}, {marker}, {marker}, {marker})",
             (ctx.job_id, ctx.lease_token, os.getpid(), detail),
         )
+        note("commit", ctx)  # the commit is later: a lower bound of the success
 
 
 def maybe_fail(ctx: due.Context) -> None:
@@ -80,9 +88,9 @@ def maybe_fail(ctx: due.Context) -> None:
         raise RuntimeError(f"chaos: attempt {ctx.attempt} of job {ctx.job_id} fails on purpose")
 
 
-def attempt(ctx: due.Context, work: Any, detail: str = "") -> None:
+def attempt(ctx: due.Context, work: Any, detail: str = "", limits: tuple[str, ...] = ()) -> None:
     """start, the work, the commit, then `end ok` (or `end` with what stopped it)."""
-    note("start", ctx)
+    note("start", ctx, *limits)
     outcome = "error"
     try:
         work()
@@ -147,6 +155,36 @@ def long_sync(ctx: due.Context, n: int, count: int) -> None:
     attempt(ctx, lambda: steps(ctx, count))
 
 
+def exit_first(ctx: due.Context, how: str) -> None:
+    """Raise SystemExit or KeyboardInterrupt on the first attempt (an `exit` line
+    first): that attempt fails, the worker goes on (invariant 17)."""
+    if ctx.attempt == 1:
+        note("exit", ctx, how)
+        if how == "SystemExit":
+            raise SystemExit(f"chaos: job {ctx.job_id} exits")
+        raise KeyboardInterrupt
+
+
+@app.task(name="chaos.exits", retry=RETRY)
+def exits(ctx: due.Context, n: int, how: str) -> None:
+    attempt(ctx, lambda: exit_first(ctx, how))
+
+
+@app.task(name="chaos.async_exits", retry=RETRY)
+async def async_exits(ctx: due.Context, n: int, how: str) -> None:
+    note("start", ctx)
+    outcome = "error"
+    try:
+        await asyncio.sleep(0.01)
+        exit_first(ctx, how)
+        outcome = "ok"
+    finally:
+        note("end", ctx, outcome)
+
+
+EXITS = ("SystemExit", "KeyboardInterrupt")
+
+
 HOSTILE_VALUES: dict[str, Any] = {
     "surrogate": b"caf\xe9".decode("utf-8", "surrogateescape"),
     "nul": "a\x00b",
@@ -209,6 +247,76 @@ def stamp(ctx: due.Context) -> None:
 async def burst(n: int) -> None:
     """One of a burst of jobs enqueued at once (`run.py --burst`): no ledger line;
     the verdict counts them from the database."""
+
+
+LIMITS: dict[str, dict[str, Any]] = {
+    "chaos-pool": {"concurrency": 2},
+    "chaos-account": {"concurrency": 1},
+    "chaos-rate": {"rate": "5/s"},
+}
+"""Declared by the workers' app and by the load's (which computes the keys)."""
+ACCOUNTS = ("a", "b", "c")
+for _name, _numbers in LIMITS.items():
+    app.limit(_name, **_numbers)
+
+
+def limit_tokens(*pairs: tuple[str, str]) -> tuple[str, ...]:
+    """How a start line names the limits its job counts against."""
+    return tuple(f"limit:{name}:{key}" for name, key in pairs)
+
+
+@app.task(
+    name="chaos.limited",
+    retry=RETRY,
+    limits={"chaos-pool": None, "chaos-account": lambda n, account, count: account},
+)
+def limited(ctx: due.Context, n: int, account: str, count: int) -> None:
+    """At most 2 at once, and 1 per account: its steps say how long it ran."""
+
+    def work() -> None:
+        steps(ctx, count)
+        maybe_fail(ctx)
+
+    attempt(ctx, work, limits=limit_tokens(("chaos-pool", ""), ("chaos-account", account)))
+
+
+@app.task(name="chaos.rated", retry=RETRY, limits=["chaos-rate"])
+def rated(ctx: due.Context, n: int) -> None:
+    """At most 5 starts in any second (enqueued in bursts of more)."""
+    attempt(ctx, lambda: maybe_fail(ctx), limits=limit_tokens(("chaos-rate", "")))
+
+
+@app.task(name="chaos.step", retry=RETRY)
+def step(ctx: due.Context, n: int, count: int) -> None:
+    """A workflow's step: it writes what its handler reads of its upstream steps."""
+
+    def work() -> None:
+        seen = ctx.upstream_states
+        note("upstream", ctx, *(f"{name}={state.value}" for name, state in sorted(seen.items())))
+        steps(ctx, count)
+        maybe_fail(ctx)
+
+    attempt(ctx, work)
+
+
+def fixed(n: int) -> bool:
+    """Whether the workflow of load item `n` was fixed (flow_load.py, before a retry)."""
+    try:
+        return str(n) in Path(FIXES).read_text().split()
+    except OSError:
+        return False
+
+
+@app.task(name="chaos.doomed", retry=due.Retry(max_attempts=2, backoff="100ms"))
+def doomed(ctx: due.Context, n: int) -> None:
+    """A workflow's step that fails for good, until its workflow is fixed: the
+    steps after it follow their policy."""
+
+    def work() -> None:
+        if not fixed(n):
+            raise RuntimeError(f"chaos: step {ctx.job_id} of load item {n} fails for good")
+
+    attempt(ctx, work)
 
 
 SCHEDULES = {

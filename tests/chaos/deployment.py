@@ -76,6 +76,8 @@ class Deployment:
         self.url = url
         self.folder = folder
         self.ledger = ledger
+        self.fixes = folder / "fixes.txt"
+        """Workflows fixed before an operator retried them (tests/chaos/flow_load.py)."""
         self.slots = [Slot(number, url) for number in range(workers)]
 
     def skew(self, slot: int) -> None:
@@ -117,6 +119,7 @@ class Deployment:
             **os.environ,
             "DUE_DATABASE_URL": slot.url,
             "DUE_CHAOS_LEDGER": str(self.ledger),
+            "DUE_CHAOS_FIXES": str(self.fixes),
             "PYTHONPATH": os.pathsep.join([str(REPOSITORY), str(REPOSITORY / "src")]),
         }
         command = [sys.executable, "-m", "due", "worker", "--app", CHAOS_APP, *WORKER_OPTIONS]

@@ -5,17 +5,22 @@
 Starts worker processes (each with its scheduler) on one database, enqueues a
 steady mix of work for `--seconds` — immediate, delayed, failing at random,
 long with safe points (some longer than the grace), checkpointed, pieces under
-a parent, values no store can hold, and four every-second schedules, one per
-overlap policy — while faults land at random
+a parent, values no store can hold, handlers that raise SystemExit or
+KeyboardInterrupt, and four every-second schedules, one per overlap policy;
+beside it jobs under concurrency, per-key and rate limits,
+and workflows (chains, fan-out/fan-in) an operator cancels or retries now and
+then (flow_load.py) — while faults land at random
 (faults.py), then lets the deployment drain and prints the verdict
-(verdict.py): the rows that must be zero, and how fast it recovered. The
-verdict is also written as JSON (`--out`). `make chaos` runs it on both stores.
+(verdict.py, flow_verdict.py): the rows that must be zero, and how fast it
+recovered. The verdict is also written as JSON (`--out`). `make chaos` runs
+it on both stores.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import random
 import sqlite3
 import sys
@@ -32,6 +37,8 @@ import due
 from tests.chaos import chaos_app
 from tests.chaos.deployment import Deployment
 from tests.chaos.faults import POSTGRES_FAULTS, SQLITE_FAULTS, Injector
+from tests.chaos.flow_load import FlowLoad
+from tests.chaos.flow_verdict import Action
 from tests.chaos.verdict import Verdict, judge, read_ledger
 from tests.helpers.proxy import FreezableProxy, freezable_proxy
 from tests.helpers.waiting import wait_until
@@ -95,12 +102,13 @@ def run(
         )
         started = time.time()
         injector.start()
-        _load(url, seconds, random.Random(seed), burst)
+        actions = _load(url, seconds, random.Random(seed), deployment.fixes, burst)
         load_ended = time.time()
         injector.stop()
         deployment.restart_dead()
         _drain(url, load_ended, STALLED_AFTER)
         unfinished = _unfinished_rows(url, load_ended)
+        alive = {deployment.worker_pid(slot) for slot in deployment.alive()}
         codes = deployment.stop_all()
         facts = _facts(url, load_ended)
     verdict = judge(
@@ -113,6 +121,9 @@ def run(
             (e["ts"], int(str(e["holder"]).split(":")[-2]))
             for e in deployment.events("scheduler.leading")
         ],
+        limits={limit.name: limit for limit in chaos_app.app.limits},
+        actions=actions,
+        alive_at_end=alive,
         **facts,
     )
     verdict.worker_exit_codes = list(codes.values())
@@ -166,14 +177,21 @@ def _sqlite_path(url: str) -> str:
     return path_from_url(url)
 
 
-def _load(url: str, seconds: float, rng: random.Random, burst: int = 0) -> None:
+def _load(
+    url: str, seconds: float, rng: random.Random, fixes: Path, burst: int = 0
+) -> list[Action]:
     """Enqueue a steady mix (about 40 jobs a second) until `seconds` have passed,
-    and `burst` jobs at once a third of the way in. Each request of the mix
-    carries a key, so one repeated after an outage is not doubled."""
+    and `burst` jobs at once a third of the way in; beside it, flow control
+    (flow_load.py): jobs under limits, and workflows an operator cancels or
+    retries (those calls returned). Each request of the mix carries a key, so
+    one repeated after an outage is not doubled."""
     with due.App(url) as app:
+        for limit in chaos_app.app.limits:  # the keys are computed here, at enqueue
+            app.limits.declare(limit.name, concurrency=limit.concurrency, rate=limit.rate_text)
         for task in chaos_app.app.tasks:
             app.tasks.add(due.Task(app, task.fn, task.name, task.config))
         tasks = {task.name.removeprefix("chaos."): task for task in app.tasks}
+        flows = FlowLoad(app, tasks, random.Random(rng.random()), fixes)  # beside the mix
         deadline = time.monotonic() + seconds
         burst_at = time.monotonic() + seconds / 3 if burst else float("inf")
         number = 0
@@ -184,7 +202,10 @@ def _load(url: str, seconds: float, rng: random.Random, burst: int = 0) -> None:
             number += 1
             with contextlib.suppress(due.StoreUnavailableError):
                 _enqueue_one(app, tasks, number, rng)
+            with contextlib.suppress(due.StoreUnavailableError):
+                flows.tick(number)
             time.sleep(0.025)
+    return flows.actions
 
 
 def _burst(app: due.App, task: Any, count: int) -> None:
@@ -217,9 +238,12 @@ def _enqueue_one(app: due.App, tasks: dict[str, Any], number: int, rng: random.R
         app.batch(tasks["piece"], items, on_complete=tasks["pieces_done"])
     elif roll < 0.975:  # longer than the grace: a SIGTERM stops it at a safe point
         tasks["long_sync"].options(key=key).enqueue(number, rng.randint(60, 120))
-    else:
+    elif roll < 0.99:
         kind = rng.choice(list(chaos_app.HOSTILE_VALUES))
         tasks["hostile"].options(key=key).enqueue(number, kind)
+    else:  # its first attempt raises SystemExit or KeyboardInterrupt
+        task = tasks[rng.choice(["exits", "async_exits"])]
+        task.options(key=key).enqueue(number, rng.choice(chaos_app.EXITS))
 
 
 def _drain(url: str, load_ended: float, stalled_after: float) -> None:
@@ -251,13 +275,21 @@ def _epoch(url: str, column: str) -> str:
 
 
 def _unfinished(url: str, load_ended: float) -> int:
+    """Jobs due before the load ended not finished, and workflows enqueued before
+    it not ended (a step released after the load ended is due after it)."""
     (row,) = _query(
         url,
         f"SELECT count(*) FROM due_jobs WHERE state IN ('queued', 'running', 'waiting') "
         f"AND {_epoch(url, 'run_at')} <= %s",
         (load_ended,),
     )
-    return int(row[0])
+    (flows,) = _query(
+        url,
+        f"SELECT count(*) FROM due_workflows WHERE state = 'running' "
+        f"AND {_epoch(url, 'created_at')} <= %s",
+        (load_ended,),
+    )
+    return int(row[0]) + int(flows[0])
 
 
 def _unfinished_rows(url: str, load_ended: float) -> list[dict[str, Any]]:
@@ -277,17 +309,51 @@ def _facts(url: str, load_ended: float) -> dict[str, Any]:
     rows = _query(
         url,
         f"SELECT id, state, {_epoch(url, 'run_at')}, errors, {_epoch(url, 'created_at')}, "
-        "attempt FROM due_jobs",
+        "attempt, task, last_error, workflow_id, on_upstream_failure, limits FROM due_jobs",
     )
     jobs = {
         int(job_id): {
             "state": state,
             "errors": _count(errors),
+            "error_kinds": [entry.get("kind") for entry in _errors(errors)],
             "run_at": float(run_at),
             "created_at": float(created_at),
             "attempt": int(attempt),
+            "task": task,
+            "last_error": last_error,
+            "workflow": None if workflow is None else int(workflow),
+            "policy": policy,
+            "limited": bool(limits),
         }
-        for job_id, state, run_at, errors, created_at, attempt in rows
+        for (
+            job_id,
+            state,
+            run_at,
+            errors,
+            created_at,
+            attempt,
+            task,
+            last_error,
+            workflow,
+            policy,
+            limits,
+        ) in rows
+    }
+    edges = [
+        (int(u), int(s))
+        for u, s in _query(url, "SELECT upstream_id, step_id FROM due_workflow_edges")
+    ]
+    workflows = {
+        int(w): {
+            "state": state,
+            "created_at": float(created),
+            "finished_at": None if finished is None else float(finished),
+        }
+        for w, state, created, finished in _query(
+            url,
+            f"SELECT id, state, {_epoch(url, 'created_at')}, {_epoch(url, 'finished_at')} "
+            "FROM due_workflows",
+        )
     }
     runs = _query(
         url,
@@ -303,12 +369,18 @@ def _facts(url: str, load_ended: float) -> dict[str, Any]:
             for j, t, d in _query(url, "SELECT job_id, token, detail FROM chaos_ledger")
         ],
         "schedule_runs": [(s, float(f), o, j) for s, f, o, j in runs],
+        "edges": edges,
+        "workflows": workflows,
     }
 
 
-def _count(errors: Any) -> int:
-    import json
+def _errors(errors: Any) -> list[dict[str, Any]]:
+    """A job's history (a JSON text on SQLite, a list on PostgreSQL)."""
+    found = json.loads(errors) if isinstance(errors, str) else errors or []
+    return [entry for entry in found if isinstance(entry, dict)]
 
+
+def _count(errors: Any) -> int:
     return len(json.loads(errors) if isinstance(errors, str) else errors or [])
 
 

@@ -1,4 +1,5 @@
-"""The short chaos run of `make test`: both stores, about half a minute each.
+"""The short chaos run of `make test`: both stores, about half a minute each
+(plain jobs, and beside them jobs under limits and workflows).
 
 `make chaos` runs the full one (`tests/chaos/run.py`: longer, more faults);
 docs/explanation/guarantees.md carries its figures.
@@ -12,6 +13,7 @@ import pytest
 
 from tests.chaos.faults import POSTGRES_FAULTS, SQLITE_FAULTS
 from tests.chaos.run import run
+from tests.helpers.tools import need
 
 # serial: it restarts the PostgreSQL server, which every other test shares.
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
@@ -29,6 +31,7 @@ def test_a_deployment_under_faults_loses_nothing_and_runs_nothing_twice(
         if backend == "sqlite"
         else str(request.getfixturevalue("postgres_url"))
     )
+    need("faketime")  # one worker runs with its clock an hour off
     verdict = run(backend, url, tmp_path, seconds=SECONDS, rate=RATE, seed=7)
     print(verdict.table())
     assert verdict.ok(), verdict.table()
@@ -37,6 +40,11 @@ def test_a_deployment_under_faults_loses_nothing_and_runs_nothing_twice(
     # makes far fewer (278 in one CI run, against 300 asked then).
     assert verdict.completed > 150 and sum(verdict.faults.values()) >= 5, verdict.table()
     assert verdict.due > 0 and verdict.executions >= verdict.completed
+    # Limits and workflows ran beside: the pool's limit was reached (so its row
+    # judged something), and workflows ended.
+    flows = verdict.flows
+    assert flows is not None and flows.limit_peaks["chaos-pool"] == (2, 2), verdict.table()
+    assert sum(flows.workflow_states.values()) > 0, verdict.table()
     assert set(verdict.faults) >= set(POSTGRES_FAULTS if backend == "postgres" else SQLITE_FAULTS)
     if backend == "postgres":  # the database's clock decides: an hour off changes nothing
         assert verdict.skewed_executions > 0

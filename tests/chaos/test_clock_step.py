@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.chaos.run import run
+from tests.helpers.tools import need
 
 pytestmark = pytest.mark.slow
 SECONDS = 16.0
@@ -25,6 +26,7 @@ RATE = 0.3
 def test_a_worker_whose_wall_clock_steps_keeps_its_pace_and_its_promises(
     postgres_url: str, tmp_path: Path
 ) -> None:
+    need("faketime")
     verdict = run(
         "postgres", postgres_url, tmp_path, seconds=SECONDS, rate=RATE, kinds=["clock_step"], seed=3
     )

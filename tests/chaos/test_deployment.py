@@ -15,6 +15,7 @@ import pytest
 
 import due
 from tests.chaos.deployment import Deployment
+from tests.helpers.tools import need
 from tests.helpers.waiting import wait_until
 from tests.helpers.workers import REPOSITORY
 
@@ -76,6 +77,7 @@ def test_kill_all_reaches_a_worker_whose_faketime_process_died(
     postgres_url: str, tmp_path: Path
 ) -> None:
     """On PostgreSQL: on SQLite a worker whose clock is off refuses to start."""
+    need("faketime")
     deployment = Deployment(migrated(postgres_url), tmp_path, 1, tmp_path / "ledger")
     deployment.skew(0)
     deployment.start_all()

@@ -19,6 +19,15 @@ the fault log, and the rows that must be zero.
   than the attempts its ledger shows started (a claim's lost reply, a worker
   that died before the handler began, a job handed back at shutdown: none may
   spend an attempt).
+- **workers stopped by a task's exit**: a worker whose handler raised
+  SystemExit or KeyboardInterrupt (its `exit` line), not alive at the end, and
+  neither killed nor stopped by a fault: the exit stopped it (it must fail
+  only its attempt).
+
+Limits and workflows have rows of their own (flow_verdict.py): handlers over a
+concurrency limit, steps started before their upstream ended, workflows stuck,
+ends not explained, and (reported; asserted once rates count at the handler's
+start) starts over a rate limit.
 """
 
 from __future__ import annotations
@@ -27,11 +36,15 @@ import itertools
 import json
 import statistics
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from due.core.limits import Limit
+from tests.chaos import flow_verdict
 from tests.chaos.faults import MAX_PAUSE_SECONDS, PACE_AFTER_SECONDS, PACE_BEFORE_SECONDS, Fault
+from tests.chaos.flow_verdict import RATE_EXCEEDED, Action, FlowFindings
 
 MUST_BE_ZERO = (
     "lost",
@@ -42,7 +55,12 @@ MUST_BE_ZERO = (
     "scheduled times with zero or two runs",
     "parents completed twice",
     "attempts counted that never started",
+    "workers stopped by a task's exit",
+    *flow_verdict.ASSERTED,
 )
+COUNTED = (*MUST_BE_ZERO, RATE_EXCEEDED)
+"""Every row counted: those that must be zero, and the rate's (asserted only
+with flow_verdict.RATE_ASSERTED)."""
 CLOCK_TOLERANCE = 0.002
 """Seconds: `run_at` and the ledger's times are both this host's clock."""
 
@@ -93,14 +111,18 @@ class Verdict:
     """Attempts started by the worker whose wall clock stepped, after its first step."""
     step_pace: list[tuple[float, float, float, float]] = field(default_factory=list)
     """That worker's steps: (when, seconds, its statements a second before, after)."""
+    task_exits: int = 0
+    """Attempts whose handler raised SystemExit or KeyboardInterrupt."""
     claims_cut: int = 0
     """Claims whose reply the proxy lost after their commit (cut_claim_reply)."""
     fault_log: list[Fault] = field(default_factory=list)
     unfinished: list[dict[str, Any]] = field(default_factory=list)
     """Jobs still unfinished after the drain, as the database had them (for a diagnosis)."""
+    flows: FlowFindings | None = None
+    """Limits and workflows: their figures (their rows are in `counts`)."""
 
     def ok(self) -> bool:
-        return all(self.counts.get(name, 0) == 0 for name in MUST_BE_ZERO)
+        return all(self.counts.get(name, 0) == 0 for name in asserted())
 
     def rows(self) -> list[tuple[str, str]]:
         faults = ", ".join(f"{kind} {n}" for kind, n in sorted(self.faults.items())) or "none"
@@ -112,6 +134,7 @@ class Verdict:
             ("jobs due", str(self.due)),
             ("jobs completed", str(self.completed)),
             ("executions (attempts started)", str(self.executions)),
+            ("handlers that raised SystemExit or KeyboardInterrupt", str(self.task_exits)),
             (
                 "worker an hour ahead (faketime)",
                 f"{self.skewed_executions} attempts run, refused to start {self.skewed_refusals}x",
@@ -121,13 +144,50 @@ class Verdict:
             table.append(("worker whose clock steps (+-1 h)", self._stepped()))
         if self.faults.get("cut_claim_reply"):
             table.append(("claims whose reply was lost after the commit", str(self.claims_cut)))
-        table += [(f"{name} (must be 0)", str(self.counts.get(name, 0))) for name in MUST_BE_ZERO]
+        table += self._flow_figures()
+        table += [
+            (
+                f"{name} ({'must be 0' if name in asserted() else 'reported, not asserted yet'})",
+                str(self.counts.get(name, 0)),
+            )
+            for name in COUNTED
+        ]
         table += [
             ("rescue to rerun, p50 / p99 s", _percentiles(self.rescue_to_rerun)),
             ("leader failover after a kill, p50 / max s", _percentiles(self.failovers, 100)),
             ("throughput under faults, jobs/s", f"{self.completed / max(self.seconds, 1):.1f}"),
         ]
         return table
+
+    def _flow_figures(self) -> list[tuple[str, str]]:
+        flows = self.flows
+        if flows is None:
+            return []
+        states = flows.workflow_states
+        settled = flows.workflows_settled_after
+        return [
+            ("attempts of limited jobs", str(flows.limited_attempts)),
+            (
+                "limits, most handlers at work at once",
+                _peaks(flows.limit_peaks),
+            ),
+            (
+                f"rate limits, most starts in a window (less {flow_verdict.RATE_TOLERANCE} s)",
+                _peaks(flows.rate_peaks),
+            ),
+            (
+                "workflows succeeded / failed / cancelled / running",
+                " / ".join(str(states.get(s, 0)) for s in (*flow_verdict.FINAL, "running")),
+            ),
+            (
+                "workflows cancelled / retried by an operator",
+                f"{flows.actions.get('cancel', 0)} / {flows.actions.get('retry', 0)}",
+            ),
+            (
+                "last workflow ended after the load, s",
+                "n/a" if settled is None else f"{settled:.1f}",
+            ),
+        ]
 
     def undisturbed_steps(self) -> list[tuple[float, float, float, float]]:
         """The steps whose pace no other fault disturbed (a pause, a kill, a restart
@@ -169,6 +229,20 @@ class Verdict:
         path.write_text(json.dumps(data, indent=2, default=str))
 
 
+def asserted() -> tuple[str, ...]:
+    """The rows that must be zero for the run to pass."""
+    return (*MUST_BE_ZERO, RATE_EXCEEDED) if flow_verdict.RATE_ASSERTED else MUST_BE_ZERO
+
+
+def _peaks(peaks: dict[str, tuple[int, int]]) -> str:
+    return (
+        ", ".join(
+            f"{name} {seen} (limit {allowed})" for name, (seen, allowed) in sorted(peaks.items())
+        )
+        or "n/a"
+    )
+
+
 def _percentiles(values: list[float], high: int = 99) -> str:
     if not values:
         return "n/a"
@@ -192,10 +266,20 @@ def judge(
     ledger: list[Line],
     faults: list[Fault],
     leadership: list[tuple[float, int]],
+    edges: list[tuple[int, int]] | None = None,
+    workflows: dict[int, dict[str, Any]] | None = None,
+    limits: dict[str, Limit] | None = None,
+    actions: Sequence[Action] = (),
+    alive_at_end: set[int] | None = None,
 ) -> Verdict:
-    """`jobs`: id -> {state, run_at, errors (count)}; `successes`: chaos_ledger rows
+    """`jobs`: id -> {state, run_at, errors (count), and for flow_verdict workflow,
+    policy, limited, last_error, error_kinds}; `successes`: chaos_ledger rows
     (job, token, detail); `schedule_runs`: (schedule, scheduled_for, outcome, job);
-    `leadership`: (time, pid) of each `scheduler.leading` event."""
+    `leadership`: (time, pid) of each `scheduler.leading` event; `edges`:
+    (upstream, step) job ids; `workflows`: id -> {state, created_at,
+    finished_at}; `limits`: the limits' numbers, by name; `actions`: the
+    operator's cancels and retries of workflows; `alive_at_end`: the pids of the
+    workers alive when the drain ended (None: not known, exits not judged)."""
     due_ids = [job_id for job_id, run_at in enqueued.items() if run_at <= load_ended]
     final = {"succeeded", "failed", "cancelled"}
     verdict = Verdict(
@@ -240,12 +324,45 @@ def judge(
     found["scheduled times with zero or two runs"] = _schedule_holes(
         schedule_runs, successes, load_ended
     )
-    verdict.counts = {name: len(found.get(name, [])) for name in MUST_BE_ZERO}
-    verdict.examples = {name: found[name] for name in MUST_BE_ZERO if found.get(name)}
+    exits = [line for line in ledger if line.kind == "exit"]
+    verdict.task_exits = len(exits)
+    if alive_at_end is not None:
+        found["workers stopped by a task's exit"] = _stopped_by_exits(exits, faults, alive_at_end)
+    verdict.flows = flow_verdict.judge_flows(
+        ledger=ledger,
+        jobs=jobs,
+        successes=successes,
+        edges=edges or [],
+        workflows=workflows or {},
+        limits=limits or {},
+        load_ended=load_ended,
+        actions=actions,
+    )
+    found.update(verdict.flows.found)
+    verdict.counts = {name: len(found.get(name, [])) for name in COUNTED}
+    verdict.examples = {name: found[name] for name in COUNTED if found.get(name)}
     verdict.rescue_to_rerun = _rescue_delays(faults, by_job)
     verdict.failovers = _failovers(faults, leadership)
     verdict.fault_log = list(faults)
     return verdict
+
+
+STOPPING_FAULTS = ("kill", "kill_leader", "term")
+
+
+def _stopped_by_exits(exits: list[Line], faults: list[Fault], alive_at_end: set[int]) -> list[Any]:
+    """The workers an `exit` line's handler stopped: not alive at the end, and no
+    fault that stops a worker aimed at them (a SIGTERM may come first: a worker
+    draining runs its handlers on). Its other handlers may still write a while
+    after the exit, whichever way it went: lines after it prove nothing."""
+    stopped = []
+    for line in exits:
+        if line.pid in alive_at_end:
+            continue
+        if any(f.kind in STOPPING_FAULTS and f.pid == line.pid for f in faults):
+            continue
+        stopped.append((line.pid, line.job, " ".join(line.detail)))
+    return stopped
 
 
 def _overlapping(lines: list[Line]) -> bool:

@@ -26,7 +26,9 @@ BACKEND_OF = {"default": "default", "pg": "pg"}
 
 _folder = tempfile.mkdtemp(prefix="due-django-")
 os.environ["DUE_TEST_SQLITE"] = os.path.join(_folder, "db.sqlite3")
-os.environ["DUE_TEST_POSTGRES"] = f"due_django_{WORKER_ID}"
+# The process id too: another checkout's run beside this one has workers of the
+# same names, and dropping "its" database (WITH FORCE) cut this run's connections.
+os.environ["DUE_TEST_POSTGRES"] = f"due_django_{WORKER_ID}_{os.getpid()}"
 os.environ["DJANGO_SETTINGS_MODULE"] = "mysite.settings"
 if str(PROJECT) not in sys.path:
     sys.path.insert(0, str(PROJECT))
@@ -47,6 +49,14 @@ def pytest_configure(config: pytest.Config) -> None:
     django.setup()
     for alias in DATABASES:
         call_command("migrate", database=alias, verbosity=0)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    from django.db import connections
+
+    connections.close_all()
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{os.environ["DUE_TEST_POSTGRES"]}" WITH (FORCE)')
 
 
 def project_env(**extra: str) -> dict[str, str]:

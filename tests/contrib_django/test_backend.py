@@ -5,6 +5,7 @@ async tasks, retries and errors, and the request's transaction."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -399,3 +400,123 @@ def test_an_async_view_enqueues(database: str, app: due.App) -> None:
 
 def test_due_app_gives_the_backend_s_app(database: str) -> None:
     assert due_app(database) is task_backends[database].app
+
+
+def test_get_result_gives_the_task_as_it_was_sent(database: str, app: due.App) -> None:
+    """What `.using()` changed for one job comes back with its result, as
+    Django's DummyBackend keeps it: the result read back equals the one enqueued."""
+    later = timezone.now() + timedelta(hours=1)
+    task = send_welcome_email.using(
+        backend=database, priority=7, queue_name="default", run_after=later
+    ).using(key=f"sent-as-{database}")
+    result = task.enqueue("sent-as@example.com")
+    again = task.get_result(result.id)
+    assert (again.task.priority, again.task.queue_name, again.task.run_after) == (
+        7,
+        "default",
+        later,
+    )
+    assert again.task.key == f"sent-as-{database}"
+    assert again == result
+    app.cancel(int(result.id))
+    # One whose run_after has passed runs, and keeps it.
+    earlier = timezone.now() - timedelta(minutes=1)
+    task = send_welcome_email.using(backend=database, run_after=earlier)
+    done = run_until_finished(app, task, task.enqueue("ran@example.com").id)
+    assert done.status == TaskResultStatus.SUCCESSFUL and done.task.run_after == earlier
+
+
+def test_started_at_is_the_first_attempt_s_start(database: str, app: due.App) -> None:
+    """Django: started_at is when the first attempt began, last_attempted_at
+    the latest; the task's own TaskContext says the same."""
+    from shop.tasks import fails_once
+
+    task = fails_once.using(backend=database)
+    done = run_until_finished(app, task, task.enqueue().id)
+    assert done.status == TaskResultStatus.SUCCESSFUL and done.attempts == 2
+    job = app.get(int(done.id))
+    first_failure = job.errors[0].at
+    assert done.started_at < first_failure < done.last_attempted_at
+    assert done.last_attempted_at == job.started_at
+    told = done.return_value
+    assert datetime.fromisoformat(told["started_at"]) == done.started_at
+    assert datetime.fromisoformat(told["last"]) > first_failure
+
+
+def test_arguments_are_taken_as_django_s_backends_take_them(database: str, app: due.App) -> None:
+    from types import MappingProxyType
+
+    from shop.tasks import echoes
+
+    task = echoes.using(backend=database)
+    result = task.enqueue(b"caf\xc3\xa9", range(3), MappingProxyType({"a": (1, 2)}), when=b"now")
+    assert result.args == ["café", [0, 1, 2], {"a": [1, 2]}]
+    assert result.kwargs == {"when": "now"}
+    done = run_until_finished(app, task, result.id)
+    assert done.return_value == {"args": result.args, "kwargs": {"when": "now"}}
+
+
+def test_an_argument_django_cannot_take_is_a_type_error_and_nothing_is_sent(
+    database: str, app: due.App
+) -> None:
+    from shop.tasks import echoes
+
+    task = echoes.using(backend=database)
+    before = len(app.jobs(task="shop.tasks.echoes", limit=10_000))
+    with Received() as received:
+        for wrong in ([1, timezone.now()], [1, {2, 3}], [1, b"\xff"]):
+            with pytest.raises(
+                TypeError, match=r"argument 1 of task 'shop\.tasks\.echoes'"
+            ) as raised:
+                task.enqueue(*wrong)
+            assert isinstance(raised.value, due.PayloadError)
+        with pytest.raises(TypeError, match=r"argument 'at'.*Unsupported type"):
+            asyncio.run(task.aenqueue(at=timezone.now()))
+    assert received.signals == []
+    assert len(app.jobs(task="shop.tasks.echoes", limit=10_000)) == before
+
+
+def test_a_failure_s_secrets_reach_no_receiver_nor_django_s_log(
+    database: str, app: due.App, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Django's own receiver of task_finished logs the exception being handled:
+    the signal is sent outside it, and its TaskError is scrubbed as due's is."""
+    from shop.tasks import signs_in
+
+    tracebacks: dict[str, list[str]] = {}  # by result: a drain runs the database's other jobs too
+
+    def receiver(sender: type, task_result: Any, **kwargs: Any) -> None:
+        tracebacks[task_result.id] = [error.traceback for error in task_result.errors]
+
+    task = signs_in.using(backend=database)
+    caplog.set_level(logging.DEBUG)
+    task_finished.connect(receiver, dispatch_uid="secrets")
+    try:
+        done = run_until_finished(app, task, task.enqueue("alice", "hunter2-staple").id)
+    finally:
+        task_finished.disconnect(dispatch_uid="secrets")
+    assert done.status == TaskResultStatus.FAILED
+    (told,) = tracebacks[done.id]
+    assert "partner refused login alice:•••" in told
+    assert "partner refused login alice:•••" in done.errors[0].traceback
+    assert any(
+        record.name == "django.tasks" and record.levelno == logging.ERROR
+        for record in caplog.records
+    )
+    assert "hunter2" not in caplog.text
+    assert "hunter2" not in told
+
+
+def test_a_task_that_exits_fails_with_django_s_signals(database: str, app: due.App) -> None:
+    """sys.exit() in a task fails it, as Django's backends fail it (and it is
+    not retried: due retries exceptions, not exits, unless told)."""
+    from shop.tasks import exits
+
+    task = exits.using(backend=database)
+    with Received() as received:
+        result = task.enqueue(3)
+        done = run_until_finished(app, task, result.id)
+    assert done.status == TaskResultStatus.FAILED and done.attempts == 1
+    assert done.errors[0].exception_class is SystemExit
+    assert [name for name, _, _ in received.of(result.id)] == ["enqueued", "started", "finished"]
+    assert received.of(result.id)[-1][2] == TaskResultStatus.FAILED

@@ -17,9 +17,11 @@ import sys
 from pathlib import Path
 
 import django
+import pytest
 
 from tests.docs.normalise import matches
 from tests.docs.pages import OUTPUT_LANGUAGES, Block, console_commands, read_page
+from tests.helpers.fresh_install import built_wheel, fresh_environment
 from tests.helpers.waiting import wait_until
 from tests.helpers.workers import REPOSITORY
 
@@ -29,18 +31,21 @@ DUE_S_TASK = "from due.contrib.django import task"
 """On Django 6.0, whose @task takes no other options, the page says to import
 due's decorator instead."""
 INSTALLED_ALREADY = "pip install"
-"""The test's environment is the page's first command, done."""
+"""The test's environment is the page's first command, done (in a fresh one,
+by tests/helpers/fresh_install.py)."""
 LONG_RUNNING = "manage.py due_worker"
 """Runs until stopped: started in the background, stopped with SIGTERM at the end."""
 
 
 class Reader:
-    """Follows the page in `folder`, with the newest Python's `python` and `due` first on PATH."""
+    """Follows the page in `folder`, with a virtual environment's `python` and
+    `due` first on PATH (the tests' own, on the newest Python, by default)."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, python: Path = Path(sys.executable)) -> None:
         self.folder = folder
+        self.python = python
         self.env = dict(os.environ)
-        self.env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{self.env['PATH']}"
+        self.env["PATH"] = f"{python.parent}{os.pathsep}{self.env['PATH']}"
         for name in ("DJANGO_SETTINGS_MODULE", "PYTHONPATH", "PYTEST_XDIST_WORKER"):
             self.env.pop(name, None)
         self.background: list[subprocess.Popen[str]] = []
@@ -115,7 +120,7 @@ class Reader:
             return
         script = "\n".join(self.session) + "\n"
         done = subprocess.run(
-            [sys.executable, "manage.py", "shell", "--no-imports", "-c", script],
+            [str(self.python), "manage.py", "shell", "--no-imports", "-c", script],
             cwd=self.folder,
             env=self.env,
             capture_output=True,
@@ -135,9 +140,24 @@ class Reader:
 
 
 def test_the_django_page_runs_as_written(tmp_path: Path) -> None:
+    follow_the_page(tmp_path, Path(sys.executable))
+
+
+@pytest.mark.fresh_install
+@pytest.mark.timeout(900)  # a new environment's install, then the page
+def test_the_django_page_runs_with_only_what_it_says_to_install(tmp_path: Path) -> None:
+    page = read_page(PAGE, shown_as=PAGE.relative_to(REPOSITORY))
+    wheel = built_wheel(tmp_path / "wheel")
+    python = fresh_environment(tmp_path / "venv", page, wheel)
+    folder = tmp_path / "reader"
+    folder.mkdir()
+    follow_the_page(folder, python)
+
+
+def follow_the_page(tmp_path: Path, python: Path) -> None:
     page = read_page(PAGE, shown_as=PAGE.relative_to(REPOSITORY))
     assert not page.problems, page.problems
-    reader = Reader(tmp_path)
+    reader = Reader(tmp_path, python)
     try:
         reader.follow(page.blocks)
     finally:
@@ -146,11 +166,11 @@ def test_the_django_page_runs_as_written(tmp_path: Path) -> None:
     assert "manage.py due_check" in " ".join(reader.ran)
     # The settings' schedule, added after the worker started, is synced by the
     # next worker as it starts.
-    restarted = Reader(tmp_path)
+    restarted = Reader(tmp_path, python)
     restarted.command("python manage.py due_worker", (), page.blocks[0])
     try:
         wait_until(
-            lambda: "morning-digest" in schedules(tmp_path, restarted.env),
+            lambda: "morning-digest" in schedules(tmp_path, restarted.env, python),
             timeout=60,
             what="the DUE setting's schedule in the database",
         )
@@ -158,10 +178,10 @@ def test_the_django_page_runs_as_written(tmp_path: Path) -> None:
         restarted.stop()
 
 
-def schedules(folder: Path, env: dict[str, str]) -> str:
+def schedules(folder: Path, env: dict[str, str], python: Path) -> str:
     """`due --django mysite.settings schedules`, as the page says any due command runs."""
     listed = subprocess.run(
-        [str(Path(sys.executable).with_name("due")), "--django", "mysite.settings", "schedules"],
+        [str(python.with_name("due")), "--django", "mysite.settings", "schedules"],
         cwd=folder,
         env=env,
         capture_output=True,

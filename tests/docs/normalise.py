@@ -9,16 +9,18 @@ Both sides go through the same rules, line by line, then are compared:
 - job ids: `job=12`, `job 12`, `parent=12`, `"id": 12`, and a number alone in
   the first cell of a table's row -> `<id>`
 - ports of a local address (`127.0.0.1:8080`, `localhost:9464`) -> `<port>`
-- a PostgreSQL URL -> `<postgresql-url>` (the harness runs on a schema of its own);
-  the database a worker logs at start, `database=...` -> `database=<database>`
-  (a page that runs on both backends shows one)
+- a PostgreSQL URL -> `<postgresql-url>` (the harness runs on a schema of its
+  own); a SQLite URL is compared as it is (on a page that runs on both stores,
+  reader.py reads the database a worker logs as the run's)
 - progress read at a moment: `32/100 (32%)`, and the `done/total` count on a
   row that draws a bar -> `<progress>`
 - the event loop a worker logs (`loop=uvloop` when it is installed, else
   `loop=asyncio`) -> `loop=<loop>`
 - spacing: runs of spaces, and of a table's or a bar's rule characters, count
   as one (a value normalised above changes a column's width), trailing spaces
-  and trailing blank lines do not count
+  and trailing blank lines do not count; but a table is drawn as printed
+  (checks.py): its columns in line, and where no value in it moves, exactly
+  as wide as printed
 
 An expected line that is exactly `...` stands for any number of lines.
 """
@@ -31,7 +33,6 @@ from collections.abc import Sequence
 ELLIPSIS = "..."
 BAR = "━"
 RULES: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"\bdatabase=\S+"), "database=<database>"),
     (re.compile(r"postgres(?:ql)?://[^\s'\"]+"), "<postgresql-url>"),
     (
         re.compile(
@@ -65,11 +66,23 @@ def normalise_line(line: str) -> str:
     line = SPACES.sub(" ", line)
     for pattern, replacement in RULES:
         line = pattern.sub(replacement, line)
-    if BAR in line and line.lstrip()[:1] not in "┏┡└┌├┃┗┣":
+    if draws_a_bar(line):
         line = BAR_ROW_COUNT.sub("<progress>", line)
     line = BAR_ENDS.sub(BAR, line)
     line = RULE_RUNS.sub(r"\1", line)
     return SPACES.sub(" ", line).rstrip()
+
+
+def draws_a_bar(line: str) -> bool:
+    """A progress bar's row (not a table's heavy rule, drawn with the same ━)."""
+    return BAR in line and line.lstrip()[:1] not in "┏┡└┌├┃┗┣"
+
+
+def moves(line: str) -> bool:
+    """Whether the line holds a value that may differ from run to run (a time, an
+    id, a bar...): the rules above change it beyond its spacing."""
+    spaced = SPACES.sub(" ", line)
+    return draws_a_bar(line) or any(pattern.search(spaced) for pattern, _ in RULES)
 
 
 def normalise(lines: Sequence[str]) -> list[str]:
@@ -95,17 +108,29 @@ def _match(expected: list[str], actual: list[str]) -> bool:
     return bool(actual) and actual[0] == head and _match(rest, actual[1:])
 
 
-def contains_in_order(expected: Sequence[str], actual: Sequence[str]) -> int | None:
-    """Where the expected lines end in `actual` when each appears in order, other
-    lines between them allowed (a process's log, where other lines come too);
-    None when they do not all appear yet."""
-    wanted = [line for line in normalise(expected) if line and line != ELLIPSIS]
+def begins_with(expected: Sequence[str], actual: Sequence[str]) -> int | None:
+    """How many lines of `actual` (a running process's output so far) are the
+    expected lines, when its output begins with exactly those (a `...` line: any
+    lines); None when it does not begin so, yet or at all."""
+    wanted = normalise(expected)
     seen = [normalise_line(line) for line in actual]
-    position = 0
-    for line in wanted:
-        while position < len(seen) and seen[position] != line:
-            position += 1
-        if position == len(seen):
-            return None
-        position += 1
-    return position
+    last = wanted[-1] if wanted else ELLIPSIS
+    for end in range(len(seen) + 1):
+        if (last == ELLIPSIS or (end and seen[end - 1] == last)) and _match(wanted, seen[:end]):
+            return end
+    return None
+
+
+def may_still_begin_with(expected: Sequence[str], actual: Sequence[str]) -> bool:
+    """Whether more output could still make `actual` begin with the expected lines:
+    False once a line printed is one the page does not show there."""
+    return _prefix(normalise(expected), [normalise_line(line) for line in actual])
+
+
+def _prefix(expected: list[str], actual: list[str]) -> bool:
+    if not actual or not expected:
+        return True  # more may come; or all shown (begins_with has found it)
+    head, rest = expected[0], expected[1:]
+    if head == ELLIPSIS:
+        return True  # any lines may follow, then the rest
+    return actual[0] == head and _prefix(rest, actual[1:])

@@ -10,12 +10,15 @@ between the prose and a block's opening fence:
                                  --help works and the options given exist)
     <!-- background -->          a ```console block whose one command runs until
                                  stopped (`due worker`, `due dashboard`): "in a
-                                 second terminal". Its output shown must appear
-                                 before the page goes on; it is stopped (Ctrl-C)
-                                 at the end of the page, or by a block `^C`
-    <!-- background-output -->   the lines of this block must appear in the
-                                 output of the last command started in the
-                                 background ("in the worker's terminal you see")
+                                 second terminal". What it prints must begin with
+                                 the output shown (every line, in order; `...`
+                                 for any lines) before the page goes on; it is
+                                 stopped (Ctrl-C) at the end of the page, or by a
+                                 block `^C`, under which its last lines are shown
+    <!-- background-output -->   the next lines printed by the last command
+                                 started in the background ("in the worker's
+                                 terminal you see"): every line, in order, as
+                                 for its start
     <!-- eventually -->          a ```console block that looks at something that
                                  moves (progress, a schedule's next run): its
                                  commands run again until their output matches

@@ -8,7 +8,6 @@ import os
 import select
 import signal
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -67,12 +66,12 @@ class PythonSession:
         self.log = log
 
     @classmethod
-    def start(cls, folder: Path, env: dict[str, str]) -> PythonSession:
+    def start(cls, folder: Path, env: dict[str, str], python: Path) -> PythonSession:
         read, write = os.pipe()
         log = folder / ".python-session.log"
         with open(log, "w") as out:
             process = subprocess.Popen(
-                [sys.executable, str(SESSION_SCRIPT)],
+                [str(python), str(SESSION_SCRIPT)],
                 cwd=folder,
                 env={**env, "DUE_DOCS_RESULT_FD": str(write)},
                 stdin=subprocess.PIPE,

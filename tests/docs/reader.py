@@ -17,7 +17,10 @@
   stays in its folder).
 - The markers of pages.py: fragments, commands in the background (a second
   terminal, which starts without the first one's exports), their output
-  later, `^C` to stop one, commands whose output moves.
+  later, `^C` to stop one, commands whose output moves. A background command's
+  output is held to what the page shows as a foreground one's is: each line it
+  prints, in order, up to the last line shown (`...` for lines the page leaves
+  out, where their number or order depends on timing).
 - Any other block (a unit file, a Dockerfile, a manifest, and a ```text one
   marked fragment) is shown, not run, but the `due` commands in it are parsed
   (commands.py). A ```sh block must be marked fragment: a session is shown
@@ -43,12 +46,20 @@ import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.docs.checks import check_python_reply, compare, files_run, unused_files
+from tests.docs.checks import (
+    check_python_reply,
+    compare,
+    compare_failed,
+    files_run,
+    record_printed,
+    unused_files,
+)
 from tests.docs.commands import check_parses, due_commands_in_shell, due_commands_in_text
-from tests.docs.normalise import contains_in_order, matches, normalise
+from tests.docs.normalise import ELLIPSIS, begins_with, matches, may_still_begin_with
 from tests.docs.pages import (
     OUTPUT_LANGUAGES,
     SHELL_LANGUAGES,
@@ -64,10 +75,11 @@ from tests.helpers.ports import free_port
 from tests.helpers.waiting import TimedOut, wait_until
 
 SITE = Path(__file__).resolve().parent / "site"
-VIRTUALENV_BIN = Path(sys.executable).parent
+SOURCE = SITE.parents[2] / "src"
 NOT_PYTHON = frozenset({"py", "python3", "pycon", "ipython", "ipython3"})
 REFUSED_COMMANDS = frozenset({"cd", "source", ".", "pushd", "popd", "alias"})
 PORT_OPTION = re.compile(r"--port(?:=|\s+)(\d+)")
+DATABASE = re.compile(r"\bdatabase=\S+")
 
 
 @dataclass
@@ -78,6 +90,11 @@ class Reader:
     """What the page's `postgresql://` URLs stand for (tests/docs/urls.py)."""
     on_postgres: bool = False
     """Run with DUE_DATABASE_URL set to the page's schema (a `<!-- postgres -->` page)."""
+    python: Path = Path(sys.executable)
+    """The virtual environment's Python: its `python`, `due` and the rest are on PATH."""
+    own_source: bool = True
+    """The repository's src/ before the installed due (a worktree's code); False
+    for a virtual environment that installed due as a reader does."""
     env: dict[str, str] = field(init=False)
     background: list[Background] = field(default_factory=list)
     session: PythonSession | None = None
@@ -95,14 +112,14 @@ class Reader:
         """A terminal of the reader's: the virtual environment on PATH, nothing else
         of the machine's (no DUE_* variable of the test run leaks in)."""
         env = {
-            "PATH": f"{VIRTUALENV_BIN}:/usr/local/bin:/usr/bin:/bin",
+            "PATH": f"{self.python.parent}:/usr/local/bin:/usr/bin:/bin",
             "HOME": str(self.folder),
             "LC_ALL": "C.UTF-8",
             "TZ": "UTC",
             "PYTHONUNBUFFERED": "1",  # output in the order a terminal shows it
             "PYTHONDONTWRITEBYTECODE": "1",  # every import opens its .py (site/)
             # The repository's own src/ before the installed due (a worktree's code).
-            "PYTHONPATH": os.pathsep.join([str(SITE), str(SITE.parents[2] / "src")]),
+            "PYTHONPATH": os.pathsep.join([str(SITE), *([str(SOURCE)] if self.own_source else [])]),
             "DUE_DOCS_PAGE_FOLDER": str(self.folder),
         }
         if self.on_postgres:
@@ -223,7 +240,7 @@ class Reader:
 
     def _session(self) -> PythonSession:
         if self.session is None:
-            self.session = PythonSession.start(self.folder, self.env)
+            self.session = PythonSession.start(self.folder, self.env, self.python)
         return self.session
 
     # --- console ----------------------------------------------------------------------
@@ -276,21 +293,22 @@ class Reader:
             )
             return done.returncode, done.stdout.decode(errors="replace").splitlines()
 
+        shown = self._as_run(command.output)
         code, printed = attempt()
-        if eventually and not matches(command.output, printed):
+        if eventually and not matches(shown, printed):
             # Something that moves (progress, a next run): look again until it shows
             # what the page shows, as a reader would.
             def shows() -> bool:
                 nonlocal code, printed
                 code, printed = attempt()
-                return matches(command.output, printed)
+                return matches(shown, printed)
 
             with contextlib.suppress(TimedOut):
                 wait_until(shows, timeout=COMMAND_SECONDS, every=0.2)
         self.last_code = code
         if code != 0 and not may_fail:
             raise PageFailure(f"{where}\nexited {code}:\n" + "\n".join(printed))
-        compare(where, command.output, printed)
+        compare(where, shown, printed)
 
     def _set_variables(self, where: str, words: list[str], env: dict[str, str]) -> None:
         for word in words[1:]:
@@ -334,10 +352,10 @@ class Reader:
             )
         running = Background(command, process, log)
         self.background.append(running)
-        self._wait_for_output(block, running, list(command.output))
+        self._wait_for_output(block, running, self._as_run(command.output))
 
     def _background_output(self, block: Block) -> None:
-        self._wait_for_output(block, self._last_running(block), shown_lines(block))
+        self._wait_for_output(block, self._last_running(block), self._as_run(shown_lines(block)))
 
     def _wait_for_output(self, block: Block, running: Background, expected: list[str]) -> None:
         if not any(line.strip() for line in expected):
@@ -348,27 +366,27 @@ class Reader:
         ends: list[int] = []
 
         def shown() -> bool:
-            end = contains_in_order(expected, running.lines()[running.seen :])
-            if end is None and running.process.poll() is not None:
-                raise PageFailure(
-                    f"{block.where}: `{running.command.text}` exited "
-                    f"{running.process.returncode} before showing:\n"
-                    + "\n".join(expected)
-                    + f"\nit printed:\n{running.log.read_text()}"
-                )
+            exited = running.process.poll() is not None
+            printed = running.lines()[running.seen :]
+            end = begins_with(expected, printed)
+            if end is None and (exited or not may_still_begin_with(expected, printed)):
+                why = f"exited {running.process.returncode} before showing" if exited else "showed"
+                compare_failed(block.where, f"`{running.command.text}` {why}", expected, printed)
             ends.extend([] if end is None else [end])
             return end is not None
 
         try:
             wait_until(shown, timeout=COMMAND_SECONDS, every=0.05)
         except TimedOut:
-            raise PageFailure(
-                f"{block.where}: `{running.command.text}` did not show, within "
-                f"{COMMAND_SECONDS:.0f}s:\n"
-                + "\n".join(normalise(expected))
-                + "\nit printed:\n"
-                + "\n".join(normalise(running.lines()[running.seen :]))
-            ) from None
+            compare_failed(
+                block.where,
+                f"`{running.command.text}` did not show, within {COMMAND_SECONDS:.0f}s",
+                expected,
+                running.lines()[running.seen :],
+            )
+        record_printed(
+            f"{block.where}: {running.command.text}", running.lines()[running.seen :][: ends[-1]]
+        )
         running.seen += ends[-1]
 
     def _stop_last(self, block: Block) -> None:
@@ -377,13 +395,15 @@ class Reader:
         self.background.remove(running)
         if code != 0:
             raise PageFailure(f"{block.where}: `{running.command.text}` exited {code} on Ctrl-C")
-        expected = shown_lines(block)[1:]
-        if contains_in_order(expected, running.lines()[running.seen :]) is None:
-            raise PageFailure(
-                f"{block.where}: after Ctrl-C, `{running.command.text}` did not print:\n"
-                + "\n".join(expected)
-                + "\nit printed:\n"
-                + "\n".join(running.lines()[running.seen :])
+        # What it printed last is what the page shows after ^C: before it, the
+        # lines of work done since the page last looked (how many runs of a
+        # schedule, say) depend on when the reader pressed Ctrl-C.
+        expected = [ELLIPSIS, *self._as_run(shown_lines(block)[1:])]
+        printed = running.lines()[running.seen :]
+        record_printed(f"{block.where}: ^C", printed)
+        if not matches(expected, printed):
+            compare_failed(
+                block.where, f"after Ctrl-C, `{running.command.text}` showed", expected, printed
             )
 
     def _last_running(self, block: Block) -> Background:
@@ -403,6 +423,15 @@ class Reader:
                 )
 
     # --- what the page ran ---------------------------------------------------------
+
+    def _as_run(self, shown: Sequence[str]) -> list[str]:
+        """The output shown, as this run prints it: a page marked to run on both
+        stores shows one database a worker logs (`database=...`), which stands
+        for the store of the run. Any other page shows the one it uses."""
+        if not self.page.postgres:
+            return list(shown)
+        run = "postgresql://the-page-s-schema" if self.on_postgres else "sqlite:///due.db"
+        return [DATABASE.sub(f"database={run}", line) for line in shown]
 
     def _substituted(self, text: str) -> str:
         text = self._with_urls(text, quote=True)

@@ -20,6 +20,7 @@ from tests.docs.pages import read_page
 from tests.docs.reader import Reader
 from tests.docs.urls import Databases, hosts_named
 from tests.helpers.pgbouncer import PgBouncer
+from tests.helpers.tools import need
 from tests.helpers.workers import REPOSITORY
 
 pytestmark = pytest.mark.slow
@@ -63,6 +64,7 @@ def test_the_page_runs_as_written(path: Path, store: str, tmp_path: Path) -> Non
             schema = stack.enter_context(made_schema())
             databases = Databases(postgres_schema_url(schema))
         if "pgbouncer" in named:
+            need("pgbouncer")
             pooler = PgBouncer.start(
                 tmp_dir=tmp_path / "pgbouncer", database=DATABASE, search_path=schema
             )

@@ -120,8 +120,9 @@ class Workers:
         A process frozen inside a write transaction blocks every writer of a
         SQLite file until it resumes (SQLite has one writer); one frozen with
         its turn (taken just before the transaction, given back just after)
-        makes every other process's write wait its whole busy timeout, 30 s,
-        for it. Tests of a paused *lease* must not pause the database with it.
+        makes every other process's next write wait a second for it, and
+        logs a warning. Tests of a paused *lease* must not pause the database
+        with it.
         """
         worker.signal(signal.SIGSTOP)
         if not self.url.startswith("sqlite"):

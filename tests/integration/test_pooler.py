@@ -17,10 +17,16 @@ import pytest
 import due
 from due.store.postgres.pooler import PoolerSettings
 from tests.conftest import POSTGRES_BASE_URL
-from tests.helpers.pgbouncer import PgBouncer, pgbouncer_binary
+from tests.helpers.pgbouncer import PgBouncer
 from tests.helpers.proxy import freezable_proxy
+from tests.helpers.tools import need
 
-pytestmark = pytest.mark.skipif(pgbouncer_binary() is None, reason="pgbouncer is missing")
+
+@pytest.fixture(autouse=True)
+def _pgbouncer() -> None:
+    need("pgbouncer")
+
+
 DATABASE = POSTGRES_BASE_URL.rsplit("/", 1)[1].split("?")[0]
 
 

@@ -21,6 +21,7 @@ from due.worker.startup import register
 from due.worker.worker import Worker
 from tests.helpers.database import cut_sessions, plain_transaction, rows
 from tests.helpers.waiting import async_wait_until
+from tests.helpers.write_lock import WriteLock
 
 
 def run(scenario: Callable[[], Awaitable[Any]]) -> Any:
@@ -715,3 +716,49 @@ def test_a_claimed_job_begins_before_the_next_due_time_is_asked(app: due.App) ->
 
     run(scenario)
     assert asked_when == [["quick"]]
+
+
+def test_a_last_attempt_recorded_too_late_to_begin_goes_back_uncounted(
+    app: due.App, clock: FakeClock, backend: str
+) -> None:
+    """The record of a last attempt's start committed, but its reply came back
+    after the lease was no longer trusted (a server shutting down held it; the
+    chaos run found one on PostgreSQL): the handler does not begin, and the
+    worker hands the job back at once, uncounted, rather than leave the rescue
+    to count an attempt that never ran (invariant 12)."""
+    ran: list[int] = []
+
+    @app.task(name="once", retry=due.Retry(max_attempts=1))
+    async def once() -> None:
+        ran.append(1)
+
+    async def scenario() -> None:
+        job = once.enqueue()
+        worker = make_worker(app)
+        producer = worker.producers["default"]
+        (claimed,) = await worker.statements.claim(producer.jobs, 1)
+        lock = WriteLock(backend, app.url)
+        lock.take()  # the record of its start waits behind it
+        try:
+            producer._place(worker.runner.hold(claimed, producer.jobs, clock.monotonic()))
+            await settle()  # the record is sent, and waits
+            clock.advance("9s")  # past the 10 s lease's trusted 8 s
+            await asyncio.sleep(0.2)
+        finally:
+            lock.release()
+            lock.close()
+        await async_wait_until(lambda: not worker.running, what="the job given up")
+        handed_back = await async_wait_until(
+            lambda: (found := app.get(job.id)).state == JobState.QUEUED and found,
+            what="the job handed back",
+        )
+        assert ran == [] and handed_back.attempt == 0
+        assert handed_back.errors[-1].kind == "released"
+        await producer.run_once()
+        await async_wait_until(lambda: ran)
+        await async_wait_until(lambda: worker.completer.pending)
+        await worker.completer.run_once()
+        done = app.get(job.id)
+        assert done.state == JobState.SUCCEEDED and done.attempt == 1
+
+    run(scenario)

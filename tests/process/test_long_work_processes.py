@@ -143,7 +143,10 @@ def test_a_paused_queue_stops_starting_pieces_until_resumed(
 ) -> None:
     worker = workers.start("-q", "bulk=2", "--lease", f"{LEASE}s")
     workers.wait_ready(worker)
-    parent = app.batch("bulk_piece", [(n,) for n in range(60)])
+    # Half a second a piece, two at a time: 15 s for the 60, which a pause from a
+    # new `due` process (seconds to start on a loaded machine) must cut short
+    # (at 0.05 s a piece all 60 had run before it, on a machine at load 10).
+    parent = app.batch("bulk_piece", [(n, 0.5) for n in range(60)])
     wait_until(lambda: len(workers.records("start")) >= 10, what="pieces to run")
     assert "queue bulk is paused" in run_due(backend_url, "pause", "bulk")
     # The pieces claimed before the pause (running, or held ready) finish...

@@ -152,6 +152,28 @@ def test_sigterm_hands_a_job_whose_thread_cannot_stop_back_for_after_its_lease(
     assert "due again once its lease expires" in handed.errors[0].error
 
 
+def test_the_first_ctrl_c_says_a_second_stops_at_once_and_a_second_does(
+    app: due.App, workers: Workers
+) -> None:
+    """The drain's line tells an operator who will not wait out the grace how
+    to stop at once, and what it costs; the second Ctrl-C does just that: the
+    worker exits long before its grace, the job handed back unspent."""
+    worker = workers.start("--grace", "10m")
+    workers.wait_ready(worker)
+    job = app.enqueue("async_work", kwargs={"seconds": 600})
+    wait_until(lambda: starts_of(workers, job.id), what="the job to start")
+    worker.signal(signal.SIGINT)
+    wait_until(lambda: "worker.draining" in worker.log(), what="the drain's line")
+    (draining,) = [line for line in worker.log().splitlines() if "worker.draining" in line]
+    assert "a second Ctrl-C (SIGINT or SIGTERM) stops at once" in draining, draining
+    assert "hands the running jobs back" in draining, draining
+    worker.signal(signal.SIGINT)
+    assert worker.wait_exit(timeout=30) == 0
+    handed = app.get(job.id)
+    assert (handed.state, handed.attempt) == (JobState.QUEUED, 0), handed  # not spent
+    assert [error.kind for error in handed.errors] == ["released"]
+
+
 def test_four_workers_run_10000_jobs_exactly_once(app: due.App, workers: Workers) -> None:
     noop = app.tasks.get("noop")
     jobs = app.enqueue_many([noop.request() for _ in range(10_000)])

@@ -242,6 +242,9 @@ def test_bad_input_is_refused_before_the_store_is_looked_at(backend_url: str) ->
 def test_unsupported_url_scheme() -> None:
     with pytest.raises(due.ConfigurationError, match="unsupported database URL scheme 'mysql'"):
         due.App("mysql://localhost/app")
+    for url in ("sqlite://due.db", "sqlite:due.db", "SQLite:///due.db", "sqlite3:///due.db"):
+        with pytest.raises(due.ConfigurationError, match=r"sqlite:///due\.db is due\.db in the"):
+            due.App(url)
     with pytest.raises(due.ConfigurationError, match="in-memory"):
         due.App("sqlite:///:memory:")
     with pytest.raises(due.ConfigurationError, match="does not exist"):

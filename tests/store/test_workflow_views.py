@@ -79,6 +79,29 @@ def test_a_graph_broken_by_hand_is_stuck(app: due.App, step: due.Task) -> None:
     assert app.store.workflow_stuck(10)[0]["id"] == handle.id
 
 
+def test_a_workflow_whose_steps_have_all_ended_but_that_says_it_runs_is_stuck(
+    app: due.App, step: due.Task
+) -> None:
+    """Counts broken by hand: nothing to wait for, and nothing ends it. `due
+    check` says so, rather than let it, and a wait on it, run for ever."""
+    handle = app.chain(step.request(1), name="counted wrong")
+    ((job_id, token),) = claim(app).items()
+    end(app, job_id, token, JobState.SUCCEEDED, 1)
+    assert app.stuck_workflows() == []
+    with plain_transaction(app.url) as conn:
+        conn.execute(
+            "UPDATE due_workflows SET state = 'running', finished_at = NULL, steps_ended = 0 "
+            f"WHERE id = {handle.id}"
+        )
+    (stuck,) = app.stuck_workflows()
+    assert (stuck.id, stuck.name, stuck.step) == (handle.id, "counted wrong", None)
+    (alert,) = [a for a in app.check() if a.kind == "workflow_stuck"]
+    assert "every step has ended, yet it still says it runs" in alert.message
+    status = app.cancel_workflow(handle.id)  # what an operator does: it ends, its counts mended
+    assert (status.state, status.steps_ended) == ("succeeded", 1)
+    assert app.stuck_workflows() == []
+
+
 def test_the_store_enqueues_cancels_and_retries_a_workflow(app: due.App, step: due.Task) -> None:
     from due.core.records import StepRequest
 

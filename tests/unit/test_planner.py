@@ -116,6 +116,8 @@ def test_a_long_outage_is_summed_up_not_listed_forever() -> None:
         seconds=MAX_RECORDED_TIMES
     )
     assert f"{7 * 86400 + 1 - MAX_RECORDED_TIMES} more scheduled times" in (summary.reason or "")
+    assert summary.times == 7 * 86400 + 1 - MAX_RECORDED_TIMES  # counted, for the log's summary
+    assert {f.times for f in result.firings[:-1]} == {1}
     assert result.next_fire_at == T0 + timedelta(days=7, seconds=1)
 
 
@@ -135,6 +137,7 @@ def test_a_long_cron_outage_is_counted_up_to_a_bound() -> None:
     result = plan(every_minute, T0, T0 + timedelta(days=120))
     summary = result.firings[-1]
     assert f"at least {MAX_COUNTED_TIMES} more scheduled times" in (summary.reason or "")
+    assert summary.times == MAX_COUNTED_TIMES
     short = plan(every_minute, T0, T0 + timedelta(minutes=MAX_RECORDED_TIMES + 9))
     assert "10 more scheduled times" in (short.firings[-1].reason or "")
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 import due
-from due.task import find_context_parameter
+from due.task import closest_task, find_context_parameter
 
 
 def handler_with_string_annotation(ctx: due.Context, n: int) -> None: ...
@@ -72,3 +72,21 @@ def test_enqueue_options_given_as_arguments_point_to_task_options() -> None:
 
     with pytest.raises(due.ArgumentsError, match=r"task.options\(delay=...\).enqueue"):
         send.check_arguments((1,), {"delay": "1h"})
+
+
+def test_a_task_name_without_its_module_is_pointed_to_the_task_it_names() -> None:
+    known = ["myapp.send_welcome", "myapp.send_goodbye", "billing.send", "emails.send"]
+    assert closest_task("send_welcome", known) == "did you mean 'myapp.send_welcome'?"
+    assert closest_task("myapp.send_welcom", known) == "did you mean 'myapp.send_welcome'?"
+    assert closest_task("send", known) == "did you mean one of 'billing.send', 'emails.send'?"
+    assert closest_task("welcome", ["welcomer", "notify.emails.welcome"]) == (
+        "did you mean 'notify.emails.welcome'?"  # its own name, before a spelling's neighbour
+    )
+    assert closest_task("invoice", known) == ""
+    app = due.App("sqlite:///unused.db")
+
+    @app.task(name="myapp.send_welcome")
+    def send_welcome() -> None: ...
+
+    with pytest.raises(due.UnknownTaskError, match=r"did you mean 'myapp\.send_welcome'\?"):
+        app.enqueue("send_welcome")

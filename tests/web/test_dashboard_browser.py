@@ -12,9 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import Browser, Locator, Page, sync_playwright
 
 import due
 from tests.helpers.ports import free_port
+from tests.helpers.tools import need
 from tests.helpers.waiting import holds_for, wait_until
 from tests.helpers.workers import REPOSITORY, WorkerProcess, Workers, app_with_tasks_of
 
@@ -23,22 +25,10 @@ APP = "tests.apps.dashboard_app:app"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SCREENSHOTS = REPOSITORY / "docs" / "screenshots"
 
-try:
-    from playwright.sync_api import Browser, Locator, Page, sync_playwright
-except ImportError:  # pragma: no cover - the dev environment has it
-    sync_playwright = None  # type: ignore[assignment]
-
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    if sync_playwright is None or not os.path.exists(CHROMIUM):
-        message = (
-            "\n\n*** THE DASHBOARD'S BROWSER TESTS DID NOT RUN: no Chromium "
-            f"({CHROMIUM}) or no playwright; `make test` installs both "
-            "(scripts/ensure-chromium) ***\n"
-        )
-        sys.stderr.write(message)
-        pytest.skip(message.strip())
+    need("chromium")
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
         yield launched

@@ -279,3 +279,21 @@ def test_odd_filters_get_an_answer_not_an_error(
     for query in ("task=a%00", "key_prefix=%00", "error_contains=" + "x" * 5000):
         page = client.get(f"/jobs?{query}")
         assert page.status_code == 200 and buttons(page.text) == {}, query
+
+
+def test_a_task_no_one_knows_is_said_with_the_closest_and_offers_no_action(
+    app: due.App, charge: due.Task, client: TestClient
+) -> None:
+    """An empty list for a misspelt task looked like an answer."""
+    failed(app, charge, "TimeoutError: gateway")
+    page = client.get("/jobs?task=charg")
+    assert page.status_code == 200 and buttons(page.text) == {}
+    unknown = re.search(r'id="unknown-task">([^<]+)<', page.text)
+    assert unknown, page.text
+    assert "No job matches: no task named &#39;charg&#39; is known" in unknown.group(1)
+    assert "did you mean &#39;charge&#39;?" in unknown.group(1)
+    empty = client.get("/jobs?task=charge&state=queued").text  # known: an answer
+    assert "No job matches." in empty and 'id="unknown-task"' not in empty
+    refused = client.get("/jobs/all/retry?task=charg")
+    assert refused.status_code == 400 and "did you mean &#39;charge&#39;?" in refused.text
+    assert client.get("/jobs/all/retry?task=charge").status_code == 200

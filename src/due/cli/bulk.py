@@ -17,6 +17,7 @@ from typing import Any
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+from due import job_filters
 from due.app import App
 from due.cli.output import Column, console, counted, errors, fitted_table, time_text
 from due.core.jobs import Job, JobState
@@ -41,7 +42,12 @@ TIME_HELP = (
 def filter_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """The filter `due jobs`, `due retry` and `due cancel` share (all but --state)."""
     options = [
-        click.option("-t", "--task", help="Only this task's jobs."),
+        click.option(
+            "-t",
+            "--task",
+            help="Only this task's jobs, by its full name (one no task has is refused, "
+            "with the closest).",
+        ),
         click.option("-q", "--queue", help="Only this queue's jobs."),
         click.option("--since", help=f"Only jobs whose time is this or later: {TIME_HELP}."),
         click.option("--until", help="Only jobs whose time is before this (as --since)."),
@@ -59,6 +65,15 @@ def filter_options(command: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(options):
         command = option(command)
     return command
+
+
+def refuse_an_unknown_task(app: App, filters: dict[str, Any]) -> None:
+    """For a filter that matched no job: refuse it when its `--task` names no
+    task due knows, with the closest names (a misspelt name made an empty
+    table, or a bulk action that did nothing, and exit 0)."""
+    problem = job_filters.unknown_task(app, filters.get("task"))
+    if problem is not None:
+        raise ConfigurationError(f"--task: {problem}")
 
 
 def actor() -> str:
@@ -84,6 +99,7 @@ def act_on_filter(
     state = states[0] if len(states) == 1 else None
     matching = act(**filters, state=state, dry_run=True, **extra)
     if matching == 0:
+        refuse_an_unknown_task(app, filters)
         console.print(f"no job to {action} matches")
         return
     verb = "matches" if matching == 1 else "match"

@@ -7,7 +7,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from due.cli.bulk import act_on_filter, filter_options
+from due.cli.bulk import act_on_filter, filter_options, refuse_an_unknown_task
 from due.cli.common import Settings, reports_errors
 from due.cli.documents import job_document
 from due.cli.main import main
@@ -75,6 +75,8 @@ def jobs(
 ) -> None:
     """List jobs, newest first (delayed jobs are queued with a future run at)."""
     listed = settings.app.jobs(state=state, stuck=stuck, limit=limit, **filters)
+    if not listed:
+        refuse_an_unknown_task(settings.app, filters)
     if as_json:
         print_json({"jobs": [job_document(job, settings.app) for job in listed]})
         return

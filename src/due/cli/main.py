@@ -6,6 +6,7 @@ import click
 from click.core import ParameterSource
 
 from due.cli.common import APP_HELP, DJANGO_HELP, URL_HELP, DueGroup, Settings
+from due.logs import quiet_driver_pool
 
 
 @click.group(cls=DueGroup)
@@ -20,6 +21,7 @@ def main(ctx: click.Context, url: str | None, app_spec: str | None, django: str 
     Give your app (--app module:attribute) or the database (--url) before the
     command or after it.
     """
+    quiet_driver_pool()  # due says it once, with the fix: not psycopg's line and then due's
     settings = Settings()
     for option, value in (("url", url), ("app_spec", app_spec), ("django", django)):
         typed = ctx.get_parameter_source(option) == ParameterSource.COMMANDLINE

@@ -115,6 +115,9 @@ class AttemptError:
     """The class of the exception the handler raised, as `module.QualName` (or None)."""
     worker: str | None = None
     """The worker that ran the attempt, when known."""
+    headers: dict[str, str] | None = field(default=None, compare=False)
+    """What an attempt hook kept with this entry (`due.instrumentation`), if
+    anything (not compared: an entry is hashable)."""
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AttemptError:
@@ -136,11 +139,19 @@ class AttemptError:
             kind=str(data.get("kind", "error")),
             exception=_text_or_none(data.get("exception")),
             worker=_text_or_none(data.get("worker")),
+            headers=_texts_or_none(data.get("headers")),
         )
 
 
 def _text_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _texts_or_none(value: Any) -> dict[str, str] | None:
+    """A mapping of text to text as stored, or None (nothing kept, or not that)."""
+    if not isinstance(value, dict):
+        return None
+    return {key: item for key, item in value.items() if isinstance(item, str)} or None
 
 
 @dataclass(frozen=True, slots=True)

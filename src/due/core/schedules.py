@@ -314,6 +314,10 @@ class Firing:
     scheduled_for: datetime
     outcome: Outcome
     reason: str | None = None
+    times: int = 1
+    """The scheduled times it stands for: 1, or for the row that sums up the
+    times past the plan's bound (planner.MAX_RECORDED_TIMES) their count, a
+    lower bound when its reason says "at least"."""
 
 
 @dataclass
@@ -354,6 +358,8 @@ class Materialised:
     next_fire_at: datetime | None
     problem: str | None = None
     """Newly found: why the schedule cannot fire (it was marked, and is not fired)."""
+    misfire: Misfire | None = None
+    """The misfire policy the times were planned by (None: nothing was planned)."""
 
 
 @dataclass

@@ -392,7 +392,11 @@ class Context:
 
     def _spawn(self, request: PieceSpawn) -> int:
         self.raise_if_cancelled()
-        added = self._store().piece_spawn(request)
+        try:
+            added = self._store().piece_spawn(request)
+        except JobCancelled:  # asked to stop, as the store read it: nothing was added
+            self.cancel_requested = True
+            raise
         if added is None:
             self.lease_lost = True
             self.raise_if_cancelled()
@@ -620,6 +624,8 @@ class RunningWorkflow:
             ConfigurationError: Not a step of a workflow, a name in `after` that
                 no step has, or a bad policy.
             InvalidJobError: The request is refused (nothing is added).
+            JobCancelled: This step was asked to stop (its workflow cancelled,
+                say): nothing is added.
             LeaseLost: This attempt's lease was lost: nothing is added.
         """
         from due.core.records import StepRequest
@@ -646,7 +652,11 @@ class RunningWorkflow:
         (job,) = app._prepare([request])
         step = StepRequest(job, step_name, (), on_upstream_failure, names)
         context.raise_if_cancelled()
-        added = context._store().workflow_add(context.job_id, context.lease_token, [step])
+        try:
+            added = context._store().workflow_add(context.job_id, context.lease_token, [step])
+        except JobCancelled:  # asked to stop, as the store read it: nothing was added
+            context.cancel_requested = True
+            raise
         if added is None:
             context.lease_lost = True
             context.raise_if_cancelled()

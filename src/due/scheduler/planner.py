@@ -57,12 +57,14 @@ def plan(
         pending = pending or any(f.outcome == Outcome.PENDING for f in catch_ups)
         result.firings += _apply_overlap(schedule, chosen, active, pending, result)
     if more:
+        first, count, exact = more
         result.firings.append(
             Firing(
-                more[0],
+                first,
                 Outcome.MISSED,
-                f"{more[1]} more scheduled times until "
+                f"{'' if exact else 'at least '}{count} more scheduled times until "
                 f"{resume_at.isoformat() if resume_at else 'now'} were not run",
+                times=count,
             )
         )
     result.firings.sort(key=lambda firing: firing.scheduled_for)
@@ -71,8 +73,9 @@ def plan(
 
 def _due_times(
     schedule: Schedule, next_fire_at: datetime, now: datetime
-) -> tuple[list[datetime], tuple[datetime, str] | None, datetime]:
-    """Times due by `now` (at most MAX_RECORDED_TIMES), a summary of the rest, the next."""
+) -> tuple[list[datetime], tuple[datetime, int, bool] | None, datetime]:
+    """Times due by `now` (at most MAX_RECORDED_TIMES); the rest, as their first
+    time and their count (and whether it is exact: see _count); the next."""
     times: list[datetime] = []
     if next_fire_at > now:
         return times, None, next_fire_at
@@ -82,24 +85,25 @@ def _due_times(
             return times, None, moment
         if len(times) == MAX_RECORDED_TIMES:
             resume_at = schedule.timing.after(now)
-            return times, (moment, _count_text(schedule, moment, now)), resume_at
+            return times, (moment, *_count(schedule, moment, now)), resume_at
         times.append(moment)
     raise AssertionError("a schedule's firings never end")
 
 
-def _count_text(schedule: Schedule, first: datetime, now: datetime) -> str:
-    """How many times from `first` to `now`: exact for intervals (arithmetic), and
-    for cron up to MAX_COUNTED_TIMES ("at least 10000" beyond)."""
+def _count(schedule: Schedule, first: datetime, now: datetime) -> tuple[int, bool]:
+    """How many times from `first` to `now`, and whether that is exact: it is for
+    intervals (arithmetic), and for cron up to MAX_COUNTED_TIMES (at least that,
+    beyond)."""
     if schedule.timing.every is not None:
-        return str(int((now - first).total_seconds() // schedule.timing.every) + 1)
+        return int((now - first).total_seconds() // schedule.timing.every) + 1, True
     count = 0
     for moment in schedule.timing.firings_after(first - timedelta(microseconds=1)):
         if moment > now:
-            return str(count)
+            return count, True
         if count == MAX_COUNTED_TIMES:
-            return f"at least {MAX_COUNTED_TIMES}"
+            return count, False
         count += 1
-    return str(count)
+    return count, True
 
 
 def _apply_misfire(

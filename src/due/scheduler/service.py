@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from due.core.schedules import Materialised, Plan, StoredSchedule, schedule_problem
+from due.core.schedules import Materialised, Outcome, Plan, StoredSchedule, schedule_problem
 from due.logs import event
 from due.scheduler.leader import Leadership
 from due.scheduler.planner import plan
@@ -145,19 +145,58 @@ class Scheduler:
                 "it does not fire until then",
             )
         for firing, job_id in result.recorded:
+            if firing.outcome == Outcome.MISSED:
+                continue  # summed up below: one line for the catch-up, not one per time
             level = (
                 logging.INFO if firing.outcome.value in ("enqueued", "pending") else logging.WARNING
             )
+            # A field without a value is left out: `reason=None` on every run read as a problem.
+            known = {"job": job_id, "reason": firing.reason}
             event(
                 log,
                 f"schedule.{firing.outcome.value}",
                 level,
                 schedule=result.schedule,
                 scheduled_for=firing.scheduled_for.isoformat(),
-                job=job_id,
-                reason=firing.reason,
+                **{name: value for name, value in known.items() if value is not None},
             )
+        _report_missed(result)
 
     def stop(self) -> None:
         """Hand the lease over at once (another scheduler need not wait for it to expire)."""
         self.leadership.release()
+
+
+def _report_missed(result: Materialised) -> None:
+    """One WARNING for the times a schedule missed in one materialisation (a
+    worker down for six minutes under an every-10-seconds schedule: 30 or so):
+    how many, the first and the last, the policy applied. Each time is recorded
+    in the database (`due schedule runs NAME`) and logged at DEBUG."""
+    missed = [firing for firing, _ in result.recorded if firing.outcome == Outcome.MISSED]
+    if not missed:
+        return
+    one_by_one = [firing for firing in missed if firing.times == 1]
+    for firing in one_by_one:
+        event(
+            log,
+            "schedule.missed_time",
+            logging.DEBUG,
+            schedule=result.schedule,
+            scheduled_for=firing.scheduled_for.isoformat(),
+            reason=firing.reason,
+        )
+    rest = [firing.reason for firing in missed if firing.times > 1]
+    shown = one_by_one or missed
+    event(
+        log,
+        "schedule.missed",
+        logging.WARNING,
+        schedule=result.schedule,
+        missed=sum(firing.times for firing in missed),
+        first=shown[0].scheduled_for.isoformat(),
+        last=shown[-1].scheduled_for.isoformat(),
+        policy=result.misfire.value if result.misfire else None,
+        **({"more": rest[0]} if rest else {}),
+        note="no scheduler created their runs within the misfire grace; each is "
+        f"recorded: due schedule runs {result.schedule}",
+    )

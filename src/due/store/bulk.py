@@ -131,9 +131,17 @@ def retry_many(
 def _retry_workflows(db: Backend, workflow_ids: set[int]) -> int:
     """A failed step is retried with its workflow (as `retry_workflow`): the
     workflow's failed and cancelled steps run again, each after the steps it
-    comes after, and the workflow's counts are read again. Retried alone, a
-    step would leave the steps after it cancelled and its workflow ended."""
-    return sum(len(workflows.retry(db, workflow) or []) for workflow in sorted(workflow_ids))
+    comes after, and the workflow's counts are taken back. Retried alone, a
+    step would leave the steps after it cancelled and its workflow ended. A
+    workflow the retry refuses (pruned in part) is passed over."""
+    return sum(_retried_workflow(db, workflow) for workflow in sorted(workflow_ids))
+
+
+def _retried_workflow(db: Backend, workflow_id: int) -> int:
+    try:
+        return len(workflows.retry(db, workflow_id) or [])
+    except InvalidStateError:
+        return 0
 
 
 def cancel_many(

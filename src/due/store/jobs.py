@@ -213,7 +213,7 @@ def retry(db: Backend, job_id: int, run_now: bool = False) -> Job:
 
     A workflow's step is retried with its workflow (`workflows.retry`, as bulk
     retries do): the steps after it, cancelled when it failed, run again after
-    it, and the workflow's counts are read again. Retried alone, it would run
+    it, and the workflow's counts take back their ends. Retried alone, it would run
     while the steps after it stayed cancelled and its workflow stayed ended."""
     job = get(db, job_id)
     if job.workflow_id is not None and job.state in (JobState.FAILED, JobState.CANCELLED):
@@ -238,9 +238,10 @@ def retry(db: Backend, job_id: int, run_now: bool = False) -> Job:
 
 def prune(db: Backend, retention: Retention, limit: int = 10_000) -> tuple[int, int]:
     """Delete finished jobs older than their outcome's retention (never the newest
-    job, nor one whose key still deduplicates), and schedule runs, actions and
-    worker processes unseen for longer than the longer retention; returns
-    (jobs, runs) deleted, at most `limit` of each."""
+    job, nor one whose key still deduplicates), ended workflows whole with their
+    steps (workflows.prune), and schedule runs, actions and worker processes
+    unseen for longer than the longer retention; returns (jobs, runs) deleted,
+    about `limit` of each at most (a workflow's steps all go together)."""
     with db.transaction() as tx:
         params = {
             "retention_succeeded": float(retention.succeeded),
@@ -249,16 +250,12 @@ def prune(db: Backend, retention: Retention, limit: int = 10_000) -> tuple[int, 
             "limit": limit,
             "now": tx.now,
         }
-        jobs = tx.run("prune_jobs", params)
-        steps = [row for row in jobs if row["workflow_id"] is not None]
-        if steps:
-            tx.run("prune_workflow_edges", {"ids": [row["id"] for row in steps]})
-            workflows = sorted({row["workflow_id"] for row in steps})
-            tx.run("prune_workflows", {"ids": workflows})
+        jobs = len(tx.run("prune_jobs", params))
+        jobs += workflows.prune(tx, params)
         runs = tx.run("prune_schedule_runs", params)
         tx.run("prune_actions", params)
         tx.run("prune_workers", params)
-    return len(jobs), len(runs)
+    return jobs, len(runs)
 
 
 VACUUM_DEAD_ROWS = 10_000

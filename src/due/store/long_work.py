@@ -53,7 +53,8 @@ async def save_checkpoint_async(
 def spawn(db: Backend, request: PieceSpawn) -> int | None:
     """Add pieces under a running parent (fenced), each known by its task and
     arguments (pieces.piece_keys): None if the parent's lease is lost, else how
-    many were new."""
+    many were new. JobCancelled, nothing added, when the parent was asked to
+    stop (read on its row: the worker may not have heard yet)."""
     with db.transaction(unbounded=True) as tx:
         params = {
             "parent": request.parent,
@@ -64,6 +65,8 @@ def spawn(db: Backend, request: PieceSpawn) -> int | None:
         rows = tx.run("add_pieces", params)
         if not rows:
             return None  # the parent's lease is lost: add nothing
+        if rows[0]["cancel_requested"]:  # (rolled back: its policy is not changed either)
+            raise JobCancelled(f"job {request.parent} was asked to stop: no piece was added")
         added = _insert_pieces(tx, request.parent, request.jobs, bool(rows[0]["held"]))
         tx.run("count_new_pieces", {"parent": request.parent, "added": added})
         return added

@@ -113,7 +113,9 @@ def any_concerns_a_parent(columns: Mapping[str, Sequence[Any]]) -> bool:
 def settle_parent(
     execute: Execute, parent: dict[str, Any], now: Any, on_ended: OnEnded = _ignored
 ) -> None:
-    if parent["state"] != "waiting":
+    if parent["state"] != "waiting" or parent.get("upstream_pending"):
+        # (A step retried with its pieces, waiting for its upstream steps: its
+        # pieces may end first; it settles once it has run again.)
         return
     total, done, failed = parent["pieces_total"], parent["pieces_done"], parent["pieces_failed"]
     summary = {"parent": parent["id"], "pieces": total, "succeeded": done, "failed": failed}

@@ -170,7 +170,7 @@ def materialize(
             return Materialised(name, [], None, problem=plan.problem)
         recorded = _record(tx, stored, plan, now)
         tx.run("set_next_fire", {"name": name, "next_fire_at": plan.next_fire_at})
-    return Materialised(name, recorded, plan.next_fire_at)
+    return Materialised(name, recorded, plan.next_fire_at, misfire=stored.schedule.misfire)
 
 
 def _settle(tx: Transaction, name: str, decide: Decide, now: datetime) -> Materialised | None:
@@ -185,7 +185,8 @@ def _settle(tx: Transaction, name: str, decide: Decide, now: datetime) -> Materi
     plan = decide(stored, now, bool(activity["active"]), bool(activity["pending"]))
     if plan.problem is not None:
         return None
-    return Materialised(name, _record(tx, stored, plan, now), plan.next_fire_at)
+    recorded = _record(tx, stored, plan, now)
+    return Materialised(name, recorded, plan.next_fire_at, misfire=stored.schedule.misfire)
 
 
 def _record(

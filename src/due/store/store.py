@@ -62,6 +62,7 @@ from due.store import (
     registry,
     schedules,
     stats,
+    task_names,
     work,
     workflow_views,
     workflows,
@@ -339,6 +340,16 @@ class Store:
 
     def queue_due_names(self) -> list[str]:
         return work.due_queues(self.backend)
+
+    # --- tasks -----------------------------------------------------------------------
+
+    def task_in_use(self, task: str) -> bool:
+        """Whether a schedule, a worker or a stored job names this task."""
+        return task_names.in_use(self.backend, task)
+
+    def task_names(self) -> list[str]:
+        """Every task name a schedule, a worker or a stored job holds, sorted."""
+        return task_names.known(self.backend)
 
     # --- workflows -------------------------------------------------------------------
 

@@ -329,9 +329,10 @@ def _workflow_alerts(snapshot: Snapshot) -> list[Alert]:
     """Running workflows that cannot advance: a critical alert each.
 
     No step is queued or running, and a step waits though its upstream steps
-    have all ended. A step is released in the transaction that records the end
-    of its last upstream step, so this never happens; if it does, the workflow
-    waits for ever.
+    have all ended, or every step has ended though the workflow says it runs.
+    A step is released, and a workflow ends, in the transaction that records
+    the end of its last upstream step, so this never happens; if it does, the
+    workflow waits for ever.
     """
     return [
         Alert(
@@ -339,7 +340,10 @@ def _workflow_alerts(snapshot: Snapshot) -> list[Alert]:
             "workflow_stuck",
             f"workflow {flow.id} {flow.name}",
             f"cannot advance: step {flow.step!r} waits though its upstream steps have all "
-            "ended, and no step is queued or running",
+            "ended, and no step is queued or running"
+            if flow.step is not None
+            else "cannot end: every step has ended, yet it still says it runs (its counts "
+            "disagree with its steps)",
         )
         for flow in snapshot.stuck_workflows
     ]

@@ -24,6 +24,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from due import job_filters
 from due.core.jobs import JobState
 from due.core.limits import shown_key
 from due.core.schedules import schedule_problem
@@ -173,8 +174,14 @@ class Pages:
             limit=PAGE_SIZE + 1,
         )
         older = shown.query(before=listed[PAGE_SIZE - 1].id) if len(listed) > PAGE_SIZE else None
+        unknown = None if listed else job_filters.unknown_task(self.app, shown.get("task"))
         return self.jobs_page(
-            request, shown, listed[:PAGE_SIZE], older=older, offers=bulk.offers(self.app, shown)
+            request,
+            shown,
+            listed[:PAGE_SIZE],
+            older=older,
+            offers=bulk.offers(self.app, shown),
+            unknown_task=unknown,
         )
 
     def jobs_page(

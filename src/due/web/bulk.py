@@ -27,6 +27,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
+from due import job_filters
 from due.core.jobs import Job
 from due.errors import ConfigurationError, DueError
 from due.web.forms import read_form, typed_job_id, who
@@ -156,7 +157,7 @@ def _refusal(pages: Pages, request: Request, shown: PageFilter, action: str) -> 
     """The page saying why `action` cannot be done by this filter, or None."""
     if action not in ACTIONS:
         return pages.render(request, "error.html", 404, message="no such action")
-    problem = shown.problem(pages.app)
+    problem = shown.problem(pages.app) or job_filters.unknown_task(pages.app, shown.get("task"))
     if problem is None and not shown.bulk_states(action):
         states = ", ".join(state.value for state in ACTIONS[action])
         problem = (

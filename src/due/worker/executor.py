@@ -121,8 +121,9 @@ class Executor:
         seconds = time.perf_counter() - started
         try:
             return self._attempt(task, job, context, outcome, seconds)
-        except Exception as error:
-            # Nothing may leave a job without an outcome: not even a step of ours.
+        except BaseException as error:  # (no await in it: never this task's cancellation)
+            # Nothing may leave a job without an outcome: not even a step of ours,
+            # nor a task's check= that calls sys.exit().
             return Attempt(self.crashed(job, error, context), seconds)
 
     async def _observed(
@@ -157,7 +158,7 @@ class Executor:
         raised = raised_by(outcome, task)
         try:
             attempt = self._attempt(task, job, context, outcome, seconds)
-        except Exception as error:
+        except BaseException as error:  # (as in `run`)
             attempt, raised = Attempt(self.crashed(job, error, context), seconds), error
         completion = attempt.completion
         if completion is not None:
@@ -213,7 +214,7 @@ class Executor:
         return Attempt(completion, seconds, straggler)
 
     def crashed(
-        self, job: ClaimedJob, error: Exception, context: Context | None = None
+        self, job: ClaimedJob, error: BaseException, context: Context | None = None
     ) -> Completion:
         """The end of an attempt that due itself could not carry through (a bug, a
         value it could not handle): failed with the reason, retried per the policy."""
@@ -230,7 +231,10 @@ class Executor:
             exception=class_path(error),
             worker=self._worker,
         )
-        completion = self._after_failure(task, job, record, error)
+        try:
+            completion = self._after_failure(task, job, record, error)
+        except BaseException:  # the task's own backoff= failed too: not retried
+            completion = Completion(job.id, job.lease_token, JobState.FAILED, error=record)
         completion.settles = self._settles(job, context)
         return completion
 
@@ -282,7 +286,7 @@ class Executor:
         completion.warning = _checked(task, job, result)
         return completion
 
-    def _failed(self, task: Task[Any, Any], job: ClaimedJob, error: Exception) -> Completion:
+    def _failed(self, task: Task[Any, Any], job: ClaimedJob, error: BaseException) -> Completion:
         secrets = _secrets(task, job)
         record = AttemptError(
             attempt=job.attempt,
@@ -306,7 +310,7 @@ class Executor:
         return self._after_failure(task, job, record, TimeoutError())
 
     def _after_failure(
-        self, task: Task[Any, Any], job: ClaimedJob, record: AttemptError, error: Exception
+        self, task: Task[Any, Any], job: ClaimedJob, record: AttemptError, error: BaseException
     ) -> Completion:
         policy = task.config.retry
         if policy.should_retry(error, job.attempt, job.max_attempts):
@@ -334,7 +338,7 @@ def _checked(task: Task[Any, Any], job: ClaimedJob, result: Any) -> str | None:
         return None
     try:
         problem = check(result)
-    except Exception as error:
+    except BaseException as error:  # sys.exit() in a check too: the work is done
         problem = f"its check= raised {_text(error)}"
     if problem is None:
         return None

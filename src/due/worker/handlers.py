@@ -5,6 +5,15 @@ in a thread pool, where a timeout cannot interrupt them: on timeout the
 handler's thread is handed back, still running, as the outcome's straggler
 (the executor and the runner decide what that attempt writes, and when).
 Neither starts once its lease is no longer trusted.
+
+Whatever a handler raises ends its attempt, `BaseException`s included: a task
+calling `sys.exit()` (or a command-line parser fed bad input), raising
+`KeyboardInterrupt` itself, or meeting a `CancelledError` this worker did not
+ask for fails that attempt alone (invariant 17). Only the worker's own stops
+pass through: `JobCancelled` and `LeaseLost` at a safe point (as `Stopped`),
+and the cancellation of the attempt's asyncio task. A real Ctrl-C never
+arrives as a handler's `KeyboardInterrupt`: the worker takes SIGINT on its
+loop (worker/main.py), and a thread is never sent one.
 """
 
 from __future__ import annotations
@@ -43,8 +52,8 @@ async def run_async(
             return Returned(await task.fn(*args, **kwargs))
         except Exception as error:
             return Raised(error)
-        except (JobCancelled, LeaseLost) as signal:
-            return Stopped(signal)
+        except BaseException as error:
+            return _ended_by(error)
     try:
         async with asyncio.timeout(task.config.timeout) as deadline:
             return Returned(await task.fn(*args, **kwargs))
@@ -53,8 +62,24 @@ async def run_async(
         return TimedOut() if deadline.expired() else Raised(error)
     except Exception as error:
         return Raised(error)
-    except (JobCancelled, LeaseLost) as signal:
-        return Stopped(signal)
+    except BaseException as error:
+        return _ended_by(error)
+
+
+def _ended_by(error: BaseException) -> Outcome:
+    """The outcome of an async handler that raised a `BaseException` outside
+    `Exception`; re-raised only when it is this attempt's task being cancelled
+    (a cancel request, a lost lease, a shutdown: the runner writes that end)."""
+    if isinstance(error, JobCancelled | LeaseLost):
+        return Stopped(error)
+    current = asyncio.current_task()
+    if current is not None and current.cancelling():
+        # Cancelled by the worker: its stop wins over whatever the handler
+        # then raised (a handler that turned the cancel into sys.exit, say).
+        if isinstance(error, asyncio.CancelledError):
+            raise error
+        raise asyncio.CancelledError() from error
+    return Raised(error)
 
 
 class HandlerThreads:
@@ -84,11 +109,11 @@ class HandlerThreads:
         error = future.exception()
         if error is None:
             return Returned(future.result())
-        if isinstance(error, Exception):
-            return Raised(error)
         if isinstance(error, JobCancelled | LeaseLost):
             return Stopped(error)
-        raise error
+        # SystemExit and KeyboardInterrupt included: in a thread they are the
+        # task's own (a signal is delivered to the main thread only).
+        return Raised(error)
 
     def _in_thread(
         self,

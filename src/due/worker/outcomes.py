@@ -33,7 +33,9 @@ class Returned:
 
 @dataclass(frozen=True, slots=True)
 class Raised:
-    error: Exception
+    error: BaseException
+    """Any exception but the worker's own stops: `SystemExit` and
+    `KeyboardInterrupt` raised by a handler fail its attempt like the rest."""
 
 
 @dataclass(frozen=True, slots=True)

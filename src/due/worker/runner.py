@@ -13,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 from due.app import App
 from due.clock import Clock
 from due.core.jobs import JobState
-from due.core.records import ClaimedJob
+from due.core.records import ClaimedJob, Lease
 from due.logs import event
 from due.worker.executor import Executor
 from due.worker.ledger import RunningJobs
@@ -40,6 +41,7 @@ class Runner:
         cancel_grace: Callable[[], float],
         on_held: Callable[[RunningJob], None] = lambda running: None,
         confirm_start: Callable[[RunningJob], Awaitable[bool]] | None = None,
+        hand_back: Callable[[Lease, str], Coroutine[Any, Any, None]] | None = None,
     ) -> None:
         self._app = app
         self._executor = executor
@@ -49,6 +51,8 @@ class Runner:
         self._cancel_grace = cancel_grace
         self._on_held = on_held
         self._confirm = confirm_start
+        self._hand_back = hand_back
+        self._handing_back: set[asyncio.Task[None]] = set()
 
     def hold(self, job: ClaimedJob, jobs: RunningJobs, claimed_at: float) -> RunningJob:
         """Hold a job just claimed (its lease trusted from when the claim was sent)."""
@@ -71,9 +75,25 @@ class Runner:
         one): whether it may, and if so the next heartbeat says it began (a plain
         attribute written: the loop reads it at the next beat)."""
         trusted = self._trusts(running)
-        if trusted and not running.start_said:
+        if not trusted:
+            running.start_refused = True
+        elif not running.start_said:
             running.start_unsent = True
         return trusted
+
+    def _give_back_unbegun(self, running: RunningJob) -> None:
+        """A last attempt whose start the store recorded, but whose handler did
+        not begin (the record's reply came back after its lease stopped being
+        trusted): hand the job back now, its attempt not counted, rather than
+        leave a rescue to count an attempt that never ran (invariant 12). The
+        release is fenced: should another worker have taken the job, or a
+        rescue ended it meanwhile, it changes nothing."""
+        if self._hand_back is None or not running.start_said:
+            return
+        reason = "its start was recorded, but its lease was no longer trusted when it was to begin"
+        sending = asyncio.get_running_loop().create_task(self._hand_back(running.lease, reason))
+        self._handing_back.add(sending)
+        sending.add_done_callback(self._handing_back.discard)
 
     async def _confirm_start(self, running: RunningJob) -> bool:
         """Only a start that ran is an attempt, and a last attempt must not run
@@ -95,6 +115,7 @@ class Runner:
                 # Its last attempt, and the store could not be told it begins: it
                 # does not, and goes back uncounted when its lease expires.
                 self.lease_lost(running, "the start of its last attempt could not be recorded")
+                self._give_back_unbegun(running)
                 jobs.handler_ended()
                 return
             attempt = await self._executor.run(
@@ -115,7 +136,7 @@ class Runner:
                 jobs.record_outcome(running, cancelled)
             jobs.handler_ended()
             return  # otherwise the lease was lost or released: write nothing
-        except Exception as error:
+        except BaseException as error:  # (not a task's exit either: invariant 17)
             # The executor turns every end into an outcome; should it fail, the job
             # still gets one (failed with the reason), never stays running.
             log.exception("job.executor_crashed job=%s", running.job.id)
@@ -125,6 +146,8 @@ class Runner:
                 jobs.record_outcome(running, crashed)
             jobs.handler_ended()
             return
+        if running.start_refused:
+            self._give_back_unbegun(running)
         running.seconds = attempt.seconds
         if attempt.straggler is None:
             running.finished = True
@@ -158,7 +181,11 @@ class Runner:
 
     def _record(self, running: RunningJob, jobs: RunningJobs, attempt: Attempt) -> None:
         if attempt.lease_lost:  # stopped at a safe point: told to, or a write was fenced
-            reason = running.stop_reason or "a fenced write found the lease taken"
+            reason = running.stop_reason or (
+                "not begun: its lease was no longer trusted"
+                if running.start_refused
+                else "a fenced write found the lease taken"
+            )
             self.lease_lost(
                 running, reason, logging.INFO if running.stop_reason else logging.WARNING
             )

@@ -45,6 +45,8 @@ class RunningJob:
     """Why its handler was told to stop at its next safe point (a shutdown)."""
     start_said: bool = False
     """The store knows its handler began (or was about to: a last attempt's)."""
+    start_refused: bool = False
+    """Its handler was about to begin and did not: its lease was no longer trusted."""
     start_unsent: bool = False
     """Its handler has begun, and no heartbeat answered has said so yet: until
     one has, a rescue would give the job back without counting the attempt."""

@@ -47,6 +47,11 @@ SAFE_POINT_SECONDS = 1.0
 """After the grace: how long a handler told to stop has to reach its next safe
 point before its job is handed back (a second signal skips it)."""
 FLUSH_TRIES = 5
+SECOND_SIGNAL_NOTE = (
+    "a second Ctrl-C (SIGINT or SIGTERM) stops at once and hands the running jobs back"
+)
+"""Said when the drain begins: the way out of a grace the operator will not
+wait for, and what it costs (the jobs go to another worker, no attempt spent)."""
 HANDBACK_SECONDS = 10.0
 """A job handed back with its handler thread still running is due at most this
 long after the release (however long its task's lease); the worker process
@@ -88,7 +93,13 @@ class Shutdown:
         await self._release([r for r in self._unfinished() if r.handle is None])
         unfinished = self._unfinished()
         if unfinished and not self._hard_stop.is_set():
-            event(log, "worker.draining", jobs=len(unfinished), grace=self._grace)
+            event(
+                log,
+                "worker.draining",
+                jobs=len(unfinished),
+                grace=self._grace,
+                note=SECOND_SIGNAL_NOTE,
+            )
             await self._wait_for_handlers(unfinished, self._grace)
         await self._release_running(self._unfinished())
         await self._flush_acknowledgements()

@@ -41,7 +41,8 @@ from typing import Any
 
 from due.app import App
 from due.clock import Clock, DatabaseClock
-from due.core.records import UnknownTaskSweep
+from due.core.records import Lease, UnknownTaskSweep
+from due.errors import StoreError
 from due.logs import event
 from due.maintenance.pruner import Pruner
 from due.maintenance.rescuer import Rescuer
@@ -125,6 +126,7 @@ class Worker:
             cancel_grace=self._cancel_grace,
             on_held=self._held_one,
             confirm_start=self._confirm_start,
+            hand_back=self._hand_back,
         )
         self.producers = {
             queue: QueueProducer(
@@ -222,6 +224,19 @@ class Worker:
 
     async def _confirm_start(self, running: RunningJob) -> bool:
         return await self.heartbeater.confirm_start(running)
+
+    async def _hand_back(self, lease: Lease, reason: str) -> None:
+        try:
+            await self.call(self.store.job_release, [lease], reason)
+        except StoreError as error:
+            event(
+                log,
+                "worker.hand_back_failed",
+                logging.WARNING,
+                job=lease.job_id,
+                error=str(error),
+                note="its attempt counts when its lease expires",
+            )
 
     def _outcome_recorded(self) -> None:
         self.completer.wake.set()

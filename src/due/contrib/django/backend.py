@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, transaction
 from django.tasks import Task, TaskResult
 from django.tasks.backends.base import BaseTaskBackend
@@ -16,13 +20,14 @@ from django.utils import timezone
 
 from due.app import App
 from due.contrib.django.apps_registry import app_for, database_alias, when_made
+from due.contrib.django.arguments import normalised
 from due.contrib.django.configuration import configure
 from due.contrib.django.database import connection_in_transaction
-from due.contrib.django.results import result_of, task_of
+from due.contrib.django.results import result_of, task_as_sent
 from due.contrib.django.running import registered
 from due.contrib.django.running import send_robustly as _send
 from due.contrib.django.task_class import DueTask
-from due.errors import ConfigurationError, JobNotFoundError
+from due.errors import ConfigurationError, JobNotFoundError, NotMigratedError
 from due.task import Task as DueAppTask
 
 
@@ -44,6 +49,7 @@ class DueBackend(BaseTaskBackend):  # type: ignore[misc]
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
+        require_the_app(alias)
         self.params = params
         self.database = database_alias(params)
         """The Django database alias whose transactions enqueue joins (None with a URL)."""
@@ -76,8 +82,17 @@ class DueBackend(BaseTaskBackend):  # type: ignore[misc]
     def _checked(self, task: Task, app: App) -> DueAppTask[Any, Any]:
         # Django's checks of a task's shape read its signature, a cost per
         # enqueue (`using()` makes a new task each time): done once per shape
-        # on this backend (its QUEUES are its own); a run_after is checked each time.
-        shape = (task.func, task.takes_context, task.priority, task.queue_name)
+        # and per set of this backend's features (a test may turn one off) and
+        # QUEUES; a run_after is checked each time.
+        shape = (
+            task.func,
+            task.takes_context,
+            task.priority,
+            task.queue_name,
+            self.supports_async_task,
+            self.supports_priority,
+            id(self.queues),
+        )
         if task.run_after is not None or shape not in self._valid_shapes:
             super().validate_task(task)
             self._valid_shapes.add(shape)
@@ -98,8 +113,10 @@ class DueBackend(BaseTaskBackend):  # type: ignore[misc]
             key=getattr(task, "key", None),
             limit_keys=getattr(task, "limit_keys", None),
         )
+        args, kwargs = normalised(task.module_path, args, kwargs)
         connection = connection_in_transaction(self.database)
-        job = app.enqueue_many([options.request(*args, **kwargs)], connection=connection)[0]
+        with self._schema_told_for_django():
+            job = app.enqueue_many([options.request(*args, **kwargs)], connection=connection)[0]
         result = result_of(job, self.alias, task)
         sent = functools.partial(_send, task_enqueued, type(self), result)
         if connection is not None and self.database and connections[self.database].in_atomic_block:
@@ -120,19 +137,49 @@ class DueBackend(BaseTaskBackend):  # type: ignore[misc]
         # enqueued is found before the commit (a view, a TestCase).
         connection = connection_in_transaction(self.database)
         try:
-            job = self.app.get(int(text), connection=connection)
+            with self._schema_told_for_django():
+                job = self.app.get(int(text), connection=connection)
         except JobNotFoundError as error:
             raise TaskResultDoesNotExist(str(error)) from error
-        task = task_of(job)
-        if task.backend != self.alias:  # refresh() must come back here
-            task = task.using(backend=self.alias)
-        return result_of(job, self.alias, task)
+        # As it was sent (its backend: refresh() comes back here).
+        return result_of(job, self.alias, task_as_sent(job, self.alias))
 
     def check(self, **kwargs: Any) -> list[Any]:
         return []
 
+    @contextlib.contextmanager
+    def _schema_told_for_django(self) -> Iterator[None]:
+        """A database without due's tables, told as a Django project makes them."""
+        try:
+            yield
+        except NotMigratedError as error:
+            found = str(error).split(";")[0]  # what is wrong; due's own advice after it
+            raise NotMigratedError(
+                f"{found}; run `python manage.py migrate`, which creates (or upgrades) "
+                f"due's tables for TASKS[{self.alias!r}]"
+            ) from error
+
 
 when_made(configure)
+
+APP = "due.contrib.django"
+
+
+def require_the_app(alias: str) -> None:
+    """Refuse a due backend without due's app: without it, `manage.py migrate`
+    makes no tables for the jobs, and workers know no task."""
+    if apps.apps_ready:
+        installed = apps.is_installed(APP)
+    else:  # (a backend made while the apps load: their names as the settings give them)
+        installed = any(
+            entry == APP or entry.startswith(f"{APP}.") for entry in settings.INSTALLED_APPS
+        )
+    if not installed:
+        raise ImproperlyConfigured(
+            f'due: TASKS[{alias!r}] uses due.contrib.django.DueBackend, but "{APP}" is not '
+            f"in INSTALLED_APPS: add it, then run `python manage.py migrate` (which "
+            "creates due's tables)"
+        )
 
 
 def _aware(moment: datetime | None) -> datetime | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+from datetime import datetime
 from typing import Any
 
 from django.tasks import Task, TaskResult, TaskResultStatus
@@ -9,6 +11,8 @@ from django.tasks.base import TaskError
 from django.tasks.exceptions import TaskResultDoesNotExist
 from django.utils.module_loading import import_string
 
+from due.contrib.django.attempts import first_started_at
+from due.contrib.django.task_class import DueTask
 from due.core.jobs import AttemptError, Job, JobState
 
 STATUS = {
@@ -41,6 +45,40 @@ def task_of(job: Job) -> Task:
     return found
 
 
+def task_as_sent(job: Job, backend: str) -> Task:
+    """The task a job was sent as: its module's, with what `.using()` changed
+    for this job (backend, queue, priority, run_after, and due's key)."""
+    task = task_of(job)
+    sent: dict[str, Any] = {
+        "backend": backend,
+        "queue_name": job.queue,
+        "priority": job.priority,
+        "run_after": run_after_of(job),
+    }
+    if isinstance(task, DueTask):
+        sent["key"] = job.key
+    changes = {name: value for name, value in sent.items() if getattr(task, name) != value}
+    return _unchecked_copy(task, changes) if changes else task
+
+
+def run_after_of(job: Job) -> datetime | None:
+    """The `run_after` a job was sent with: its `run_at`, unless that is when it
+    was enqueued (sent without one). A retry's backoff moves `run_at`: once an
+    attempt has failed, the time first asked for is no longer known (None)."""
+    if job.errors or job.run_at == job.created_at:
+        return None
+    return job.run_at
+
+
+def _unchecked_copy(task: Task, changes: dict[str, Any]) -> Task:
+    """`task` with `changes`, not checked again by its backend: they are a job's,
+    checked when it was enqueued (its queue may since have left QUEUES)."""
+    copy = object.__new__(type(task))
+    for field in dataclasses.fields(task):
+        object.__setattr__(copy, field.name, changes.get(field.name, getattr(task, field.name)))
+    return copy
+
+
 def result_of(job: Job, backend: str, task: Task | None = None) -> TaskResult:
     """The TaskResult of a job as stored."""
     result = TaskResult(
@@ -48,7 +86,7 @@ def result_of(job: Job, backend: str, task: Task | None = None) -> TaskResult:
         id=str(job.id),
         status=STATUS[job.state],
         enqueued_at=job.created_at,
-        started_at=job.started_at,
+        started_at=first_started_at(job),
         finished_at=job.finished_at if job.is_final else None,
         last_attempted_at=job.started_at,
         args=list(job.args),
@@ -83,21 +121,23 @@ def running_result(
     *,
     backend: str,
     enqueued_at: Any,
-    started_at: Any,
+    attempt_started: Any,
     earlier: Job | None,
     worker: str | None,
 ) -> TaskResult:
-    """The TaskResult of an attempt as it starts, without a read for a first attempt."""
+    """The TaskResult of an attempt as it starts, without a read for a first
+    attempt (`earlier`: the job as stored, for a later one)."""
     errors = [] if earlier is None else result_of(earlier, backend, task).errors
     ids = [] if earlier is None else worker_ids(earlier)[: earlier.attempt - 1]
+    first = None if earlier is None else first_started_at(earlier)
     return TaskResult(
         task=task,
         id=str(job_id),
         status=TaskResultStatus.RUNNING,
         enqueued_at=enqueued_at,
-        started_at=started_at,
+        started_at=first or attempt_started,
         finished_at=None,
-        last_attempted_at=started_at,
+        last_attempted_at=attempt_started,
         args=list(args),
         kwargs=dict(kwargs),
         backend=backend,

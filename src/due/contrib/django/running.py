@@ -25,11 +25,14 @@ from django.utils import timezone
 from django.utils.json import normalize_json
 
 from due.app import App
+from due.contrib.django.attempts import AttemptStart, this_attempt_started
 from due.contrib.django.results import running_result
 from due.core.jobs import Job
 from due.errors import ConfigurationError, class_path
+from due.instrumentation import AttemptInfo, add_attempt_hook
 from due.long_work.context import Context
 from due.retry import Retry
+from due.shown_arguments import scrubbed, secret_texts
 from due.task import Task as DueAppTask
 
 _lock = threading.Lock()
@@ -37,6 +40,13 @@ _seen: dict[str, tuple[Task, type]] = {}
 """By name: every Django task seen so far, whatever its backend (any task may be
 sent to any backend with `.using(backend=...)`, so every App knows them all)."""
 log = logging.getLogger("due.contrib.django")
+
+
+TASK_FAILURES = (Exception, SystemExit, KeyboardInterrupt)
+"""What a task raises that fails its attempt (as due's worker records it): its
+`sys.exit()` and its own KeyboardInterrupt too, as Django's backends fail a
+task that exits. due's own stops (a cancel, a lost lease, an asyncio
+cancellation) pass through."""
 
 
 class ResultNotJSON(TypeError):
@@ -68,6 +78,14 @@ def register_seen(app: App, alias: str) -> None:
         for name, (task, sender) in _seen.items():
             if name not in app.tasks:
                 _register(app, alias, task, sender)
+
+
+def _attempt_hook(info: AttemptInfo) -> AttemptStart | None:
+    """Each attempt of a Django task has its start noted (attempts.py)."""
+    return AttemptStart(info) if info.task in _seen else None
+
+
+add_attempt_hook(_attempt_hook)
 
 
 def _options(task: Task) -> dict[str, Any]:
@@ -121,14 +139,19 @@ def _handler(task: Task, sender: type, alias: str) -> Any:
                 else:
                     value = task.func(*args, **kwargs)
                 value = _json(value, task)
-            except Exception as error:
-                if _final(ctx, error):
-                    _failed(result, error)
-                    send_robustly(task_finished, sender, result, ctx)
-                raise
-            _succeeded(result, value)
-            send_robustly(task_finished, sender, result, ctx)
-            return value
+            except TASK_FAILURES as error:
+                failure = error
+            else:
+                _succeeded(result, value)
+                send_robustly(task_finished, sender, result, ctx)
+                return value
+            # Out of the except clause: Django's own receiver logs the exception
+            # being handled, unscrubbed, traceback and all. Receivers get the
+            # result's error, scrubbed as due's stored one is.
+            if _final(ctx, failure):
+                _failed(result, failure, _secrets(ctx, args, kwargs))
+                send_robustly(task_finished, sender, result, ctx)
+            raise failure
         finally:
             close_old_connections()
 
@@ -151,14 +174,16 @@ def _async_handler(task: Task, sender: type, alias: str) -> Any:
                 else:
                     value = await task.acall(*args, **kwargs)
                 value = _json(value, task)
-            except Exception as error:
-                if _final(ctx, error):
-                    _failed(result, error)
-                    await _asend(task_finished, sender, result, ctx)
-                raise
-            _succeeded(result, value)
-            await _asend(task_finished, sender, result, ctx)
-            return value
+            except TASK_FAILURES as error:
+                failure = error
+            else:
+                _succeeded(result, value)
+                await _asend(task_finished, sender, result, ctx)
+                return value
+            if _final(ctx, failure):  # (out of the except clause, as in _handler)
+                _failed(result, failure, _secrets(ctx, args, kwargs))
+                await _asend(task_finished, sender, result, ctx)
+            raise failure
         finally:
             await sync_to_async(close_old_connections)()
 
@@ -216,7 +241,7 @@ def _started(ctx: Context, task: Task, args: Any, kwargs: Any, earlier: Job | No
         kwargs,
         backend=task.backend,
         enqueued_at=ctx.enqueued_at,
-        started_at=timezone.now(),
+        attempt_started=this_attempt_started(),
         earlier=earlier,
         worker=ctx.worker,
     )
@@ -241,7 +266,7 @@ async def _asend(signal: Signal, sender: type, result: Any, ctx: Context | None 
             log.error("a receiver of a task signal raised: %r", receiver, exc_info=outcome)
 
 
-def _final(ctx: Context, error: Exception) -> bool:
+def _final(ctx: Context, error: BaseException) -> bool:
     """Whether this failure ends the job (no retry follows): only then has the task finished."""
     app = ctx._app
     if app is None or ctx.task not in app.tasks:
@@ -250,13 +275,23 @@ def _final(ctx: Context, error: Exception) -> bool:
     return not policy.should_retry(error, ctx.attempt, ctx.max_attempts)
 
 
-def _failed(result: Any, error: Exception) -> None:
+def _secrets(ctx: Context, args: Any, kwargs: Any) -> set[str]:
+    """The values of the job's arguments that due shows hidden (as its worker
+    scrubs them from the error it stores)."""
+    app = ctx._app
+    if app is None or ctx.task not in app.tasks:
+        return set()
+    task = app.tasks.get(ctx.task)
+    return secret_texts(args, kwargs, task.redact, task.redacted_positions)
+
+
+def _failed(result: Any, error: BaseException, secrets: set[str]) -> None:
     object.__setattr__(result, "status", TaskResultStatus.FAILED)
     object.__setattr__(result, "finished_at", timezone.now())
     result.errors.append(
         TaskError(
             exception_class_path=class_path(error),
-            traceback="".join(traceback.format_exception(error)),
+            traceback=scrubbed("".join(traceback.format_exception(error)), secrets),
         )
     )
 

@@ -2,9 +2,10 @@
 
 `path("jobs/", include("due.contrib.django.urls"))` serves due's dashboard (a
 Starlette app) under the site's own URL: Django's session login decides who
-may look (an anonymous visitor is sent to LOGIN_URL, a signed-in user who is
-not staff is refused), Django's CSRF protection guards its actions, and each
-action is recorded as done by the signed-in user.
+may look (an anonymous visitor is sent to LOGIN_URL, or to the admin's login
+when the settings do not set it; a signed-in user who is not staff is
+refused), Django's CSRF protection guards its actions, and each action is
+recorded as done by the signed-in user.
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ import threading
 from typing import Any
 
 from asgiref.sync import async_to_sync
+from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.core.handlers.asgi import ASGIRequest
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 from django.http.request import RawPostDataException
 from django.middleware.csrf import get_token
+from django.urls import NoReverseMatch, reverse
 from django.views.decorators.csrf import csrf_protect
 
 from due.app import App
@@ -33,10 +36,31 @@ _lock = threading.Lock()
 def dashboard(request: HttpRequest, subpath: str = "") -> HttpResponse:
     user = request.user
     if not user.is_authenticated:
-        return redirect_to_login(request.get_full_path())
+        return _to_login(request)
     if not (user.is_active and user.is_staff):
         raise PermissionDenied("the jobs dashboard is for staff users")
     return async_to_sync(_call)(_dashboard_of(_app()), request, subpath)
+
+
+NO_LOGIN_PAGE = (
+    "The jobs dashboard is for signed-in staff users, and this site has no login "
+    "page to send you to. Set LOGIN_URL in the settings to the URL (or the URL "
+    'name) of your login page, or include the admin\'s URLs (path("admin/", '
+    "admin.site.urls)), whose login page is then used.\n"
+)
+
+
+def _to_login(request: HttpRequest) -> HttpResponse:
+    """To the site's login page: LOGIN_URL when the settings set it (Django's
+    default, /accounts/login/, is a page a new project does not have), else
+    the admin's; with neither, a page that says what to set."""
+    if settings.is_overridden("LOGIN_URL"):
+        return redirect_to_login(request.get_full_path())
+    try:
+        admin_login = reverse("admin:login")
+    except NoReverseMatch:
+        return HttpResponseForbidden(NO_LOGIN_PAGE, content_type="text/plain; charset=utf-8")
+    return redirect_to_login(request.get_full_path(), admin_login)
 
 
 def _app() -> App:

@@ -1357,23 +1357,58 @@ WHERE id = ANY(ARRAY(
            OR finished_at + make_interval(secs => coalesce(unique_for, 0))
               <= coalesce(%(now)s::timestamptz, now()))
       AND id < (SELECT max(id) FROM due_jobs)
-      -- A step's result is kept while its workflow runs (a later step reads it).
-      AND (workflow_id IS NULL OR NOT EXISTS (
-          SELECT 1 FROM due_workflows AS w WHERE w.id = due_jobs.workflow_id AND w.state = 'running'))
+      -- A workflow is kept or pruned whole (prune_workflows): a retry finds
+      -- every result it reads, and every step it counts.
+      AND workflow_id IS NULL
     ORDER BY id
     LIMIT %(limit)s
 ))
-RETURNING id, workflow_id
+RETURNING id
+
+-- name: prunable_workflows
+-- Ended workflows older than their outcome's retention (a failed or cancelled
+-- one is kept as long as a failed job, every step of it), oldest first, as
+-- many as hold `limit` steps (one at least). None holds the newest job, nor a
+-- step whose key still deduplicates.
+SELECT id FROM (
+    SELECT w.id, sum(w.steps_total) OVER (ORDER BY w.id) - w.steps_total AS before
+    FROM due_workflows AS w
+    WHERE w.state <> 'running'
+      AND w.finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(
+          secs => CASE WHEN w.state = 'succeeded' THEN %(retention_succeeded)s
+                       ELSE %(retention_failed)s END)
+      AND NOT EXISTS (
+          SELECT 1 FROM due_jobs AS s
+          WHERE s.workflow_id = w.id
+            AND (s.id >= (SELECT max(id) FROM due_jobs)
+                 OR (s.dedupe_key IS NOT NULL
+                     AND s.finished_at + make_interval(secs => coalesce(s.unique_for, 0))
+                         > coalesce(%(now)s::timestamptz, now()))))
+) AS old
+WHERE before < %(limit)s
+ORDER BY id
+
+-- name: lock_pruned_steps
+-- Their steps, locked in id order before their rows (the one lock order): a
+-- retry under way is waited for, and seen by prune_workflows.
+SELECT id FROM due_jobs WHERE workflow_id = ANY(%(ids)b::bigint[]) ORDER BY id FOR UPDATE
+
+-- name: prune_workflows
+-- The workflows still ended (not retried meanwhile), and still old enough.
+DELETE FROM due_workflows AS w
+WHERE w.id = ANY(%(ids)b::bigint[]) AND w.state <> 'running'
+  AND w.finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(
+      secs => CASE WHEN w.state = 'succeeded' THEN %(retention_succeeded)s
+                   ELSE %(retention_failed)s END)
+RETURNING w.id
+
+-- name: prune_workflow_steps
+DELETE FROM due_jobs WHERE workflow_id = ANY(%(ids)b::bigint[])
+RETURNING id
 
 -- name: prune_workflow_edges
 DELETE FROM due_workflow_edges
 WHERE step_id = ANY(%(ids)b::bigint[]) OR upstream_id = ANY(%(ids)b::bigint[])
-
--- name: prune_workflows
--- Ended workflows whose steps have all been pruned.
-DELETE FROM due_workflows AS w
-WHERE w.id = ANY(%(ids)b::bigint[]) AND w.state <> 'running'
-  AND NOT EXISTS (SELECT 1 FROM due_jobs WHERE workflow_id = w.id)
 
 -- name: prune_schedule_runs
 DELETE FROM due_schedule_runs
@@ -1420,7 +1455,7 @@ UPDATE due_jobs
 SET on_complete = coalesce(%(on_complete)s, on_complete),
     on_piece_failure = coalesce(%(on_piece_failure)s, on_piece_failure)
 WHERE id = %(parent)s AND lease_token = %(token)s AND state = 'running'
-RETURNING held
+RETURNING held, cancel_requested
 
 -- name: count_new_pieces
 UPDATE due_jobs SET pieces_total = pieces_total + %(added)s WHERE id = %(parent)s
@@ -1461,11 +1496,11 @@ SET pieces_done = pieces_done + %(succeeded)s,
     progress_at = coalesce(%(now)s::timestamptz, now())
 WHERE id = %(parent)s
 RETURNING id, state, pieces_total, pieces_done, pieces_failed, on_complete, on_piece_failure,
-          queue, priority, completes
+          queue, priority, completes, upstream_pending
 
 -- name: parent_counts
 SELECT id, state, pieces_total, pieces_done, pieces_failed, on_complete, on_piece_failure, queue,
-       priority, completes
+       priority, completes, upstream_pending
 FROM due_jobs WHERE id = %(parent)s FOR UPDATE
 
 -- name: finish_parent
@@ -1641,6 +1676,22 @@ SELECT EXISTS (SELECT 1 FROM due_jobs WHERE queue = %(queue)s)
        OR EXISTS (SELECT 1 FROM due_queues WHERE name = %(queue)s)
        OR EXISTS (SELECT 1 FROM due_schedules WHERE queue = %(queue)s)
        OR EXISTS (SELECT 1 FROM due_workers WHERE queues ? %(queue)s) AS found
+
+-- name: task_in_use
+-- Whether due knows a task by name without the app: a schedule starts it, a
+-- worker serves (or served) it, or a job of it is stored (not pruned). The
+-- jobs are read last, and only when the small tables do not name it: no index
+-- serves a task's name.
+SELECT EXISTS (SELECT 1 FROM due_schedules WHERE task = %(task)s)
+       OR EXISTS (SELECT 1 FROM due_workers WHERE tasks ? %(task)s)
+       OR EXISTS (SELECT 1 FROM due_jobs WHERE task = %(task)s) AS found
+
+-- name: known_task_names
+-- Every task name due knows without the app (see task_in_use), for the
+-- closest to a name it does not know: read only on that error's way.
+SELECT task AS name FROM due_schedules
+UNION SELECT jsonb_array_elements_text(tasks) FROM due_workers
+UNION SELECT task FROM due_jobs
 
 -- name: ended_jobs
 -- The jobs among these that have ended (what app.wait() waits for).
@@ -2115,12 +2166,17 @@ RETURNING j.id, j.task, j.queue, j.schedule, j.state, j.parent_id, j.completes, 
 -- name: count_workflow_endings
 -- Ended steps counted on their workflows; a workflow whose steps have all
 -- ended ends: failed if one failed, else cancelled if one was, else succeeded.
+-- The workflows' rows are the last a transaction locks (after every job row it
+-- touches), in id order: the one lock order (store/workflows.py).
 WITH ended AS (
     SELECT workflow, count(*)::int AS n,
            count(*) FILTER (WHERE state = 'failed')::int AS failed,
            count(*) FILTER (WHERE state = 'cancelled')::int AS cancelled
     FROM unnest(%(workflow)b::bigint[], %(state)b::text[]) AS e(workflow, state)
     GROUP BY workflow
+), locked AS MATERIALIZED (
+    SELECT id FROM due_workflows WHERE id = ANY(ARRAY(SELECT workflow FROM ended))
+    ORDER BY id FOR NO KEY UPDATE
 )
 UPDATE due_workflows AS w
 SET steps_ended = w.steps_ended + ended.n,
@@ -2134,7 +2190,7 @@ SET steps_ended = w.steps_ended + ended.n,
     finished_at = CASE WHEN w.steps_ended + ended.n >= w.steps_total
                        THEN coalesce(%(now)s::timestamptz, now()) END
 FROM ended
-WHERE w.id = ended.workflow
+WHERE w.id = ended.workflow AND w.id = ANY(ARRAY(SELECT id FROM locked))
 
 -- name: workflow
 SELECT id, name, state, steps_total, steps_ended, steps_failed, steps_cancelled,
@@ -2161,20 +2217,25 @@ LIMIT %(limit)s
 -- name: stuck_workflows
 -- Running workflows that cannot advance: no step queued or running, and a
 -- step waiting whose upstream steps have all ended (and that waits for no
--- pieces of its own). Each with the first such step's name.
+-- pieces of its own), or every step ended (its counts disagree with its
+-- steps). Each with the first such waiting step's name (NULL: every step ended).
 SELECT id, name, step FROM (
 SELECT w.id, w.name,
        (SELECT min(s.step_name) FROM due_jobs AS s
-        WHERE s.workflow_id = w.id AND s.state = 'waiting' AND s.pieces_total = 0
+        WHERE s.workflow_id = w.id AND s.state = 'waiting'
+          AND (s.pieces_total = 0 OR s.upstream_pending > 0)
           AND NOT EXISTS (SELECT 1 FROM due_workflow_edges AS e
                           JOIN due_jobs AS u ON u.id = e.upstream_id
-                          WHERE e.step_id = s.id AND u.state NOT IN ('succeeded', 'failed', 'cancelled'))) AS step
+                          WHERE e.step_id = s.id AND u.state NOT IN ('succeeded', 'failed', 'cancelled'))) AS step,
+       NOT EXISTS (SELECT 1 FROM due_jobs AS o
+                   WHERE o.workflow_id = w.id
+                     AND o.state NOT IN ('succeeded', 'failed', 'cancelled')) AS ended
 FROM due_workflows AS w
 WHERE w.state = 'running'
   AND NOT EXISTS (SELECT 1 FROM due_jobs AS q
                   WHERE q.workflow_id = w.id AND q.state IN ('queued', 'running'))
 ) AS running
-WHERE step IS NOT NULL
+WHERE step IS NOT NULL OR ended
 ORDER BY id
 LIMIT %(limit)s
 
@@ -2185,15 +2246,44 @@ FROM due_workflow_edges AS e JOIN due_jobs AS u ON u.id = e.upstream_id
 WHERE e.step_id = %(id)s
 ORDER BY u.step_name
 
--- name: lock_workflow
-SELECT id, state FROM due_workflows WHERE id = %(id)s FOR UPDATE
-
 -- name: lock_workflow_steps
--- A workflow's unfinished steps, locked in id order (as releases lock them).
+-- A workflow's unfinished steps, locked in id order (as releases lock them),
+-- before its row (the one lock order: steps, then the workflow).
 SELECT id FROM due_jobs
 WHERE workflow_id = %(id)s AND state IN ('queued', 'waiting', 'running')
 ORDER BY id
 FOR NO KEY UPDATE
+
+-- name: end_settled_workflow
+-- A cancelled workflow with no step left to end ends now, its counts read from
+-- its steps (they agree, unless broken by hand: a cancel mends them).
+UPDATE due_workflows AS w
+SET steps_ended = c.ended, steps_failed = c.failed, steps_cancelled = c.cancelled,
+    state = CASE WHEN c.failed > 0 THEN 'failed'
+                 WHEN c.cancelled > 0 THEN 'cancelled'
+                 ELSE 'succeeded' END,
+    finished_at = coalesce(%(now)s::timestamptz, now())
+FROM (SELECT count(*) FILTER (WHERE state IN ('succeeded', 'failed', 'cancelled'))::int AS ended,
+             count(*) FILTER (WHERE state = 'failed')::int AS failed,
+             count(*) FILTER (WHERE state = 'cancelled')::int AS cancelled,
+             count(*) FILTER (WHERE state NOT IN ('succeeded', 'failed', 'cancelled'))::int AS open
+      FROM due_jobs WHERE workflow_id = %(id)s) AS c
+WHERE w.id = %(id)s AND w.state = 'running' AND c.open = 0
+
+-- name: lock_retried_steps
+-- app.retry_workflow: every step that did not succeed (those to run again, and
+-- the unfinished ones, whose ends must not be under way while the steps after
+-- them are counted), locked in id order.
+SELECT id, state, pieces_total FROM due_jobs
+WHERE workflow_id = %(id)s AND state <> 'succeeded'
+ORDER BY id
+FOR NO KEY UPDATE
+
+-- name: workflow_steps_present
+-- A workflow's steps as counted, and those its table holds (fewer: pruned).
+SELECT w.steps_total, (SELECT count(*) FROM due_jobs WHERE workflow_id = w.id)::int AS present
+FROM due_workflows AS w
+WHERE w.id = %(id)s
 
 -- name: cancel_workflow_steps
 -- app.cancel_workflow: its queued and waiting steps end now.
@@ -2218,19 +2308,15 @@ WHERE workflow_id = %(id)s AND state = 'running'
 RETURNING id, pg_notify({channel:due_jobs}, '!cancel ' || id)::text AS notified
 
 -- name: retry_workflow_steps
--- app.retry_workflow: every failed or cancelled step runs again, with a fresh
--- set of attempts, once the steps it comes after that are being retried too
--- have ended (steps that succeeded stay as they are).
-WITH redo AS (
-    SELECT id FROM due_jobs
-    WHERE workflow_id = %(id)s AND state IN ('failed', 'cancelled') AND pieces_total = 0
-    ORDER BY id
-    FOR NO KEY UPDATE
-), pending AS (
+-- app.retry_workflow: these failed or cancelled steps run again, with a fresh
+-- set of attempts, once the steps they come after that are being retried too
+-- (or have not ended) have ended. Every step that did not succeed is retried
+-- at once, so no upstream step of theirs stays failed: none starts cancelled.
+WITH pending AS (
     SELECT r.id,
            (SELECT count(*) FROM due_workflow_edges AS e JOIN due_jobs AS u ON u.id = e.upstream_id
             WHERE e.step_id = r.id AND u.state <> 'succeeded')::int AS n
-    FROM redo AS r
+    FROM unnest(%(ids)b::bigint[]) AS r(id)
 )
 UPDATE due_jobs AS j
 SET state = CASE WHEN p.n > 0 THEN 'waiting' ELSE 'queued' END,
@@ -2241,28 +2327,76 @@ SET state = CASE WHEN p.n > 0 THEN 'waiting' ELSE 'queued' END,
     attempt = 0,
     lost_leases = 0,
     cancel_requested = false,
+    limit_wait = NULL,  -- a wait ended with the job: its next claim looks again
+    limit_wait_key = NULL,
     finished_at = NULL,
     lease_expires_at = NULL
 FROM pending AS p
-WHERE j.id = p.id
+WHERE j.id = p.id AND j.state IN ('failed', 'cancelled')
 RETURNING j.id, j.state,
           CASE WHEN p.n = 0 THEN pg_notify({channel:due_jobs},
               j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text END AS notified
 
--- name: recount_workflow
--- A workflow's counts read again from its steps (after a retry).
-UPDATE due_workflows AS w
-SET steps_ended = c.ended, steps_failed = c.failed, steps_cancelled = c.cancelled,
-    state = CASE WHEN c.ended < w.steps_total THEN 'running'
-                 WHEN c.failed > 0 THEN 'failed'
-                 WHEN c.cancelled > 0 THEN 'cancelled'
-                 ELSE 'succeeded' END,
-    finished_at = CASE WHEN c.ended < w.steps_total THEN NULL ELSE w.finished_at END
-FROM (SELECT count(*) FILTER (WHERE state IN ('succeeded', 'failed', 'cancelled'))::int AS ended,
-             count(*) FILTER (WHERE state = 'failed')::int AS failed,
-             count(*) FILTER (WHERE state = 'cancelled')::int AS cancelled
-      FROM due_jobs WHERE workflow_id = %(id)s) AS c
-WHERE w.id = %(id)s
+-- name: uncount_retried_steps
+-- The steps still waiting for steps just retried no longer count those ends:
+-- each retried step will be counted once more when it ends again (invariant
+-- 18). A waiting step counted each of its upstream steps' ends, failed or
+-- cancelled, once; the retried ones are taken back.
+WITH retried AS (
+    SELECT id FROM unnest(%(ids)b::bigint[]) AS r(id)
+), hits AS (
+    SELECT e.step_id, count(*)::int AS n
+    FROM due_workflow_edges AS e JOIN retried ON e.upstream_id = retried.id
+    WHERE e.step_id <> ALL(%(ids)b::bigint[])
+    GROUP BY e.step_id
+)
+UPDATE due_jobs AS j
+SET upstream_pending = j.upstream_pending + hits.n,
+    upstream_failed = greatest(0, j.upstream_failed - hits.n)
+FROM hits
+WHERE j.id = hits.step_id AND j.state = 'waiting' AND j.upstream_pending > 0
+
+-- name: retry_pieces
+-- A retried step's pieces that did not succeed run again with it (pieces of
+-- pieces too, a level at a time), with a fresh set of attempts.
+UPDATE due_jobs AS j
+SET state = 'queued',
+    run_at = coalesce(%(now)s::timestamptz, now()),
+    timer = false,
+    attempt = 0,
+    lost_leases = 0,
+    cancel_requested = false,
+    limit_wait = NULL,
+    limit_wait_key = NULL,
+    finished_at = NULL,
+    lease_expires_at = NULL
+WHERE j.parent_id = ANY(%(ids)b::bigint[]) AND j.state IN ('failed', 'cancelled')
+RETURNING j.id, j.pieces_total,
+          pg_notify({channel:due_jobs}, j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text
+              AS notified
+
+-- name: recount_retried_parents
+-- ... and their parents count as ended only the pieces that succeeded (or were
+-- pruned, after they ended); those running still count themselves as they end.
+UPDATE due_jobs AS p
+SET pieces_failed = 0,
+    pieces_done = p.pieces_total - c.open,
+    progress = jsonb_build_object('done', p.pieces_total - c.open, 'total', p.pieces_total)
+FROM (SELECT parent.id,
+             (SELECT count(*) FROM due_jobs AS k
+              WHERE k.parent_id = parent.id AND k.state <> 'succeeded')::int AS open
+      FROM unnest(%(ids)b::bigint[]) AS parent(id)) AS c
+WHERE p.id = c.id
+
+-- name: uncount_workflow
+-- A retried workflow's counts without the ends of the steps retried; it runs.
+UPDATE due_workflows
+SET steps_ended = steps_ended - %(ended)s,
+    steps_failed = steps_failed - %(failed)s,
+    steps_cancelled = steps_cancelled - %(cancelled)s,
+    state = 'running',
+    finished_at = NULL
+WHERE id = %(id)s
 
 -- name: limit_keys_look_again
 -- A limit's numbers changed: its waiting keys are looked at again at the next
@@ -2270,17 +2404,18 @@ WHERE w.id = %(id)s
 UPDATE due_limit_keys SET opens_at = NULL
 WHERE name = %(name)s AND waiting AND opens_at IS NOT NULL
 
--- name: lock_step_adder
--- A running step adding steps to its workflow (fenced by its lease).
-SELECT workflow_id FROM due_jobs
-WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running' AND workflow_id IS NOT NULL
-FOR NO KEY UPDATE
+-- name: step_adder
+-- A step adding steps to its workflow: which workflow (read, not locked: its
+-- row is locked with the named steps, in id order).
+SELECT workflow_id FROM due_jobs WHERE id = %(id)s AND workflow_id IS NOT NULL
 
 -- name: lock_named_steps
--- The steps new ones come after, locked (in id order) so that none ends
--- between this look at its state and the new edges' commit.
-SELECT id, step_name, state FROM due_jobs
-WHERE workflow_id = %(workflow)s AND step_name = ANY(%(names)b::text[])
+-- The step that adds and the steps named (those new ones come after, and the
+-- new ones' names), locked in id order: none ends between this look at its
+-- state and the new edges' commit, and the adder's lease and cancel request
+-- are read as they stand (a cancel committed meanwhile is seen).
+SELECT id, step_name, state, lease_token, cancel_requested FROM due_jobs
+WHERE (workflow_id = %(workflow)s AND step_name = ANY(%(names)b::text[])) OR id = %(adder)s
 ORDER BY id
 FOR NO KEY UPDATE
 

@@ -56,7 +56,7 @@ from due.store.sqlalchemy_connections import (
     sync_connection,
 )
 from due.store.sqlite.doorbell import Bell, Doorbell
-from due.store.sqlite.writer_turns import WriterTurns
+from due.store.sqlite.writer_turns import WriterTurns, turn_wait
 
 QUERIES = load_queries("due.store.sqlite")
 MIGRATIONS = load_migrations("due.store.sqlite")
@@ -80,6 +80,7 @@ RINGING = frozenset(
         "release_steps",
         "rescue_jobs",
         "retry_job",
+        "retry_pieces",
         "retry_plain_jobs",
         "retry_workflow_steps",
         "set_queue_paused",
@@ -248,6 +249,7 @@ class SQLiteBackend:
         self.path = path_from_url(url)
         self._clock = clock
         self._busy_timeout = busy_timeout
+        self._turn_wait = turn_wait(busy_timeout)
         if (
             isinstance(commit_poll, bool)
             or not isinstance(commit_poll, int | float)
@@ -296,7 +298,8 @@ class SQLiteBackend:
             turns = _WRITER_LOCKS.turns_of(self._writer_key)
             turn = False
             try:
-                turn = turns.take(self._busy_timeout - (self._clock.monotonic() - asked))
+                patience = self._busy_timeout - (self._clock.monotonic() - asked)
+                turn = turns.take(min(self._turn_wait, patience))  # (held longer: frozen?)
                 waited = self._clock.monotonic() - asked
                 self._begin_immediate(conn, self._busy_timeout - waited)
                 try:

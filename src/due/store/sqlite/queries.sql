@@ -1025,24 +1025,55 @@ WHERE id IN (
            OR (state IN ('failed', 'cancelled') AND finished_at < :now - :retention_failed))
       AND (dedupe_key IS NULL OR finished_at + coalesce(unique_for, 0) <= :now)
       AND id < (SELECT max(id) FROM due_jobs)
-      -- A step's result is kept while its workflow runs (a later step reads it).
-      AND (workflow_id IS NULL OR NOT EXISTS (
-          SELECT 1 FROM due_workflows AS w WHERE w.id = due_jobs.workflow_id AND w.state = 'running'))
+      -- A workflow is kept or pruned whole (prune_workflows): a retry finds
+      -- every result it reads, and every step it counts.
+      AND workflow_id IS NULL
     ORDER BY id
     LIMIT :limit
 )
-RETURNING id, workflow_id
+RETURNING id
+
+-- name: prunable_workflows
+-- Ended workflows older than their outcome's retention (a failed or cancelled
+-- one is kept as long as a failed job, every step of it), oldest first, as
+-- many as hold `limit` steps (one at least). None holds the newest job, nor a
+-- step whose key still deduplicates.
+SELECT id FROM (
+    SELECT w.id, sum(w.steps_total) OVER (ORDER BY w.id) - w.steps_total AS before
+    FROM due_workflows AS w
+    WHERE w.state <> 'running'
+      AND w.finished_at < :now - CASE WHEN w.state = 'succeeded' THEN :retention_succeeded
+                                      ELSE :retention_failed END
+      AND NOT EXISTS (
+          SELECT 1 FROM due_jobs AS s
+          WHERE s.workflow_id = w.id
+            AND (s.id >= (SELECT max(id) FROM due_jobs)
+                 OR (s.dedupe_key IS NOT NULL
+                     AND s.finished_at + coalesce(s.unique_for, 0) > :now)))
+) AS old
+WHERE before < :limit
+ORDER BY id
+
+-- name: lock_pruned_steps
+-- (SQLite's single writer holds the whole database: nothing to lock.)
+SELECT 1 WHERE 0
+
+-- name: prune_workflows
+-- The workflows still ended, and still old enough.
+DELETE FROM due_workflows
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state <> 'running'
+  AND finished_at < :now - CASE WHEN state = 'succeeded' THEN :retention_succeeded
+                                ELSE :retention_failed END
+RETURNING id
+
+-- name: prune_workflow_steps
+DELETE FROM due_jobs WHERE workflow_id IN (SELECT value FROM json_each(:ids))
+RETURNING id
 
 -- name: prune_workflow_edges
 DELETE FROM due_workflow_edges
 WHERE step_id IN (SELECT value FROM json_each(:ids))
    OR upstream_id IN (SELECT value FROM json_each(:ids))
-
--- name: prune_workflows
--- Ended workflows whose steps have all been pruned.
-DELETE FROM due_workflows
-WHERE id IN (SELECT value FROM json_each(:ids)) AND state <> 'running'
-  AND NOT EXISTS (SELECT 1 FROM due_jobs WHERE workflow_id = due_workflows.id)
 
 -- name: prune_schedule_runs
 DELETE FROM due_schedule_runs
@@ -1085,7 +1116,7 @@ UPDATE due_jobs
 SET on_complete = coalesce(:on_complete, on_complete),
     on_piece_failure = coalesce(:on_piece_failure, on_piece_failure)
 WHERE id = :parent AND lease_token = :token AND state = 'running'
-RETURNING held
+RETURNING held, cancel_requested
 
 -- name: count_new_pieces
 UPDATE due_jobs SET pieces_total = pieces_total + :added WHERE id = :parent
@@ -1117,11 +1148,11 @@ SET pieces_done = pieces_done + :succeeded,
     progress_at = :now
 WHERE id = :parent
 RETURNING id, state, pieces_total, pieces_done, pieces_failed, on_complete, on_piece_failure,
-          queue, priority, completes
+          queue, priority, completes, upstream_pending
 
 -- name: parent_counts
 SELECT id, state, pieces_total, pieces_done, pieces_failed, on_complete, on_piece_failure, queue,
-       priority, completes
+       priority, completes, upstream_pending
 FROM due_jobs WHERE id = :parent
 
 -- name: finish_parent
@@ -1332,6 +1363,23 @@ SELECT EXISTS (SELECT 1 FROM due_jobs WHERE queue = :queue)
        OR EXISTS (SELECT 1 FROM due_schedules WHERE queue = :queue)
        OR EXISTS (SELECT 1 FROM due_workers, json_each(due_workers.queues) AS q
                   WHERE q.key = :queue) AS found
+
+-- name: task_in_use
+-- Whether due knows a task by name without the app: a schedule starts it, a
+-- worker serves (or served) it, or a job of it is stored (not pruned). The
+-- jobs are read last, and only when the small tables do not name it: no index
+-- serves a task's name.
+SELECT EXISTS (SELECT 1 FROM due_schedules WHERE task = :task)
+       OR EXISTS (SELECT 1 FROM due_workers, json_each(due_workers.tasks) AS t
+                  WHERE t.value = :task)
+       OR EXISTS (SELECT 1 FROM due_jobs WHERE task = :task) AS found
+
+-- name: known_task_names
+-- Every task name due knows without the app (see task_in_use), for the
+-- closest to a name it does not know: read only on that error's way.
+SELECT task AS name FROM due_schedules
+UNION SELECT t.value FROM due_workers, json_each(due_workers.tasks) AS t
+UNION SELECT task FROM due_jobs
 
 -- name: ended_jobs
 -- The jobs among these that have ended (what app.wait() waits for).
@@ -1740,20 +1788,25 @@ LIMIT :limit
 -- name: stuck_workflows
 -- Running workflows that cannot advance: no step queued or running, and a
 -- step waiting whose upstream steps have all ended (and that waits for no
--- pieces of its own). Each with the first such step's name.
+-- pieces of its own), or every step ended (its counts disagree with its
+-- steps). Each with the first such waiting step's name (NULL: every step ended).
 SELECT id, name, step FROM (
 SELECT w.id, w.name,
        (SELECT min(s.step_name) FROM due_jobs AS s
-        WHERE s.workflow_id = w.id AND s.state = 'waiting' AND s.pieces_total = 0
+        WHERE s.workflow_id = w.id AND s.state = 'waiting'
+          AND (s.pieces_total = 0 OR s.upstream_pending > 0)
           AND NOT EXISTS (SELECT 1 FROM due_workflow_edges AS e
                           JOIN due_jobs AS u ON u.id = e.upstream_id
-                          WHERE e.step_id = s.id AND u.state NOT IN ('succeeded', 'failed', 'cancelled'))) AS step
+                          WHERE e.step_id = s.id AND u.state NOT IN ('succeeded', 'failed', 'cancelled'))) AS step,
+       NOT EXISTS (SELECT 1 FROM due_jobs AS o
+                   WHERE o.workflow_id = w.id
+                     AND o.state NOT IN ('succeeded', 'failed', 'cancelled')) AS ended
 FROM due_workflows AS w
 WHERE w.state = 'running'
   AND NOT EXISTS (SELECT 1 FROM due_jobs AS q
                   WHERE q.workflow_id = w.id AND q.state IN ('queued', 'running'))
 ) AS running
-WHERE step IS NOT NULL
+WHERE step IS NOT NULL OR ended
 ORDER BY id
 LIMIT :limit
 
@@ -1764,11 +1817,37 @@ FROM due_workflow_edges AS e JOIN due_jobs AS u ON u.id = e.upstream_id
 WHERE e.step_id = :id
 ORDER BY u.step_name
 
--- name: lock_workflow
-SELECT id, state FROM due_workflows WHERE id = :id
-
 -- name: lock_workflow_steps
+-- (SQLite's single writer holds the whole database: nothing to lock.)
 SELECT 1 WHERE 0
+
+-- name: end_settled_workflow
+-- A cancelled workflow with no step left to end ends now, its counts read from
+-- its steps (they agree, unless broken by hand: a cancel mends them).
+UPDATE due_workflows
+SET steps_ended = c.ended, steps_failed = c.failed, steps_cancelled = c.cancelled,
+    state = CASE WHEN c.failed > 0 THEN 'failed'
+                 WHEN c.cancelled > 0 THEN 'cancelled'
+                 ELSE 'succeeded' END,
+    finished_at = :now
+FROM (SELECT coalesce(sum(state IN ('succeeded', 'failed', 'cancelled')), 0) AS ended,
+             coalesce(sum(state = 'failed'), 0) AS failed,
+             coalesce(sum(state = 'cancelled'), 0) AS cancelled,
+             coalesce(sum(state NOT IN ('succeeded', 'failed', 'cancelled')), 0) AS open
+      FROM due_jobs WHERE workflow_id = :id) AS c
+WHERE due_workflows.id = :id AND due_workflows.state = 'running' AND c.open = 0
+
+-- name: lock_retried_steps
+-- app.retry_workflow: every step that did not succeed.
+SELECT id, state, pieces_total FROM due_jobs
+WHERE workflow_id = :id AND state <> 'succeeded'
+ORDER BY id
+
+-- name: workflow_steps_present
+-- A workflow's steps as counted, and those its table holds (fewer: pruned).
+SELECT w.steps_total, (SELECT count(*) FROM due_jobs WHERE workflow_id = w.id) AS present
+FROM due_workflows AS w
+WHERE w.id = :id
 
 -- name: cancel_workflow_steps
 -- app.cancel_workflow: its queued and waiting steps end now.
@@ -1791,15 +1870,14 @@ WHERE workflow_id = :id AND state = 'running'
 RETURNING id
 
 -- name: retry_workflow_steps
--- app.retry_workflow: every failed or cancelled step runs again, with a fresh
--- set of attempts, once the steps it comes after that are being retried too
--- have ended (steps that succeeded stay as they are).
+-- app.retry_workflow: these failed or cancelled steps run again, with a fresh
+-- set of attempts, once the steps they come after that are being retried too
+-- (or have not ended) have ended.
 WITH pending AS (
-    SELECT r.id,
+    SELECT r.value AS id,
            (SELECT count(*) FROM due_workflow_edges AS e JOIN due_jobs AS u ON u.id = e.upstream_id
-            WHERE e.step_id = r.id AND u.state <> 'succeeded') AS n
-    FROM due_jobs AS r
-    WHERE r.workflow_id = :id AND r.state IN ('failed', 'cancelled') AND r.pieces_total = 0
+            WHERE e.step_id = r.value AND u.state <> 'succeeded') AS n
+    FROM json_each(:ids) AS r
 )
 UPDATE due_jobs
 SET state = CASE WHEN pending.n > 0 THEN 'waiting' ELSE 'queued' END,
@@ -1810,25 +1888,64 @@ SET state = CASE WHEN pending.n > 0 THEN 'waiting' ELSE 'queued' END,
     attempt = 0,
     lost_leases = 0,
     cancel_requested = 0,
+    limit_wait = NULL,
+    limit_wait_key = NULL,
     finished_at = NULL,
     lease_expires_at = NULL
 FROM pending
-WHERE due_jobs.id = pending.id
+WHERE due_jobs.id = pending.id AND due_jobs.state IN ('failed', 'cancelled')
 RETURNING id, state
 
--- name: recount_workflow
+-- name: uncount_retried_steps
+-- The steps still waiting for steps just retried no longer count those ends.
+UPDATE due_jobs
+SET upstream_pending = upstream_pending + hits.n,
+    upstream_failed = max(0, upstream_failed - hits.n)
+FROM (SELECT e.step_id, count(*) AS n
+      FROM due_workflow_edges AS e
+      WHERE e.upstream_id IN (SELECT value FROM json_each(:ids))
+        AND e.step_id NOT IN (SELECT value FROM json_each(:ids))
+      GROUP BY e.step_id) AS hits
+WHERE due_jobs.id = hits.step_id AND due_jobs.state = 'waiting' AND due_jobs.upstream_pending > 0
+
+-- name: retry_pieces
+-- A retried step's pieces that did not succeed run again with it.
+UPDATE due_jobs
+SET state = 'queued',
+    run_at = :now,
+    timer = 0,
+    attempt = 0,
+    lost_leases = 0,
+    cancel_requested = 0,
+    limit_wait = NULL,
+    limit_wait_key = NULL,
+    finished_at = NULL,
+    lease_expires_at = NULL
+WHERE parent_id IN (SELECT value FROM json_each(:ids)) AND state IN ('failed', 'cancelled')
+RETURNING id, pieces_total
+
+-- name: recount_retried_parents
+-- ... and their parents count as ended only the pieces that succeeded (or were
+-- pruned, after they ended); those running still count themselves as they end.
+UPDATE due_jobs
+SET pieces_failed = 0,
+    pieces_done = pieces_total - c.open,
+    progress = json_object('done', pieces_total - c.open, 'total', pieces_total)
+FROM (SELECT parent.value AS id,
+             (SELECT count(*) FROM due_jobs AS k
+              WHERE k.parent_id = parent.value AND k.state <> 'succeeded') AS open
+      FROM json_each(:ids) AS parent) AS c
+WHERE due_jobs.id = c.id
+
+-- name: uncount_workflow
+-- A retried workflow's counts without the ends of the steps retried; it runs.
 UPDATE due_workflows
-SET steps_ended = c.ended, steps_failed = c.failed, steps_cancelled = c.cancelled,
-    state = CASE WHEN c.ended < steps_total THEN 'running'
-                 WHEN c.failed > 0 THEN 'failed'
-                 WHEN c.cancelled > 0 THEN 'cancelled'
-                 ELSE 'succeeded' END,
-    finished_at = CASE WHEN c.ended < steps_total THEN NULL ELSE finished_at END
-FROM (SELECT sum(state IN ('succeeded', 'failed', 'cancelled')) AS ended,
-             sum(state = 'failed') AS failed,
-             sum(state = 'cancelled') AS cancelled
-      FROM due_jobs WHERE workflow_id = :id) AS c
-WHERE due_workflows.id = :id
+SET steps_ended = steps_ended - :ended,
+    steps_failed = steps_failed - :failed,
+    steps_cancelled = steps_cancelled - :cancelled,
+    state = 'running',
+    finished_at = NULL
+WHERE id = :id
 
 -- name: limit_keys_look_again
 -- A limit's numbers changed: its waiting keys are looked at again at the next
@@ -1836,14 +1953,15 @@ WHERE due_workflows.id = :id
 UPDATE due_limit_keys SET opens_at = NULL
 WHERE name = :name AND waiting AND opens_at IS NOT NULL
 
--- name: lock_step_adder
--- A running step adding steps to its workflow (fenced by its lease).
-SELECT workflow_id FROM due_jobs
-WHERE id = :id AND lease_token = :token AND state = 'running' AND workflow_id IS NOT NULL
+-- name: step_adder
+-- A step adding steps to its workflow: which workflow.
+SELECT workflow_id FROM due_jobs WHERE id = :id AND workflow_id IS NOT NULL
 
 -- name: lock_named_steps
-SELECT id, step_name, state FROM due_jobs
-WHERE workflow_id = :workflow AND step_name IN (SELECT value FROM json_each(:names))
+-- The step that adds and the steps named, with the adder's lease and cancel request.
+SELECT id, step_name, state, lease_token, cancel_requested FROM due_jobs
+WHERE (workflow_id = :workflow AND step_name IN (SELECT value FROM json_each(:names)))
+   OR id = :adder
 ORDER BY id
 
 -- name: add_workflow_steps

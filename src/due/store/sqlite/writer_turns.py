@@ -14,11 +14,24 @@ that dies, so a killed writer never blocks the others.
 The turn is an optimisation only: SQLite's own lock still decides who writes,
 so a writer that takes no turn (another due version, the sqlite3 shell, a
 caller's own connection) is waited for as before, and a file that cannot be
-opened (a read-only folder) leaves due's writers trying as before.
+opened (a read-only folder), or that is not what due makes (beside.py: a
+symbolic link, another user's file, one others may read), leaves due's
+writers trying as before.
+
+A turn is held for one write transaction, milliseconds. A process frozen
+while it holds one (SIGSTOP, a paused container, a debugger) would make every
+other process's writes wait for it, so a writer waits for its turn a tenth
+of its busy timeout, a second at most (`turn_wait`), then writes without it:
+SQLite's lock decides, as for a writer that takes no turn (a frozen process
+holding *that* lock stalls every writer until its busy timeout, turns or
+none). The first writer of a process to give up logs which process holds the
+turn (`store.writer_turn_held`, from /proc/locks on Linux), and its writers go
+without turns until the turn comes (`store.writer_turn_freed`): one frozen
+process costs each other process one wait, not one a write.
 
 The kernel's wait has no timeout, so a helper thread of the process waits in
-it while the writer waits on an event, for as long as its busy timeout
-allows; a turn that comes after the writer gave up is handed straight back.
+it while the writer waits on an event; a turn that comes after the writer
+gave up is handed straight back.
 fcntl locks belong to the process: one writer thread of a process holds its
 turn at a time (the process's writer lock, taken first), a forked child has
 none of its parent's, and nothing else of the process may open and close the
@@ -29,10 +42,28 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import threading
+from pathlib import Path
+
+from due.clock import SystemClock
+from due.logs import event
+from due.store.sqlite import beside
 
 SUFFIX = "-due-writers"
+MAX_TURN_WAIT = 1.0
+TURN_WAIT_SHARE = 0.1
+"""A writer waits for its turn this share of its busy timeout, MAX_TURN_WAIT
+seconds at most: a turn held longer is held by a process that is frozen, or
+in a write of that length, whose lock SQLite's own wait takes over."""
+log = logging.getLogger("due.store")
+_CLOCK = SystemClock()
+
+
+def turn_wait(busy_timeout: float) -> float:
+    """How long a writer with this busy timeout waits for its turn."""
+    return min(MAX_TURN_WAIT, busy_timeout * TURN_WAIT_SHARE)
 
 
 class WriterTurns:
@@ -48,6 +79,9 @@ class WriterTurns:
         self._pending: _Request | None = None
         """The turn the helper is waiting for (None: it waits for none)."""
         self._helper: threading.Thread | None = None
+        self._stalled_since: float | None = None
+        """When a writer gave up waiting for the turn the helper still waits
+        for (None: no stall). Until the turn comes, writers go without."""
 
     def take(self, timeout: float) -> bool:
         """This process's turn, within `timeout` seconds: True when this call
@@ -60,8 +94,10 @@ class WriterTurns:
             return False
         with self._guard:
             request = self._pending
-            if request is not None:  # an earlier writer gave up on it: this one waits
-                request.abandoned = False
+            if request is not None:
+                if self._stalled_since is not None:  # held past a wait: not waited for again
+                    return False
+                request.abandoned = False  # an earlier writer was interrupted: this one waits
             else:
                 try:
                     fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: no thread involved
@@ -83,11 +119,29 @@ class WriterTurns:
             self.give_back()
             raise
         with self._guard:
-            if not request.granted.is_set():
+            gave_up = not request.granted.is_set()
+            if gave_up:
                 request.abandoned = True  # the helper hands it back when it comes
-                return False
+                stall_begins = self._stalled_since is None
+                if stall_begins:
+                    self._stalled_since = _CLOCK.monotonic()
+        if gave_up:
+            if stall_begins:
+                self._say_held(fd, timeout)
+            return False
         self._held = not request.failed
         return self._held
+
+    def _say_held(self, fd: int, waited: float) -> None:
+        holder = holder_of(fd)
+        event(
+            log,
+            "store.writer_turn_held",
+            logging.WARNING,
+            file=self.path,
+            holder="unknown" if holder is None else holder,
+            waited=round(waited, 3),
+        )
 
     def give_back(self) -> None:
         """Let the next writer have the turn. Never raises: a lock the kernel
@@ -112,10 +166,8 @@ class WriterTurns:
         if self._fd is None and not self._unusable:
             with self._guard:
                 if self._fd is None and not self._unusable:
-                    try:
-                        self._fd = _open_beside(self.path, self.path[: -len(SUFFIX)])
-                    except OSError:
-                        self._unusable = True
+                    self._fd = beside.open_file(self.path, self.path[: -len(SUFFIX)])
+                    self._unusable = self._fd is None
         return self._fd
 
     def _start_helper(self) -> None:
@@ -145,26 +197,33 @@ class WriterTurns:
                 failed = True
             with self._guard:
                 self._pending = None
+                stalled_since, self._stalled_since = self._stalled_since, None
                 if request.abandoned:
                     if not failed:
                         fcntl.lockf(fd, fcntl.LOCK_UN)
                 else:
                     request.failed = failed
                     request.granted.set()
+            if stalled_since is not None:
+                stalled = round(_CLOCK.monotonic() - stalled_since, 3)
+                event(log, "store.writer_turn_freed", file=self.path, stalled=stalled)
 
 
-def _open_beside(path: str, database: str) -> int:
-    """The turns file, made with the database file's read and write bits (as
-    SQLite makes its -wal and -shm files): a web server and a worker that run
-    as two users of one group share the database, and so must they share it."""
-    flags = os.O_RDWR | os.O_CLOEXEC
+def holder_of(fd: int) -> int | None:
+    """The process holding the lock on the open file `fd`, as Linux lists its
+    locks in /proc/locks ("1: POSIX ADVISORY WRITE <pid> <dev:inode> 0 EOF";
+    "->" marks a waiter). Elsewhere, or not found: None."""
     try:
-        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return os.open(path, flags)
-    with contextlib.suppress(OSError):
-        os.fchmod(fd, os.stat(database).st_mode & 0o666)
-    return fd
+        found = os.fstat(fd)
+        listed = Path("/proc/locks").read_text()
+    except OSError:
+        return None
+    file = f"{os.major(found.st_dev):02x}:{os.minor(found.st_dev):02x}:{found.st_ino}"
+    for line in listed.splitlines():
+        fields = line.split()
+        if len(fields) > 5 and fields[1] != "->" and fields[5] == file and fields[4].isdigit():
+            return int(fields[4])
+    return None
 
 
 class _Request:

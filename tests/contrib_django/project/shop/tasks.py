@@ -4,6 +4,8 @@ Django 6.1 hands @task's other keywords to the backend's task class (due's
 options); Django 6.0 does not, and there `due.contrib.django.task` takes them.
 """
 
+import sys
+
 import django
 from django.tasks import task
 
@@ -56,3 +58,31 @@ def not_a_task_too(n):
 @task
 def returns_a_set():
     return {1, 2}  # JSON cannot hold it
+
+
+@task_with_options(retry=due.Retry(max_attempts=2, backoff=0.05, jitter=0), takes_context=True)
+def fails_once(context):
+    """Fails its first attempt; the second says when the task started, as Django tells it."""
+    if context.attempt == 1:
+        raise ValueError("the first attempt fails")
+    result = context.task_result
+    return {
+        "started_at": result.started_at.isoformat(),
+        "last": result.last_attempted_at.isoformat(),
+    }
+
+
+@task
+def echoes(*args, **kwargs):
+    """Returns its arguments, as the task was given them."""
+    return {"args": list(args), "kwargs": kwargs}
+
+
+@task_with_options(retry=due.Retry(max_attempts=1))
+def signs_in(user, password):
+    raise PermissionError(f"partner refused login {user}:{password}")
+
+
+@task
+def exits(code):
+    sys.exit(code)
