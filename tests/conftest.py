@@ -4,6 +4,12 @@
 test's temporary folder, or a PostgreSQL schema of its own (selected through
 `search_path` in the URL), dropped afterwards. Tests that take `app` or
 `store` run once per backend.
+
+That server and database are shared with every other test run on the machine:
+a test acts only on what it made (its schema, its sessions, found by an
+application name of its own, a database of its own). A test that restarts a
+server or ends sessions it did not open takes `private_postgres`, a cluster
+of its own (tests/helpers/private_postgres.py).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import pytest
 
 import due
 from due.clock import FakeClock
+from tests.helpers import private_postgres as private
 from tests.helpers.pgbouncer import PgBouncer
 from tests.helpers.tools import need
 from tests.helpers.workers import Workers
@@ -81,6 +88,16 @@ def pgbouncer_url(postgres_schema: str, tmp_path: Path) -> Iterator[str]:
         tmp_dir=tmp_path / "pgbouncer", database=database, search_path=postgres_schema
     ) as bouncer:
         yield bouncer.url(due_pooler="transaction")
+
+
+@pytest.fixture
+def private_postgres() -> Iterator[private.PrivatePostgres]:
+    """A PostgreSQL cluster of this test's own (initdb, a free port), removed
+    after: for a test that restarts the server or ends every session."""
+    if (missing := private.missing()) is not None:
+        pytest.skip(missing)
+    with private.private_cluster() as server:
+        yield server
 
 
 @pytest.fixture
