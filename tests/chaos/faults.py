@@ -3,10 +3,13 @@
 Process faults: SIGKILL (restarted at once), SIGSTOP then SIGCONT a few seconds
 later (longer than a lease, often), SIGTERM (a graceful restart), SIGKILL of
 the scheduler's leader. Database faults: on PostgreSQL, a restart of the
-server and `pg_terminate_backend` of every worker connection, and a frozen
-TCP path between one worker and the database (a proxy that stops passing
-bytes), and a claim's reply lost after its commit (the same proxy breaks the
-connection); on SQLite, another process holding the write lock for seconds.
+server and `pg_terminate_backend` of every session, both on a cluster started
+for the run (tests/helpers/private_postgres.py: the machine's shared server,
+which every other test run uses, is never restarted nor its sessions ended),
+and a frozen TCP path between one worker and the database (a proxy that stops
+passing bytes), and a claim's reply lost after its commit (the same proxy
+breaks the connection); on SQLite, another process holding the write lock for
+seconds.
 Clock faults, on PostgreSQL: the wall clock of a running worker steps an
 hour ahead, and back at the next such fault (an NTP step, a resumed VM); the
 statements it sends a second (counted by the proxy it reaches the database
@@ -21,17 +24,16 @@ from __future__ import annotations
 import random
 import signal
 import sqlite3
-import subprocess
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import psycopg
 
 from due.store.sqlite.backend import path_from_url
 from tests.chaos.deployment import Deployment, Slot
+from tests.helpers.private_postgres import PrivatePostgres
 from tests.helpers.proxy import FreezableProxy
 
 
@@ -63,12 +65,21 @@ class Injector:
         kinds: list[str],
         proxy: FreezableProxy | None = None,
         seed: int = 0,
+        server: PrivatePostgres | None = None,
     ) -> None:
+        if server is None and set(kinds) & set(SERVER_FAULTS):
+            raise ValueError(
+                f"{', '.join(sorted(set(kinds) & set(SERVER_FAULTS)))} act on a whole "
+                "server: give the injector a private cluster (server=, "
+                "tests/helpers/private_postgres.py), never the shared one"
+            )
         self.deployment = deployment
         self.url = url
         self.rate = rate
         self.kinds = kinds
         self.proxy = proxy
+        self.server = server
+        """The cluster of this run's own that the server faults act on."""
         self.random = random.Random(seed)
         self.log: list[Fault] = []
         self.step_pace: list[tuple[float, float, float, float]] = []
@@ -190,23 +201,17 @@ class Injector:
     # --- database faults -------------------------------------------------------------
 
     def _restart_postgres(self) -> None:
+        """pg_ctl restart of the run's own cluster (fast: every session ended)."""
+        assert self.server is not None  # (checked in __init__)
         started = time.time()
-        version = sorted(path.name for path in Path("/etc/postgresql").iterdir())[-1]
-        subprocess.run(
-            ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"],
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )
+        self.server.restart()
         self._record("restart_postgres", None, time.time() - started)
 
     def _terminate_connections(self) -> None:
-        with psycopg.connect(self.url, autocommit=True) as conn:
-            ended = conn.execute(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            ).fetchone()
-        self._record("terminate_connections", None, float(ended[0] if ended else 0))
+        """pg_terminate_backend of every session of the run's own cluster."""
+        assert self.server is not None  # (checked in __init__)
+        ended = self.server.terminate_sessions()
+        self._record("terminate_connections", None, float(ended))
 
     def _freeze(self) -> None:
         if self.proxy is None:
@@ -261,6 +266,8 @@ def leader_pid(url: str) -> int | None:
 
 
 PROCESS_FAULTS = ["kill", "pause", "term", "kill_leader"]
+SERVER_FAULTS = ["terminate_connections", "restart_postgres"]
+"""What acts on a whole PostgreSQL server: only ever a private cluster."""
 POSTGRES_FAULTS = [
     *PROCESS_FAULTS,
     "terminate_connections",

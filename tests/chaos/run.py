@@ -14,6 +14,11 @@ then (flow_load.py) — while faults land at random
 (verdict.py, flow_verdict.py): the rows that must be zero, and how fast it
 recovered. The verdict is also written as JSON (`--out`). `make chaos` runs
 it on both stores.
+
+On PostgreSQL it runs on a cluster of its own, started for the run and
+removed after it (tests/helpers/private_postgres.py): its faults restart that
+server and end its sessions, never the machine's shared one, which other test
+runs use meanwhile.
 """
 
 from __future__ import annotations
@@ -25,11 +30,9 @@ import random
 import sqlite3
 import sys
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import urlsplit
 
 import psycopg
 
@@ -40,10 +43,10 @@ from tests.chaos.faults import POSTGRES_FAULTS, SQLITE_FAULTS, Injector
 from tests.chaos.flow_load import FlowLoad
 from tests.chaos.flow_verdict import Action
 from tests.chaos.verdict import Verdict, judge, read_ledger
+from tests.helpers.private_postgres import PrivatePostgres, private_cluster
 from tests.helpers.proxy import FreezableProxy, freezable_proxy
 from tests.helpers.waiting import wait_until
 
-POSTGRES_BASE_URL = "postgresql://127.0.0.1:5432/due_test"
 LEDGER_TABLE = (
     "CREATE TABLE chaos_ledger (job_id bigint NOT NULL, token bigint NOT NULL, "
     "pid integer NOT NULL, detail text NOT NULL)"
@@ -64,7 +67,12 @@ def run(
     kinds: list[str] | None = None,
     seed: int = 1,
     burst: int = 0,
+    server: PrivatePostgres | None = None,
 ) -> Verdict:
+    """`server`: the cluster of the run's own that `url` is on (PostgreSQL), for
+    the faults that restart a server or end its sessions."""
+    if server is not None and urlsplit(url).port != server.port:
+        raise ValueError(f"{url} is not on the run's own cluster (port {server.port})")
     folder.mkdir(parents=True, exist_ok=True)
     with due.App(url) as app:
         app.migrate()
@@ -80,12 +88,14 @@ def run(
         deployment.steppable(stepped)  # its wall clock steps while it runs
     with contextlib.ExitStack() as stack:
         proxy: FreezableProxy | None = None
+        database = urlsplit(url)
+        target = (database.hostname or "127.0.0.1", database.port or 5432)
         if backend == "postgres":
-            proxy = stack.enter_context(freezable_proxy())
+            proxy = stack.enter_context(freezable_proxy(*target))
             deployment.route(0, proxy.url_through(url))
-        injector = Injector(deployment, url, rate, chosen, proxy, seed)
+        injector = Injector(deployment, url, rate, chosen, proxy, seed, server)
         if "clock_step" in chosen and backend == "postgres":  # to count its statements
-            injector.step_proxy = stack.enter_context(freezable_proxy())
+            injector.step_proxy = stack.enter_context(freezable_proxy(*target))
             deployment.route(stepped, injector.step_proxy.url_through(url))
         # Undone last to first: the faults stop (none restarts a worker), then
         # every worker is killed, whatever ended the run.
@@ -384,19 +394,6 @@ def _count(errors: Any) -> int:
     return len(json.loads(errors) if isinstance(errors, str) else errors or [])
 
 
-@contextlib.contextmanager
-def postgres_schema() -> Iterator[str]:
-    """A URL whose tables live in a schema made for this run (dropped after)."""
-    schema = f"chaos_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(POSTGRES_BASE_URL, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    try:
-        yield f"{POSTGRES_BASE_URL}?options={quote(f'-csearch_path={schema}')}"
-    finally:
-        with psycopg.connect(POSTGRES_BASE_URL, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="both")
@@ -412,8 +409,10 @@ def main(argv: list[str] | None = None) -> int:
     for backend in backends:
         folder = args.out / f"{backend}-{time.strftime('%Y%m%d-%H%M%S')}"
         with contextlib.ExitStack() as stack:
-            if backend == "postgres":
-                url = stack.enter_context(postgres_schema())
+            server: PrivatePostgres | None = None
+            if backend == "postgres":  # a server of its own: its faults disturb no one
+                server = stack.enter_context(private_cluster())
+                url = server.url()
             else:
                 folder.mkdir(parents=True, exist_ok=True)
                 url = f"sqlite:///{folder / 'chaos.db'}"
@@ -426,6 +425,7 @@ def main(argv: list[str] | None = None) -> int:
                 workers=args.workers,
                 seed=args.seed,
                 burst=args.burst,
+                server=server,
             )
         print(verdict.table(), flush=True)
         print(f"(written to {folder})\n", flush=True)

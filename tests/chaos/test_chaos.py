@@ -1,5 +1,7 @@
 """The short chaos run of `make test`: both stores, about half a minute each
-(plain jobs, and beside them jobs under limits and workflows).
+(plain jobs, and beside them jobs under limits and workflows). On PostgreSQL
+it runs on a cluster of its own (the `private_postgres` fixture), which its
+faults restart and whose sessions they end: never the machine's shared server.
 
 `make chaos` runs the full one (`tests/chaos/run.py`: longer, more faults);
 docs/explanation/guarantees.md carries its figures.
@@ -13,9 +15,11 @@ import pytest
 
 from tests.chaos.faults import POSTGRES_FAULTS, SQLITE_FAULTS
 from tests.chaos.run import run
+from tests.helpers.private_postgres import PrivatePostgres
 from tests.helpers.tools import need
 
-# serial: it restarts the PostgreSQL server, which every other test shares.
+# serial: four workers, faults and a load take the machine's two cores; run beside
+# other tests, both would slow down. (Its PostgreSQL is its own: see above.)
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
 SECONDS = 20.0
 RATE = 0.6
@@ -26,13 +30,12 @@ RATE = 0.6
 def test_a_deployment_under_faults_loses_nothing_and_runs_nothing_twice(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    url = (
-        f"sqlite:///{tmp_path / 'chaos.db'}"
-        if backend == "sqlite"
-        else str(request.getfixturevalue("postgres_url"))
-    )
     need("faketime")  # one worker runs with its clock an hour off
-    verdict = run(backend, url, tmp_path, seconds=SECONDS, rate=RATE, seed=7)
+    server: PrivatePostgres | None = None
+    if backend == "postgres":
+        server = request.getfixturevalue("private_postgres")
+    url = f"sqlite:///{tmp_path / 'chaos.db'}" if server is None else server.url()
+    verdict = run(backend, url, tmp_path, seconds=SECONDS, rate=RATE, seed=7, server=server)
     print(verdict.table())
     assert verdict.ok(), verdict.table()
     # The run did real work: the load enqueues about 40 jobs a second but waits
