@@ -2,6 +2,12 @@
 set up once per test process: a SQLite file and a PostgreSQL database of its
 own, migrated by `manage.py migrate` as a user's would be.
 
+The PostgreSQL database is named after the process (`due_django_gw0_<pid>`):
+the server is the machine's, shared with every other test run, and a name
+two runs share would have each drop the other's database (and Django's test
+runner its `test_` copy) under its sessions. Dropped at the end; those of
+processes killed outright are dropped by the next run.
+
 The tests run on the newest Python (Django 6 needs 3.12 or newer):
 `scripts/test-django`, which `make test` runs.
 """
@@ -9,6 +15,7 @@ The tests run on the newest Python (Django 6 needs 3.12 or newer):
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -29,6 +36,9 @@ os.environ["DUE_TEST_SQLITE"] = os.path.join(_folder, "db.sqlite3")
 # The process id too: another checkout's run beside this one has workers of the
 # same names, and dropping "its" database (WITH FORCE) cut this run's connections.
 os.environ["DUE_TEST_POSTGRES"] = f"due_django_{WORKER_ID}_{os.getpid()}"
+OURS = re.compile(r"(?:test_)?due_django_(?:gw\d+|main)_(\d+)(?:_\d+)?")
+"""A database of this conftest's processes (or Django's test copy of one):
+the pid of the process it belongs to."""
 os.environ["DJANGO_SETTINGS_MODULE"] = "mysite.settings"
 if str(PROJECT) not in sys.path:
     sys.path.insert(0, str(PROJECT))
@@ -37,8 +47,22 @@ if str(PROJECT) not in sys.path:
 def _fresh_postgres_database() -> None:
     name = os.environ["DUE_TEST_POSTGRES"]
     with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        for (left,) in conn.execute("SELECT datname FROM pg_database").fetchall():
+            if (match := OURS.fullmatch(left)) and not _alive(int(match[1])):
+                conn.execute(f'DROP DATABASE IF EXISTS "{left}" WITH (FORCE)')
+        # Ours by its name: a process of this pid that was killed left it.
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def pytest_configure(config: pytest.Config) -> None:
