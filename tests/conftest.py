@@ -46,9 +46,9 @@ them with `backend = backend_fixture(BACKENDS_AND_POOLER)`."""
 START = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
 
-def postgres_schema_url(schema: str) -> str:
-    separator = "&" if "?" in POSTGRES_BASE_URL else "?"
-    return f"{POSTGRES_BASE_URL}{separator}options={quote(f'-csearch_path={schema}')}"
+def postgres_schema_url(schema: str, base: str = POSTGRES_BASE_URL) -> str:
+    separator = "&" if "?" in base else "?"
+    return f"{base}{separator}options={quote(f'-csearch_path={schema}')}"
 
 
 @contextlib.contextmanager
@@ -62,6 +62,22 @@ def made_schema() -> Iterator[str]:
     finally:
         with psycopg.connect(POSTGRES_BASE_URL, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@contextlib.contextmanager
+def made_database() -> Iterator[str]:
+    """A PostgreSQL database of its own on the shared server (its URL), dropped at
+    the end: for what is per database, not per schema (advisory locks, the
+    public schema, pg_stat_database), which every other test run shares in
+    due_test."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(POSTGRES_BASE_URL, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    try:
+        yield POSTGRES_BASE_URL.split("?")[0].rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with psycopg.connect(POSTGRES_BASE_URL, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -14,7 +15,7 @@ from due.store.postgres.backend import QUERIES as POSTGRES_QUERIES
 from due.store.sqlite import backend as sqlite_backend
 from due.store.sqlite.backend import QUERIES as SQLITE_QUERIES
 from due.store.sqlite.backend import path_from_url
-from tests.conftest import made_schema, postgres_schema_url
+from tests.conftest import made_database, postgres_schema_url
 
 
 def latest_version(url: str) -> int:
@@ -232,44 +233,65 @@ def test_sqlite_statements_name_a_state_before_the_partial_index_terms() -> None
     assert wrong == [], wrong
 
 
+@pytest.fixture
+def lock_database() -> Iterator[str]:
+    """A database of its own, with schemas `mine` and `neighbour`: advisory locks
+    are per database, and these tests take the bare names, which every
+    migration and schedule sync of every other test run in due_test takes
+    shared, exclusively (as public, or an earlier version, does): they would
+    make those wait, and one of those waiting would lock these out."""
+    with made_database() as url:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE SCHEMA mine")
+            conn.execute("CREATE SCHEMA neighbour")
+        yield url
+
+
 @pytest.mark.parametrize("lock", ["lock_migrations", "lock_schedule_sync"])
-def test_postgres_schema_locks_are_per_schema_and_wait_for_earlier_versions(lock: str) -> None:
+def test_postgres_schema_locks_are_per_schema_and_wait_for_earlier_versions(
+    lock: str, lock_database: str
+) -> None:
     """Advisory locks are per database: a migration or a schedule sync waits for
     one in its own schema only, and for one of an earlier version, which locks
     the bare name (a rolling upgrade); in public the key is that bare name."""
     bare = {"lock_migrations": "due_schema_migrations", "lock_schedule_sync": "due_schedule_sync"}
 
+    def in_schema(schema: str) -> str:
+        return postgres_schema_url(schema, base=lock_database)
+
     def locked_out(schema: str) -> bool:
-        with psycopg.connect(postgres_schema_url(schema)) as conn:
-            conn.execute("SET lock_timeout = '100ms'")  # others' migrations wait meanwhile
+        with psycopg.connect(in_schema(schema)) as conn:
+            conn.execute("SET lock_timeout = '100ms'")
             try:
                 conn.execute(POSTGRES_QUERIES[lock])
             except psycopg.errors.LockNotAvailable:
                 return True
             return False
 
-    with made_schema() as mine, made_schema() as neighbour:
-        with psycopg.connect(postgres_schema_url(mine)) as holder:
-            holder.execute(POSTGRES_QUERIES[lock])  # held until the block ends
-            assert locked_out(mine)
-            assert not locked_out(neighbour)
-            assert locked_out("public")  # public's is the bare name, held shared here
-        with psycopg.connect(postgres_schema_url("public")) as holder:
-            holder.execute(POSTGRES_QUERIES[lock])
-            assert locked_out("public")
-            assert locked_out(mine)
-        with psycopg.connect(postgres_schema_url(mine)) as earlier_version:
-            earlier_version.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [bare[lock]])
-            assert locked_out(mine)
-            assert locked_out(neighbour)
+    mine, neighbour = "mine", "neighbour"
+    with psycopg.connect(in_schema(mine)) as holder:
+        holder.execute(POSTGRES_QUERIES[lock])  # held until the block ends
+        assert locked_out(mine)
+        assert not locked_out(neighbour)
+        assert locked_out("public")  # public's is the bare name, held shared here
+    with psycopg.connect(in_schema("public")) as holder:
+        holder.execute(POSTGRES_QUERIES[lock])
+        assert locked_out("public")
+        assert locked_out(mine)
+    with psycopg.connect(in_schema(mine)) as earlier_version:
+        earlier_version.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [bare[lock]])
+        assert locked_out(mine)
+        assert locked_out(neighbour)
 
 
 @pytest.mark.parametrize("lock", ["lock_migrations", "lock_schedule_sync"])
-def test_postgres_a_session_with_no_schema_locks_as_public_does(lock: str) -> None:
+def test_postgres_a_session_with_no_schema_locks_as_public_does(
+    lock: str, lock_database: str
+) -> None:
     """A search path that names no existing schema: the one key, exclusive, not
     shared then exclusive (two such sessions would deadlock)."""
     bare = {"lock_migrations": "due_schema_migrations", "lock_schedule_sync": "due_schedule_sync"}
-    with psycopg.connect(postgres_schema_url("t_no_such_schema")) as conn:
+    with psycopg.connect(postgres_schema_url("t_no_such_schema", base=lock_database)) as conn:
         assert conn.execute("SELECT current_schema()").fetchone() == (None,)
         conn.execute(POSTGRES_QUERIES[lock])
         held = conn.execute(
