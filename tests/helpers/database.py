@@ -45,12 +45,28 @@ def table_rows(url: str, query: str) -> list[tuple[Any, ...]] | None:
         return None
 
 
+MIN_NAME_LENGTH = 8
+"""An application name shorter is no test's own (a random part is 8 characters)."""
+
+
 def cut_sessions(admin_url: str, application_name: str) -> int:
     """End, from the server, every session of that application name (what a
     restart or a failover does to them); returns how many were ended, once
     they are gone (pg_terminate_backend only signals them: until each has
-    exited and sent its client the FATAL message, an idle one looks alive)."""
-    query = "SELECT pid FROM pg_stat_activity WHERE application_name = %s"
+    exited and sent its client the FATAL message, an idle one looks alive).
+
+    The server is shared with every other test run on the machine: the name
+    must be one the test made for itself (with a random part), never empty
+    (every session that sets none: other runs' too)."""
+    if len(application_name) < MIN_NAME_LENGTH:
+        raise ValueError(
+            f"cut_sessions needs an application name of the test's own, with a random "
+            f"part (e.g. f'due-test-{{uuid.uuid4().hex[:8]}}'), not {application_name!r}: "
+            "the server's other sessions are other test runs'"
+        )
+    query = (
+        "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND pid <> pg_backend_pid()"
+    )
     with psycopg.connect(admin_url, autocommit=True) as admin:
         pids = [pid for (pid,) in admin.execute(query, (application_name,)).fetchall()]
         for pid in pids:

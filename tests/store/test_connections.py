@@ -32,6 +32,16 @@ class RollBack(Exception):
     pass
 
 
+@pytest.mark.parametrize("name", ["", "psql"])
+def test_cutting_sessions_refuses_a_name_that_is_not_the_test_s_own(name: str) -> None:
+    """The server is every test run's: a name no test made (none, every session
+    that sets none) would end other runs' sessions."""
+    with psycopg.connect(POSTGRES_BASE_URL, autocommit=True) as bystander:
+        with pytest.raises(ValueError, match="application name of the test's own"):
+            cut_sessions(POSTGRES_BASE_URL, name)
+        assert bystander.execute("SELECT 1").fetchone() == (1,)
+
+
 def make_app(url: str, clock: due.FakeClock | None = None) -> tuple[due.App, due.Task[..., None]]:
     app = due.App(url, clock=clock)
     app.migrate()

@@ -74,12 +74,22 @@ def sessions(url: str) -> int:
     return int(rows(POSTGRES_BASE_URL, query)[0][0])
 
 
-def an_insert_waits_for_a_lock() -> bool:
+def an_insert_waits_for(locker: psycopg.Connection[Any]) -> Callable[[], bool]:
+    """Whether an insert waits for the lock `locker` holds (only the test's own:
+    another test run's insert waiting for a lock of its own is no sign)."""
     query = (
         "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-        " AND query LIKE 'INSERT INTO due_jobs%'"
+        " AND query LIKE 'INSERT INTO due_jobs%%'"
+        " AND %s = ANY(pg_blocking_pids(pid))"
     )
-    return bool(rows(POSTGRES_BASE_URL, query)[0][0])
+    pid = locker.info.backend_pid
+
+    def waits() -> bool:
+        with psycopg.connect(POSTGRES_BASE_URL) as conn:
+            row = conn.execute(query, (pid,)).fetchone()
+        return bool(row and row[0])
+
+    return waits
 
 
 def stored(url: str) -> list[int]:
@@ -197,7 +207,7 @@ def test_an_enqueue_cancelled_mid_statement_creates_nothing_and_spoils_nothing(
         await t.aenqueue(1)  # opens the loop's connection
         locker.execute("LOCK TABLE due_jobs IN SHARE MODE")  # inserts wait for it
         waiting = asyncio.create_task(t.aenqueue(9))
-        await asyncio.to_thread(wait_until, an_insert_waits_for_a_lock, 10)
+        await asyncio.to_thread(wait_until, an_insert_waits_for(locker), 10)
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiting
@@ -356,7 +366,7 @@ def test_a_store_closed_while_a_loop_enqueues_closes_that_connection_after(
         await t.aenqueue(1)  # opens the loop's connection
         locker.execute("LOCK TABLE due_jobs IN SHARE MODE")
         waiting = asyncio.create_task(t.aenqueue(2))
-        await asyncio.to_thread(wait_until, an_insert_waits_for_a_lock, 10)
+        await asyncio.to_thread(wait_until, an_insert_waits_for(locker), 10)
         await asyncio.to_thread(app.close)  # another thread, as at shutdown
         locker.rollback()
         return await waiting
