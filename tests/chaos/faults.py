@@ -102,12 +102,21 @@ class Injector:
         for timer in self._timers:
             timer.join(30)
 
+    def landed(self) -> set[str]:
+        """The kinds that have landed at least once (not those that failed or
+        found no target: no worker alive, the leader paused)."""
+        return {fault.kind for fault in self.log}
+
     def _run(self) -> None:
-        """Rounds of every kind in a shuffled order, so a short run sees each one."""
+        """Rounds of every kind in a shuffled order, so a short run sees each one;
+        a round begins with the kinds that have not landed yet (one found no
+        target, or failed, on a loaded machine)."""
         round_: list[str] = []
         while not self._stop.wait(self.random.expovariate(self.rate)):
             if not round_:
-                round_ = self.random.sample(self.kinds, len(self.kinds))
+                shuffled = self.random.sample(self.kinds, len(self.kinds))
+                landed = self.landed()  # popped from the end: those not landed first
+                round_ = sorted(shuffled, key=lambda kind: kind not in landed)
             kind = round_.pop()
             try:
                 getattr(self, f"_{kind}")()

@@ -19,6 +19,11 @@ On PostgreSQL it runs on a cluster of its own, started for the run and
 removed after it (tests/helpers/private_postgres.py): its faults restart that
 server and end its sessions, never the machine's shared one, which other test
 runs use meanwhile.
+
+The load lasts `--seconds`, and goes on (OVERTIME at most) until the run has
+done what it is there for: every kind of fault has landed, and the worker an
+hour ahead has had its chance (on PostgreSQL it ran an attempt; on SQLite it
+refused to start). A short run on a loaded machine needs that.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import random
 import sqlite3
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -54,6 +60,12 @@ LEDGER_TABLE = (
 STALLED_AFTER = 60.0
 """Seconds the drain waits without any unfinished job finishing before it stops."""
 DRAIN_LIMIT = 1800.0
+OVERTIME = 120.0
+"""Seconds the load may go on past its length for the run to do what it is there for."""
+CHECK_EVERY = 1.0
+"""Seconds between two looks at what the run has done, once its length has passed."""
+SKEW_REFUSAL = "clock is 3600s ahead"
+"""What the worker an hour ahead logs when it refuses to start (SQLite)."""
 
 
 def run(
@@ -68,6 +80,7 @@ def run(
     seed: int = 1,
     burst: int = 0,
     server: PrivatePostgres | None = None,
+    overtime: float = OVERTIME,
 ) -> Verdict:
     """`server`: the cluster of the run's own that `url` is on (PostgreSQL), for
     the faults that restart a server or end its sessions."""
@@ -112,7 +125,11 @@ def run(
         )
         started = time.time()
         injector.start()
-        actions = _load(url, seconds, random.Random(seed), deployment.fixes, burst)
+
+        def done() -> bool:
+            return not _not_done(backend, chosen, injector, deployment, ledger)
+
+        actions = _load(url, seconds, random.Random(seed), deployment.fixes, burst, done, overtime)
         load_ended = time.time()
         injector.stop()
         deployment.restart_dead()
@@ -139,21 +156,42 @@ def run(
     verdict.worker_exit_codes = list(codes.values())
     verdict.claims_cut = proxy.claims_cut if proxy is not None else 0
     verdict.unfinished = unfinished
-    skewed = deployment.skewed_pids()
-    verdict.skewed_executions = sum(
-        1 for line in read_ledger(ledger) if line.pid in skewed and line.kind == "start"
-    )
+    verdict.skewed_executions = _skewed_executions(deployment, ledger)
     verdict.step_pace = injector.step_pace
     verdict.stepped_executions = _stepped_executions(deployment, ledger, injector)
-    verdict.skewed_refusals = sum(
-        "clock is 3600s ahead" in deployment.log_path(slot, n).read_text(errors="replace")
+    verdict.skewed_refusals = _skewed_refusals(deployment)
+    verdict.write(folder / f"verdict-{backend}.json")
+    return verdict
+
+
+def _not_done(
+    backend: str, chosen: list[str], injector: Injector, deployment: Deployment, ledger: Path
+) -> list[str]:
+    """What the run has not done yet of what it is there for (a loaded machine
+    starts workers late and finds fewer targets for faults)."""
+    missing = [f"fault {kind}" for kind in chosen if kind not in injector.landed()]
+    if backend == "postgres" and not _skewed_executions(deployment, ledger):
+        missing.append("an attempt of the worker an hour ahead")
+    if backend != "postgres" and not _skewed_refusals(deployment):
+        missing.append("a refusal of the worker an hour ahead")
+    return missing
+
+
+def _skewed_executions(deployment: Deployment, ledger: Path) -> int:
+    """Attempts started by the worker whose wall clock is an hour ahead."""
+    skewed = deployment.skewed_pids()
+    return sum(1 for line in read_ledger(ledger) if line.pid in skewed and line.kind == "start")
+
+
+def _skewed_refusals(deployment: Deployment) -> int:
+    """Times the worker an hour ahead refused to start (SQLite: the host's clock decides)."""
+    return sum(
+        SKEW_REFUSAL in deployment.log_path(slot, n).read_text(errors="replace")
         for slot in deployment.slots
         if slot.skewed
         for n in range(len(slot.pids))
         if deployment.log_path(slot, n).exists()
     )
-    verdict.write(folder / f"verdict-{backend}.json")
-    return verdict
 
 
 def _stepped_executions(deployment: Deployment, ledger: Path, injector: Injector) -> int:
@@ -188,9 +226,16 @@ def _sqlite_path(url: str) -> str:
 
 
 def _load(
-    url: str, seconds: float, rng: random.Random, fixes: Path, burst: int = 0
+    url: str,
+    seconds: float,
+    rng: random.Random,
+    fixes: Path,
+    burst: int = 0,
+    done: Callable[[], bool] = lambda: True,
+    overtime: float = 0.0,
 ) -> list[Action]:
-    """Enqueue a steady mix (about 40 jobs a second) until `seconds` have passed,
+    """Enqueue a steady mix (about 40 jobs a second) until `seconds` have passed
+    and `done()` (looked at once a second), or `overtime` more have passed,
     and `burst` jobs at once a third of the way in; beside it, flow control
     (flow_load.py): jobs under limits, and workflows an operator cancels or
     retries (those calls returned). Each request of the mix carries a key, so
@@ -204,9 +249,13 @@ def _load(
         flows = FlowLoad(app, tasks, random.Random(rng.random()), fixes)  # beside the mix
         deadline = time.monotonic() + seconds
         burst_at = time.monotonic() + seconds / 3 if burst else float("inf")
-        number = 0
-        while time.monotonic() < deadline:
-            if time.monotonic() >= burst_at:
+        number, look_at = 0, deadline
+        while (now := time.monotonic()) < deadline + overtime:
+            if now >= look_at:
+                if done():
+                    break
+                look_at = now + CHECK_EVERY
+            if now >= burst_at:
                 _burst(app, tasks["burst"], burst)
                 burst_at = float("inf")
             number += 1

@@ -1,7 +1,12 @@
-"""The short chaos run of `make test`: both stores, about half a minute each
+"""The short chaos run of `make test`: both stores, under a minute each
 (plain jobs, and beside them jobs under limits and workflows). On PostgreSQL
 it runs on a cluster of its own (the `private_postgres` fixture), which its
 faults restart and whose sessions they end: never the machine's shared server.
+
+Its load lasts 20 seconds, and goes on until every kind of fault has landed
+and the worker an hour ahead has had its chance (run.py's OVERTIME at most):
+on a loaded machine workers start late and faults find fewer targets, and a
+run that did not do those things would prove less than it says.
 
 `make chaos` runs the full one (`tests/chaos/run.py`: longer, more faults);
 docs/explanation/guarantees.md carries its figures.
@@ -48,8 +53,10 @@ def test_a_deployment_under_faults_loses_nothing_and_runs_nothing_twice(
     flows = verdict.flows
     assert flows is not None and flows.limit_peaks["chaos-pool"] == (2, 2), verdict.table()
     assert sum(flows.workflow_states.values()) > 0, verdict.table()
-    assert set(verdict.faults) >= set(POSTGRES_FAULTS if backend == "postgres" else SQLITE_FAULTS)
+    # Every kind of fault landed (the load went on until they had).
+    kinds = POSTGRES_FAULTS if backend == "postgres" else SQLITE_FAULTS
+    assert set(verdict.faults) >= set(kinds), verdict.table()
     if backend == "postgres":  # the database's clock decides: an hour off changes nothing
-        assert verdict.skewed_executions > 0
+        assert verdict.skewed_refusals == 0 and verdict.skewed_executions > 0, verdict.table()
     else:  # the host's clock decides: a process whose clock is off refuses to start
-        assert verdict.skewed_refusals > 0 and verdict.skewed_executions == 0
+        assert verdict.skewed_refusals > 0 and verdict.skewed_executions == 0, verdict.table()
