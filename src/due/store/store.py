@@ -56,6 +56,7 @@ from due.store import (
     actions,
     bulk,
     jobs,
+    limit_claims,
     limits,
     long_work,
     queues,
@@ -388,7 +389,9 @@ class Store:
         return limits.key_figures(self.backend, name, key)
 
     def limit_reopen(self) -> int:
-        return limits.reopen(self.backend)
+        """Look at every waiting key (a page of them) and let go the jobs of
+        those with room; returns how many (the worker's sweep, and drain())."""
+        return limit_claims.sweep(self.backend)
 
     def schedule_sync(self, defined: Sequence[Schedule], decide: Decide) -> SyncReport:
         return schedules.sync(self.backend, defined, decide)

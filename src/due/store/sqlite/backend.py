@@ -83,6 +83,7 @@ RINGING = frozenset(
         "retry_plain_jobs",
         "retry_workflow_steps",
         "set_queue_paused",
+        "unblock_freed",
         "unblock_jobs",
     }
 )
