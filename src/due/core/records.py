@@ -242,6 +242,16 @@ class UnknownTaskSweep:
     after: Mapping[str, SweepMark] = field(default_factory=dict)
     """Per queue, where the last sweep stopped (absent: from the first job in
     the claim's order)."""
+    task_limits: Mapping[str, Sequence[str]] | None = None
+    """Per task of `tasks`, the limits the caller's code gives it: a due job of
+    the task that counts against another loses it (a limit taken out of the
+    code), when it was enqueued before the caller started or has been due past
+    the grace (None: not looked for)."""
+    worker: str | None = None
+    """The caller (its registration says when it started)."""
+    after_limited: Mapping[str, SweepMark] = field(default_factory=dict)
+    """Per queue, where the last sweep of the jobs that count against a limit
+    stopped (in run_at order: their priority is 0 here)."""
 
     def __post_init__(self) -> None:
         if self.scan < 1:  # a sweep that looks at nothing would never read on
@@ -272,6 +282,11 @@ class UnknownTaskSweepResult:
     after: dict[str, SweepMark]
     """Per queue, where the next sweep starts (absent: it read to the end, and
     the next sweep starts from the first job in the claim's order again)."""
+    limits_dropped: list[int] = field(default_factory=list)
+    """The jobs that lost a limit their task no longer names in the caller's
+    code, in id order."""
+    after_limited: dict[str, SweepMark] = field(default_factory=dict)
+    """As `after`, for the jobs that count against a limit."""
 
 
 @dataclass(frozen=True, slots=True)

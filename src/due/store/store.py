@@ -12,7 +12,7 @@ conformance suite (`tests/store/`) runs the same tests on both backends.
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Self
@@ -242,8 +242,10 @@ class Store:
         reason: str,
         later: Collection[int] = (),
         handback_seconds: float = work.DEFAULT_HANDBACK_SECONDS,
+        *,
+        limits: Mapping[int, str] | None = None,
     ) -> set[int]:
-        return work.release(self.backend, leases, reason, later, handback_seconds)
+        return work.release(self.backend, leases, reason, later, handback_seconds, limits=limits)
 
     def job_next_due(
         self, queue: str, tasks: Sequence[str], limited: bool = False
@@ -331,6 +333,11 @@ class Store:
 
     def queue_overview(self, limit: int = COUNT_LIMIT) -> list[QueueOverview]:
         return queues.overview(self.backend, limit)
+
+    def queue_unknown_oldest(
+        self, oldest: Sequence[tuple[str, datetime]], alive_seconds: float
+    ) -> dict[str, str]:
+        return queues.unknown_oldest(self.backend, oldest, alive_seconds)
 
     def queue_in_use(self, queue: str) -> bool:
         return queues.in_use(self.backend, queue)

@@ -14,7 +14,7 @@ import dataclasses
 import functools
 import json
 import operator
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -477,6 +477,8 @@ def release(
     reason: str,
     later: Collection[int] = (),
     handback_seconds: float = DEFAULT_HANDBACK_SECONDS,
+    *,
+    limits: Mapping[int, str] | None = None,
 ) -> set[int]:
     """Hand back running jobs, due again at once, their attempt not counted (a
     job asked to stop ends cancelled instead). Those in `later` (a handler
@@ -485,11 +487,22 @@ def release(
     puts them back, their attempt still not counted; their token moves on now,
     so that thread can write nothing more. That lease is cut to end at most
     `handback_seconds` from now: the worker must have exited by then (a task's
-    lease may be a day)."""
+    lease may be a day). `limits`: the limits to write on jobs stored as
+    counting against none (by id, as an enqueue stores them)."""
     if not leases:
         return set()
     with db.transaction() as tx:
         lock_parents(tx, [lease.job_id for lease in leases])
+        if limits:
+            tokens = {lease.job_id: lease.lease_token for lease in leases}
+            tx.run_each(
+                "set_job_limits",
+                Columns(
+                    id=list(limits),
+                    token=[tokens[job] for job in limits],
+                    limits=list(limits.values()),
+                ),
+            )
         rows = tx.run_each(
             "release_jobs",
             [
@@ -536,7 +549,9 @@ def fail_unknown_tasks(db: Backend, sweep: UnknownTaskSweep) -> UnknownTaskSweep
     backlog held the one write lock for as long as it read (a second per
     million jobs: every enqueue of the database waited for it)."""
     unknown: list[int] = []
+    undeclared: list[int] = []
     after: dict[str, SweepMark] = {}
+    after_limited: dict[str, SweepMark] = {}
     with db.transaction(read=True) as tx:
         for queue in sweep.queues:
             rows = tx.run("unknown_task_candidates", _look_params(sweep, queue, tx.now))
@@ -546,8 +561,48 @@ def fail_unknown_tasks(db: Backend, sweep: UnknownTaskSweep) -> UnknownTaskSweep
                 after[queue] = SweepMark(
                     last["after_priority"], last["after_run_at"], last["after_id"]
                 )
+            # The jobs that count against a limit are in no claim index: looked
+            # at in their own, for unknown tasks and for limits nobody declares.
+            rows = tx.run("limited_sweep_candidates", _limited_look_params(sweep, queue, tx.now))
+            unknown += [row["id"] for row in rows if row["id"] is not None and row["unknown"]]
+            undeclared += [
+                row["id"] for row in rows if row["id"] is not None and not row["unknown"]
+            ]
+            if rows[0]["examined"] >= sweep.scan:
+                last = rows[0]
+                after_limited[queue] = SweepMark(0, last["after_run_at"], last["after_id"])
     failed = _fail_unknown(db, sweep, sorted(unknown)) if unknown else []
-    return UnknownTaskSweepResult(failed, after)
+    dropped = _drop_undeclared(db, sweep, sorted(undeclared)) if undeclared else []
+    return UnknownTaskSweepResult(failed, after, dropped, after_limited)
+
+
+def _limited_look_params(sweep: UnknownTaskSweep, queue: str, now: Any) -> dict[str, Any]:
+    mark = sweep.after_limited.get(queue)
+    known = sweep.task_limits if sweep.task_limits is not None else dict.fromkeys(sweep.tasks, ())
+    return {
+        "queue": queue,
+        "task_limits": json.dumps({task: list(names) for task, names in known.items()}),
+        "worker": sweep.worker if sweep.task_limits is not None else None,
+        "grace": float(sweep.grace_seconds),
+        "scan": sweep.scan,
+        "after_run_at": None if mark is None else mark.run_at,
+        "after_id": None if mark is None else mark.id,
+        "now": now,
+    }
+
+
+@retried_on_conflict
+def _drop_undeclared(db: Backend, sweep: UnknownTaskSweep, ids: list[int]) -> list[int]:
+    with db.transaction() as tx:
+        known = sweep.task_limits or {}
+        params = {
+            "ids": ids,
+            "task_limits": json.dumps({task: list(names) for task, names in known.items()}),
+            "worker": sweep.worker,
+            "grace": float(sweep.grace_seconds),
+            "now": tx.now,
+        }
+        return sorted(row["id"] for row in tx.run("drop_undeclared_limits", params))
 
 
 def _look_params(sweep: UnknownTaskSweep, queue: str, now: Any) -> dict[str, Any]:

@@ -887,6 +887,15 @@ FROM due_jobs
 WHERE state = 'queued' AND NOT held AND run_at <= coalesce(%(now)s::timestamptz, now())
 ORDER BY queue
 
+-- name: set_job_limits
+-- Running jobs stored as counting against no limit, whose task counts against
+-- some in the code of the worker that claimed them (a schedule's run stored
+-- before its task had limits): their limits, as an enqueue writes them, before
+-- they are handed back (release_jobs, in the same transaction); fenced.
+UPDATE due_jobs AS j SET limits = s.limits::jsonb
+FROM unnest(%(id)b::bigint[], %(token)b::bigint[], %(limits)b::text[]) AS s(id, token, limits)
+WHERE j.id = s.id AND j.lease_token = s.token AND j.state = 'running' AND j.limits IS NULL
+
 -- name: release_jobs
 -- A stopping worker hands back jobs it will not finish: due again at once (its
 -- run_at kept: its place in line), and the interrupted attempt is not counted.
@@ -1026,6 +1035,89 @@ WHERE id = ANY(%(ids)b::bigint[])
         AND w.tasks ? due_jobs.task)
 RETURNING id, task, queue, state, parent_id, completes, workflow_id, pieces_total,
           pg_notify({channel:due_ended}, '')::text AS ended
+
+-- name: limited_sweep_candidates
+-- One queue's look at its jobs that count against a limit (waiting for one
+-- or not: they are in no claim index), read without a lock: the next
+-- %(scan)s of them in run_at order after where the last look stopped. The
+-- candidates: due for longer than the grace, of a task the caller does not
+-- know (`unknown`); or due, of a task the caller knows, counting against a
+-- limit the caller's code no longer gives that task (`task_limits`: each
+-- known task's limits), and enqueued before the caller started or due for
+-- longer than the grace (a job enqueued since by older code, during a deploy,
+-- keeps it that long). One row per candidate (`id`; none: one row with a NULL
+-- id), each with how many were read and the last of them.
+WITH examined AS MATERIALIZED (
+    SELECT id, run_at, created_at, task, limits FROM due_jobs
+    WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NOT NULL
+      AND queue = %(queue)s
+      AND (%(after_id)s::bigint IS NULL
+           OR (run_at >= %(after_run_at)s::timestamptz
+               AND (run_at, id) > (%(after_run_at)s::timestamptz, %(after_id)s::bigint)))
+    ORDER BY run_at, id
+    LIMIT %(scan)s
+),
+last AS (SELECT run_at, id FROM examined ORDER BY run_at DESC, id DESC LIMIT 1)
+SELECT s.examined, s.after_run_at, s.after_id, c.id, c.unknown
+FROM (SELECT (SELECT count(*) FROM examined) AS examined,
+             (SELECT run_at FROM last) AS after_run_at,
+             (SELECT id FROM last) AS after_id) AS s
+LEFT JOIN (
+    SELECT id, NOT (%(task_limits)s::jsonb ? task) AS unknown FROM examined
+    WHERE CASE WHEN NOT (%(task_limits)s::jsonb ? task)
+               THEN run_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(grace)s)
+               ELSE %(worker)s::text IS NOT NULL
+                    AND run_at <= coalesce(%(now)s::timestamptz, now())
+                    AND (run_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(grace)s)
+                         OR created_at < (SELECT started_at FROM due_workers WHERE id = %(worker)s))
+                    AND EXISTS (SELECT 1 FROM jsonb_array_elements(limits) AS p(pair)
+                                WHERE NOT ((%(task_limits)s::jsonb -> task) ? (p.pair ->> 0)))
+          END
+) AS c ON true
+
+-- name: drop_undeclared_limits
+-- The candidates of a look (`ids`) that still count against a limit the
+-- caller's code no longer gives their task (a limit taken out of the code):
+-- it is dropped from them, the others kept, the reason in their history. A
+-- job never waits for a limit that the code running it does not declare; a
+-- job no longer counting against what it waited for waits no more, and its
+-- queue's workers hear of it.
+WITH chosen AS MATERIALIZED (
+    SELECT j.id, kept.pairs, dropped.names
+    FROM due_jobs j
+    CROSS JOIN LATERAL (
+        SELECT jsonb_agg(p.pair ORDER BY p.n) AS pairs
+        FROM jsonb_array_elements(j.limits) WITH ORDINALITY AS p(pair, n)
+        WHERE (%(task_limits)s::jsonb -> j.task) ? (p.pair ->> 0)) AS kept
+    CROSS JOIN LATERAL (
+        SELECT string_agg(DISTINCT p.pair ->> 0, ', ') AS names
+        FROM jsonb_array_elements(j.limits) AS p(pair)
+        WHERE NOT ((%(task_limits)s::jsonb -> j.task) ? (p.pair ->> 0))) AS dropped
+    WHERE j.id = ANY(%(ids)b::bigint[])
+      AND j.state = 'queued' AND NOT j.held AND j.limits IS NOT NULL
+      AND %(task_limits)s::jsonb ? j.task
+      AND j.run_at <= coalesce(%(now)s::timestamptz, now())
+      AND (j.run_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(grace)s)
+           OR j.created_at < (SELECT started_at FROM due_workers WHERE id = %(worker)s))
+      AND dropped.names IS NOT NULL
+    FOR UPDATE OF j SKIP LOCKED
+)
+UPDATE due_jobs AS j
+SET limits = c.pairs,  -- NULL when none is left: an ordinary job
+    limit_wait = CASE WHEN c.pairs @> jsonb_build_array(jsonb_build_array(j.limit_wait, j.limit_wait_key))
+                      THEN j.limit_wait END,
+    limit_wait_key = CASE WHEN c.pairs @> jsonb_build_array(jsonb_build_array(j.limit_wait, j.limit_wait_key))
+                          THEN j.limit_wait_key END,
+    errors = j.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', j.attempt, 'kind', 'limits_dropped',
+        'error', 'no longer counts against limit ' || c.names || ': the code of worker '
+            || %(worker)s::text || ' gives its task ' || j.task || ' no such limit',
+        'traceback', NULL, 'at', coalesce(%(now)s::timestamptz, now())))
+FROM chosen c
+WHERE j.id = c.id
+RETURNING j.id,
+          pg_notify({channel:due_jobs}, j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text
+              AS notified
 
 -- name: register_worker
 INSERT INTO due_workers (id, host, pid, queues, tasks, started_at, last_seen_at, state)
@@ -1577,6 +1669,22 @@ LEFT JOIN LATERAL (
       AND queue = q.queue AND run_at <= coalesce(%(now)s::timestamptz, now())
     ORDER BY run_at, id LIMIT 1) AS limited ON true
 ORDER BY q.queue
+
+-- name: oldest_due_job
+-- A queue's oldest due job (due at `run_at`, from the queue's figures), its
+-- task, and whether a live worker of its queue knows that task (what `due
+-- check` names when it does not: the job waits for a worker that may never
+-- come). Read by the time, where the claim index holds the queue's jobs.
+SELECT j.id, j.task,
+       EXISTS (SELECT 1 FROM due_workers w
+               WHERE w.state IN ('running', 'stopping')
+                 AND w.last_seen_at > coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(alive)s)
+                 AND w.queues ? j.queue AND w.tasks ? j.task) AS known
+FROM due_jobs j
+WHERE j.queue = %(queue)s AND j.state = 'queued' AND NOT j.held
+  AND j.run_at = %(run_at)s::timestamptz
+ORDER BY j.id
+LIMIT 1
 
 -- name: queue_stuck
 -- Running jobs whose progress has not moved for their task's stuck_after.

@@ -70,6 +70,7 @@ MAX_COMMIT_POLL = 60.0
 RINGING = frozenset(
     {
         "complete_jobs",
+        "drop_undeclared_limits",
         "hold_group",
         "insert_completion_job",
         "insert_job",

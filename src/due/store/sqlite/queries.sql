@@ -648,6 +648,14 @@ WHERE t.queue IS NOT NULL
                 AND NOT held)
 ORDER BY queue
 
+-- name: set_job_limits
+-- Running jobs stored as counting against no limit, whose task counts against
+-- some in the code of the worker that claimed them (a schedule's run stored
+-- before its task had limits): their limits, as an enqueue writes them, before
+-- they are handed back (release_jobs, in the same transaction); fenced.
+UPDATE due_jobs SET limits = :limits
+WHERE id = :id AND lease_token = :token AND state = 'running' AND limits IS NULL
+
 -- name: release_jobs
 -- A stopping worker hands back a job it will not finish: due again at once (its
 -- run_at kept: its place in line), and the interrupted attempt is not counted.
@@ -775,6 +783,87 @@ WHERE id IN (SELECT value FROM json_each(:ids))
       WHERE w.state IN ('running', 'stopping') AND w.last_seen_at > :now - :alive
         AND q.key = due_jobs.queue AND t.value = due_jobs.task)
 RETURNING id, task, queue, state, parent_id, completes, workflow_id, pieces_total
+
+-- name: limited_sweep_candidates
+-- One queue's look at its jobs that count against a limit (waiting for one
+-- or not: they are in no claim index), read in a read transaction: the next
+-- :scan of them in run_at order after where the last look stopped. The
+-- candidates: due for longer than the grace, of a task the caller does not
+-- know (`unknown`); or due, of a task the caller knows, counting against a
+-- limit the caller's code no longer gives that task (`task_limits`: each
+-- known task's limits), and enqueued before the caller started or due for
+-- longer than the grace. One row per candidate (`id`; none: one row with a
+-- NULL id), each with how many were read and the last of them.
+WITH examined AS MATERIALIZED (
+    SELECT id, run_at, created_at, task, limits FROM due_jobs INDEXED BY due_jobs_limited_queue
+    WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NOT NULL
+      AND queue = :queue
+      AND (:after_id IS NULL
+           OR (run_at >= :after_run_at AND (run_at, id) > (:after_run_at, :after_id)))
+    ORDER BY run_at, id
+    LIMIT :scan
+),
+known AS (SELECT key AS task, value AS limits FROM json_each(:task_limits)),
+last AS (SELECT run_at, id FROM examined ORDER BY run_at DESC, id DESC LIMIT 1)
+SELECT s.examined, s.after_run_at, s.after_id, c.id, c.unknown
+FROM (SELECT (SELECT count(*) FROM examined) AS examined,
+             (SELECT run_at FROM last) AS after_run_at,
+             (SELECT id FROM last) AS after_id) AS s
+LEFT JOIN (
+    SELECT e.id, k.task IS NULL AS unknown
+    FROM examined AS e LEFT JOIN known AS k ON k.task = e.task
+    WHERE CASE WHEN k.task IS NULL THEN e.run_at < :now - :grace
+               ELSE :worker IS NOT NULL
+                    AND e.run_at <= :now
+                    AND (e.run_at < :now - :grace
+                         OR e.created_at < (SELECT started_at FROM due_workers WHERE id = :worker))
+                    AND EXISTS (SELECT 1 FROM json_each(e.limits) AS p
+                                WHERE p.value ->> 0 NOT IN (SELECT value FROM json_each(k.limits)))
+          END
+) AS c ON true
+
+-- name: drop_undeclared_limits
+-- The candidates of a look (`ids`) that still count against a limit the
+-- caller's code no longer gives their task (a limit taken out of the code):
+-- it is dropped from them, the others kept, the reason in their history. A
+-- job never waits for a limit that the code running it does not declare; a
+-- job no longer counting against what it waited for waits no more.
+WITH known AS (SELECT key AS task, value AS limits FROM json_each(:task_limits)),
+pairs AS (
+    SELECT j.id, p.key AS n, p.value AS pair,
+           p.value ->> 0 IN (SELECT value FROM json_each(k.limits)) AS declared
+    FROM due_jobs AS j JOIN known AS k ON k.task = j.task, json_each(j.limits) AS p
+    WHERE j.id IN (SELECT value FROM json_each(:ids))
+      AND j.state = 'queued' AND NOT j.held AND j.limits IS NOT NULL AND j.run_at <= :now
+      AND (j.run_at < :now - :grace
+           OR j.created_at < (SELECT started_at FROM due_workers WHERE id = :worker))
+),
+chosen AS (
+    SELECT d.id,
+           (SELECT json_group_array(json(k.pair)) FROM (SELECT pair FROM pairs AS k
+                WHERE k.id = d.id AND k.declared ORDER BY k.n) AS k) AS kept,
+           (SELECT group_concat(name, ', ') FROM (SELECT DISTINCT o.pair ->> 0 AS name FROM pairs AS o
+                WHERE o.id = d.id AND NOT o.declared ORDER BY 1)) AS names
+    FROM (SELECT DISTINCT id FROM pairs WHERE NOT declared) AS d
+)
+UPDATE due_jobs
+SET limits = CASE WHEN c.kept = '[]' THEN NULL ELSE c.kept END,  -- none left: an ordinary job
+    limit_wait = CASE WHEN EXISTS (SELECT 1 FROM json_each(c.kept) AS e
+                                   WHERE e.value ->> 0 = due_jobs.limit_wait
+                                     AND e.value ->> 1 = due_jobs.limit_wait_key)
+                      THEN limit_wait END,
+    limit_wait_key = CASE WHEN EXISTS (SELECT 1 FROM json_each(c.kept) AS e
+                                       WHERE e.value ->> 0 = due_jobs.limit_wait
+                                         AND e.value ->> 1 = due_jobs.limit_wait_key)
+                          THEN limit_wait_key END,
+    errors = json_insert(iif(json_valid(errors), errors, json_array(errors)), '$[#]', json_object(
+        'attempt', attempt, 'kind', 'limits_dropped',
+        'error', 'no longer counts against limit ' || c.names || ': the code of worker '
+            || :worker || ' gives its task ' || task || ' no such limit',
+        'traceback', NULL, 'at', strftime('%Y-%m-%dT%H:%M:%f+00:00', :now, 'unixepoch')))
+FROM chosen AS c
+WHERE due_jobs.id = c.id
+RETURNING id
 
 -- name: register_worker
 INSERT INTO due_workers (id, host, pid, queues, tasks, started_at, last_seen_at, state)
@@ -1286,6 +1375,20 @@ SELECT q.queue,
 FROM queues AS q
 WHERE q.queue IS NOT NULL
 ORDER BY q.queue
+
+-- name: oldest_due_job
+-- A queue's oldest due job (due at `run_at`, from the queue's figures: read
+-- back from seconds, so within a microsecond), its task, and whether a live
+-- worker of its queue knows that task.
+SELECT j.id, j.task,
+       EXISTS (SELECT 1 FROM due_workers AS w, json_each(w.queues) AS q, json_each(w.tasks) AS t
+               WHERE w.state IN ('running', 'stopping') AND w.last_seen_at > :now - :alive
+                 AND q.key = j.queue AND t.value = j.task) AS known
+FROM due_jobs AS j
+WHERE j.queue = :queue AND j.state = 'queued' AND NOT j.held
+  AND j.run_at BETWEEN :run_at - 0.000002 AND :run_at + 0.000002
+ORDER BY j.id
+LIMIT 1
 
 -- name: queue_stuck
 -- Running jobs whose progress has not moved for their task's stuck_after.
