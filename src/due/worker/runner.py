@@ -14,11 +14,14 @@ import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 
 from due.app import App
 from due.clock import Clock
 from due.core.jobs import JobState
 from due.core.records import ClaimedJob
+from due.errors import InvalidJobError
+from due.limits import job_limits
 from due.logs import event
 from due.worker.executor import Executor
 from due.worker.ledger import RunningJobs
@@ -40,7 +43,15 @@ class Runner:
         cancel_grace: Callable[[], float],
         on_held: Callable[[RunningJob], None] = lambda running: None,
         confirm_start: Callable[[RunningJob], Awaitable[bool]] | None = None,
+        database_now: Callable[[], datetime] | None = None,
+        too_late: Callable[[RunningJob], None] = lambda running: None,
+        limited_now: Callable[[RunningJob, str], None] = lambda running, limits: None,
     ) -> None:
+        """`database_now` (the worker's estimate of the database's clock) places
+        a rate-limited job's latest start on this host's clock; `too_late`
+        hands back a job whose handler was too late to begin; `limited_now`
+        hands back, with its limits written, a job stored without the limits
+        its task counts against in this code (hand_backs.py)."""
         self._app = app
         self._executor = executor
         self._clock = clock
@@ -49,12 +60,18 @@ class Runner:
         self._cancel_grace = cancel_grace
         self._on_held = on_held
         self._confirm = confirm_start
+        self._database_now = database_now
+        self._too_late = too_late
+        self._limited_now = limited_now
 
     def hold(self, job: ClaimedJob, jobs: RunningJobs, claimed_at: float) -> RunningJob:
         """Hold a job just claimed (its lease trusted from when the claim was sent)."""
         task = self._app.tasks.get(job.task)
         lease = task.config.lease or self._default_lease
         running = RunningJob(job, task, jobs, lease, trusted_until(claimed_at, lease))
+        if job.start_by is not None and self._database_now is not None:
+            ahead = job.start_by - self._database_now().timestamp()
+            running.start_by = self._clock.monotonic() + ahead
         if task.context_parameter is not None:
             running.context = self._executor.context_for(job, task)
             if running.context is not None:
@@ -71,6 +88,11 @@ class Runner:
         one): whether it may, and if so the next heartbeat says it began (a plain
         attribute written: the loop reads it at the next beat)."""
         trusted = self._trusts(running)
+        if trusted and running.start_by is not None and self._clock.monotonic() > running.start_by:
+            # A rate counts its starts as its handlers begin, give or take its
+            # tolerance: past it, this one would crowd the next window.
+            running.late = True
+            return False
         if trusted and not running.start_said:
             running.start_unsent = True
         return trusted
@@ -88,6 +110,9 @@ class Runner:
         running.handle = asyncio.get_running_loop().create_task(self._execute(running, jobs))
 
     async def _execute(self, running: RunningJob, jobs: RunningJobs) -> None:
+        if not running.job.limited and running.task.config.limits and self._limits_now(running):
+            jobs.handler_ended()
+            return
         try:
             if running.job.attempt >= running.job.max_attempts and not await self._confirm_start(
                 running
@@ -126,6 +151,12 @@ class Runner:
             jobs.handler_ended()
             return
         running.seconds = attempt.seconds
+        if running.late:  # it never began: handed back, its attempt not spent
+            running.lost_reason = "its handler was too late to begin for its rate limit"
+            jobs.forget(running)
+            jobs.handler_ended()
+            self._too_late(running)
+            return
         if attempt.straggler is None:
             running.finished = True
             # The outcome is recorded before the slot frees: it keeps the slot until written.
@@ -147,6 +178,27 @@ class Runner:
         attempt.straggler.add_done_callback(
             lambda _: self._straggler_returned(running, jobs, attempt)
         )
+
+    def _limits_now(self, running: RunningJob) -> bool:
+        """A job stored as counting against no limit, of a task that counts
+        against some in this code (a schedule's run stored before the task had
+        them, a job of older code): handed back with them written, unstarted.
+        Returns whether it was (or failed: its arguments give no key)."""
+        job = running.job
+        try:
+            limits = job_limits(job.task, running.task.config.limits, job.args, job.kwargs, None)
+        except InvalidJobError as error:
+            running.finished = True
+            running.jobs.record_outcome(
+                running, self._executor.crashed(job, error, running.context)
+            )
+            return True
+        if limits is None:
+            return False
+        running.lost_reason = "handed back to count against its task's limits"
+        running.jobs.forget(running)
+        self._limited_now(running, limits)
+        return True
 
     def _straggler_returned(self, running: RunningJob, jobs: RunningJobs, attempt: Attempt) -> None:
         straggler = attempt.straggler

@@ -43,6 +43,7 @@ from due.app import App
 from due.clock import Clock, DatabaseClock
 from due.core.records import UnknownTaskSweep
 from due.logs import event
+from due.maintenance.limit_sweep import LimitSweep
 from due.maintenance.pruner import Pruner
 from due.maintenance.rescuer import Rescuer
 from due.maintenance.unknown_tasks import UnknownTaskReaper
@@ -56,6 +57,7 @@ from due.worker.clock_watch import ClockWatch
 from due.worker.completer import Completer
 from due.worker.event_loop import loop_name
 from due.worker.executor import Executor
+from due.worker.hand_backs import HandBacks
 from due.worker.health import HealthServer, Probes
 from due.worker.heartbeat import Heartbeater, StartReports, TrustWatch
 from due.worker.ledger import RunningJobs
@@ -116,6 +118,7 @@ class Worker:
             app=app,
             worker=settings.worker_id,
         )
+        self.hand_backs = HandBacks(store=self.store, call=self.call)
         self.runner = Runner(
             app=app,
             executor=self.executor,
@@ -125,6 +128,9 @@ class Worker:
             cancel_grace=self._cancel_grace,
             on_held=self._held_one,
             confirm_start=self._confirm_start,
+            database_now=self.database_now,
+            too_late=self.hand_backs.too_late,
+            limited_now=self.hand_backs.limited_now,
         )
         self.producers = {
             queue: QueueProducer(
@@ -181,9 +187,15 @@ class Worker:
             on_requeued=self.wake_all,
         )
         sweep = UnknownTaskSweep(
-            list(settings.queues), self.task_names, settings.unknown_task_grace, settings.gone_after
+            list(settings.queues),
+            self.task_names,
+            settings.unknown_task_grace,
+            settings.gone_after,
+            task_limits={t.name: [use.name for use in t.config.limits] for t in app.tasks},
+            worker=settings.worker_id,
         )
         self.unknown_tasks = UnknownTaskReaper(store=self.store, call=self.call, sweep=sweep)
+        self.limit_sweep = LimitSweep(store=self.store, call=self.call, on_released=self.wake_all)
         self.scheduler = self._scheduler() if settings.scheduler else None
         self.pruner = Pruner(
             store=self.store,
@@ -403,6 +415,7 @@ class Worker:
             ("trust", self.trust_watch, None),
             ("rescuer", self.rescuer, None),
             ("unknown_tasks", self.unknown_tasks, None),
+            *((("limit_sweep", self.limit_sweep, None),) if self.limited else ()),
             *((("scheduler", self.scheduler, None),) if self.scheduler else ()),
             ("pruner", self.pruner, None),
             ("vacuum", self.vacuum, None),
