@@ -56,7 +56,9 @@ def make_app(url: str) -> due.App:
 
 
 def live_worker(app: due.App, *queues: str) -> None:
-    registration = WorkerRegistration("web-1:42:ab", "web-1", 42, dict.fromkeys(queues, 4))
+    registration = WorkerRegistration(
+        "web-1:42:ab", "web-1", 42, dict.fromkeys(queues, 4), app.tasks.names()
+    )
     app.store.worker_register(registration)
 
 

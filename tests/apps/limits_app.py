@@ -23,6 +23,8 @@ app.limit("api", rate="20/s")
 app.limit("fragile", concurrency=1)  # per key, under faults
 app.limit("serial", concurrency=1)  # the backlog of the head-of-line test
 app.limit("elastic", concurrency=1)  # raised at run time
+app.limit("exports", concurrency=1)  # a schedule's runs, stored before its task had it
+app.limit("rated", rate="5/s")  # as the handlers see it (tests/process/test_limit_faults.py)
 
 
 def record(kind: str, ctx: due.Context, key: str) -> None:
@@ -74,3 +76,13 @@ def quick(ctx: due.Context) -> int:
 @app.task(name="elastic_work", limits=["elastic"])
 def elastic_work(ctx: due.Context, seconds: float = 0.0) -> int:
     return timed(ctx, "elastic", seconds)
+
+
+@app.task(name="call_rated", limits=["rated"])
+def call_rated(ctx: due.Context) -> int:
+    return timed(ctx, "rated", 0.0)
+
+
+@app.task(name="scheduled_export", limits=["exports"])
+def scheduled_export(ctx: due.Context, seconds: float = 0.0) -> int:
+    return timed(ctx, "exports", seconds)

@@ -241,6 +241,33 @@ def test_the_limits_benchmark_measures_each_step(backend: str, tmp_path: Path) -
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_the_limit_keys_benchmark_measures_pickups_beside_waiting_keys(
+    backend: str, tmp_path: Path
+) -> None:
+    """bench/limit_keys_bench.py --quick: pickups of unlimited jobs beside keys
+    that jobs wait for, and beside none, in real worker processes; none of the
+    waiting jobs is let go (their keys' jobs run on)."""
+    command = [sys.executable, "bench/limit_keys_bench.py", "--quick", "--backend", backend]
+    try:
+        done = run_apart(command, tmp_path, timeout=300)
+    finally:
+        drop_scratch_databases(tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = (tmp_path / "results" / "results.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    rounds = [r for r in records if "side" in r]
+    assert {(r["backend"], r["side"], r["keys"]) for r in rounds} == {
+        (backend, "none", 0),
+        (backend, "keys", 200),
+    }
+    for r in rounds:
+        assert r["pickup_ms_default"] > 0 and r["pickup_ms_other"] > 0, r
+    (after,) = [r for r in records if "still_waiting" in r]
+    assert after["still_waiting"] == 200
+    assert f"### Pickup of unlimited jobs beside 200 waiting keys, {backend}" in done.stdout
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_the_workflows_benchmark_measures_each_step(backend: str, tmp_path: Path) -> None:
     """bench/workflows_bench.py --quick: release latencies, a fan-out, a chain
     and a plain drain, and a drain beside waiting steps, in real worker

@@ -32,7 +32,9 @@ def serve(app: due.App, *queues: str, worker: str = "w:1:aa") -> None:
     if worker in {info.id for info in app.store.worker_list()}:
         app.store.worker_touch(worker)
     else:
-        registration = WorkerRegistration(worker, "host", 1, dict.fromkeys(queues, 4))
+        registration = WorkerRegistration(
+            worker, "host", 1, dict.fromkeys(queues, 4), app.tasks.names()
+        )
         app.store.worker_register(registration)
 
 

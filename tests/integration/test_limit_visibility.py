@@ -25,7 +25,9 @@ def tasks(app: due.App) -> tuple[due.Task, due.Task]:
     def sync(account: str) -> None: ...
 
     app.sync_limits()
-    app.store.worker_register(WorkerRegistration("w:1:a", "host", 1, {"default": 4}))
+    app.store.worker_register(
+        WorkerRegistration("w:1:a", "host", 1, {"default": 4}, app.tasks.names())
+    )
     return charge, sync
 
 

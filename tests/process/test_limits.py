@@ -228,8 +228,17 @@ def test_no_window_of_a_second_holds_more_than_the_rate(app: due.App, workers: W
     span = (max(instants) - min(instants)).total_seconds()
     assert span >= 3.0, f"70 starts at 20/s took {span:.2f}s"
     assert {attempt for _, _, attempt, _ in jobs_of(app.url, "call_api")} == {1}
-    # The log of starts in the database agrees: every start counted, once.
-    assert rows(app.url, "SELECT started_total FROM due_limit_keys WHERE name = 'api'") == [(jobs,)]
+    # The log of starts in the database agrees: every start counted, once; a
+    # start whose handler could not begin in time (a loaded machine) was
+    # handed back, counted, and started again.
+    handed_back = sum(
+        1
+        for job in app.jobs(task="call_api", limit=jobs)
+        for entry in job.errors
+        if entry.kind == "released" and "handed back unstarted" in entry.error
+    )
+    counted = rows(app.url, "SELECT started_total FROM due_limit_keys WHERE name = 'api'")
+    assert counted == [(jobs + handed_back,)]
 
 
 # --- 3. a killed worker and a paused one ---------------------------------------------
@@ -388,3 +397,51 @@ def test_a_limit_raised_at_run_time_lets_more_run_within_seconds(
         )
     assert watch.most_of("elastic") == {"": 4}
     app.reset_limit("elastic")
+
+
+# --- 6. a schedule stored before its task had limits --------------------------------------
+
+
+def test_a_schedules_runs_count_against_the_limits_its_task_has_now(
+    app: due.App, workers: Workers
+) -> None:
+    """A schedule added while its task had no limits stores runs that count
+    against none. A release gives the task `limits=["exports"]`
+    (concurrency 1): its runs count against it as the workers' code says, one
+    at a time (before: every run ran unlimited, 4 at once)."""
+    before = due.App(app.url)  # the code of the schedule's day: the task had no limits
+    before.task(name="scheduled_export")(limits_app.scheduled_export.fn)
+    before.add_schedule("exports", every="1s", task="scheduled_export", args=[1.5], overlap="allow")
+    before.close()
+    start_workers(workers)
+    succeeded = "SELECT 1 FROM due_jobs WHERE task = 'scheduled_export' AND state = 'succeeded'"
+    wait_until(lambda: len(rows(app.url, succeeded)) >= 4, timeout=60, what="four runs to succeed")
+    runs = [run for run in attempts(workers).values() if run["end"] is not None]
+    assert most_at_once([(run["start"], run["end"]) for run in runs]) == 1
+    stored = rows(
+        app.url, "SELECT DISTINCT CAST(limits AS text) FROM due_jobs WHERE state = 'succeeded'"
+    )
+    assert [json.loads(text) for (text,) in stored] == [[["exports", ""]]]
+    attempts_spent = rows(app.url, "SELECT attempt FROM due_jobs WHERE state = 'succeeded'")
+    assert {attempt for (attempt,) in attempts_spent} == {1}  # handed back: none spent
+
+
+# --- 7. a limit taken out of the code -------------------------------------------------------
+
+
+def test_jobs_whose_limit_was_taken_out_of_the_code_run(app: due.App, workers: Workers) -> None:
+    """Jobs enqueued while `call_api` counted against "api"; a release takes
+    the limit out, and its workers declare none (so never claim a job that
+    counts against one): the jobs stayed queued for ever. The workers' sweep
+    drops the limit from them, and they run, once each."""
+    call = app.tasks.get("call_api")
+    jobs = [job.id for job in app.enqueue_many([call.request() for _ in range(5)])]
+    worker = workers.start("-c", "4", app="tests.apps.limits_removed_app:app")
+    workers.wait_ready(worker)
+    wait_until(
+        lambda: all_succeeded(app.url, "call_api", len(jobs)),
+        timeout=30,
+        what="the jobs of the limit taken out to run",
+    )
+    assert {attempt for _, _, attempt, _ in jobs_of(app.url, "call_api")} == {1}
+    assert "job.limits_dropped" in worker.log()

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from due.core.limits import KeyState, build, decide, describe_period, parse_rate
+from due.core.limits import (
+    KeyState,
+    build,
+    decide,
+    describe_period,
+    parse_rate,
+    start_tolerance,
+)
 from due.errors import ConfigurationError
 
 
@@ -53,17 +60,37 @@ def state(**numbers: object) -> KeyState:
 
 
 def test_the_rate_window_slides_and_says_when_it_opens() -> None:
-    # 3 per 10 s: starts at 91 (1), 95 (2); 89 has left the window.
+    # 3 per 10 s, and the 0.5 s a handler may take to begin: a window of 10.5 s.
+    # Starts at 91 (1), 95 (2); 89 has left the window.
     key = state(rate=3, period=10.0, starts="[[89, 5], [95, 2], [91, 1]]")
     assert key.started_in_window == 3
     assert key.why_not() == "rate" and key.room() == 0
-    assert key.opens_at() == 101.0  # the start at 91 leaves the window
+    assert key.opens_at() == 101.5  # the start at 91 leaves the window
     key = state(rate=3, period=10.0, starts="[[95, 2]]")
     decision = decide([(1, [("l", "")]), (2, [("l", "")])], {("l", ""): key})
     assert decision.granted == [1]
     assert decision.waiting == [(2, "l", "")]
     assert key.log() == [[95, 2], [100.0, 1]]
-    assert key.opens_at() == 105.0
+    assert key.opens_at() == 105.5
+    assert key.next_look() == 105.5  # a job waits for the rate: looked at when it opens
+    assert decision.start_by == {1: 100.5}  # its handler begins by then, or not at all
+
+
+def test_the_start_tolerance_is_a_share_of_the_period_up_to_a_second() -> None:
+    assert start_tolerance(1.0) == pytest.approx(0.05)
+    assert start_tolerance(10.0) == pytest.approx(0.5)
+    assert start_tolerance(3600.0) == 1.0
+
+
+def test_a_job_set_waiting_for_a_slot_is_looked_at_again_at_once() -> None:
+    """(After the claim commits: an end committed since it counted finds nobody
+    waiting yet, store/limit_claims.py.) A job that counts against no rate
+    has no time its handler must begin by."""
+    key = state(concurrency=1, running=1)
+    decision = decide([(1, [("l", "")])], {("l", ""): key})
+    assert decision.waiting == [(1, "l", "")]
+    assert key.next_look() == 100.0
+    assert decision.start_by == {}
 
 
 def test_a_candidate_waits_for_the_first_key_without_room() -> None:

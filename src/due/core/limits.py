@@ -4,6 +4,15 @@ A limit caps the jobs counted against it (or against one of its keys):
 `concurrency` of them running at any moment, `rate` of them starting in any
 window of `period` seconds (a sliding window). The decision for a claim's
 candidates is made here, on numbers the store read under the keys' locks.
+
+A rate speaks of the handlers' starts, as the service they call sees them.
+A claim counts a start at its instant (the database's time once the keys are
+locked), but a handler begins a little later: the claim's reply travels, the
+worker starts it. So a start counts for its window and the tolerance after
+it (`start_tolerance`), and a worker starts a handler only within that
+tolerance of its counted start, or hands the job back unstarted: any window
+of `period` seconds of handler starts then lies within a window of period +
+tolerance of counted ones, which holds at most `rate`.
 """
 
 from __future__ import annotations
@@ -29,6 +38,14 @@ MAX_KEY_LENGTH = 255
 MAX_PERIOD_SECONDS = 86_400.0
 """A rate's period, at most a day: the log of its starts is kept that long."""
 MAX_COUNT = 1_000_000
+START_TOLERANCE_SHARE = 0.05
+"""How late after its counted start a rate-limited job's handler may begin, as
+a share of the rate's period (50 ms of a second); a job whose handler could
+not begin by then is handed back unstarted. The rate's window is longer by as
+much, so what a worker may start late never crowds the next window."""
+MAX_START_TOLERANCE_SECONDS = 1.0
+"""The tolerance's cap (a worker that starts a handler a second after its
+claim is slow, whatever the period)."""
 _NAME = re.compile(r"[A-Za-z0-9_.:\-]+")
 _RATE = re.compile(r" *([0-9]+) */ *([0-9]*) *([smh]) *")
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
@@ -116,6 +133,12 @@ def build(name: Any, *, rate: Any = None, concurrency: Any = None) -> Limit:
     return Limit(name, slots, count, period)
 
 
+def start_tolerance(period: float) -> float:
+    """How late after its counted start a handler may begin (seconds), for a
+    rate of this period: what the window is longer by."""
+    return min(period * START_TOLERANCE_SHARE, MAX_START_TOLERANCE_SECONDS)
+
+
 def describe_period(seconds: float) -> str:
     for unit, size in (("h", 3600.0), ("m", 60.0), ("s", 1.0)):
         if seconds >= size and seconds % size == 0:
@@ -172,30 +195,38 @@ class KeyState:
     period: float | None
     running: int
     starts: list[list[float]]
-    """[instant, count] of the starts in the last period (older ones dropped)."""
+    """[instant, count] of the starts in the last window (older ones dropped)."""
     block_version: int = 0
     granted: int = 0
     blocked: bool = False
     rate_blocked: bool = False
+    concurrency_blocked: bool = False
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> KeyState:
         now = float(row["now_s"])
-        period = row["period"]
+        period = None if row["period"] is None else float(row["period"])
         starts = json.loads(row["starts"] or "[]")
+        window = None if period is None else period + start_tolerance(period)
         # Claims that waited for a key write after one that began later: in order.
-        starts = sorted(e for e in starts if e[0] > now - period) if period is not None else []
+        starts = sorted(e for e in starts if e[0] > now - window) if window is not None else []
         return cls(
             row["name"],
             row["key"],
             now,
             row["concurrency"],
             row["rate"],
-            None if period is None else float(period),
+            period,
             int(row["running"]),
             starts,
             int(row["block_version"]),
         )
+
+    @property
+    def window(self) -> float | None:
+        """How long a start counts against the rate: its period and the
+        tolerance of a handler's start (None: no rate)."""
+        return None if self.period is None else self.period + start_tolerance(self.period)
 
     @property
     def started_in_window(self) -> int:
@@ -227,17 +258,28 @@ class KeyState:
     def opens_at(self) -> float | None:
         """When the rate lets one more start, counting this claim's (None: now,
         or no rate)."""
-        if self.rate is None or self.period is None:
+        window = self.window
+        if self.rate is None or window is None:
             return None
         log = self.log()
         excess = sum(count for _, count in log) - (self.rate - 1)
-        for instant, count in log:  # oldest first: each leaves the window at instant + period
+        for instant, count in log:  # oldest first: each leaves the window at instant + window
             if excess <= 0:
                 break
             excess -= count
             if excess <= 0:
-                return float(instant + self.period)
+                return float(instant + window)
         return None
+
+    def next_look(self) -> float | None:
+        """When the jobs this claim set waiting should be looked at again (None:
+        when a job of the key ends). A job set waiting for a slot is looked at
+        again at once, after this claim commits: a job of the key whose end
+        committed after this claim counted it running let go of nobody, as
+        nobody waited yet (store/limits.py)."""
+        if self.concurrency_blocked:
+            return self.now
+        return self.opens_at() if self.rate_blocked else None
 
 
 @dataclass(slots=True)
@@ -247,6 +289,9 @@ class Decision:
     granted: list[int] = field(default_factory=list)
     waiting: list[tuple[int, str, str]] = field(default_factory=list)
     """(job id, limit, key) of the candidates that must wait, and for what."""
+    start_by: dict[int, float] = field(default_factory=dict)
+    """For each granted job that counts against a rate: the latest instant (the
+    database's, seconds) its handler may begin."""
 
 
 def decide(
@@ -266,9 +311,20 @@ def decide(
                 if pair in states:
                     states[pair].granted += 1
             decision.granted.append(job_id)
+            deadlines = [
+                state.now + start_tolerance(state.period)
+                for pair in pairs
+                if (state := states.get(pair)) is not None
+                and state.rate is not None
+                and state.period is not None
+            ]
+            if deadlines:
+                decision.start_by[job_id] = min(deadlines)
             continue
         if full.why_not() == "rate":
             full.rate_blocked = True
+        else:
+            full.concurrency_blocked = True
         full.blocked = True
         decision.waiting.append((job_id, full.name, full.key))
     return decision

@@ -102,6 +102,12 @@ class ClaimedJob:
     """The headers stored with it as it was enqueued (due.instrumentation)."""
     first_attempt: dict[str, str] | None = None
     """The headers kept by its earliest attempt that kept any (due.instrumentation)."""
+    limited: bool = False
+    """Claimed as counting against a limit (by the claim of limited jobs)."""
+    start_by: float | None = None
+    """For a job that counts against a rate: the latest instant (the database's,
+    seconds since the epoch) its handler may begin, or it is handed back
+    unstarted (core/limits.py, start_tolerance)."""
 
     @property
     def settles_a_parent(self) -> bool:
@@ -113,6 +119,14 @@ class ClaimedJob:
         return (
             self.parent_id is not None or self.completes is not None or self.workflow_id is not None
         )
+
+
+class Claimed(list[ClaimedJob]):
+    """The jobs a claim leased, in claim order."""
+
+    contended: bool = False
+    """It passed over jobs whose limit key another claim held (store/limit_claims.py):
+    they may be claimable a moment later."""
 
 
 @dataclass(slots=True)  # not frozen: built per job on hot paths, and frozen is slow
@@ -203,7 +217,11 @@ class ClaimRequest:
     task_leases: Mapping[str, float] | None = None
     """Lease lengths of the tasks that set their own."""
     limited: bool = False
-    """Also the jobs that count against a limit (store/limits.py)."""
+    """Also the jobs that count against a limit (store/limit_claims.py)."""
+    free: int | None = None
+    """Slots free to start a job now (None: `limit`): jobs that count against
+    a limit are claimed only for those, never ahead (one held ready would hold
+    its limit's slot meanwhile, or start too late for its rate)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +242,16 @@ class UnknownTaskSweep:
     after: Mapping[str, SweepMark] = field(default_factory=dict)
     """Per queue, where the last sweep stopped (absent: from the first job in
     the claim's order)."""
+    task_limits: Mapping[str, Sequence[str]] | None = None
+    """Per task of `tasks`, the limits the caller's code gives it: a due job of
+    the task that counts against another loses it (a limit taken out of the
+    code), when it was enqueued before the caller started or has been due past
+    the grace (None: not looked for)."""
+    worker: str | None = None
+    """The caller (its registration says when it started)."""
+    after_limited: Mapping[str, SweepMark] = field(default_factory=dict)
+    """Per queue, where the last sweep of the jobs that count against a limit
+    stopped (in run_at order: their priority is 0 here)."""
 
     def __post_init__(self) -> None:
         if self.scan < 1:  # a sweep that looks at nothing would never read on
@@ -254,6 +282,11 @@ class UnknownTaskSweepResult:
     after: dict[str, SweepMark]
     """Per queue, where the next sweep starts (absent: it read to the end, and
     the next sweep starts from the first job in the claim's order again)."""
+    limits_dropped: list[int] = field(default_factory=list)
+    """The jobs that lost a limit their task no longer names in the caller's
+    code, in id order."""
+    after_limited: dict[str, SweepMark] = field(default_factory=dict)
+    """As `after`, for the jobs that count against a limit."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,15 @@ past the grace (default 1 hour) and no live worker of its queue knows its task
 "unknown task", kept, and retryable after the deploy. A job that one live
 worker knows is that worker's to run, however busy it is.
 
+Jobs that count against a limit are looked at too, in their own index: for an
+unknown task as above, and for a limit their task no longer names in this
+worker's code (taken out since they were enqueued). A job counts against its
+task's limits as the worker that runs it knows them: such a job loses that
+limit and runs without it (a job never waits for a limit that no running code
+declares), at once when it was enqueued before this worker started, after the
+grace otherwise (older code may enqueue it during a deploy, whose workers
+still enforce it). The reason is in its history.
+
 Each sweep reads a bounded number of each queue's due jobs (its claim index)
 and the next one reads on from where it stopped, so a backlog of millions costs every
 worker tens of milliseconds of the database a minute, not a full read of it.
@@ -42,9 +51,20 @@ class UnknownTaskReaper:
 
     async def run_once(self) -> list[int]:
         result = await self._call(self._store.job_fail_unknown_tasks, self._sweep)
-        self._sweep = dataclasses.replace(self._sweep, after=result.after)
+        self._sweep = dataclasses.replace(
+            self._sweep, after=result.after, after_limited=result.after_limited
+        )
         for job_id in result.failed:
             event(
                 log, "job.unknown_task", logging.ERROR, job=job_id, grace=self._sweep.grace_seconds
+            )
+        for job_id in result.limits_dropped:
+            event(
+                log,
+                "job.limits_dropped",
+                logging.WARNING,
+                job=job_id,
+                grace=self._sweep.grace_seconds,
+                reason="its task counts against that limit no more in this worker's code",
             )
         return result.failed

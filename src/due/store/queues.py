@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import datetime
+
 from due.core.records import COUNT_LIMIT, QueueOverview, queue_overviews
 from due.store.backend import Backend
 
@@ -28,3 +31,18 @@ def in_use(db: Backend, queue: str) -> bool:
     """Whether any job, pause, worker or schedule names this queue."""
     with db.transaction(read=True) as tx:
         return bool(tx.run("queue_in_use", {"queue": queue})[0]["found"])
+
+
+def unknown_oldest(
+    db: Backend, oldest: Sequence[tuple[str, datetime]], alive_seconds: float
+) -> dict[str, str]:
+    """Of the queues given with their oldest due job's time, those whose oldest
+    due job is of a task no live worker of the queue knows: queue -> task."""
+    found = {}
+    with db.transaction(read=True) as tx:
+        for queue, run_at in oldest:
+            params = {"queue": queue, "run_at": run_at, "alive": alive_seconds, "now": tx.now}
+            rows = tx.run("oldest_due_job", params)
+            if rows and not rows[0]["known"]:
+                found[queue] = rows[0]["task"]
+    return found

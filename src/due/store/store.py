@@ -12,7 +12,7 @@ conformance suite (`tests/store/`) runs the same tests on both backends.
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Self
@@ -56,6 +56,7 @@ from due.store import (
     actions,
     bulk,
     jobs,
+    limit_claims,
     limits,
     long_work,
     queues,
@@ -242,8 +243,10 @@ class Store:
         reason: str,
         later: Collection[int] = (),
         handback_seconds: float = work.DEFAULT_HANDBACK_SECONDS,
+        *,
+        limits: Mapping[int, str] | None = None,
     ) -> set[int]:
-        return work.release(self.backend, leases, reason, later, handback_seconds)
+        return work.release(self.backend, leases, reason, later, handback_seconds, limits=limits)
 
     def job_next_due(
         self, queue: str, tasks: Sequence[str], limited: bool = False
@@ -332,6 +335,11 @@ class Store:
     def queue_overview(self, limit: int = COUNT_LIMIT) -> list[QueueOverview]:
         return queues.overview(self.backend, limit)
 
+    def queue_unknown_oldest(
+        self, oldest: Sequence[tuple[str, datetime]], alive_seconds: float
+    ) -> dict[str, str]:
+        return queues.unknown_oldest(self.backend, oldest, alive_seconds)
+
     def queue_in_use(self, queue: str) -> bool:
         return queues.in_use(self.backend, queue)
 
@@ -399,7 +407,9 @@ class Store:
         return limits.key_figures(self.backend, name, key)
 
     def limit_reopen(self) -> int:
-        return limits.reopen(self.backend)
+        """Look at every waiting key (a page of them) and let go the jobs of
+        those with room; returns how many (the worker's sweep, and drain())."""
+        return limit_claims.sweep(self.backend)
 
     def schedule_sync(self, defined: Sequence[Schedule], decide: Decide) -> SyncReport:
         return schedules.sync(self.backend, defined, decide)

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
 import operator
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from due.core.jobs import AttemptError, JobState
 from due.core.records import (
     DEFAULT_MAX_LOST_LEASES,
+    Claimed,
     ClaimedJob,
     ClaimRequest,
     Completion,
@@ -35,9 +37,10 @@ from due.core.records import (
 from due.core.stats import Outcome, buckets_of, outcome_of
 from due.errors import StoreError
 from due.retry import judge_lost_lease
-from due.store import batches, limits, pieces
+from due.store import batches, limit_claims, pieces
 from due.store.backend import Backend, Columns, Lane, LockWaitTimeout, Rows, Transaction, Values
 from due.store.conflicts import retried_on_conflict
+from due.store.limit_claims import LimitedClaim
 from due.store.settling import lock_parents, settle
 from due.store.sql import describe_seconds
 from due.store.stats import count_endings
@@ -50,33 +53,30 @@ PROMOTE_PER_CLAIM = 500
 due at the same instant gets there over a few claims, in run_at order."""
 
 
-def claim(db: Backend, request: ClaimRequest) -> list[ClaimedJob]:
+def claim(db: Backend, request: ClaimRequest) -> Claimed:
     """Lease up to `request.limit` due jobs of its queue."""
-    if request.limited and not db.single_writer:
-        _reopen_limits(db)
     with db.transaction(single=not (db.single_writer or request.limited)) as tx:
-        values = _claim_in(db, tx, request)
-    return _readable(db, values)
+        values, limited = _claim_in(db, tx, request)
+    return _with_new_keys(db, request, _readable(db, values, limited), limited)
 
 
 def complete_and_claim(
     db: Backend, completions: Sequence[Completion], request: ClaimRequest
-) -> tuple[set[int], list[ClaimedJob]]:
+) -> tuple[set[int], Claimed]:
     """`complete` then `claim`, in one transaction: one commit (one fsync on
     SQLite, where the worker uses this) instead of two. If the database refuses
     an acknowledgement, they are written apart: one bad row must not stop the
     claims, nor the other acknowledgements."""
-    if request.limited and not db.single_writer:
-        _reopen_limits(db)
     try:
         with db.transaction() as tx:
-            applied = _complete_in(db, tx, completions)
-            values = _claim_in(db, tx, request)
+            applied, freed = _complete_in(db, tx, completions)
+            values, limited = _claim_in(db, tx, request)
     except Exception as error:
         if not completions or not batches.row_fault(error):
             raise
         return complete(db, completions), claim(db, request)
-    return applied, _readable(db, values)
+    limit_claims.after_ends(db, freed)
+    return applied, _with_new_keys(db, request, _readable(db, values, limited), limited)
 
 
 async def claim_on_loop(db: Backend, lane: Lane, request: ClaimRequest) -> list[ClaimedJob]:
@@ -93,25 +93,58 @@ async def claim_on_loop(db: Backend, lane: Lane, request: ClaimRequest) -> list[
     return claimed
 
 
-def _claim_in(db: Backend, tx: Transaction, request: ClaimRequest) -> Values:
+def _claim_in(
+    db: Backend, tx: Transaction, request: ClaimRequest
+) -> tuple[Values, LimitedClaim | None]:
     """The claim's statements: the due timers of the queue join the claim index,
     and the best due jobs are leased. With one writer (SQLite) the promotion is a
     statement of its own in the claim's transaction, which costs no round trip;
-    PostgreSQL's claim_jobs does both in one statement."""
+    PostgreSQL's claim_jobs does both in one statement. Also returns what the
+    claim of limited jobs leased and left (None: it did not look at them)."""
     params = _claim_params(tx.now, request)
     if db.single_writer:
         tx.run("promote_timers", params)
     if not request.limited:
-        return tx.run_values("claim_jobs", params)
+        return tx.run_values("claim_jobs", params), None
     # Limited jobs first: those with room are as due as the others, and a
-    # busy queue of unlimited jobs must not keep them waiting for ever.
-    if db.single_writer:
-        limits.reopen_in(tx, db)
-    columns, limited = limits.claim_limited(tx, request, request.limit, params)
-    if len(limited) >= request.limit:
-        return columns, limited
-    columns, rows = tx.run_values("claim_jobs", {**params, "limit": request.limit - len(limited)})
-    return columns, [*limited, *rows]
+    # busy queue of unlimited jobs must not keep them waiting for ever. Only
+    # as many as can start now: one held ready would hold its limit's slot
+    # meanwhile, or start too late for its rate.
+    limit_claims.look_in(tx, db)
+    startable = request.limit if request.free is None else min(request.free, request.limit)
+    limited = (
+        limit_claims.claim_limited(tx, startable, params, writes_keys=db.single_writer)
+        if startable > 0
+        else LimitedClaim()
+    )
+    columns, leased = limited.values
+    if len(leased) >= request.limit:
+        return limited.values, limited
+    columns, rows = tx.run_values("claim_jobs", {**params, "limit": request.limit - len(leased)})
+    return (columns, [*leased, *rows]), limited
+
+
+def _with_new_keys(
+    db: Backend, request: ClaimRequest, claimed: list[ClaimedJob], limited: LimitedClaim | None
+) -> Claimed:
+    """`claimed`, and when the claim passed over candidates whose keys were not
+    stored yet: those keys written (on their own), and a claim for the rest.
+    Says whether it passed over keys other claims held (`contended`)."""
+    result = Claimed(claimed)
+    if limited is None:
+        return result
+    result.contended = limited.contended
+    if not limited.new_keys or len(claimed) >= request.limit:
+        return result
+    limit_claims.write_keys(db, limited.new_keys)
+    rest = dataclasses.replace(request, limit=request.limit - len(claimed))
+    if rest.free is not None:
+        rest = dataclasses.replace(rest, free=max(0, rest.free - limited.leased))
+    with db.transaction() as tx:
+        values, more = _claim_in(db, tx, rest)
+    result += _readable(db, values, more)
+    result.contended |= more is not None and more.contended
+    return result
 
 
 def _claim_params(now: Any, request: ClaimRequest) -> dict[str, Any]:
@@ -127,11 +160,19 @@ def _claim_params(now: Any, request: ClaimRequest) -> dict[str, Any]:
     }
 
 
-def _readable(db: Backend, values: Values) -> list[ClaimedJob]:
-    """The claimed jobs; those whose stored values cannot be read fail alone."""
+def _readable(db: Backend, values: Values, limited: LimitedClaim | None = None) -> list[ClaimedJob]:
+    """The claimed jobs; those whose stored values cannot be read fail alone.
+    Those that count against a limit say so (and by when a rate's handler
+    must begin)."""
     claimed, unreadable = read_claimed(*values)
     if unreadable:
         _fail_unreadable(db, unreadable)
+    if limited is not None and limited.leased:
+        ids = {row[0] for row in limited.values[1]}
+        for job in claimed:
+            if job.id in ids:
+                job.limited = True
+                job.start_by = limited.start_by.get(job.id)
     return claimed
 
 
@@ -243,6 +284,11 @@ async def complete_on_loop(
     if columns and pieces.any_concerns_a_parent(columns):
         rows = [dict(zip(names, row, strict=True)) for row in values]
         await asyncio.to_thread(_settle_apart, db, rows)
+    if columns and any(columns["limited"]):
+        ended = [
+            job for job, limited in zip(columns["id"], columns["limited"], strict=True) if limited
+        ]
+        await asyncio.to_thread(limit_claims.after_ends, db, ended)
     written = set(columns.get("id", ()))
     if len(written) < len(completions):
         return await asyncio.to_thread(recorded, db, completions, written)
@@ -261,15 +307,27 @@ def _complete_batch(db: Backend, completions: Sequence[Completion]) -> set[int]:
         with db.transaction(single=True) as tx:
             rows = _write_completions(db, tx, completions)
         _settle_apart(db, rows)
+        limit_claims.after_ends(db, [row["id"] for row in rows if row["limited"]])
         return {row["id"] for row in rows}
     with db.transaction() as tx:
-        return _complete_in(db, tx, completions)
+        written, freed = _complete_in(db, tx, completions)
+    limit_claims.after_ends(db, freed)
+    return written
 
 
-def _complete_in(db: Backend, tx: Transaction, completions: Sequence[Completion]) -> set[int]:
+def _complete_in(
+    db: Backend, tx: Transaction, completions: Sequence[Completion]
+) -> tuple[set[int], list[int]]:
+    """The ends written, and those of limited jobs whose waiting jobs are to be
+    let go once this transaction has committed (store/limit_claims.py; with
+    one writer, here: nothing can count them running meanwhile)."""
     rows = _write_completions(db, tx, completions)
     settle(tx, rows)
-    return {row["id"] for row in rows}
+    freed = [row["id"] for row in rows if row["limited"]]
+    if db.single_writer:
+        limit_claims.let_go_after_ends(tx, freed)
+        freed = []
+    return {row["id"] for row in rows}, freed
 
 
 def _write_completions(db: Backend, tx: Transaction, completions: Sequence[Completion]) -> Rows:
@@ -362,6 +420,8 @@ def rescue(
         rows = tx.run_each("rescue_jobs", verdicts, {"now": tx.now})
         count_endings(tx, rows, requeued=Outcome.RESCUED)
         settle(tx, rows)
+        freed = _let_go_in(db, tx, [row["id"] for row in rows])
+    limit_claims.after_ends(db, freed)
     return RescueResult(
         requeued=tuple(row["id"] for row in rows if row["state"] == JobState.QUEUED),
         failed=tuple(row["id"] for row in rows if row["state"] == JobState.FAILED),
@@ -417,6 +477,8 @@ def release(
     reason: str,
     later: Collection[int] = (),
     handback_seconds: float = DEFAULT_HANDBACK_SECONDS,
+    *,
+    limits: Mapping[int, str] | None = None,
 ) -> set[int]:
     """Hand back running jobs, due again at once, their attempt not counted (a
     job asked to stop ends cancelled instead). Those in `later` (a handler
@@ -425,11 +487,22 @@ def release(
     puts them back, their attempt still not counted; their token moves on now,
     so that thread can write nothing more. That lease is cut to end at most
     `handback_seconds` from now: the worker must have exited by then (a task's
-    lease may be a day)."""
+    lease may be a day). `limits`: the limits to write on jobs stored as
+    counting against none (by id, as an enqueue stores them)."""
     if not leases:
         return set()
     with db.transaction() as tx:
         lock_parents(tx, [lease.job_id for lease in leases])
+        if limits:
+            tokens = {lease.job_id: lease.lease_token for lease in leases}
+            tx.run_each(
+                "set_job_limits",
+                Columns(
+                    id=list(limits),
+                    token=[tokens[job] for job in limits],
+                    limits=list(limits.values()),
+                ),
+            )
         rows = tx.run_each(
             "release_jobs",
             [
@@ -440,7 +513,18 @@ def release(
         )
         count_endings(tx, rows)  # the cancelled ones (a job handed back is no end)
         settle(tx, [row for row in rows if row["state"] == "cancelled"])
+        freed = _let_go_in(db, tx, [row["id"] for row in rows])
+    limit_claims.after_ends(db, freed)
     return {row["id"] for row in rows}
+
+
+def _let_go_in(db: Backend, tx: Transaction, ended: list[int]) -> list[int]:
+    """With one writer, let the jobs waiting for the ended jobs' slots go in
+    the ends' transaction; otherwise the ended jobs, to do so once committed."""
+    if not db.single_writer:
+        return ended
+    limit_claims.let_go_after_ends(tx, ended)
+    return []
 
 
 def next_due(
@@ -457,14 +541,6 @@ def next_due(
     return min(known) if known else None
 
 
-@retried_on_conflict
-def _reopen_limits(db: Backend) -> None:
-    """Before a claim that may take limited jobs, in a transaction of its own
-    (it must hold no key while the claim locks keys in order)."""
-    if limits.waiting_keys(db):
-        limits.reopen(db)
-
-
 def fail_unknown_tasks(db: Backend, sweep: UnknownTaskSweep) -> UnknownTaskSweepResult:
     """Fail the queued jobs no live worker of their queue knows (see UnknownTaskSweep).
 
@@ -473,7 +549,9 @@ def fail_unknown_tasks(db: Backend, sweep: UnknownTaskSweep) -> UnknownTaskSweep
     backlog held the one write lock for as long as it read (a second per
     million jobs: every enqueue of the database waited for it)."""
     unknown: list[int] = []
+    undeclared: list[int] = []
     after: dict[str, SweepMark] = {}
+    after_limited: dict[str, SweepMark] = {}
     with db.transaction(read=True) as tx:
         for queue in sweep.queues:
             rows = tx.run("unknown_task_candidates", _look_params(sweep, queue, tx.now))
@@ -483,8 +561,48 @@ def fail_unknown_tasks(db: Backend, sweep: UnknownTaskSweep) -> UnknownTaskSweep
                 after[queue] = SweepMark(
                     last["after_priority"], last["after_run_at"], last["after_id"]
                 )
+            # The jobs that count against a limit are in no claim index: looked
+            # at in their own, for unknown tasks and for limits nobody declares.
+            rows = tx.run("limited_sweep_candidates", _limited_look_params(sweep, queue, tx.now))
+            unknown += [row["id"] for row in rows if row["id"] is not None and row["unknown"]]
+            undeclared += [
+                row["id"] for row in rows if row["id"] is not None and not row["unknown"]
+            ]
+            if rows[0]["examined"] >= sweep.scan:
+                last = rows[0]
+                after_limited[queue] = SweepMark(0, last["after_run_at"], last["after_id"])
     failed = _fail_unknown(db, sweep, sorted(unknown)) if unknown else []
-    return UnknownTaskSweepResult(failed, after)
+    dropped = _drop_undeclared(db, sweep, sorted(undeclared)) if undeclared else []
+    return UnknownTaskSweepResult(failed, after, dropped, after_limited)
+
+
+def _limited_look_params(sweep: UnknownTaskSweep, queue: str, now: Any) -> dict[str, Any]:
+    mark = sweep.after_limited.get(queue)
+    known = sweep.task_limits if sweep.task_limits is not None else dict.fromkeys(sweep.tasks, ())
+    return {
+        "queue": queue,
+        "task_limits": json.dumps({task: list(names) for task, names in known.items()}),
+        "worker": sweep.worker if sweep.task_limits is not None else None,
+        "grace": float(sweep.grace_seconds),
+        "scan": sweep.scan,
+        "after_run_at": None if mark is None else mark.run_at,
+        "after_id": None if mark is None else mark.id,
+        "now": now,
+    }
+
+
+@retried_on_conflict
+def _drop_undeclared(db: Backend, sweep: UnknownTaskSweep, ids: list[int]) -> list[int]:
+    with db.transaction() as tx:
+        known = sweep.task_limits or {}
+        params = {
+            "ids": ids,
+            "task_limits": json.dumps({task: list(names) for task, names in known.items()}),
+            "worker": sweep.worker,
+            "grace": float(sweep.grace_seconds),
+            "now": tx.now,
+        }
+        return sorted(row["id"] for row in tx.run("drop_undeclared_limits", params))
 
 
 def _look_params(sweep: UnknownTaskSweep, queue: str, now: Any) -> dict[str, Any]:

@@ -5,7 +5,8 @@ What alerts (each in the reference's metrics and alerts page, with its default):
 - a queue whose oldest due job has waited longer than its threshold
   (`app.queue("emails", oldest_due_warning="30s", oldest_due_critical="2m")`;
   default: warning over 1 minute, critical over 5); a job that waits for a
-  limit is still due, and when the oldest does, the alert names the limit;
+  limit is still due, and when the oldest does, the alert names the limit; when
+  no live worker of the queue knows the oldest's task, the alert names it;
 - a queue with due jobs that no live worker serves (critical);
 - stuck jobs: running, their progress still for their task's `stuck_after`;
 - jobs that failed for good within the failures window (default: the last hour);
@@ -184,7 +185,7 @@ def _queue_alerts(snapshot: Snapshot, rules: AlertRules) -> list[Alert]:
                     "oldest_due",
                     subject,
                     f"oldest due job waited {describe(round(age))} ({level} over {describe(over)})"
-                    + _waits_for(queue),
+                    + _waits_for(queue, snapshot.unknown_oldest.get(queue.name)),
                 )
             )
         if queue.due and not snapshot.live_workers.get(queue.name):
@@ -210,13 +211,22 @@ def _queue_alerts(snapshot: Snapshot, rules: AlertRules) -> list[Alert]:
     return alerts
 
 
-def _waits_for(queue: QueueOverview) -> str:
-    """What the oldest due job waits for, when it is a limit (its queue is served)."""
-    if queue.oldest_due_limit is None:
-        return ""
-    key = queue.oldest_due_limit_key
-    key = f" (key {shown_key(key)})" if key else ""
-    return f", waiting for limit {queue.oldest_due_limit}{key}"
+def _waits_for(queue: QueueOverview, unknown_task: str | None = None) -> str:
+    """What the oldest due job waits for, when it is known.
+
+    A limit (its queue is served), or else a worker that knows its task (when
+    no live worker of the queue does).
+    """
+    if queue.oldest_due_limit is not None:
+        key = queue.oldest_due_limit_key
+        key = f" (key {shown_key(key)})" if key else ""
+        return f", waiting for limit {queue.oldest_due_limit}{key}"
+    if unknown_task is not None:
+        return (
+            f", of task {unknown_task}, which no live worker of the queue knows (failed "
+            "once the unknown-task grace has passed)"
+        )
+    return ""
 
 
 def _task_alerts(snapshot: Snapshot) -> list[Alert]:

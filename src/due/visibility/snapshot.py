@@ -17,6 +17,9 @@ if TYPE_CHECKING:
 
 DEFAULT_FAILURES_WINDOW = 3600.0
 """How far back "recent failures" look (seconds)."""
+ASK_WHY_AFTER = 30.0
+"""A queue's oldest due job is asked why it waits once it has waited this long
+(seconds): the alerts name a task that no live worker knows."""
 WORKERS_SHOWN = 100
 
 
@@ -41,6 +44,9 @@ class Snapshot:
     """Running workflows that cannot advance (never, unless a graph is broken)."""
     recycled_workers: dict[str, int] = field(default_factory=dict)
     """Worker processes that ever recycled themselves, by reason (jobs, memory)."""
+    unknown_oldest: dict[str, str] = field(default_factory=dict)
+    """Per queue whose oldest due job waited over ASK_WHY_AFTER: its task, when
+    no live worker of the queue knows it."""
 
     def oldest_due_age(self, queue: QueueOverview) -> float | None:
         """Seconds the queue's oldest due job has waited (None: nothing due)."""
@@ -54,9 +60,16 @@ def take(app: App, failures_window: float = DEFAULT_FAILURES_WINDOW) -> Snapshot
     finished jobs)."""
     store = app.store
     at = store.now()
+    queues = app.queues()
+    late = [
+        (queue.name, queue.oldest_due_at)
+        for queue in queues
+        if queue.oldest_due_at is not None
+        and (at - queue.oldest_due_at).total_seconds() > ASK_WHY_AFTER
+    ]
     return Snapshot(
         at=at,
-        queues=app.queues(),
+        queues=queues,
         live_workers=store.worker_live_by_queue(DEFAULT_ALIVE_SECONDS),
         tasks=store.stats_figures(),
         schedules=store.schedule_overview(),
@@ -67,4 +80,5 @@ def take(app: App, failures_window: float = DEFAULT_FAILURES_WINDOW) -> Snapshot
         limits=app.limit_overview(),
         stuck_workflows=app.stuck_workflows(),
         recycled_workers=store.worker_recycles(),
+        unknown_oldest=store.queue_unknown_oldest(late, DEFAULT_ALIVE_SECONDS) if late else {},
     )

@@ -53,6 +53,12 @@ MAX_RECHECK_SECONDS = 0.5
 """The longest that pause grows to, doubling with each claim in a row that finds
 nothing although a job looked due: the database's clock and the worker's
 estimate of it disagree (a step not yet measured again), or a row stays held."""
+MAX_CONTENDED_SECONDS = 0.02
+"""The longest pause before claiming again after a claim that took nothing
+because it passed over jobs whose limit key another claim held (no claim waits
+for another: store/limit_claims.py). That claim commits within milliseconds,
+unless its process froze, when the database ends it within seconds: 50 cheap
+looks a second until then, rather than the half second a miss grows to."""
 SMOOTHING = 0.2
 """Weight of a new sample in the moving averages of job and claim durations."""
 
@@ -94,6 +100,8 @@ class QueueProducer:
         self.claim_seconds: float | None = None
         self._last_claim = float("-inf")
         self._recheck = Recheck(RECHECK_SECONDS, MAX_RECHECK_SECONDS)
+        self._contended = Recheck(RECHECK_SECONDS, MAX_CONTENDED_SECONDS)
+        self._last_contended = False
 
     @property
     def concurrency(self) -> int:
@@ -186,7 +194,9 @@ class QueueProducer:
         else:
             self.next_due = None  # more may be waiting: claim again at once
             self.request_claim()
-        self._paced(found=bool(jobs), looked_due=looked_due)
+        self._paced(
+            found=bool(jobs), looked_due=looked_due, contended=getattr(jobs, "contended", False)
+        )
         if jobs:
             event(log, "queue.claimed", logging.DEBUG, queue=self.queue, jobs=len(jobs))
         return len(jobs)
@@ -202,15 +212,21 @@ class QueueProducer:
             return float("inf")
         return (self.next_due - self._database_now()).total_seconds()
 
-    def _paced(self, *, found: bool, looked_due: bool) -> None:
+    def _paced(self, *, found: bool, looked_due: bool, contended: bool = False) -> None:
         """A claim that the time alone called for and that found nothing, while
         the store still says a job is due, makes the next such wait longer; one
         that found work resets it. (Found nothing with the next due time now
         ahead is no miss: a limit's window that other workers filled, say, whose
         next opening is known: the wait goes to it, not to a doubled pause,
-        which would make a rate fall behind window after window.)"""
+        which would make a rate fall behind window after window.) One that found
+        nothing because another claim held a limit's key waits a short pause
+        of its own (MAX_CONTENDED_SECONDS)."""
+        self._last_contended = contended and not found
         if found:
             self._recheck.found()
+            self._contended.found()
+        elif contended:
+            self._contended.missed()
         elif looked_due and self.seconds_until_due() <= 0:
             self._recheck.missed()
 
@@ -228,7 +244,8 @@ class QueueProducer:
             # lateness, 5 ms at the 90th percentile). No spin: the time passes, and
             # no loop waits less than a millisecond (service.MIN_INTERVAL_SECONDS).
             return until
-        return max(min(until, self._poll_interval), self._recheck.seconds)
+        pause = self._contended if self._last_contended else self._recheck
+        return max(min(until, self._poll_interval), pause.seconds)
 
 
 def _smooth(average: float | None, sample: float) -> float:

@@ -13,13 +13,15 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from collections.abc import Awaitable, Callable
+from datetime import datetime
 
 from due.app import App
 from due.clock import Clock
 from due.core.jobs import JobState
-from due.core.records import ClaimedJob, Lease
+from due.core.records import ClaimedJob
+from due.errors import InvalidJobError
+from due.limits import job_limits
 from due.logs import event
 from due.worker.executor import Executor
 from due.worker.ledger import RunningJobs
@@ -41,8 +43,17 @@ class Runner:
         cancel_grace: Callable[[], float],
         on_held: Callable[[RunningJob], None] = lambda running: None,
         confirm_start: Callable[[RunningJob], Awaitable[bool]] | None = None,
-        hand_back: Callable[[Lease, str], Coroutine[Any, Any, None]] | None = None,
+        database_now: Callable[[], datetime] | None = None,
+        too_late: Callable[[RunningJob], None] = lambda running: None,
+        limited_now: Callable[[RunningJob, str], None] = lambda running, limits: None,
+        unbegun: Callable[[RunningJob], None] = lambda running: None,
     ) -> None:
+        """`database_now` (the worker's estimate of the database's clock) places
+        a rate-limited job's latest start on this host's clock; `too_late`
+        hands back a job whose handler was too late to begin; `limited_now`
+        hands back, with its limits written, a job stored without the limits
+        its task counts against in this code; `unbegun` a last attempt whose
+        start was recorded but whose handler did not begin (hand_backs.py)."""
         self._app = app
         self._executor = executor
         self._clock = clock
@@ -51,14 +62,19 @@ class Runner:
         self._cancel_grace = cancel_grace
         self._on_held = on_held
         self._confirm = confirm_start
-        self._hand_back = hand_back
-        self._handing_back: set[asyncio.Task[None]] = set()
+        self._database_now = database_now
+        self._too_late = too_late
+        self._limited_now = limited_now
+        self._unbegun = unbegun
 
     def hold(self, job: ClaimedJob, jobs: RunningJobs, claimed_at: float) -> RunningJob:
         """Hold a job just claimed (its lease trusted from when the claim was sent)."""
         task = self._app.tasks.get(job.task)
         lease = task.config.lease or self._default_lease
         running = RunningJob(job, task, jobs, lease, trusted_until(claimed_at, lease))
+        if job.start_by is not None and self._database_now is not None:
+            ahead = job.start_by - self._database_now().timestamp()
+            running.start_by = self._clock.monotonic() + ahead
         if task.context_parameter is not None:
             running.context = self._executor.context_for(job, task)
             if running.context is not None:
@@ -77,7 +93,13 @@ class Runner:
         trusted = self._trusts(running)
         if not trusted:
             running.start_refused = True
-        elif not running.start_said:
+            return False
+        if running.start_by is not None and self._clock.monotonic() > running.start_by:
+            # A rate counts its starts as its handlers begin, give or take its
+            # tolerance: past it, this one would crowd the next window.
+            running.late = True
+            return False
+        if not running.start_said:
             running.start_unsent = True
         return trusted
 
@@ -88,12 +110,8 @@ class Runner:
         leave a rescue to count an attempt that never ran (invariant 12). The
         release is fenced: should another worker have taken the job, or a
         rescue ended it meanwhile, it changes nothing."""
-        if self._hand_back is None or not running.start_said:
-            return
-        reason = "its start was recorded, but its lease was no longer trusted when it was to begin"
-        sending = asyncio.get_running_loop().create_task(self._hand_back(running.lease, reason))
-        self._handing_back.add(sending)
-        sending.add_done_callback(self._handing_back.discard)
+        if running.start_said:
+            self._unbegun(running)
 
     async def _confirm_start(self, running: RunningJob) -> bool:
         """Only a start that ran is an attempt, and a last attempt must not run
@@ -108,6 +126,9 @@ class Runner:
         running.handle = asyncio.get_running_loop().create_task(self._execute(running, jobs))
 
     async def _execute(self, running: RunningJob, jobs: RunningJobs) -> None:
+        if not running.job.limited and running.task.config.limits and self._limits_now(running):
+            jobs.handler_ended()
+            return
         try:
             if running.job.attempt >= running.job.max_attempts and not await self._confirm_start(
                 running
@@ -149,6 +170,12 @@ class Runner:
         if running.start_refused:
             self._give_back_unbegun(running)
         running.seconds = attempt.seconds
+        if running.late:  # it never began: handed back, its attempt not spent
+            running.lost_reason = "its handler was too late to begin for its rate limit"
+            jobs.forget(running)
+            jobs.handler_ended()
+            self._too_late(running)
+            return
         if attempt.straggler is None:
             running.finished = True
             # The outcome is recorded before the slot frees: it keeps the slot until written.
@@ -170,6 +197,27 @@ class Runner:
         attempt.straggler.add_done_callback(
             lambda _: self._straggler_returned(running, jobs, attempt)
         )
+
+    def _limits_now(self, running: RunningJob) -> bool:
+        """A job stored as counting against no limit, of a task that counts
+        against some in this code (a schedule's run stored before the task had
+        them, a job of older code): handed back with them written, unstarted.
+        Returns whether it was (or failed: its arguments give no key)."""
+        job = running.job
+        try:
+            limits = job_limits(job.task, running.task.config.limits, job.args, job.kwargs, None)
+        except InvalidJobError as error:
+            running.finished = True
+            running.jobs.record_outcome(
+                running, self._executor.crashed(job, error, running.context)
+            )
+            return True
+        if limits is None:
+            return False
+        running.lost_reason = "handed back to count against its task's limits"
+        running.jobs.forget(running)
+        self._limited_now(running, limits)
+        return True
 
     def _straggler_returned(self, running: RunningJob, jobs: RunningJobs, attempt: Attempt) -> None:
         straggler = attempt.straggler

@@ -52,6 +52,11 @@ class RunningJob:
     one has, a rescue would give the job back without counting the attempt."""
     seconds: float | None = None
     """How long its handler ran, once it has ended (for the log line of its end)."""
+    start_by: float | None = None
+    """For a job that counts against a rate: its handler begins by then (this
+    host's monotonic clock), or not at all (core/limits.py, start_tolerance)."""
+    late: bool = False
+    """Its handler did not begin: it was past `start_by`; the job is handed back."""
 
     @property
     def queue(self) -> str:

@@ -71,21 +71,26 @@ class Statements:
         set by the worker's run(), in its loop."""
         self._lane_failure_said_at = float("-inf")
 
-    def _claim_request(self, queue: str, limit: int) -> ClaimRequest:
+    def _claim_request(self, jobs: RunningJobs, limit: int, freed: int = 0) -> ClaimRequest:
+        # Limited jobs only for the slots free now (the jobs held ready take
+        # theirs first): one claimed ahead would hold its limit's slot while
+        # it waits for one of ours, or begin too late for its rate.
+        free = max(0, jobs.free_slots + freed - len(jobs.ready))
         return ClaimRequest(
-            queue,
+            jobs.queue,
             limit,
             self._settings.worker_id,
             self._settings.lease,
             self._task_names,
             self._task_leases,
             self._limited,
+            free if self._limited else None,
         )
 
     async def claim(self, jobs: RunningJobs, limit: int) -> list[ClaimedJob]:
         """Claim jobs; with a single-writer store, the pending outcomes ride along."""
         if not self.store.single_writer:
-            request = self._claim_request(jobs.queue, limit)
+            request = self._claim_request(jobs, limit)
             if self.lane is not None:
                 try:
                     return await self.store.job_claim_on_loop(self.lane, request)
@@ -99,7 +104,7 @@ class Statements:
             applied, claimed = await self._call(
                 self.store.job_complete_and_claim,
                 [completion for _, completion in outcomes],
-                self._claim_request(jobs.queue, min(limit + freed, MAX_CLAIM_BATCH)),
+                self._claim_request(jobs, min(limit + freed, MAX_CLAIM_BATCH), freed),
             )
         except BaseException:
             self.completer.give_back(outcomes)
@@ -113,11 +118,10 @@ class Statements:
     async def write_outcomes(self, completions: Sequence[Completion]) -> set[int]:
         written = await self._write_outcomes_once(completions)
         if self._limited and written:
-            # A limited job's slot frees when its end commits, here; the claim
-            # its end called for may have gone out first and counted it still
-            # running. Nothing else wakes the jobs that wait for that slot
-            # (they sit out of every claim index until a claim reopens them),
-            # so claim again now rather than after the poll interval.
+            # A limited job's slot frees when its end commits, here, and the
+            # jobs waiting for it were let go then (store/limit_claims.py); the
+            # claim its end called for may have gone out first and counted it
+            # still running: claim again now rather than after the poll interval.
             self._wake_all()
         return written
 

@@ -41,9 +41,9 @@ from typing import Any
 
 from due.app import App
 from due.clock import Clock, DatabaseClock
-from due.core.records import Lease, UnknownTaskSweep
-from due.errors import StoreError
+from due.core.records import UnknownTaskSweep
 from due.logs import event
+from due.maintenance.limit_sweep import LimitSweep
 from due.maintenance.pruner import Pruner
 from due.maintenance.rescuer import Rescuer
 from due.maintenance.unknown_tasks import UnknownTaskReaper
@@ -57,6 +57,7 @@ from due.worker.clock_watch import ClockWatch
 from due.worker.completer import Completer
 from due.worker.event_loop import loop_name
 from due.worker.executor import Executor
+from due.worker.hand_backs import HandBacks
 from due.worker.health import HealthServer, Probes
 from due.worker.heartbeat import Heartbeater, StartReports, TrustWatch
 from due.worker.ledger import RunningJobs
@@ -117,6 +118,7 @@ class Worker:
             app=app,
             worker=settings.worker_id,
         )
+        self.hand_backs = HandBacks(store=self.store, call=self.call)
         self.runner = Runner(
             app=app,
             executor=self.executor,
@@ -126,7 +128,10 @@ class Worker:
             cancel_grace=self._cancel_grace,
             on_held=self._held_one,
             confirm_start=self._confirm_start,
-            hand_back=self._hand_back,
+            database_now=self.database_now,
+            too_late=self.hand_backs.too_late,
+            limited_now=self.hand_backs.limited_now,
+            unbegun=self.hand_backs.unbegun,
         )
         self.producers = {
             queue: QueueProducer(
@@ -183,9 +188,15 @@ class Worker:
             on_requeued=self.wake_all,
         )
         sweep = UnknownTaskSweep(
-            list(settings.queues), self.task_names, settings.unknown_task_grace, settings.gone_after
+            list(settings.queues),
+            self.task_names,
+            settings.unknown_task_grace,
+            settings.gone_after,
+            task_limits={t.name: [use.name for use in t.config.limits] for t in app.tasks},
+            worker=settings.worker_id,
         )
         self.unknown_tasks = UnknownTaskReaper(store=self.store, call=self.call, sweep=sweep)
+        self.limit_sweep = LimitSweep(store=self.store, call=self.call, on_released=self.wake_all)
         self.scheduler = self._scheduler() if settings.scheduler else None
         self.pruner = Pruner(
             store=self.store,
@@ -224,19 +235,6 @@ class Worker:
 
     async def _confirm_start(self, running: RunningJob) -> bool:
         return await self.heartbeater.confirm_start(running)
-
-    async def _hand_back(self, lease: Lease, reason: str) -> None:
-        try:
-            await self.call(self.store.job_release, [lease], reason)
-        except StoreError as error:
-            event(
-                log,
-                "worker.hand_back_failed",
-                logging.WARNING,
-                job=lease.job_id,
-                error=str(error),
-                note="its attempt counts when its lease expires",
-            )
 
     def _outcome_recorded(self) -> None:
         self.completer.wake.set()
@@ -418,6 +416,7 @@ class Worker:
             ("trust", self.trust_watch, None),
             ("rescuer", self.rescuer, None),
             ("unknown_tasks", self.unknown_tasks, None),
+            *((("limit_sweep", self.limit_sweep, None),) if self.limited else ()),
             *((("scheduler", self.scheduler, None),) if self.scheduler else ()),
             ("pruner", self.pruner, None),
             ("vacuum", self.vacuum, None),

@@ -406,6 +406,7 @@ WITH done AS (
       AND j.id = c.id AND j.lease_token = c.token
     RETURNING j.id, j.task, j.queue, j.schedule, j.state, j.parent_id, j.completes, j.workflow_id,
               j.pieces_total, j.cancel_requested,
+              j.limits IS NOT NULL AS limited,  -- its slots free: store/limit_claims.py
               CASE WHEN j.state = 'cancelled' AND c.state <> 'cancelled' THEN 'cancelled'
                    ELSE c.outcome END AS outcome,
               c.bucket, c.seconds,
@@ -439,7 +440,8 @@ noted AS (  -- as note_schedule_success
     SET last_success_at = coalesce(%(now)s::timestamptz, now())
     WHERE name = ANY(ARRAY(SELECT name FROM succeeded_schedules))
 )
-SELECT id, task, queue, schedule, state, parent_id, completes, workflow_id, pieces_total, cancel_requested
+SELECT id, task, queue, schedule, state, parent_id, completes, workflow_id, pieces_total, cancel_requested,
+       limited
 FROM done
 
 -- name: completions_recorded
@@ -927,6 +929,15 @@ FROM due_jobs
 WHERE state = 'queued' AND NOT held AND run_at <= coalesce(%(now)s::timestamptz, now())
 ORDER BY queue
 
+-- name: set_job_limits
+-- Running jobs stored as counting against no limit, whose task counts against
+-- some in the code of the worker that claimed them (a schedule's run stored
+-- before its task had limits): their limits, as an enqueue writes them, before
+-- they are handed back (release_jobs, in the same transaction); fenced.
+UPDATE due_jobs AS j SET limits = s.limits::jsonb
+FROM unnest(%(id)b::bigint[], %(token)b::bigint[], %(limits)b::text[]) AS s(id, token, limits)
+WHERE j.id = s.id AND j.lease_token = s.token AND j.state = 'running' AND j.limits IS NULL
+
 -- name: release_jobs
 -- A stopping worker hands back jobs it will not finish: due again at once (its
 -- run_at kept: its place in line), and the interrupted attempt is not counted.
@@ -1066,6 +1077,89 @@ WHERE id = ANY(%(ids)b::bigint[])
         AND w.tasks ? due_jobs.task)
 RETURNING id, task, queue, state, parent_id, completes, workflow_id, pieces_total,
           pg_notify({channel:due_ended}, '')::text AS ended
+
+-- name: limited_sweep_candidates
+-- One queue's look at its jobs that count against a limit (waiting for one
+-- or not: they are in no claim index), read without a lock: the next
+-- %(scan)s of them in run_at order after where the last look stopped. The
+-- candidates: due for longer than the grace, of a task the caller does not
+-- know (`unknown`); or due, of a task the caller knows, counting against a
+-- limit the caller's code no longer gives that task (`task_limits`: each
+-- known task's limits), and enqueued before the caller started or due for
+-- longer than the grace (a job enqueued since by older code, during a deploy,
+-- keeps it that long). One row per candidate (`id`; none: one row with a NULL
+-- id), each with how many were read and the last of them.
+WITH examined AS MATERIALIZED (
+    SELECT id, run_at, created_at, task, limits FROM due_jobs
+    WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NOT NULL
+      AND queue = %(queue)s
+      AND (%(after_id)s::bigint IS NULL
+           OR (run_at >= %(after_run_at)s::timestamptz
+               AND (run_at, id) > (%(after_run_at)s::timestamptz, %(after_id)s::bigint)))
+    ORDER BY run_at, id
+    LIMIT %(scan)s
+),
+last AS (SELECT run_at, id FROM examined ORDER BY run_at DESC, id DESC LIMIT 1)
+SELECT s.examined, s.after_run_at, s.after_id, c.id, c.unknown
+FROM (SELECT (SELECT count(*) FROM examined) AS examined,
+             (SELECT run_at FROM last) AS after_run_at,
+             (SELECT id FROM last) AS after_id) AS s
+LEFT JOIN (
+    SELECT id, NOT (%(task_limits)s::jsonb ? task) AS unknown FROM examined
+    WHERE CASE WHEN NOT (%(task_limits)s::jsonb ? task)
+               THEN run_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(grace)s)
+               ELSE %(worker)s::text IS NOT NULL
+                    AND run_at <= coalesce(%(now)s::timestamptz, now())
+                    AND (run_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(grace)s)
+                         OR created_at < (SELECT started_at FROM due_workers WHERE id = %(worker)s))
+                    AND EXISTS (SELECT 1 FROM jsonb_array_elements(limits) AS p(pair)
+                                WHERE NOT ((%(task_limits)s::jsonb -> task) ? (p.pair ->> 0)))
+          END
+) AS c ON true
+
+-- name: drop_undeclared_limits
+-- The candidates of a look (`ids`) that still count against a limit the
+-- caller's code no longer gives their task (a limit taken out of the code):
+-- it is dropped from them, the others kept, the reason in their history. A
+-- job never waits for a limit that the code running it does not declare; a
+-- job no longer counting against what it waited for waits no more, and its
+-- queue's workers hear of it.
+WITH chosen AS MATERIALIZED (
+    SELECT j.id, kept.pairs, dropped.names
+    FROM due_jobs j
+    CROSS JOIN LATERAL (
+        SELECT jsonb_agg(p.pair ORDER BY p.n) AS pairs
+        FROM jsonb_array_elements(j.limits) WITH ORDINALITY AS p(pair, n)
+        WHERE (%(task_limits)s::jsonb -> j.task) ? (p.pair ->> 0)) AS kept
+    CROSS JOIN LATERAL (
+        SELECT string_agg(DISTINCT p.pair ->> 0, ', ') AS names
+        FROM jsonb_array_elements(j.limits) AS p(pair)
+        WHERE NOT ((%(task_limits)s::jsonb -> j.task) ? (p.pair ->> 0))) AS dropped
+    WHERE j.id = ANY(%(ids)b::bigint[])
+      AND j.state = 'queued' AND NOT j.held AND j.limits IS NOT NULL
+      AND %(task_limits)s::jsonb ? j.task
+      AND j.run_at <= coalesce(%(now)s::timestamptz, now())
+      AND (j.run_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(grace)s)
+           OR j.created_at < (SELECT started_at FROM due_workers WHERE id = %(worker)s))
+      AND dropped.names IS NOT NULL
+    FOR UPDATE OF j SKIP LOCKED
+)
+UPDATE due_jobs AS j
+SET limits = c.pairs,  -- NULL when none is left: an ordinary job
+    limit_wait = CASE WHEN c.pairs @> jsonb_build_array(jsonb_build_array(j.limit_wait, j.limit_wait_key))
+                      THEN j.limit_wait END,
+    limit_wait_key = CASE WHEN c.pairs @> jsonb_build_array(jsonb_build_array(j.limit_wait, j.limit_wait_key))
+                          THEN j.limit_wait_key END,
+    errors = j.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', j.attempt, 'kind', 'limits_dropped',
+        'error', 'no longer counts against limit ' || c.names || ': the code of worker '
+            || %(worker)s::text || ' gives its task ' || j.task || ' no such limit',
+        'traceback', NULL, 'at', coalesce(%(now)s::timestamptz, now())))
+FROM chosen c
+WHERE j.id = c.id
+RETURNING j.id,
+          pg_notify({channel:due_jobs}, j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text
+              AS notified
 
 -- name: register_worker
 INSERT INTO due_workers (id, host, pid, queues, tasks, started_at, last_seen_at, state)
@@ -1653,6 +1747,22 @@ LEFT JOIN LATERAL (
     ORDER BY run_at, id LIMIT 1) AS limited ON true
 ORDER BY q.queue
 
+-- name: oldest_due_job
+-- A queue's oldest due job (due at `run_at`, from the queue's figures), its
+-- task, and whether a live worker of its queue knows that task (what `due
+-- check` names when it does not: the job waits for a worker that may never
+-- come). Read by the time, where the claim index holds the queue's jobs.
+SELECT j.id, j.task,
+       EXISTS (SELECT 1 FROM due_workers w
+               WHERE w.state IN ('running', 'stopping')
+                 AND w.last_seen_at > coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(alive)s)
+                 AND w.queues ? j.queue AND w.tasks ? j.task) AS known
+FROM due_jobs j
+WHERE j.queue = %(queue)s AND j.state = 'queued' AND NOT j.held
+  AND j.run_at = %(run_at)s::timestamptz
+ORDER BY j.id
+LIMIT 1
+
 -- name: queue_stuck
 -- Running jobs whose progress has not moved for their task's stuck_after.
 SELECT queue, count(*) AS stuck
@@ -1834,15 +1944,21 @@ VACUUM (ANALYZE, SKIP_LOCKED) due_jobs
 -- whichever connection listens.
 SELECT {channel:due_jobs} AS jobs, {channel:due_ended} AS ended
 
--- Limits (store/limits.py). A claim locks the keys of its candidates in
--- (name, key) order, then counts in a statement of its own: under READ
--- COMMITTED that statement sees every claim that held a key before it.
--- Only claims lock keys; the end of a job never does (its slot frees because
--- it no longer runs), so no acknowledgement waits on a limit.
+-- Limits (store/limit_claims.py). A claim locks the keys of its candidates,
+-- SKIP LOCKED: a key another transaction holds is skipped, never waited for,
+-- so no claim waits for another and a frozen one stalls nobody but the jobs
+-- of the keys it holds. It counts in a statement of its own, after the
+-- locks: under READ COMMITTED that statement sees every claim that held a key
+-- before it. A claim never writes a key row another transaction may write
+-- (a new key is inserted apart, autocommitted). Only claims and looks lock
+-- keys; the end of a job never does (its slot frees because it no longer
+-- runs), so no acknowledgement waits on a limit.
 
 -- name: limited_candidates
 -- The best due jobs of the queue that count against a limit and do not wait
--- for one, as claim_jobs finds the others (their index holds only these).
+-- for one, as claim_jobs finds the others (their index holds only these);
+-- `skip`: [name, key] pairs whose jobs to pass over (keys another claim holds:
+-- a claim looks on past them), or NULL.
 SELECT id, limits::text AS limits
 FROM due_jobs
 WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NOT NULL
@@ -1851,28 +1967,51 @@ WHERE state = 'queued' AND NOT held AND NOT timer AND limits IS NOT NULL
   AND run_at <= coalesce(%(now)s::timestamptz, now())
   AND (%(tasks)b::text[] IS NULL OR task = ANY(%(tasks)b::text[]))
   AND NOT EXISTS (SELECT 1 FROM due_queues WHERE name = %(queue)s AND paused)
+  AND (%(skip)s::jsonb IS NULL
+       OR NOT EXISTS (SELECT 1 FROM jsonb_array_elements(%(skip)s::jsonb) AS s(pair)
+                      WHERE limits @> jsonb_build_array(s.pair)))
 ORDER BY priority DESC, run_at, id
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 
 -- name: ensure_limit_keys
+-- New keys, autocommitted on their own (never in a claim's transaction: two
+-- claims that each inserted a key the other then locked waited for each other).
 INSERT INTO due_limit_keys (name, key)
 SELECT * FROM unnest(%(name)b::text[], %(key)b::text[])
 ORDER BY 1, 2
 ON CONFLICT (name, key) DO NOTHING
 
 -- name: lock_limit_keys
-SELECT k.name, k.key
+-- The stored keys of a claim's candidates, each locked unless another
+-- transaction holds it (`locked` false: skipped, not waited for). A key not
+-- stored yet is not returned.
+WITH locked AS MATERIALIZED (
+    SELECT k.name, k.key FROM due_limit_keys k
+    WHERE (k.name, k.key) IN (SELECT * FROM unnest(%(name)b::text[], %(key)b::text[]))
+    FOR UPDATE SKIP LOCKED
+)
+SELECT k.name, k.key, EXISTS (SELECT 1 FROM locked l WHERE l.name = k.name AND l.key = k.key)
+           AS locked
 FROM due_limit_keys k
 WHERE (k.name, k.key) IN (SELECT * FROM unnest(%(name)b::text[], %(key)b::text[]))
-ORDER BY k.name, k.key
-FOR UPDATE
 
 -- name: limit_key_states
 -- Each key's numbers (the operator's when set), its log of starts, and how
 -- many of its jobs run now: a limit's slots are its running jobs, whatever
--- claimed them, so a rescue or a release frees one by ending the run.
+-- claimed them, so a rescue or a release frees one by ending the run. The
+-- running jobs are read once for all the keys (each key's own count read them
+-- all again: 200 keys a look cost 190 ms beside 1,000 running jobs).
+WITH wanted AS (SELECT * FROM unnest(%(name)b::text[], %(key)b::text[]) AS w(name, key)),
+running AS (
+    SELECT p.pair ->> 0 AS name, p.pair ->> 1 AS key, count(*) AS running
+    FROM due_jobs j CROSS JOIN jsonb_array_elements(j.limits) AS p(pair)
+    WHERE j.state = 'running' AND j.limits IS NOT NULL
+      AND (p.pair ->> 0, p.pair ->> 1) IN (SELECT name, key FROM wanted)
+    GROUP BY 1, 2
+)
 SELECT k.name, k.key, k.starts::text AS starts, k.block_version,
+       extract(epoch FROM k.opens_at)::float8 AS opens_s,
        -- The time after the keys' locks, not the transaction's start: a claim that
        -- began earlier but locked later must not log its starts before those of
        -- the claim that held the key (its window would drop starts still in it).
@@ -1880,35 +2019,34 @@ SELECT k.name, k.key, k.starts::text AS starts, k.block_version,
        CASE WHEN d.overridden THEN d.set_concurrency ELSE d.concurrency END AS concurrency,
        CASE WHEN d.overridden THEN d.set_rate ELSE d.rate END AS rate,
        CASE WHEN d.overridden THEN d.set_period ELSE d.period END AS period,
-       (SELECT count(*) FROM due_jobs j
-        WHERE j.state = 'running' AND j.limits IS NOT NULL
-          AND j.limits @> jsonb_build_array(jsonb_build_array(k.name, k.key))
-          -- (containment alone ignores order: [a, b] would match [b, a])
-          AND EXISTS (SELECT 1 FROM jsonb_array_elements(j.limits) AS p(pair)
-                      WHERE p.pair = jsonb_build_array(k.name, k.key))) AS running
-FROM due_limit_keys k LEFT JOIN due_limits d ON d.name = k.name
-WHERE (k.name, k.key) IN (SELECT * FROM unnest(%(name)b::text[], %(key)b::text[]))
+       coalesce(r.running, 0) AS running
+FROM due_limit_keys k
+LEFT JOIN due_limits d ON d.name = k.name
+LEFT JOIN running r ON r.name = k.name AND r.key = k.key
+WHERE (k.name, k.key) IN (SELECT name, key FROM wanted)
 
--- name: limit_keys_waiting
--- Keys with jobs waiting for them whose slots or rate may have opened. Read
--- without a lock: letting a job go too early costs a look, never a slot (the
--- claim counts again).
-SELECT k.name, k.key, k.starts::text AS starts, k.block_version,
-       extract(epoch FROM coalesce(%(now)s::timestamptz, now()))::float8 AS now_s,
-       CASE WHEN d.overridden THEN d.set_concurrency ELSE d.concurrency END AS concurrency,
-       CASE WHEN d.overridden THEN d.set_rate ELSE d.rate END AS rate,
-       CASE WHEN d.overridden THEN d.set_period ELSE d.period END AS period,
-       (SELECT count(*) FROM due_jobs j
-        WHERE j.state = 'running' AND j.limits IS NOT NULL
-          AND j.limits @> jsonb_build_array(jsonb_build_array(k.name, k.key))
-          -- (containment alone ignores order: [a, b] would match [b, a])
-          AND EXISTS (SELECT 1 FROM jsonb_array_elements(j.limits) AS p(pair)
-                      WHERE p.pair = jsonb_build_array(k.name, k.key))) AS running
-FROM due_limit_keys k LEFT JOIN due_limits d ON d.name = k.name
-WHERE k.waiting AND (k.opens_at IS NULL OR k.opens_at <= coalesce(%(now)s::timestamptz, now()))
-  AND (k.name, k.key) > (%(after_name)s, %(after_key)s)  -- on from the last look
+-- name: limit_keys_due
+-- Keys with jobs waiting whose look is due (a rate's window opened, a claim
+-- set a job waiting for a slot, the numbers changed), on from the last look,
+-- each locked unless another transaction holds it (skipped: looked at later).
+SELECT k.name, k.key
+FROM due_limit_keys k
+WHERE k.waiting AND k.opens_at <= coalesce(%(now)s::timestamptz, now())
+  AND (k.name, k.key) > (%(after_name)s, %(after_key)s)
 ORDER BY k.name, k.key
 LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+
+-- name: limit_keys_waiting
+-- Every key with jobs waiting (but those whose rate's window is still full),
+-- on from the last look, locked as limit_keys_due locks them: the sweep.
+SELECT k.name, k.key
+FROM due_limit_keys k
+WHERE k.waiting AND (k.opens_at IS NULL OR k.opens_at <= coalesce(%(now)s::timestamptz, now()))
+  AND (k.name, k.key) > (%(after_name)s, %(after_key)s)
+ORDER BY k.name, k.key
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
 
 -- name: block_jobs
 -- Jobs over a limit wait out of the claim indexes for what they wait for.
@@ -1932,7 +2070,38 @@ RETURNING j.id,
           pg_notify({channel:due_jobs}, j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text
               AS notified
 
+-- name: limit_pairs_ended
+-- The keys the jobs just ended (`ids`) counted against, with how many slots
+-- each end freed (a job running again, claimed anew since, frees none).
+SELECT p.pair ->> 0 AS name, p.pair ->> 1 AS key, count(*) AS slots
+FROM due_jobs j CROSS JOIN jsonb_array_elements(j.limits) AS p(pair)
+WHERE j.id = ANY(%(ids)b::bigint[]) AND j.limits IS NOT NULL AND j.state <> 'running'
+GROUP BY 1, 2
+
+-- name: unblock_freed
+-- For each key a slot of which ended jobs freed, as many of its waiting jobs
+-- (the best first) go back among the claimable ones; their workers hear of
+-- them. No key is locked: the claim counts again.
+WITH freed AS (
+    SELECT * FROM unnest(%(name)b::text[], %(key)b::text[], %(count)b::bigint[])
+        AS f(name, key, slots)
+),
+chosen AS MATERIALIZED (
+    SELECT w.id FROM freed f CROSS JOIN LATERAL (
+        SELECT id FROM due_jobs
+        WHERE state = 'queued' AND limit_wait = f.name AND limit_wait_key = f.key
+        ORDER BY priority DESC, run_at, id
+        LIMIT f.slots
+        FOR UPDATE SKIP LOCKED) AS w
+)
+UPDATE due_jobs AS j SET limit_wait = NULL, limit_wait_key = NULL
+WHERE j.id = ANY(ARRAY(SELECT id FROM chosen)) AND j.state = 'queued'
+RETURNING j.id,
+          pg_notify({channel:due_jobs}, j.queue || ' ' || extract(epoch FROM j.run_at)::text)::text
+              AS notified
+
 -- name: update_limit_keys
+-- `opens_at`: when its waiting jobs are to be looked at again (NULL: leave it).
 UPDATE due_limit_keys AS k
 SET starts = u.starts::jsonb,
     started_total = k.started_total + u.started,
@@ -1944,24 +2113,27 @@ FROM unnest(%(name)b::text[], %(key)b::text[], %(starts)b::text[], %(started)b::
      AS u(name, key, starts, started, blocked, opens_at)
 WHERE k.name = u.name AND k.key = u.key
 
--- name: limit_key_reopened
--- After jobs waiting for a key were let go: still waiting (and when its rate
--- opens next), or none left; a wait begun since the look (another version)
--- stands.
-UPDATE due_limit_keys
-SET waiting = CASE WHEN %(settled)s AND block_version = %(block_version)s
+-- name: limit_keys_reopened
+-- After a look at keys (and the jobs let go of those with room): each still
+-- waiting (and when to look again: its rate's opening, or NULL: when a job of
+-- it ends), or none left (`settled`, and no job still waits for it).
+UPDATE due_limit_keys AS k
+SET waiting = CASE WHEN u.settled AND k.block_version = u.block_version
                         -- a job whose row another transaction held (SKIP LOCKED)
                         -- was not let go: it still waits
                         AND NOT EXISTS (SELECT 1 FROM due_jobs
-                                        WHERE state = 'queued' AND limit_wait = %(name)s
-                                          AND limit_wait_key = %(key)s)
-                   THEN false ELSE waiting END,
-    opens_at = CASE WHEN %(settled)s AND block_version = %(block_version)s
+                                        WHERE state = 'queued' AND limit_wait = u.name
+                                          AND limit_wait_key = u.key)
+                   THEN false ELSE k.waiting END,
+    opens_at = CASE WHEN u.settled AND k.block_version = u.block_version
                          AND NOT EXISTS (SELECT 1 FROM due_jobs
-                                         WHERE state = 'queued' AND limit_wait = %(name)s
-                                           AND limit_wait_key = %(key)s)
-                    THEN NULL ELSE to_timestamp(%(opens_at)s::float8) END
-WHERE name = %(name)s AND key = %(key)s
+                                         WHERE state = 'queued' AND limit_wait = u.name
+                                           AND limit_wait_key = u.key)
+                    THEN NULL ELSE to_timestamp(u.opens_at) END
+FROM unnest(%(name)b::text[], %(key)b::text[], %(settled)b::boolean[],
+            %(block_version)b::bigint[], %(opens_at)b::float8[])
+     AS u(name, key, settled, block_version, opens_at)
+WHERE k.name = u.name AND k.key = u.key
 
 -- name: claim_given
 -- The limited jobs a claim let start (their rows locked by limited_candidates),
@@ -2051,21 +2223,24 @@ ORDER BY d.name
 
 -- name: limit_keys_of
 -- The keys of one limit, busiest first: running, then waiting, at most %(limit)s.
+-- The running jobs are read once for all the keys (each key's own count read
+-- them all again: beside 10,000 keys, past the statement timeout).
+WITH running AS (
+    SELECT p.pair ->> 1 AS key, count(*) AS running
+    FROM due_jobs j CROSS JOIN jsonb_array_elements(j.limits) AS p(pair)
+    WHERE j.state = 'running' AND j.limits IS NOT NULL AND p.pair ->> 0 = %(name)s
+    GROUP BY 1
+)
 SELECT * FROM (
     SELECT k.name, k.key, k.starts::text AS starts, k.started_total,
            extract(epoch FROM k.opens_at)::float8 AS opens_s,
            extract(epoch FROM coalesce(%(now)s::timestamptz, now()))::float8 AS now_s,
-           (SELECT count(*) FROM due_jobs j
-            WHERE j.state = 'running' AND j.limits IS NOT NULL
-              AND j.limits @> jsonb_build_array(jsonb_build_array(k.name, k.key))
-          -- (containment alone ignores order: [a, b] would match [b, a])
-          AND EXISTS (SELECT 1 FROM jsonb_array_elements(j.limits) AS p(pair)
-                      WHERE p.pair = jsonb_build_array(k.name, k.key))) AS running,
+           coalesce(r.running, 0) AS running,
            (SELECT count(*) FROM (SELECT 1 FROM due_jobs
                                   WHERE state = 'queued' AND limit_wait = k.name
                                     AND limit_wait_key = k.key
                                   LIMIT %(count_limit)s) AS c) AS waiting
-    FROM due_limit_keys k
+    FROM due_limit_keys k LEFT JOIN running r ON r.key = k.key
     WHERE k.name = %(name)s) AS keys
 ORDER BY running DESC, waiting DESC, key
 LIMIT %(limit)s
@@ -2399,10 +2574,17 @@ SET steps_ended = steps_ended - %(ended)s,
 WHERE id = %(id)s
 
 -- name: limit_keys_look_again
--- A limit's numbers changed: its waiting keys are looked at again at the next
--- claim, not when the old numbers would have let a start through.
-UPDATE due_limit_keys SET opens_at = NULL
-WHERE name = %(name)s AND waiting AND opens_at IS NOT NULL
+-- A limit's numbers changed (in this transaction): its waiting keys are looked
+-- at again at the next claim, not when the old numbers would have let a start
+-- through. A key a claim holds is skipped (its claim set what it set; the
+-- sweep looks at it again).
+UPDATE due_limit_keys SET opens_at = coalesce(%(now)s::timestamptz, now())
+WHERE (name, key) IN (
+    SELECT k.name, k.key FROM due_limit_keys k
+    WHERE k.name = %(name)s AND k.waiting
+      AND EXISTS (SELECT 1 FROM due_limits d WHERE d.name = %(name)s
+                  AND d.updated_at = coalesce(%(now)s::timestamptz, now()))
+    FOR UPDATE SKIP LOCKED)
 
 -- name: step_adder
 -- A step adding steps to its workflow: which workflow (read, not locked: its

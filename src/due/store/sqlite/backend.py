@@ -70,6 +70,7 @@ MAX_COMMIT_POLL = 60.0
 RINGING = frozenset(
     {
         "complete_jobs",
+        "drop_undeclared_limits",
         "hold_group",
         "insert_completion_job",
         "insert_job",
@@ -84,6 +85,7 @@ RINGING = frozenset(
         "retry_plain_jobs",
         "retry_workflow_steps",
         "set_queue_paused",
+        "unblock_freed",
         "unblock_jobs",
     }
 )
