@@ -204,9 +204,9 @@ def test_starts_over_a_rate_are_reported_and_asserted_only_when_switched_on(
     verdict = run.judge()
     assert found(verdict) == {RATE_EXCEEDED: 2}  # 6 and 7 in the first second
     assert verdict.flows is not None and verdict.flows.rate_peaks == {"rate": (7, 5)}
+    assert flow_verdict.RATE_ASSERTED and not verdict.ok()  # asserted on every run
+    monkeypatch.setattr(flow_verdict, "RATE_ASSERTED", False)
     assert verdict.ok()
-    monkeypatch.setattr(flow_verdict, "RATE_ASSERTED", True)
-    assert not verdict.ok()
 
 
 def chain_run(step_start: float = 1.0) -> Run:
