@@ -21,7 +21,7 @@ from tests.helpers.handles import assert_each_handle_is_its_row
 from tests.helpers.waiting import wait_until
 from tests.helpers.write_lock import WriteLock
 from tests.store.test_loop_connections import (
-    an_insert_waits_for_a_lock,
+    an_insert_waits_for,
     make_app,
     run_counting,
     stored,
@@ -57,7 +57,7 @@ class Holder(WriteLock):
             await t.aenqueue(1)
             self.take()
             held = asyncio.create_task(t.aenqueue(2))
-            await asyncio.to_thread(wait_until, an_insert_waits_for_a_lock, 10)
+            await asyncio.to_thread(wait_until, an_insert_waits_for(self.postgres), 10)
             return held
         self.take()  # the loop's write waits for it
         held = asyncio.create_task(t.aenqueue(0))
